@@ -1,0 +1,105 @@
+# moefast — plain GNU Makefile.
+#   make            release build: build/rel/moefast
+#   make run        build, generate the default model (cached), run it
+#   make test       ASan+UBSan build, then the whole test suite
+#   make bench      benchmarks (timing; never part of the tests)
+# Missing Debian packages are installed by scripts/deps.sh (as root).
+
+CC      ?= gcc
+PKGS    := libpcre2-8 jansson libcrypto
+# -ffp-contract=off: the compiler must never fuse a*b+c on its own; the
+# kernels' reduction order (src/quant/quant.h) is part of their contract.
+CSTD    := -std=c11 -D_GNU_SOURCE -ffp-contract=off -fno-math-errno
+WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter
+INC     := -Iinclude -Isrc
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+LIBS     = $(PKG_LIBS) -lm -lpthread
+
+AVX2_FLAGS   := -mavx2 -mfma -mf16c -mbmi2
+AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx512vbmi -mfma -mf16c -mbmi2
+
+MODE ?= rel
+ifeq ($(MODE),asan)
+  OPT := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -DMOE_TEST_BUILD
+  LDSAN := -fsanitize=address,undefined
+else
+  OPT := -O2 -g
+  LDSAN :=
+endif
+B := build/$(MODE)
+
+CFLAGS_ALL = $(CSTD) $(WARN) $(OPT) $(INC) $(PKG_CFLAGS) $(CFLAGS)
+
+LIB_SRC  := $(wildcard src/*.c src/quant/*.c src/model/*.c)
+TOOL_SRC := $(wildcard tools/*.c)
+TEST_SRC := $(wildcard tests/test_*.c)
+BENCH_SRC:= $(wildcard bench/*.c)
+LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o)
+TOOL_OBJ := $(TOOL_SRC:%.c=$(B)/%.o)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
+BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(B)/bench/%)
+
+.PHONY: all deps run test bench clean lib tests-build
+all: deps $(B)/moefast
+
+deps:
+	@sh scripts/deps.sh
+
+$(B)/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(AVX2_FLAGS) -MMD -MP -c $< -o $@
+$(B)/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
+$(B)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+$(B)/libmoefast.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+lib: $(B)/libmoefast.a
+
+$(B)/moefast: $(TOOL_OBJ) $(B)/libmoefast.a
+	$(CC) $(LDSAN) -o $@ $(TOOL_OBJ) $(B)/libmoefast.a $(LIBS)
+
+$(B)/tests/%: tests/%.c tests/check.h $(B)/libmoefast.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(B)/libmoefast.a $(LDSAN) $(LIBS)
+
+$(B)/bench/%: bench/%.c $(B)/libmoefast.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(B)/libmoefast.a $(LIBS)
+
+tests-build: $(B)/moefast $(TEST_BIN)
+
+# ---- the README commands ------------------------------------------------
+DEFAULT_MODEL := build/models/laguna-default.gguf
+RUN_PROMPT ?= The quick brown fox
+RUN_N ?= 48
+
+# Regenerated only when the generator changes; otherwise cached.
+$(DEFAULT_MODEL): src/gen.c
+	@$(MAKE) --no-print-directory MODE=rel build/rel/moefast
+	@mkdir -p $(dir $@)
+	build/rel/moefast gen --arch laguna --preset default -o $@
+
+run: deps
+	@$(MAKE) --no-print-directory MODE=rel build/rel/moefast
+	@$(MAKE) --no-print-directory $(DEFAULT_MODEL)
+	build/rel/moefast run -m $(DEFAULT_MODEL) -p "$(RUN_PROMPT)" -n $(RUN_N)
+
+test: deps
+	@$(MAKE) --no-print-directory MODE=asan tests-build
+	@$(MAKE) --no-print-directory MODE=rel build/rel/moefast
+	@sh tests/run.sh build/asan
+
+bench: deps
+	@$(MAKE) --no-print-directory MODE=rel build/rel/moefast $(BENCH_SRC:bench/%.c=build/rel/bench/%)
+	@sh bench/run.sh build/rel
+
+clean:
+	rm -rf build
+
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d)

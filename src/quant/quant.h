@@ -1,0 +1,97 @@
+/* quant.h — weight formats and the matrix kernels that read them.
+ *
+ * Formats are the GGUF/ggml ones, block layouts byte-identical to ggml so that
+ * real files load. Each format has ONE scalar reference (quant_ref.c) that is
+ * its specification, and SIMD variants (quant_avx2.c, quant_avx512.c) that
+ * must return bit-identical results.
+ *
+ * ---- The dot-product contract (every kernel, every ISA) ----------------
+ * Weights are dequantized to exact FP32 values w[k] by the format's reference
+ * formula (quant_ref.c). Activations x[k] are FP32. A row dot product
+ *     y = sum_k w[k] * x[k],  k = 0 .. n-1
+ * is computed in 16 lanes: lane l (0..15) starts at +0.0f and, for k = l,
+ * l+16, l+32, ... in increasing order, does acc[l] = fmaf(w[k], x[k], acc[l])
+ * (one rounding). The lanes are then reduced as a fixed tree:
+ *     a[l] += a[l+8] (l<8); a[l] += a[l+4] (l<4); a[l] += a[l+2] (l<2); y = a[0] + a[1]
+ * A second-level scale, when present, multiplies y afterwards (one rounding).
+ * This order is what one 512-bit accumulator (or two 256-bit ones) gives
+ * naturally, so SIMD code pays nothing for being exact. Because every output
+ * value is one such dot product, results do not depend on how rows or tokens
+ * are split across threads or batches. */
+#ifndef MOE_QUANT_H
+#define MOE_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+/* ggml type ids (the values stored in GGUF tensor infos). */
+enum moe_type {
+    MOE_T_F32 = 0, MOE_T_F16 = 1, MOE_T_Q4_0 = 2, MOE_T_Q4_1 = 3,
+    MOE_T_Q5_0 = 6, MOE_T_Q5_1 = 7, MOE_T_Q8_0 = 8, MOE_T_Q8_1 = 9,
+    MOE_T_Q2_K = 10, MOE_T_Q3_K = 11, MOE_T_Q4_K = 12, MOE_T_Q5_K = 13,
+    MOE_T_Q6_K = 14, MOE_T_Q8_K = 15, MOE_T_IQ2_XXS = 16, MOE_T_IQ2_XS = 17,
+    MOE_T_IQ3_XXS = 18, MOE_T_IQ1_S = 19, MOE_T_IQ4_NL = 20, MOE_T_IQ3_S = 21,
+    MOE_T_IQ2_S = 22, MOE_T_IQ4_XS = 23, MOE_T_I8 = 24, MOE_T_I16 = 25,
+    MOE_T_I32 = 26, MOE_T_I64 = 27, MOE_T_F64 = 28, MOE_T_IQ1_M = 29,
+    MOE_T_BF16 = 30, MOE_T_TQ1_0 = 34, MOE_T_TQ2_0 = 35, MOE_T_MXFP4 = 39,
+    MOE_T_NVFP4 = 40,
+    MOE_T_COUNT = 41
+};
+
+typedef struct moe_type_info {
+    const char *name;     /* "Q8_0" ... ; NULL for ids that do not exist */
+    uint32_t block;       /* values per block (1 for F32/F16/BF16) */
+    uint32_t block_bytes; /* bytes per block */
+    bool supported;       /* has kernels here (known-but-unsupported types can still be sized) */
+} moe_type_info;
+
+/* NULL for an id that is not a ggml type at all. */
+const moe_type_info *moe_type_get(uint32_t type);
+/* Type id by name (case-insensitive, "q8_0", "nvfp4", ...); -1 if unknown. */
+int moe_type_by_name(const char *name);
+/* Bytes of a row of n values; 0 when n is not a multiple of the block size. */
+uint64_t moe_row_bytes(uint32_t type, uint64_t n);
+
+/* ---- scalar reference (the specification) ------------------------------ */
+
+/* Dequantize n values (n a multiple of the block size). */
+void moe_dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
+/* Quantize n values from FP32 (n a multiple of the block size), ggml's
+ * rounding rules where ggml defines them; documented in quant_ref.c. */
+void moe_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
+
+/* ---- kernels ------------------------------------------------------------ */
+
+typedef enum moe_isa { MOE_ISA_SCALAR = 0, MOE_ISA_AVX2 = 1, MOE_ISA_AVX512 = 2, MOE_ISA_COUNT } moe_isa;
+
+/* y[r] = dot(row r of W, x) for r in [0, nrows); rows are row_bytes apart.
+ * n = row length (a multiple of the block size). */
+typedef void (*moe_gemv_fn)(const void *w, size_t row_bytes, int64_t nrows,
+                            const float *x, float *y, int64_t n);
+/* Batched: Y[t*y_stride + r] = dot(row r of W, X + t*x_stride) for t < ntok,
+ * r < nrows. Each output is the same value the gemv would give. */
+typedef void (*moe_gemm_fn)(const void *w, size_t row_bytes, int64_t nrows,
+                            const float *x, size_t x_stride, int64_t ntok,
+                            float *y, size_t y_stride, int64_t n);
+
+typedef struct moe_kernels {
+    moe_isa isa;
+    const char *name;                 /* "scalar", "avx2", "avx512" */
+    moe_gemv_fn gemv[MOE_T_COUNT];    /* NULL for unsupported types */
+    moe_gemm_fn gemm[MOE_T_COUNT];
+    /* FP32 dot of two vectors (any n >= 0), same 16-lane contract; used by attention. */
+    float (*dot_f32)(const float *a, const float *b, int64_t n);
+    /* y[i] += a * x[i] (elementwise fmaf, order irrelevant); used by attention. */
+    void (*axpy_f32)(float a, const float *x, float *y, int64_t n);
+} moe_kernels;
+
+/* The table for a level, or NULL when this CPU cannot run it. */
+const moe_kernels *moe_kernels_for(moe_isa isa);
+/* The active table: chosen once (first call) from cpuid, overridden by
+ * MOEFAST_ISA=scalar|avx2|avx512 or moe_set_isa(). */
+const moe_kernels *moe_kernels_active(void);
+/* Best level this CPU supports. */
+moe_isa moe_isa_best(void);
+
+#endif

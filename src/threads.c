@@ -1,0 +1,124 @@
+/* threads.c — persistent pthread pool. Workers spin briefly on a generation
+ * counter (a decode step launches many short tasks, so sleeping between them
+ * would dominate) and then block on a condition variable. */
+#include "threads.h"
+#include "util.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+#define SPIN_ITERS 20000
+
+struct moe_pool {
+    int n;
+    pthread_t *tids;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_uint gen;        /* bumped for each job */
+    atomic_int pending;     /* workers still running the current job */
+    atomic_int sleepers;
+    atomic_bool stop;
+    moe_task_fn fn;
+    void *ctx;
+};
+
+typedef struct { moe_pool *p; int ith; } worker_arg;
+
+static void *worker_main(void *arg) {
+    worker_arg wa = *(worker_arg *)arg;
+    free(arg);
+    moe_pool *p = wa.p;
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+               !atomic_load(&p->stop)) {
+            if (++spins < SPIN_ITERS) { CPU_RELAX(); continue; }
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleepers, 1);
+            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
+                pthread_cond_wait(&p->cv, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->stop)) return NULL;
+        seen = g;
+        p->fn(p->ctx, wa.ith, p->n);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+    }
+}
+
+moe_pool *moe_pool_new(int n_threads, char *err, size_t errlen) {
+    if (n_threads < 1 || n_threads > 1024) {
+        moe_errf(err, errlen, MOE_EINVAL, "thread count %d out of range 1..1024", n_threads);
+        return NULL;
+    }
+    moe_pool *p = calloc(1, sizeof *p);
+    if (!p) { moe_errf(err, errlen, MOE_ENOMEM, "out of memory creating thread pool"); return NULL; }
+    p->n = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->tids = calloc((size_t)n_threads, sizeof *p->tids);
+    if (!p->tids) { moe_pool_free(p); moe_errf(err, errlen, MOE_ENOMEM, "out of memory"); return NULL; }
+    for (int i = 1; i < n_threads; i++) {
+        worker_arg *wa = malloc(sizeof *wa);
+        if (!wa) { p->n = i; moe_pool_free(p); moe_errf(err, errlen, MOE_ENOMEM, "out of memory"); return NULL; }
+        wa->p = p; wa->ith = i;
+        if (pthread_create(&p->tids[i], NULL, worker_main, wa) != 0) {
+            free(wa); p->n = i; moe_pool_free(p);
+            moe_errf(err, errlen, MOE_ENOMEM, "cannot create worker thread %d", i);
+            return NULL;
+        }
+    }
+    return p;
+}
+
+void moe_pool_free(moe_pool *p) {
+    if (!p) return;
+    atomic_store(&p->stop, true);
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; i < p->n; i++) pthread_join(p->tids[i], NULL);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    free(p->tids);
+    free(p);
+}
+
+int moe_pool_size(const moe_pool *p) { return p ? p->n : 1; }
+
+void moe_pool_run(moe_pool *p, moe_task_fn fn, void *ctx) {
+    if (!p || p->n == 1) { fn(ctx, 0, 1); return; }
+    p->fn = fn;
+    p->ctx = ctx;
+    atomic_store(&p->pending, p->n - 1);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    fn(ctx, 0, p->n);
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) CPU_RELAX();
+}
+
+int moe_cpu_count(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int c = CPU_COUNT(&set);
+        if (c > 0) return c;
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
