@@ -27,7 +27,7 @@ else
   OPT := -O2 -g
   LDSAN :=
 endif
-B := build/$(MODE)
+B ?= build/$(MODE)
 
 CFLAGS_ALL = $(CSTD) $(WARN) $(OPT) $(INC) $(PKG_CFLAGS) $(CFLAGS)
 

@@ -36,6 +36,8 @@ typedef struct moe_sampler moe_sampler;
 
 typedef struct moe_load_params {
     const char *flags;   /* optimisation flag spec ("none", "-name,+name"); NULL: defaults + MOEFAST_FLAGS */
+    bool vocab_only;     /* load only the tokenizer (vocabulary-only GGUF files work too) */
+    bool diff;           /* differential mode (also MOEFAST_DIFF=1): see moe_session_forward */
 } moe_load_params;
 
 int  moe_model_load(const char *path, const moe_load_params *params,
@@ -114,6 +116,45 @@ const char *moe_isa_name(void);
 /* Force a SIMD level before any model is loaded ("scalar"|"avx2"|"avx512");
  * fails when the CPU lacks it. MOEFAST_ISA does the same from the environment. */
 int moe_set_isa(const char *name, char *err, size_t errlen);
+
+/* ---- optimisation flags (see `moefast flags`) --------------------------- */
+
+int  moe_flag_count(void);
+/* name/description of flag i; false when i is out of range */
+bool moe_flag_describe(int i, const char **name, const char **desc, bool *default_on, bool *test_only);
+/* The model's active flag set, formatted "+a,+b" ("none" when empty). */
+void moe_model_flags(const moe_model *m, char *buf, size_t len);
+
+/* ---- chat (src/chat.c) ---------------------------------------------------- */
+
+typedef struct moe_chat_msg { const char *role; const char *content; } moe_chat_msg;
+/* The model's tokenizer.chat_template, or NULL. */
+const char *moe_model_chat_template(const moe_model *m);
+/* Renders messages with the named format ("chatml", "laguna", ...) or, when
+ * format is NULL, the one recognised from the model's template. *out is
+ * malloc'd (caller frees). MOE_EUNSUPPORTED with a message listing the known
+ * formats when the template is not recognised. */
+int moe_chat_render(const moe_model *m, const char *format, const moe_chat_msg *msgs, size_t n,
+                    bool add_generation_prompt, char **out, char *err, size_t errlen);
+
+/* ---- model generator (src/gen.c) ------------------------------------------ */
+
+/* Writes a GGUF with seeded random weights. arch: "laguna" | "qwen3moe";
+ * preset: "tiny" | "default" | "bench"; overrides: NULL-terminated list of
+ * "key=value" hyperparameter overrides (names as `moefast gen --help` lists),
+ * may be NULL. Same arguments -> byte-identical file. Atomic write. */
+int moe_gen_model(const char *arch, const char *preset, const char *const *overrides,
+                  const char *path, char *err, size_t errlen);
+/* Re-encodes a GGUF's weight matrices to `type` (expert tensors to
+ * `type_experts`, NULL: same as type). Norms, router and biases stay F32. */
+int moe_quantize_file(const char *in, const char *out, const char *type,
+                      const char *type_experts, char *err, size_t errlen);
+
+/* ---- measurement helpers ----------------------------------------------------- */
+
+/* Measured memory read bandwidth in GB/s (1e9 bytes/s) with n_threads threads,
+ * median of several passes over a buffer far larger than the caches. */
+double moe_measure_read_bandwidth(int n_threads);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,75 @@
+/* flags.c — the optimisation flag registry (see flags.h). */
+#include "flags.h"
+#include "util.h"
+
+#include <ctype.h>
+#include <stdio.h>
+
+static const moe_flag_info FLAGS[MOE_FLAG_COUNT] = {
+    [MOE_FLAG_SIMD] = {"simd", "SIMD matrix kernels (AVX2/AVX-512); off: the scalar reference kernels", true, false},
+    [MOE_FLAG_THREADS] = {"threads", "spread each operation over the worker pool; off: one thread", true, false},
+    [MOE_FLAG_GEMM_BATCH] = {"gemm_batch", "prefill: group tokens by expert and run one batched GEMM per expert", true, false},
+    [MOE_FLAG_FUSED_GATE_UP] = {"fused_gate_up", "experts: compute gate and up rows in one pass with SiLU fused", true, false},
+    [MOE_FLAG_TEST_PERTURB] = {"test_perturb", "TEST ONLY: reverse the summation order of one router logit (changes results)", false, true},
+    [MOE_FLAG_TEST_SLOW] = {"test_slow", "TEST ONLY: sleep 2 ms for every token forwarded (changes timing)", false, true},
+};
+
+const moe_flag_info *moe_flag_get(int id) {
+    return id >= 0 && id < MOE_FLAG_COUNT ? &FLAGS[id] : NULL;
+}
+
+uint64_t moe_flags_default(void) {
+    uint64_t m = 0;
+    for (int i = 0; i < MOE_FLAG_COUNT; i++)
+        if (FLAGS[i].default_on) m |= 1ull << i;
+    return m;
+}
+
+static int flag_by_name(const char *s, size_t n) {
+    for (int i = 0; i < MOE_FLAG_COUNT; i++)
+        if (strlen(FLAGS[i].name) == n && strncmp(FLAGS[i].name, s, n) == 0) return i;
+    return -1;
+}
+
+int moe_flags_parse(const char *spec, uint64_t base, uint64_t *out, char *err, size_t errlen) {
+    uint64_t m = base;
+    if (!spec) { *out = m; return MOE_OK; }
+    const char *p = spec;
+    while (*p) {
+        while (*p == ',' || isspace((unsigned char)*p)) p++;
+        if (!*p) break;
+        const char *s = p;
+        while (*p && *p != ',') p++;
+        const char *e = p;
+        while (e > s && isspace((unsigned char)e[-1])) e--;
+        size_t n = (size_t)(e - s);
+        if (n == 4 && !strncmp(s, "none", 4)) { m = 0; continue; }
+        if (n == 7 && !strncmp(s, "default", 7)) { m = moe_flags_default(); continue; }
+        if (n == 3 && !strncmp(s, "all", 3)) {
+            m = 0;
+            for (int i = 0; i < MOE_FLAG_COUNT; i++) if (!FLAGS[i].test_only) m |= 1ull << i;
+            continue;
+        }
+        int on = 1;
+        if (*s == '+' || *s == '-') { on = *s == '+'; s++; n--; }
+        int id = flag_by_name(s, n);
+        if (id < 0)
+            return moe_errf(err, errlen, MOE_EINVAL,
+                            "flags: unknown flag '%.*s' in \"%s\" (see `moefast flags`)", (int)n, s, spec);
+        if (on) m |= 1ull << id; else m &= ~(1ull << id);
+    }
+    *out = m;
+    return MOE_OK;
+}
+
+void moe_flags_format(uint64_t mask, char *buf, size_t len) {
+    size_t o = 0;
+    if (len) buf[0] = 0;
+    if (!mask) { snprintf(buf, len, "none"); return; }
+    for (int i = 0; i < MOE_FLAG_COUNT && o < len; i++) {
+        if (!((mask >> i) & 1)) continue;
+        int w = snprintf(buf + o, len - o, "%s+%s", o ? "," : "", FLAGS[i].name);
+        if (w < 0) break;
+        o += (size_t)w;
+    }
+}

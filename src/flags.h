@@ -1,0 +1,45 @@
+/* flags.h — the registry of named speed optimisations.
+ *
+ * Every optimisation that has a plain reference path sits behind one flag
+ * here, so it can be switched off, bisected and checked (`moefast flags`).
+ * A flag set is a bit mask. Spec syntax (CLI --flags, MOEFAST_FLAGS):
+ *   "none"            all flags off: the plain reference path
+ *   "default"         the default set
+ *   "all"             every non-test flag on
+ *   "+name,-name,..." start from the default set (or from the set already
+ *                     named earlier in the spec: "none,+gemm_batch") and toggle.
+ * Test-only flags (perturb, slow) deliberately change results or timing;
+ * they exist to prove the instruments can fail and are never on by default. */
+#ifndef MOE_FLAGS_H
+#define MOE_FLAGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+typedef enum moe_flag {
+    MOE_FLAG_SIMD = 0,        /* SIMD kernels (off: scalar reference kernels) */
+    MOE_FLAG_THREADS,         /* use the worker pool (off: one thread) */
+    MOE_FLAG_GEMM_BATCH,      /* prefill: group tokens per expert, one GEMM per expert */
+    MOE_FLAG_FUSED_GATE_UP,   /* experts: gate and up rows in one pass, SiLU fused */
+    MOE_FLAG_TEST_PERTURB,    /* TEST ONLY: reverse one reduction order in the last layer's router */
+    MOE_FLAG_TEST_SLOW,       /* TEST ONLY: sleep 2 ms per token forwarded */
+    MOE_FLAG_COUNT
+} moe_flag;
+
+typedef struct moe_flag_info {
+    const char *name;
+    const char *desc;
+    bool default_on;
+    bool test_only;
+} moe_flag_info;
+
+const moe_flag_info *moe_flag_get(int id); /* NULL when out of range */
+uint64_t moe_flags_default(void);
+/* Parses spec on top of base; MOE_OK or MOE_EINVAL naming the unknown flag. */
+int moe_flags_parse(const char *spec, uint64_t base, uint64_t *out, char *err, size_t errlen);
+/* "+a,+b,-c" style description of a mask relative to "none" (all on flags listed). */
+void moe_flags_format(uint64_t mask, char *buf, size_t len);
+static inline bool moe_flag_on(uint64_t mask, moe_flag f) { return (mask >> f) & 1u; }
+
+#endif
