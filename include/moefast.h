@@ -150,6 +150,27 @@ int moe_gen_model(const char *arch, const char *preset, const char *const *overr
 int moe_quantize_file(const char *in, const char *out, const char *type,
                       const char *type_experts, char *err, size_t errlen);
 
+/* ---- golden traces (src/trace.c, format in docs/TRACE.md) -------------- */
+
+typedef struct moe_trace moe_trace;
+typedef struct moe_trace_case {
+    const char *name;
+    const int32_t *prompt; int n_prompt;      /* prompt token ids */
+    const int32_t *expected; int n_expected;  /* golden greedy continuation */
+    int top_k;                                /* per-step top-k recorded (k entries per step) */
+    const int32_t *topk_ids;                  /* [n_expected][top_k] */
+    const float *topk_logits;                 /* [n_expected][top_k] */
+} moe_trace_case;
+
+int  moe_trace_load(const char *path, moe_trace **out, char *err, size_t errlen);
+void moe_trace_free(moe_trace *t);
+int  moe_trace_n_cases(const moe_trace *t);
+const moe_trace_case *moe_trace_case_at(const moe_trace *t, int i);
+int   moe_trace_steps(const moe_trace *t);          /* gate setting: steps to check */
+float moe_trace_tie_tolerance(const moe_trace *t);  /* gate setting */
+/* MOE_OK when the trace's provenance (file name, sha256, architecture) matches m. */
+int  moe_trace_check_model(const moe_trace *t, moe_model *m, char *err, size_t errlen);
+
 /* ---- measurement helpers ----------------------------------------------------- */
 
 /* Measured memory read bandwidth in GB/s (1e9 bytes/s) with n_threads threads,

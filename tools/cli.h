@@ -1,0 +1,31 @@
+/* cli.h — the moefast command-line tool: one cmd_<name>() per sub-command,
+ * each in tools/cmd_<name>.c, using only the public API (include/moefast.h).
+ * Each returns the process exit status: 0 success, 1 a negative result
+ * (a gate divergence, a rejected price), 2 an error (message already printed
+ * to stderr as one line "moefast <cmd>: ..."). argv[0] is the sub-command name. */
+#ifndef MOE_CLI_H
+#define MOE_CLI_H
+
+int cmd_run(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_gen(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_trace(int argc, char **argv);
+int cmd_gate(int argc, char **argv);
+int cmd_bisect(int argc, char **argv);
+int cmd_flags(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_price(int argc, char **argv);
+
+/* Shared argument helpers (tools/cli_util.c). */
+/* Parses a decimal int in [lo, hi]; prints "moefast <cmd>: bad value for <opt>: ..." and returns -1 on error. */
+int cli_parse_int(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out);
+int cli_parse_float(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);
+/* "1,2,3" -> ids (malloc'd into *ids); -1 with a message on error. */
+int cli_parse_ids(const char *cmd, const char *s, int **ids, int *n);
+/* Prints "moefast <cmd>: <msg>" to stderr and returns 2. */
+int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

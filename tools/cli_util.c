@@ -1,0 +1,71 @@
+/* cli_util.c — argument parsing helpers shared by the sub-commands. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int cli_fail(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "moefast %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return 2;
+}
+
+int cli_parse_int(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out) {
+    if (!s) { cli_fail(cmd, "%s needs a value", opt); return -1; }
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        cli_fail(cmd, "bad value for %s: '%s' (expected an integer in %ld..%ld)", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_float(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out) {
+    if (!s) { cli_fail(cmd, "%s needs a value", opt); return -1; }
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        cli_fail(cmd, "bad value for %s: '%s' (expected a number in %g..%g)", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_ids(const char *cmd, const char *s, int **ids, int *n) {
+    *ids = NULL;
+    *n = 0;
+    if (!s || !*s) { cli_fail(cmd, "--tokens needs a comma-separated list of token ids"); return -1; }
+    size_t cap = 1;
+    for (const char *p = s; *p; p++) cap += *p == ',';
+    int *v = malloc(cap * sizeof *v);
+    if (!v) { cli_fail(cmd, "out of memory"); return -1; }
+    int k = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (errno || end == p || x < 0 || x > 0x7fffffff || (*end && *end != ',')) {
+            cli_fail(cmd, "bad token id list '%s' at character %d", s, (int)(p - s));
+            free(v);
+            return -1;
+        }
+        v[k++] = (int)x;
+        p = *end ? end + 1 : end;
+    }
+    *ids = v;
+    *n = k;
+    return 0;
+}
