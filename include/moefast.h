@@ -171,11 +171,74 @@ float moe_trace_tie_tolerance(const moe_trace *t);  /* gate setting */
 /* MOE_OK when the trace's provenance (file name, sha256, architecture) matches m. */
 int  moe_trace_check_model(const moe_trace *t, moe_model *m, char *err, size_t errlen);
 
+/* Provenance of a trace (pointers owned by t). */
+void moe_trace_provenance(const moe_trace *t, const char **file, const char **sha256,
+                          const char **arch);
+/* An empty trace whose provenance is m (basename, sha256, architecture). */
+int  moe_trace_new(moe_model *m, int steps, float tie_tolerance, moe_trace **out,
+                   char *err, size_t errlen);
+/* Appends a copy of c (names must be unique, ids >= 0, logits finite). */
+int  moe_trace_add_case(moe_trace *t, const moe_trace_case *c, char *err, size_t errlen);
+/* Greedy free run (moe_argmax) of `steps` tokens after the prompt on m, with the
+ * top MOE_TRACE_TOPK logits of every step, appended to t as case `name`. The
+ * model must match t's provenance. n_threads: 0 = default. */
+#define MOE_TRACE_TOPK 8
+int  moe_trace_record(moe_trace *t, moe_model *m, const char *name, const int32_t *prompt,
+                      int n_prompt, int steps, int n_threads, char *err, size_t errlen);
+/* Writes t as JSON (docs/TRACE.md) to a temporary file and renames it over path. */
+int  moe_trace_save(const moe_trace *t, const char *path, char *err, size_t errlen);
+/* The k largest of logits[0..n) in descending order, equal values by ascending
+ * id (so ids[0] == moe_argmax). Returns the count written (min(k, n)). */
+int  moe_topk(const float *logits, int n, int k, int32_t *ids, float *vals);
+
+/* Replays a trace on m (see `moefast gate`). Teacher mode prefills each case's
+ * prompt in one call and then feeds the golden tokens whatever the model
+ * predicts, checking every step; free mode feeds the model's own argmax and
+ * stops at the first step where it differs from the golden token (failing
+ * unless that is a tolerated tie, which ends the case early). A step passes
+ * when the argmax equals the golden token, or when the golden token is in the
+ * top MOE_TRACE_TOPK and its logit is within the trace's tie tolerance of the
+ * top logit. Returns MOE_OK whether or not the gate passed (see r->pass);
+ * negative on errors (provenance mismatch, ids out of range, ...). */
+typedef struct moe_gate_params {
+    bool free_run;   /* false: teacher-forced */
+    int steps;       /* steps per case; 0: the trace's gate.steps */
+    int n_threads;   /* 0: default */
+} moe_gate_params;
+typedef struct moe_gate_result {
+    bool pass;
+    int n_cases, n_steps;   /* cases and steps checked */
+    int n_ties;             /* steps passed only through the tie tolerance */
+    int n_fail;             /* failing steps (teacher mode checks every step) */
+    /* the first divergence (when !pass): */
+    int case_index, step;   /* step 0 = the token after the prompt */
+    int32_t expected, actual;
+    float margin;           /* logit[actual] - logit[expected] */
+    bool expected_in_topk;
+    int n_top;              /* top entries at that step (<= MOE_TRACE_TOPK) */
+    int32_t top_ids[MOE_TRACE_TOPK];
+    float top_logits[MOE_TRACE_TOPK];
+} moe_gate_result;
+int  moe_trace_gate(moe_model *m, const moe_trace *t, const moe_gate_params *p,
+                    moe_gate_result *r, char *err, size_t errlen);
+
 /* ---- measurement helpers ----------------------------------------------------- */
 
 /* Measured memory read bandwidth in GB/s (1e9 bytes/s) with n_threads threads,
  * median of several passes over a buffer far larger than the caches. */
 double moe_measure_read_bandwidth(int n_threads);
+
+/* ---- streaming UTF-8 output (implemented in src/tokenizer.c) ------------------
+ * Token pieces are raw bytes; a character may be split across tokens. The
+ * stream holds back an incomplete sequence until it completes, and turns a
+ * sequence known to be invalid into U+FFFD, so printed text is always valid
+ * UTF-8. push/flush write at most cap bytes to out and return the count
+ * (cap >= 4 * len + 4 is always enough). */
+typedef struct moe_utf8_stream moe_utf8_stream;
+moe_utf8_stream *moe_utf8_stream_new(void);
+void   moe_utf8_stream_free(moe_utf8_stream *u);
+size_t moe_utf8_stream_push(moe_utf8_stream *u, const char *bytes, size_t len, char *out, size_t cap);
+size_t moe_utf8_stream_flush(moe_utf8_stream *u, char *out, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,7 @@ struct moe_pool {
     atomic_int pending;     /* workers still running the current job */
     atomic_int sleepers;
     atomic_bool stop;
+    atomic_int started;     /* workers that reached their loop */
     moe_task_fn fn;
     void *ctx;
 };
@@ -38,12 +39,13 @@ static void *worker_main(void *arg) {
     free(arg);
     moe_pool *p = wa.p;
     unsigned seen = 0;
+    atomic_fetch_add(&p->started, 1);
     for (;;) {
         unsigned g;
         int spins = 0;
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
                !atomic_load(&p->stop)) {
-            if (++spins < SPIN_ITERS) { CPU_RELAX(); continue; }
+            if (++spins < SPIN_ITERS) { CPU_RELAX(); if (spins % 1024 == 0) sched_yield(); continue; }
             pthread_mutex_lock(&p->mu);
             atomic_fetch_add(&p->sleepers, 1);
             while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
@@ -80,6 +82,9 @@ moe_pool *moe_pool_new(int n_threads, char *err, size_t errlen) {
             return NULL;
         }
     }
+    /* Return only once every worker runs, so thread start-up (and whatever the
+     * runtime allocates for it) never lands inside a forward call. */
+    while (atomic_load(&p->started) < n_threads - 1) sched_yield();
     return p;
 }
 
@@ -110,7 +115,13 @@ void moe_pool_run(moe_pool *p, moe_task_fn fn, void *ctx) {
         pthread_mutex_unlock(&p->mu);
     }
     fn(ctx, 0, p->n);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) CPU_RELAX();
+    /* Spin briefly (the usual case: workers finish within microseconds), then
+     * yield so an oversubscribed machine can run the worker we wait for. */
+    int spins = 0;
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+        if (++spins < 2000) CPU_RELAX();
+        else sched_yield();
+    }
 }
 
 int moe_cpu_count(void) {

@@ -1,0 +1,458 @@
+/* forward.c — the transformer forward pass shared by laguna and qwen3moe.
+ *
+ * One call processes a chunk of n tokens (n <= n_batch) at positions
+ * n_past .. n_past+n-1. Every value a token produces is computed by the same
+ * sequence of operations whatever n is, whichever thread computes it and
+ * whichever flag set is on: matrix products follow the kernels' dot-product
+ * contract (quant.h), attention processes each (token, head) pair alone over
+ * its visible keys in increasing position order, and expert outputs are
+ * combined in the router's rank order. That is what makes prefill logits equal
+ * decode logits bit for bit, for any thread count. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "flags.h"
+#include "model/model.h"
+#include "util.h"
+
+/* ---- parallel helpers --------------------------------------------------------- */
+
+static void par(moe_session *s, moe_task_fn fn, void *ctx) {
+    if (s->n_threads > 1) moe_pool_run(s->pool, fn, ctx);
+    else fn(ctx, 0, 1);
+}
+
+/* Rows [r0, r1) of Y[t][r] = W_mat . X[t] (+ second-level scale). */
+static void matmul_rows(const moe_kernels *k, const moe_weight *w, int64_t mat, const float *x,
+                        size_t x_stride, int n, float *y, size_t y_stride, int64_t r0, int64_t r1) {
+    if (r0 >= r1) return;
+    const uint8_t *base = w->data + (size_t)mat * w->mat_bytes + (size_t)r0 * w->row_bytes;
+    if (n == 1)
+        k->gemv[w->type](base, w->row_bytes, r1 - r0, x, y + r0, w->n_in);
+    else
+        k->gemm[w->type](base, w->row_bytes, r1 - r0, x, x_stride, n, y + r0, y_stride, w->n_in);
+    if (w->scale) {
+        float sc = w->scale[w->n_scale == 1 ? 0 : mat];
+        for (int t = 0; t < n; t++)
+            for (int64_t r = r0; r < r1; r++) y[(size_t)t * y_stride + (size_t)r] *= sc;
+    }
+}
+
+typedef struct {
+    moe_session *s;
+    const moe_weight *w;
+    int64_t mat;
+    const float *x;
+    int n;
+    float *y;
+} mm_task;
+
+static void mm_worker(void *ctx, int ith, int nth) {
+    mm_task *t = ctx;
+    int64_t r0, r1;
+    moe_split(t->w->n_out, ith, nth, 8, &r0, &r1);
+    matmul_rows(t->s->kern, t->w, t->mat, t->x, (size_t)t->w->n_in, t->n, t->y, (size_t)t->w->n_out, r0, r1);
+}
+
+/* Y[n][n_out] = X[n][n_in] W^T */
+static void matmul(moe_session *s, const moe_weight *w, const float *x, int n, float *y) {
+    mm_task t = {s, w, 0, x, n, y};
+    par(s, mm_worker, &t);
+}
+
+/* ---- elementwise operations (scalar; their order is fixed) ------------------------ */
+
+/* ggml's RMS norm: sum of squares in double, scale = 1/sqrt(mean + eps) in float. */
+static void rms_norm(const float *x, const float *w, float *y, int n, float eps) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    float mean = (float)(sum / n);
+    float scale = 1.0f / sqrtf(mean + eps);
+    if (w)
+        for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+    else
+        for (int i = 0; i < n; i++) y[i] = x[i] * scale;
+}
+
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* NEOX rotation of the first n_rot dims with a precomputed (cos, sin) row. */
+static void rope_apply(float *x, const float *cs, int n_rot) {
+    int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        float c = cs[2 * i], sn = cs[2 * i + 1];
+        float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * c - x1 * sn;
+        x[i + half] = x0 * sn + x1 * c;
+    }
+}
+
+/* ---- attention ------------------------------------------------------------------- */
+
+typedef struct {
+    moe_session *s;
+    int il, n;
+} attn_task;
+
+static void attn_worker(void *ctx, int ith, int nth) {
+    attn_task *at = ctx;
+    moe_session *s = at->s;
+    const moe_model *m = s->m;
+    const moe_hparams *hp = &m->hp;
+    const moe_layer *L = &m->layers[at->il];
+    const int H = L->n_head, D = hp->head_dim, Dv = hp->head_dim_v;
+    const int group = H / hp->n_head_kv;
+    const size_t kv_row = (size_t)hp->n_head_kv * (size_t)D, kv_row_v = (size_t)hp->n_head_kv * (size_t)Dv;
+    const float *kc = s->k_cache + (size_t)at->il * (size_t)s->n_ctx * kv_row;
+    const float *vc = s->v_cache + (size_t)at->il * (size_t)s->n_ctx * kv_row_v;
+    const float kq_scale = 1.0f / sqrtf((float)D);
+    float *sc = s->scores + (size_t)ith * (size_t)s->n_ctx;
+    int64_t i0, i1;
+    moe_split((int64_t)at->n * H, ith, nth, 1, &i0, &i1);
+    for (int64_t it = i0; it < i1; it++) {
+        int t = (int)(it / H), h = (int)(it % H), g = h / group;
+        int pos = s->n_past + t;
+        int j0 = L->swa ? pos - hp->swa_window + 1 : 0;
+        if (j0 < 0) j0 = 0;
+        const float *q = s->q + ((size_t)t * H + h) * D;
+        float mx = -INFINITY;
+        for (int j = j0; j <= pos; j++) {
+            float v = s->kern->dot_f32(q, kc + (size_t)j * kv_row + (size_t)g * D, D) * kq_scale;
+            sc[j - j0] = v;
+            if (v > mx) mx = v;
+        }
+        float sum = 0.0f;
+        for (int j = j0; j <= pos; j++) {
+            float e = expf(sc[j - j0] - mx);
+            sc[j - j0] = e;
+            sum += e;
+        }
+        float *o = s->att + ((size_t)t * H + h) * Dv;
+        memset(o, 0, (size_t)Dv * sizeof *o);
+        for (int j = j0; j <= pos; j++)
+            s->kern->axpy_f32(sc[j - j0], vc + (size_t)j * kv_row_v + (size_t)g * Dv, o, Dv);
+        float inv = 1.0f / sum;
+        for (int d = 0; d < Dv; d++) o[d] *= inv;
+    }
+}
+
+static void attention_block(moe_session *s, int il, int n) {
+    const moe_model *m = s->m;
+    const moe_hparams *hp = &m->hp;
+    const moe_layer *L = &m->layers[il];
+    const int E = hp->n_embd, H = L->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, Dv = hp->head_dim_v;
+    const moe_rope *rp = L->rope;
+    const float *rope_tab = L->swa ? s->rope_swa : s->rope_full;
+
+    for (int t = 0; t < n; t++)                                   /* h = RMSNorm(x) * attn_norm  [n][E] */
+        rms_norm(s->x + (size_t)t * E, L->attn_norm, s->xn + (size_t)t * E, E, hp->rms_eps);
+    matmul(s, &L->wq, s->xn, n, s->q);                            /* q [n][H][D]   */
+    matmul(s, &L->wk, s->xn, n, s->k);                            /* k [n][Hkv][D] */
+    matmul(s, &L->wv, s->xn, n, s->v);                            /* v [n][Hkv][Dv] */
+    if (L->has_gate) matmul(s, &L->wgate, s->xn, n, s->gate);     /* gate [n][H] or [n][H*Dv] */
+
+    const size_t kv_row = (size_t)Hkv * D, kv_row_v = (size_t)Hkv * Dv;
+    float *kc = s->k_cache + (size_t)il * (size_t)s->n_ctx * kv_row;
+    float *vc = s->v_cache + (size_t)il * (size_t)s->n_ctx * kv_row_v;
+    for (int t = 0; t < n; t++) {
+        int pos = s->n_past + t;
+        const float *cs = rope_tab + (size_t)pos * (size_t)rp->n_rot;
+        for (int h = 0; h < H; h++) {                             /* QK-norm, then RoPE */
+            float *q = s->q + ((size_t)t * H + h) * D;
+            if (L->q_norm) rms_norm(q, L->q_norm, q, D, hp->rms_eps);
+            rope_apply(q, cs, rp->n_rot);
+        }
+        for (int g = 0; g < Hkv; g++) {
+            float *k = s->k + ((size_t)t * Hkv + g) * D;
+            if (L->k_norm) rms_norm(k, L->k_norm, k, D, hp->rms_eps);
+            rope_apply(k, cs, rp->n_rot);
+        }
+        memcpy(kc + (size_t)pos * kv_row, s->k + (size_t)t * kv_row, kv_row * sizeof(float));
+        memcpy(vc + (size_t)pos * kv_row_v, s->v + (size_t)t * kv_row_v, kv_row_v * sizeof(float));
+    }
+    attn_task at = {s, il, n};
+    par(s, attn_worker, &at);                                     /* att [n][H][Dv] */
+
+    if (L->has_gate) {                                            /* att *= softplus(gate) */
+        for (int t = 0; t < n; t++)
+            for (int h = 0; h < H; h++) {
+                float *o = s->att + ((size_t)t * H + h) * Dv;
+                if (L->gate_per_elem) {
+                    const float *gp = s->gate + ((size_t)t * H + h) * Dv;
+                    for (int d = 0; d < Dv; d++) o[d] *= softplus(gp[d]);
+                } else {
+                    float gv = softplus(s->gate[(size_t)t * H + h]);
+                    for (int d = 0; d < Dv; d++) o[d] *= gv;
+                }
+            }
+    }
+    matmul(s, &L->wo, s->att, n, s->proj);                        /* proj [n][E] */
+    for (size_t i = 0; i < (size_t)n * E; i++) s->x[i] += s->proj[i];
+}
+
+/* ---- feed-forward ------------------------------------------------------------------- */
+
+/* A group: one expert (matrix index) applied to a run of gathered rows. */
+typedef struct {
+    moe_session *s;
+    const moe_weight *wg, *wu, *wd;
+    int n_groups;
+    const int32_t *g_mat;    /* [n_groups] matrix index */
+    const int32_t *g_row0;   /* [n_groups + 1] first gathered row of each group */
+    const float *xin;        /* [rows][n_in] gathered inputs */
+    float *hg, *hu;          /* [rows][F] */
+    float *out;              /* [rows][n_out of wd] */
+    int phase;               /* 0: gate+up(+silu fused), 1: gate, 2: up, 3: silu, 4: down */
+} grp_task;
+
+/* Splits the combined row space (groups x rows-per-matrix) statically. */
+static void grp_worker(void *ctx, int ith, int nth) {
+    grp_task *g = ctx;
+    const moe_kernels *k = g->s->kern;
+    const int64_t F = g->wg->n_out, E_in = g->wg->n_in, E_out = g->wd->n_out;
+    const int64_t per = g->phase == 4 ? E_out : F;
+    int64_t b, e;
+    moe_split((int64_t)g->n_groups * per, ith, nth, 8, &b, &e);
+    while (b < e) {
+        int gi = (int)(b / per);
+        int64_t r0 = b % per, r1 = per;
+        if (r1 - r0 > e - b) r1 = r0 + (e - b);
+        int32_t row0 = g->g_row0[gi], nr = g->g_row0[gi + 1] - row0;
+        int64_t mat = g->g_mat[gi];
+        const float *xi = g->xin + (size_t)row0 * (size_t)E_in;
+        float *hg = g->hg + (size_t)row0 * (size_t)F, *hu = g->hu + (size_t)row0 * (size_t)F;
+        if (g->phase == 0 || g->phase == 1) matmul_rows(k, g->wg, mat, xi, (size_t)E_in, nr, hg, (size_t)F, r0, r1);
+        if (g->phase == 0 || g->phase == 2) matmul_rows(k, g->wu, mat, xi, (size_t)E_in, nr, hu, (size_t)F, r0, r1);
+        if (g->phase == 0 || g->phase == 3)
+            for (int t = 0; t < nr; t++)
+                for (int64_t r = r0; r < r1; r++) {
+                    size_t i = (size_t)t * (size_t)F + (size_t)r;
+                    hg[i] = silu(hg[i]) * hu[i];
+                }
+        if (g->phase == 4)
+            matmul_rows(k, g->wd, mat, hg, (size_t)F, nr, g->out + (size_t)row0 * (size_t)E_out, (size_t)E_out, r0, r1);
+        b += r1 - r0;
+    }
+}
+
+/* SwiGLU over groups: out[row] = Wd_g (silu(Wg_g x[row]) * Wu_g x[row]). */
+static void swiglu_groups(moe_session *s, const moe_weight *wg, const moe_weight *wu, const moe_weight *wd,
+                          int n_groups, const int32_t *g_mat, const int32_t *g_row0, const float *xin, float *out) {
+    grp_task g = {s, wg, wu, wd, n_groups, g_mat, g_row0, xin, s->hg, s->hu, out, 0};
+    if (moe_flag_on(s->flags, MOE_FLAG_FUSED_GATE_UP)) {
+        par(s, grp_worker, &g);
+    } else {
+        for (g.phase = 1; g.phase <= 3; g.phase++) par(s, grp_worker, &g);
+    }
+    g.phase = 4;
+    par(s, grp_worker, &g);
+}
+
+/* Router: chooses experts and weights for token t (rank order = descending score). */
+static void route_token(const moe_session *s, const moe_layer *L, int t, bool perturb) {
+    const moe_hparams *hp = &s->m->hp;
+    const int NE = hp->n_expert, K = hp->n_expert_used;
+    float *lg = s->router + (size_t)t * NE;                      /* logits -> probabilities in place */
+    if (hp->gating_func == 2) {
+        for (int e = 0; e < NE; e++) lg[e] = sigmoid(lg[e]);
+    } else {                                                      /* ggml soft_max: double sum */
+        float mx = -INFINITY;
+        for (int e = 0; e < NE; e++) if (lg[e] > mx) mx = lg[e];
+        double sum = 0.0;
+        for (int e = 0; e < NE; e++) { lg[e] = expf(lg[e] - mx); sum += (double)lg[e]; }
+        float inv = (float)(1.0 / sum);
+        for (int e = 0; e < NE; e++) lg[e] *= inv;
+    }
+    int32_t *sel = s->sel + (size_t)t * K;
+    float *w = s->selw + (size_t)t * K;
+    uint64_t taken[64] = {0};                                     /* n_expert <= 4096 */
+    for (int k = 0; k < K; k++) {                                 /* top-k on p + bias, ties -> lowest id */
+        int best = -1;
+        float bv = -INFINITY;
+        for (int e = 0; e < NE; e++) {
+            if ((taken[e >> 6] >> (e & 63)) & 1) continue;
+            float v = L->exp_bias ? lg[e] + L->exp_bias[e] : lg[e];
+            if (best < 0 || v > bv) { best = e; bv = v; }
+        }
+        taken[best >> 6] |= 1ull << (best & 63);
+        sel[k] = best;
+        w[k] = lg[best];
+    }
+    if (hp->expert_weights_norm) {
+        double sum = 0.0;
+        for (int k = 0; k < K; k++) sum += (double)w[k];
+        float fs = (float)sum;
+        if (fs < 6.103515625e-5f) fs = 6.103515625e-5f;
+        for (int k = 0; k < K; k++) w[k] /= fs;
+    }
+    if (hp->expert_weights_scale != 1.0f)
+        for (int k = 0; k < K; k++) w[k] *= hp->expert_weights_scale;
+    if (perturb)                                                  /* TEST ONLY: reversed weighting */
+        for (int k = 0; k < K / 2; k++) { float tmp = w[k]; w[k] = w[K - 1 - k]; w[K - 1 - k] = tmp; }
+}
+
+static void ffn_block(moe_session *s, int il, int n) {
+    const moe_model *m = s->m;
+    const moe_hparams *hp = &m->hp;
+    const moe_layer *L = &m->layers[il];
+    const int E = hp->n_embd;
+    for (int t = 0; t < n; t++)                                   /* h = RMSNorm(x) * ffn_norm  [n][E] */
+        rms_norm(s->x + (size_t)t * E, L->ffn_norm, s->xn + (size_t)t * E, E, hp->rms_eps);
+
+    if (L->dense) {                                               /* one group: all n tokens */
+        int32_t gm[1] = {0}, gr[2] = {0, n};
+        swiglu_groups(s, &L->ffn_gate, &L->ffn_up, &L->ffn_down, 1, gm, gr, s->xn, s->ffn_out);
+        for (size_t i = 0; i < (size_t)n * E; i++) s->x[i] += s->ffn_out[i];
+        return;
+    }
+    const int NE = hp->n_expert, K = hp->n_expert_used;
+    matmul(s, &L->router, s->xn, n, s->router);                   /* router logits [n][NE] */
+    bool perturb_layer = moe_flag_on(s->flags, MOE_FLAG_TEST_PERTURB) && il == hp->n_layer - 1;
+    for (int t = 0; t < n; t++) route_token(s, L, t, perturb_layer && s->n_past + t >= 20);
+
+    /* Group (token, slot) pairs by expert. With gemm_batch each expert's
+     * weights stream once per chunk; without it, token by token. Either way
+     * each output row is the same dot products. */
+    int32_t *g_mat = s->ex_count, *g_row0 = s->ex_count + NE + 1;  /* scratch: [NE+1] + [NE+2] */
+    bool batch = moe_flag_on(s->flags, MOE_FLAG_GEMM_BATCH);
+    int rows = 0;                                                 /* gathered rows: [n*K][E] in s->xg */
+    for (int t_begin = 0; t_begin < n;) {
+        int t_end = batch ? n : t_begin + 1;
+        int n_groups = 0;
+        for (int e = 0; e < NE; e++) {
+            int start = rows;
+            for (int t = t_begin; t < t_end; t++)
+                for (int k = 0; k < K; k++)
+                    if (s->sel[(size_t)t * K + k] == e) {
+                        memcpy(s->xg + (size_t)rows * E, s->xn + (size_t)t * E, (size_t)E * sizeof(float));
+                        s->ex_slot[(size_t)t * K + k] = rows;
+                        rows++;
+                    }
+            if (rows > start) { g_mat[n_groups] = e; g_row0[n_groups] = start; n_groups++; }
+        }
+        g_row0[n_groups] = rows;
+        swiglu_groups(s, &L->gate_exps, &L->up_exps, &L->down_exps, n_groups, g_mat, g_row0, s->xg, s->eout);
+        t_begin = t_end;
+    }
+    for (int t = 0; t < n; t++) {                                 /* combine in rank order */
+        float *o = s->ffn_out + (size_t)t * E;
+        const float *w = s->selw + (size_t)t * K;
+        for (int k = 0; k < K; k++) {
+            const float *y = s->eout + (size_t)s->ex_slot[(size_t)t * K + k] * E;
+            if (k == 0)
+                for (int i = 0; i < E; i++) o[i] = y[i] * w[k];
+            else
+                for (int i = 0; i < E; i++) o[i] += y[i] * w[k];
+        }
+    }
+    if (L->has_shexp) {
+        int32_t gm[1] = {0}, gr[2] = {0, n};
+        swiglu_groups(s, &L->gate_sh, &L->up_sh, &L->down_sh, 1, gm, gr, s->xn, s->proj);
+        for (size_t i = 0; i < (size_t)n * E; i++) s->ffn_out[i] += s->proj[i];
+    }
+    for (size_t i = 0; i < (size_t)n * E; i++) s->x[i] += s->ffn_out[i];
+}
+
+/* ---- the whole model ------------------------------------------------------------------ */
+
+static void embed(moe_session *s, const int32_t *tokens, int n) {
+    const moe_model *m = s->m;
+    const int E = m->hp.n_embd;
+    for (int t = 0; t < n; t++)                                   /* x = embedding rows  [n][E] */
+        moe_dequant_row(m->tok_embd.type, m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes,
+                        s->x + (size_t)t * E, E);
+}
+
+static void head(moe_session *s, int n, float *logits, bool all_logits) {
+    const moe_model *m = s->m;
+    const int E = m->hp.n_embd;
+    int first = all_logits ? 0 : n - 1, cnt = all_logits ? n : 1;
+    for (int t = first; t < n; t++)                               /* final RMSNorm of the rows we need */
+        rms_norm(s->x + (size_t)t * E, m->output_norm, s->xn + (size_t)(t - first) * E, E, m->hp.rms_eps);
+    matmul(s, &m->output, s->xn, cnt, logits);                    /* logits [cnt][n_vocab] */
+}
+
+/* Differential mode: the first tensor (in data-flow order) whose bits differ. */
+static bool diff_check(moe_session *s, const float *a, const float *b, size_t rows, size_t cols,
+                       const char *what, int il) {
+    for (size_t i = 0; i < rows * cols; i++) {
+        if (!memcmp(&a[i], &b[i], sizeof(float))) continue;
+        uint32_t ua, ub;
+        memcpy(&ua, &a[i], 4);
+        memcpy(&ub, &b[i], 4);
+        char fl[128];
+        moe_flags_format(s->flags, fl, sizeof fl);
+        char where[32] = "final";
+        if (il >= 0) snprintf(where, sizeof where, "layer %d", il);
+        moe_errf(s->err, sizeof s->err, MOE_EDIVERGE,
+                 "differential mode: %s %s differs at position %zu, element %zu: %.9g (0x%08x) with flags %s "
+                 "vs %.9g (0x%08x) with flags none",
+                 where, what, (size_t)s->n_past + i / cols, i % cols, (double)a[i], ua, fl, (double)b[i], ub);
+        return false;
+    }
+    return true;
+}
+
+static int forward_diff(moe_session *s, const int32_t *tokens, int n, float *logits, bool all_logits) {
+    moe_session *r = s->shadow;
+    const moe_model *m = s->m;
+    const moe_hparams *hp = &m->hp;
+    const size_t E = (size_t)hp->n_embd, N = (size_t)n;
+    embed(s, tokens, n);
+    embed(r, tokens, n);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const moe_layer *L = &m->layers[il];
+        attention_block(s, il, n);
+        attention_block(r, il, n);
+        const size_t qd = (size_t)L->n_head * (size_t)hp->head_dim, kd = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+        const size_t vd = (size_t)hp->n_head_kv * (size_t)hp->head_dim_v, ad = (size_t)L->n_head * (size_t)hp->head_dim_v;
+        if (!diff_check(s, s->q, r->q, N, qd, "attn q (after QK-norm and RoPE)", il) ||
+            !diff_check(s, s->k, r->k, N, kd, "attn k (after QK-norm and RoPE)", il) ||
+            !diff_check(s, s->v, r->v, N, vd, "attn v", il) ||
+            !diff_check(s, s->att, r->att, N, ad, "attention output (gated)", il) ||
+            !diff_check(s, s->proj, r->proj, N, E, "attn_output projection", il) ||
+            !diff_check(s, s->x, r->x, N, E, "residual after attention", il))
+            return MOE_EDIVERGE;
+        ffn_block(s, il, n);
+        ffn_block(r, il, n);
+        if (!L->dense && !diff_check(s, s->router, r->router, N, (size_t)hp->n_expert, "router probabilities", il))
+            return MOE_EDIVERGE;
+        if (!diff_check(s, s->ffn_out, r->ffn_out, N, E, "ffn output", il) ||
+            !diff_check(s, s->x, r->x, N, E, "residual after ffn", il))
+            return MOE_EDIVERGE;
+    }
+    if (logits) {
+        head(s, n, logits, all_logits);
+        head(r, n, r->logits_tmp, all_logits);
+        if (!diff_check(s, logits, r->logits_tmp, all_logits ? N : 1, (size_t)hp->n_vocab, "logits", -1))
+            return MOE_EDIVERGE;
+    }
+    s->n_past += n;
+    r->n_past += n;
+    return MOE_OK;
+}
+
+int moe_forward_chunk(moe_session *s, const int32_t *tokens, int n, float *logits, bool all_logits) {
+    if (s->shadow) {
+        int rc = forward_diff(s, tokens, n, logits, all_logits);
+        if (rc) return rc;
+    } else {
+        embed(s, tokens, n);
+        for (int il = 0; il < s->m->hp.n_layer; il++) {
+            attention_block(s, il, n);
+            ffn_block(s, il, n);
+        }
+        if (logits) head(s, n, logits, all_logits);
+        s->n_past += n;
+    }
+    if (moe_flag_on(s->flags, MOE_FLAG_TEST_SLOW)) {
+        struct timespec ts = {0, 2000000L * n};
+        while (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+        nanosleep(&ts, NULL);
+    }
+    return MOE_OK;
+}

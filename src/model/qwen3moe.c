@@ -1,0 +1,56 @@
+/* qwen3moe.c — Qwen3 mixture-of-experts.
+ *
+ * Per layer (x: [n_tok][n_embd]):
+ *   h  = RMSNorm(x) * attn_norm
+ *   q  = RoPE(RMSNorm_head(Wq h) * q_norm)        [n_tok][n_head][head_dim]   (NEOX pairs)
+ *   k  = RoPE(RMSNorm_head(Wk h) * k_norm)        [n_tok][n_head_kv][head_dim]
+ *   v  = Wv h                                     [n_tok][n_head_kv][head_dim]
+ *   x += Wo softmax(q k^T / sqrt(head_dim) + causal) v
+ *   h  = RMSNorm(x) * ffn_norm
+ *   p  = softmax(Wr h); e = top-k(p); w = p[e] / sum p[e]
+ *   x += sum_k w_k * Wdown_{e_k} (SiLU(Wgate_{e_k} h) * Wup_{e_k} h)
+ * The forward pass is the shared one in forward.c. */
+#include <stdlib.h>
+
+#include "model/model.h"
+#include "util.h"
+
+int moe_bind_qwen3moe(moe_model *m, char *err, size_t errlen) {
+    moe_hparams *hp = &m->hp;
+    uint32_t u;
+    int rc;
+#define U32(key, def, req, dst) do { if ((rc = moe_get_u32_def(m, key, def, &u, req, err, errlen))) return rc; dst = (int)u; } while (0)
+    U32("block_count", 0, true, hp->n_layer);
+    U32("embedding_length", 0, true, hp->n_embd);
+    U32("context_length", 4096, false, hp->n_ctx_train);
+    U32("vocab_size", 0, false, hp->n_vocab);
+    U32("attention.head_count", 0, true, hp->n_head_max);
+    U32("attention.head_count_kv", (uint32_t)hp->n_head_max, false, hp->n_head_kv);
+    U32("feed_forward_length", 0, false, hp->n_ff);
+    U32("expert_count", 0, true, hp->n_expert);
+    U32("expert_used_count", 0, true, hp->n_expert_used);
+    U32("expert_feed_forward_length", 0, true, hp->n_ff_exp);
+    if (hp->n_head_max < 1) return moe_errf(err, errlen, MOE_EFORMAT, "%s: qwen3moe.attention.head_count must be >= 1", m->path);
+    U32("attention.key_length", (uint32_t)(hp->n_embd / hp->n_head_max), false, hp->head_dim);
+    U32("attention.value_length", (uint32_t)hp->head_dim, false, hp->head_dim_v);
+#undef U32
+    if ((rc = moe_get_f32_def(m, "attention.layer_norm_rms_epsilon", 1e-6f, &hp->rms_eps, err, errlen))) return rc;
+    hp->expert_weights_norm = true; /* Qwen3-MoE renormalises the top-k weights (norm_topk_prob) */
+    hp->expert_weights_scale = 1.0f;
+    hp->gating_func = 1;
+    if (hp->n_layer < 1 || hp->n_layer > 4096)
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: qwen3moe.block_count %d out of range", m->path, hp->n_layer);
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", m->path);
+    for (int il = 0; il < hp->n_layer; il++) m->layers[il].n_head = hp->n_head_max;
+    if ((rc = moe_check_hparams(m, err, errlen))) return rc;
+    if ((rc = moe_read_rope(m, &hp->rope_full, "rope.freq_base", 10000.0f, "rope.dimension_count", hp->head_dim, true, err, errlen))) return rc;
+    if ((rc = moe_bind_io(m, err, errlen))) return rc;
+    for (int il = 0; il < hp->n_layer; il++) {
+        moe_layer *L = &m->layers[il];
+        L->rope = &hp->rope_full;
+        if ((rc = moe_bind_attention(m, il, err, errlen))) return rc;
+        if ((rc = moe_bind_ffn(m, il, err, errlen))) return rc;
+    }
+    return MOE_OK;
+}

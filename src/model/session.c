@@ -1,0 +1,196 @@
+/* session.c — sessions: KV cache, worker pool, RoPE tables and every scratch
+ * buffer, allocated once in moe_session_new so that forward calls allocate
+ * nothing. Also the public forward entry point, which splits a request into
+ * chunks of n_batch tokens. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flags.h"
+#include "model/model.h"
+#include "util.h"
+
+/* ggml's YaRN helpers, reproduced so positions rotate exactly as the
+ * ecosystem's reference does (iterative theta in float). */
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+    return (float)n_dims * logf((float)n_ctx_orig / (n_rot * 2.0f * (float)M_PI)) / (2.0f * logf(base));
+}
+
+static float yarn_ramp(float low, float high, int i0) {
+    float y = (float)(i0 / 2 - low) / fmaxf(0.001f, high - low);
+    return 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+}
+
+/* table[p][i] = (cos, sin) for position p, rotation pair i < n_rot/2. */
+static void rope_table(const moe_rope *r, int n_ctx, float *tab) {
+    const int nd = r->n_rot;
+    const float theta_scale = powf(r->base, -2.0f / (float)nd);
+    const float freq_scale = r->yarn ? 1.0f / r->yarn_factor : 1.0f;
+    const float ext = r->yarn ? r->yarn_ext_factor : 0.0f;
+    float corr[2] = {0, 0};
+    if (r->yarn) {
+        float start = floorf(yarn_corr_dim(nd, r->yarn_orig_ctx, r->yarn_beta_fast, r->base));
+        float end = ceilf(yarn_corr_dim(nd, r->yarn_orig_ctx, r->yarn_beta_slow, r->base));
+        corr[0] = fmaxf(0.0f, start);
+        corr[1] = fminf((float)(nd - 1), end);
+    }
+    for (int p = 0; p < n_ctx; p++) {
+        float theta_extrap = (float)p;
+        float *row = tab + (size_t)p * (size_t)nd;
+        for (int i0 = 0; i0 < nd; i0 += 2) {
+            float theta_interp = freq_scale * theta_extrap;
+            float theta = theta_interp, mscale = r->attn_factor;
+            if (ext != 0.0f) {
+                float mix = yarn_ramp(corr[0], corr[1], i0) * ext;
+                theta = theta_interp * (1 - mix) + theta_extrap * mix;
+                mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
+            }
+            row[i0] = cosf(theta) * mscale;
+            row[i0 + 1] = sinf(theta) * mscale;
+            theta_extrap *= theta_scale;
+        }
+    }
+}
+
+static void *xcalloc(size_t n, size_t sz, bool *ok) {
+    if (!*ok) return NULL;
+    if (n == 0) n = 1;
+    void *p = calloc(n, sz);
+    if (!p) *ok = false;
+    return p;
+}
+
+static size_t max3(size_t a, size_t b, size_t c) { size_t m = a > b ? a : b; return m > c ? m : c; }
+
+/* flags: the session's flag set; shadow: this is the differential twin
+ * (all flags off, one thread, logits buffer for a whole chunk). */
+static int session_create(moe_model *m, const moe_session_params *p, uint64_t flags, bool shadow,
+                          moe_session **out, char *err, size_t errlen) {
+    if (!out) return moe_errf(err, errlen, MOE_EINVAL, "moe_session_new: out is NULL");
+    *out = NULL;
+    if (!m) return moe_errf(err, errlen, MOE_EINVAL, "moe_session_new: model is NULL");
+    if (m->vocab_only) return moe_errf(err, errlen, MOE_EINVAL, "%s: loaded vocabulary-only; cannot run", m->path);
+    const moe_hparams *hp = &m->hp;
+    int n_ctx = p && p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    int n_threads = p && p->n_threads > 0 ? p->n_threads : moe_cpu_count();
+    int n_batch = p && p->n_batch > 0 ? p->n_batch : 512;
+    if (p && (p->n_ctx < 0 || p->n_threads < 0 || p->n_batch < 0))
+        return moe_errf(err, errlen, MOE_EINVAL, "session: n_ctx, n_threads and n_batch must be >= 0");
+    if (n_ctx > (1 << 22)) return moe_errf(err, errlen, MOE_EINVAL, "session: n_ctx %d too large", n_ctx);
+    if (n_threads > 1024) return moe_errf(err, errlen, MOE_EINVAL, "session: %d threads is too many (max 1024)", n_threads);
+    if (n_batch > 65536) return moe_errf(err, errlen, MOE_EINVAL, "session: n_batch %d too large (max 65536)", n_batch);
+    if (n_batch > n_ctx) n_batch = n_ctx;
+    if (!moe_flag_on(flags, MOE_FLAG_THREADS)) n_threads = 1;
+
+    moe_session *s = calloc(1, sizeof *s);
+    if (!s) return moe_errf(err, errlen, MOE_ENOMEM, "out of memory");
+    s->m = m;
+    s->flags = flags;
+    s->n_ctx = n_ctx;
+    s->n_threads = n_threads;
+    s->n_batch = n_batch;
+    s->kern = moe_flag_on(s->flags, MOE_FLAG_SIMD) ? moe_kernels_active() : moe_kernels_for(MOE_ISA_SCALAR);
+    if (n_threads > 1) {
+        s->pool = moe_pool_new(n_threads, err, errlen);
+        if (!s->pool) { free(s); return MOE_ENOMEM; }
+    }
+    const size_t B = (size_t)n_batch, E = (size_t)hp->n_embd, Hm = (size_t)hp->n_head_max;
+    const size_t D = (size_t)hp->head_dim, Dv = (size_t)hp->head_dim_v, Hkv = (size_t)hp->n_head_kv;
+    const size_t K = (size_t)hp->n_expert_used, NE = (size_t)hp->n_expert, L = (size_t)hp->n_layer;
+    const size_t C = (size_t)n_ctx;
+    bool ok = true;
+    s->k_cache = xcalloc(L * C * Hkv * D, sizeof(float), &ok);
+    s->v_cache = xcalloc(L * C * Hkv * Dv, sizeof(float), &ok);
+    s->rope_full = xcalloc(C * (size_t)hp->rope_full.n_rot, sizeof(float), &ok);
+    if (hp->swa_window > 0) s->rope_swa = xcalloc(C * (size_t)hp->rope_swa.n_rot, sizeof(float), &ok);
+    s->x = xcalloc(B * E, sizeof(float), &ok);
+    s->xn = xcalloc(B * E, sizeof(float), &ok);
+    s->proj = xcalloc(B * E, sizeof(float), &ok);
+    s->ffn_out = xcalloc(B * E, sizeof(float), &ok);
+    s->q = xcalloc(B * Hm * D, sizeof(float), &ok);
+    s->k = xcalloc(B * Hkv * D, sizeof(float), &ok);
+    s->v = xcalloc(B * Hkv * Dv, sizeof(float), &ok);
+    s->att = xcalloc(B * Hm * Dv, sizeof(float), &ok);
+    s->gate = xcalloc(B * Hm * Dv, sizeof(float), &ok);
+    s->router = xcalloc(B * NE, sizeof(float), &ok);
+    s->selw = xcalloc(B * K, sizeof(float), &ok);
+    s->sel = xcalloc(B * K, sizeof(int32_t), &ok);
+    s->ex_slot = xcalloc(B * K, sizeof(int32_t), &ok);
+    s->ex_count = xcalloc(2 * NE + 3, sizeof(int32_t), &ok);
+    s->xg = xcalloc(B * K * E, sizeof(float), &ok);
+    s->eout = xcalloc(B * K * E, sizeof(float), &ok);
+    size_t hid = max3(B * K * (size_t)hp->n_ff_exp, B * (size_t)hp->n_ff, B * (size_t)hp->n_ff_shexp);
+    s->hg = xcalloc(hid, sizeof(float), &ok);
+    s->hu = xcalloc(hid, sizeof(float), &ok);
+    s->scores = xcalloc((size_t)n_threads * C, sizeof(float), &ok);
+    s->logits_tmp = xcalloc((shadow ? B : 1) * (size_t)hp->n_vocab, sizeof(float), &ok);
+    if (!ok) {
+        moe_session_free(s);
+        return moe_errf(err, errlen, MOE_ENOMEM, "session: out of memory for n_ctx %d, n_batch %d", n_ctx, n_batch);
+    }
+    rope_table(&hp->rope_full, n_ctx, s->rope_full);
+    if (s->rope_swa) rope_table(&hp->rope_swa, n_ctx, s->rope_swa);
+    *out = s;
+    return MOE_OK;
+}
+
+int moe_session_new(moe_model *m, const moe_session_params *p, moe_session **out, char *err, size_t errlen) {
+    int rc = session_create(m, p, m ? m->flags : 0, false, out, err, errlen);
+    if (rc || !m->diff) return rc;
+    moe_session_params sp = {(*out)->n_ctx, 1, (*out)->n_batch};
+    rc = session_create(m, &sp, 0, true, &(*out)->shadow, err, errlen);
+    if (rc) { moe_session_free(*out); *out = NULL; }
+    return rc;
+}
+
+void moe_session_free(moe_session *s) {
+    if (!s) return;
+    moe_pool_free(s->pool);
+    float *fs[] = {s->k_cache, s->v_cache, s->rope_full, s->rope_swa, s->x, s->xn, s->proj, s->ffn_out, s->q,
+                   s->k, s->v, s->att, s->gate, s->router, s->selw, s->xg, s->eout, s->hg, s->hu, s->scores,
+                   s->logits_tmp};
+    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) free(fs[i]);
+    free(s->sel);
+    free(s->ex_slot);
+    free(s->ex_count);
+    moe_session_free(s->shadow);
+    free(s);
+}
+
+int moe_session_n_past(const moe_session *s) { return s ? s->n_past : 0; }
+
+int moe_session_truncate(moe_session *s, int n_past) {
+    if (!s) return MOE_EINVAL;
+    if (n_past < 0 || n_past > s->n_past)
+        return moe_errf(s->err, sizeof s->err, MOE_EINVAL, "truncate: %d is outside 0..%d", n_past, s->n_past);
+    s->n_past = n_past;
+    if (s->shadow) s->shadow->n_past = n_past;
+    return MOE_OK;
+}
+
+const char *moe_session_error(const moe_session *s) { return s ? s->err : "no session"; }
+
+int moe_session_forward(moe_session *s, const int32_t *tokens, int n, float *logits, bool all_logits) {
+    if (!s) return MOE_EINVAL;
+    s->err[0] = 0;
+    if (!tokens || n <= 0) return moe_errf(s->err, sizeof s->err, MOE_EINVAL, "forward: need at least one token");
+    if (n > s->n_ctx - s->n_past)
+        return moe_errf(s->err, sizeof s->err, MOE_ERANGE, "forward: %d tokens at position %d exceed the context of %d",
+                        n, s->n_past, s->n_ctx);
+    const int V = s->m->hp.n_vocab;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return moe_errf(s->err, sizeof s->err, MOE_ERANGE, "forward: token %d at index %d is outside 0..%d",
+                            tokens[i], i, V - 1);
+    for (int done = 0; done < n;) {
+        int c = n - done < s->n_batch ? n - done : s->n_batch;
+        bool last = done + c == n;
+        float *lg = NULL;
+        if (logits && all_logits) lg = logits + (size_t)done * (size_t)V;
+        else if (logits && last) lg = logits;
+        int rc = moe_forward_chunk(s, tokens + done, c, lg, all_logits);
+        if (rc) return rc;
+        done += c;
+    }
+    return MOE_OK;
+}

@@ -1,0 +1,133 @@
+/* test_forward.c — exactness of the forward pass on the shared tiny models:
+ * prefill == token-by-token decode, bit for bit; any chunk size, thread count,
+ * ISA level and flag set gives the same logits; decode steps allocate nothing. */
+#include <stddef.h>
+/* From the sanitizer runtime (libsanitizer's allocator interface; gcc ships
+ * no header for it): hooks called on every malloc/free. */
+int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
+                                              void (*free_hook)(const volatile void *));
+#include <stdint.h>
+
+#include "check.h"
+#include "moefast.h"
+
+static volatile long n_allocs = 0;
+static void on_malloc(const volatile void *p, size_t sz) { (void)p; (void)sz; n_allocs++; }
+static void on_free(const volatile void *p) { (void)p; }
+
+#define NTOK 30 /* longer than laguna-tiny's sliding window (12) */
+
+static int32_t toks[NTOK];
+
+/* Logits of every position: one forward call over all tokens (chunked by n_batch)
+ * or, with single = 1, one call per token. */
+static float *run(const char *path, const char *flags, int threads, int n_batch, int single, const char *isa) {
+    char err[MOE_ERR_LEN];
+    if (isa && moe_set_isa(isa, err, sizeof err) != MOE_OK) return NULL;
+    moe_model *m = NULL;
+    moe_load_params lp = {.flags = flags};
+    if (moe_model_load(path, &lp, &m, err, sizeof err)) { fprintf(stderr, "%s\n", err); return NULL; }
+    int V = moe_model_n_vocab(m);
+    moe_session_params sp = {.n_ctx = 64, .n_threads = threads, .n_batch = n_batch};
+    moe_session *s = NULL;
+    if (moe_session_new(m, &sp, &s, err, sizeof err)) { fprintf(stderr, "%s\n", err); moe_model_free(m); return NULL; }
+    float *lg = calloc((size_t)NTOK * V, sizeof(float));
+    if (single) {
+        /* decode steps must not allocate (after the first, which may warm up) */
+        for (int i = 0; i < NTOK; i++) {
+            long before = n_allocs;
+            int rc = moe_session_forward(s, &toks[i], 1, lg + (size_t)i * V, false);
+            CHECK_MSG(rc == MOE_OK, "%s", moe_session_error(s));
+            CHECK_MSG(n_allocs == before, "decode step %d allocated %ld times", i, n_allocs - before);
+        }
+    } else {
+        int rc = moe_session_forward(s, toks, NTOK, lg, true);
+        CHECK_MSG(rc == MOE_OK, "%s", moe_session_error(s));
+    }
+    moe_session_free(s);
+    moe_model_free(m);
+    if (isa) moe_set_isa("auto", err, sizeof err);
+    return lg;
+}
+
+static void same(const float *a, const float *b, size_t n, const char *what, const char *model) {
+    CHECK_MSG(a && b, "%s: %s: run failed", model, what);
+    if (!a || !b) return;
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], 4) != 0) { if (!bad) first = i; bad++; }
+    CHECK_MSG(bad == 0, "%s: %s: %zu logits differ (first at %zu: %.9g vs %.9g)", model, what, bad, first,
+              (double)a[first], (double)b[first]);
+}
+
+int main(void) {
+    __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free);
+    const char *models[] = {"laguna-tiny-f32.gguf", "qwen3moe-tiny-q8_0.gguf", "laguna-tiny-bf16-nvfp4.gguf",
+                            "qwen3moe-tiny-q8_0-nvfp4-scale2.gguf", "qwen3moe-tiny-q4_k.gguf"};
+    for (int i = 0; i < NTOK; i++) toks[i] = (int32_t)((i * 7919 + 13) % 997);
+    char path[512];
+    int ran = 0;
+    for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
+        snprintf(path, sizeof path, "%s/oracle/%s", check_shared_dir(), models[mi]);
+        FILE *f = fopen(path, "rb");
+        if (!f) { fprintf(stderr, "skip %s (not found)\n", path); continue; }
+        fclose(f);
+        ran++;
+        size_t n = 0;
+        {
+            char err[MOE_ERR_LEN]; moe_model *m = NULL;
+            if (moe_model_load(path, NULL, &m, err, sizeof err) == MOE_OK) { n = (size_t)NTOK * moe_model_n_vocab(m); moe_model_free(m); }
+        }
+        CHECK_MSG(n > 0, "cannot load %s", path);
+        if (!n) continue;
+        float *ref = run(path, "none", 1, 512, 1, NULL);    /* the plain reference path, token by token */
+        float *pre = run(path, NULL, 2, 512, 0, NULL);      /* default flags, one prefill */
+        same(ref, pre, n, "prefill vs decode (none vs default flags)", models[mi]);
+        int chunks[] = {1, 7, 64};
+        for (int c = 0; c < 3; c++) {
+            float *x = run(path, NULL, 2, chunks[c], 0, NULL);
+            char what[64]; snprintf(what, sizeof what, "prefill chunk %d", chunks[c]);
+            same(ref, x, n, what, models[mi]);
+            free(x);
+        }
+        int threads[] = {1, 3, 5};
+        for (int t = 0; t < 3; t++) {
+            float *x = run(path, NULL, threads[t], 512, t == 1, NULL);
+            char what[64]; snprintf(what, sizeof what, "%d threads", threads[t]);
+            same(ref, x, n, what, models[mi]);
+            free(x);
+        }
+        const char *isas[] = {"scalar", "avx2", "avx512"};
+        for (int k = 0; k < 3; k++) {
+            char err[MOE_ERR_LEN];
+            if (moe_set_isa(isas[k], err, sizeof err) != MOE_OK) { fprintf(stderr, "skip ISA %s: %s\n", isas[k], err); continue; }
+            moe_set_isa("auto", err, sizeof err);
+            float *x = run(path, NULL, 2, 7, 0, isas[k]);
+            char what[64]; snprintf(what, sizeof what, "ISA %s", isas[k]);
+            same(ref, x, n, what, models[mi]);
+            free(x);
+        }
+        /* every single flag off in turn */
+        for (int fi = 0; fi < moe_flag_count(); fi++) {
+            const char *name; bool def, test_only;
+            moe_flag_describe(fi, &name, NULL, &def, &test_only);
+            if (test_only || !def) continue;
+            char spec[64]; snprintf(spec, sizeof spec, "-%s", name);
+            float *x = run(path, spec, 2, 7, 0, NULL);
+            same(ref, x, n, spec, models[mi]);
+            free(x);
+        }
+        /* a different prompt must give different logits (the comparisons above are not vacuous) */
+        float *pert = run(path, "+test_perturb", 2, 512, 0, NULL);
+        if (pert && ref) {
+            size_t diff = 0;
+            for (size_t i = 0; i < n; i++) diff += memcmp(&pert[i], &ref[i], 4) != 0;
+            CHECK_MSG(diff > 0, "%s: test_perturb changed nothing", models[mi]);
+        }
+        free(pert);
+        free(ref);
+        free(pre);
+    }
+    CHECK_MSG(ran > 0, "no shared models found under %s/oracle", check_shared_dir());
+    return check_report("test_forward");
+}

@@ -1,0 +1,210 @@
+/* cmd_run.c — `moefast run`: prompt in, continuation out, with timings. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "moefast.h"
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: moefast run -m FILE (-p TEXT | --tokens ID,ID,...) [-n N] [-t THREADS]\n"
+            "                   [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
+            "                   [--ctx N] [--batch N] [--flags SPEC] [--stop-eos] [--json]\n"
+            "  -n N         tokens to generate (default 32)\n"
+            "  --json       print one JSON object: prompt/generated ids, text, timings\n"
+            "  sampling is greedy unless --temp > 0\n");
+}
+
+int cmd_run(int argc, char **argv) {
+    const char *C = "run", *path = NULL, *prompt = NULL, *ids_s = NULL, *flags = NULL;
+    long n_gen = 32, threads = 0, top_k = 0, n_ctx = 0, n_batch = 0, seed = 0;
+    double temp = 0, top_p = 1, min_p = 0;
+    int json = 0, stop_eos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int used = 1;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!v) return cli_fail(C, "%s needs a file", a); path = v; }
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { if (!v) return cli_fail(C, "%s needs text", a); prompt = v; }
+        else if (!strcmp(a, "--tokens")) { if (!v) return cli_fail(C, "--tokens needs ids"); ids_s = v; }
+        else if (!strcmp(a, "-n")) { if (cli_parse_int(C, a, v, 0, 1 << 24, &n_gen)) return 2; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_int(C, a, v, 1, 1024, &threads)) return 2; }
+        else if (!strcmp(a, "--temp")) { if (cli_parse_float(C, a, v, 0, 100, &temp)) return 2; }
+        else if (!strcmp(a, "--top-k")) { if (cli_parse_int(C, a, v, 0, 1 << 30, &top_k)) return 2; }
+        else if (!strcmp(a, "--top-p")) { if (cli_parse_float(C, a, v, 1e-9, 1, &top_p)) return 2; }
+        else if (!strcmp(a, "--min-p")) { if (cli_parse_float(C, a, v, 0, 0.999999, &min_p)) return 2; }
+        else if (!strcmp(a, "--seed")) { if (cli_parse_int(C, a, v, 0, 0x7fffffffL, &seed)) return 2; }
+        else if (!strcmp(a, "--ctx")) { if (cli_parse_int(C, a, v, 1, 1 << 22, &n_ctx)) return 2; }
+        else if (!strcmp(a, "--batch")) { if (cli_parse_int(C, a, v, 1, 65536, &n_batch)) return 2; }
+        else if (!strcmp(a, "--flags")) { if (!v) return cli_fail(C, "--flags needs a spec"); flags = v; }
+        else if (!strncmp(a, "--flags=", 8)) { flags = a + 8; used = 0; }
+        else if (!strcmp(a, "--json")) { json = 1; used = 0; }
+        else if (!strcmp(a, "--stop-eos")) { stop_eos = 1; used = 0; }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        else { usage(); return cli_fail(C, "unknown argument '%s'", a); }
+        i += used;
+    }
+    if (!path) { usage(); return cli_fail(C, "-m FILE is required"); }
+    if (!prompt == !ids_s) { usage(); return cli_fail(C, "give exactly one of -p TEXT or --tokens IDS"); }
+
+    char err[MOE_ERR_LEN];
+    double t0 = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t0 = ts.tv_sec + 1e-9 * ts.tv_nsec;
+    moe_model *m = NULL;
+    moe_load_params lp = {.flags = flags};
+    if (moe_model_load(path, &lp, &m, err, sizeof err)) return cli_fail(C, "%s", err);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double t_load = ts.tv_sec + 1e-9 * ts.tv_nsec - t0;
+
+    int rc = 2, n_prompt = 0, *prompt_ids = NULL;
+    int32_t *toks = NULL, *out_ids = NULL;
+    float *logits = NULL;
+    char *text = NULL;
+    size_t text_len = 0;
+    moe_session *s = NULL;
+    moe_sampler *smp = NULL;
+    if (ids_s) {
+        if (cli_parse_ids(C, ids_s, &prompt_ids, &n_prompt)) goto done;
+    } else {
+        size_t need = 0, plen = strlen(prompt);
+        if (moe_tokenize(m, prompt, plen, false, true, NULL, 0, &need, err, sizeof err)) {
+            cli_fail(C, "%s", err);
+            goto done;
+        }
+        prompt_ids = malloc((need ? need : 1) * sizeof *prompt_ids);
+        if (!prompt_ids) { cli_fail(C, "out of memory"); goto done; }
+        if (moe_tokenize(m, prompt, plen, false, true, prompt_ids, need, &need, err, sizeof err)) {
+            cli_fail(C, "%s", err);
+            goto done;
+        }
+        n_prompt = (int)need;
+    }
+    if (n_prompt == 0) { cli_fail(C, "the prompt has no tokens"); goto done; }
+    int n_vocab = moe_model_n_vocab(m);
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt_ids[i] >= n_vocab) { cli_fail(C, "token id %d is outside the vocabulary (0..%d)", prompt_ids[i], n_vocab - 1); goto done; }
+    moe_session_params sp = {.n_ctx = (int)n_ctx, .n_threads = (int)threads, .n_batch = (int)n_batch};
+    if (!sp.n_ctx) {
+        long want = n_prompt + n_gen;
+        int train = moe_model_n_ctx_train(m);
+        sp.n_ctx = (int)(want < train ? want : train);
+        if (sp.n_ctx < 1) sp.n_ctx = 1;
+    }
+    if (n_prompt + n_gen > sp.n_ctx) {
+        cli_fail(C, "prompt (%d) + tokens to generate (%ld) exceed the context (%d)", n_prompt, n_gen, sp.n_ctx);
+        goto done;
+    }
+    if (moe_session_new(m, &sp, &s, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
+    moe_sampler_params smpp = {(float)temp, (int)top_k, (float)top_p, (float)min_p, (uint64_t)seed};
+    if (moe_sampler_new(&smpp, n_vocab, &smp, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
+    toks = malloc((size_t)n_prompt * sizeof *toks);
+    out_ids = malloc(((size_t)n_gen + 1) * sizeof *out_ids);
+    logits = malloc((size_t)n_vocab * sizeof *logits);
+    if (!toks || !out_ids || !logits) { cli_fail(C, "out of memory"); goto done; }
+    for (int i = 0; i < n_prompt; i++) toks[i] = prompt_ids[i];
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double tp0 = ts.tv_sec + 1e-9 * ts.tv_nsec;
+    if (moe_session_forward(s, toks, n_prompt, logits, false)) { cli_fail(C, "%s", moe_session_error(s)); goto done; }
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double tp1 = ts.tv_sec + 1e-9 * ts.tv_nsec;
+    int32_t eos = moe_token_eos(m);
+    int n_out = 0;
+    moe_utf8_stream *us = moe_utf8_stream_new();
+    for (long i = 0; i < n_gen; i++) {
+        int32_t id = moe_sampler_sample(smp, logits);
+        out_ids[n_out++] = id;
+        if (!json) {
+            const char *piece; size_t plen;
+            if (moe_token_piece(m, id, false, &piece, &plen) == MOE_OK) {
+                char buf[4 * 256 + 4];
+                for (size_t off = 0; off < plen; off += 256) { /* pieces longer than 256 bytes go in parts */
+                    size_t part = plen - off < 256 ? plen - off : 256;
+                    size_t k = moe_utf8_stream_push(us, piece + off, part, buf, sizeof buf);
+                    fwrite(buf, 1, k, stdout);
+                }
+                fflush(stdout);
+            }
+        }
+        if (stop_eos && id == eos) break;
+        if (i + 1 == n_gen) break;  /* the last token needs no forward */
+        if (moe_session_forward(s, &id, 1, logits, false)) { cli_fail(C, "%s", moe_session_error(s)); goto done; }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double tp2 = ts.tv_sec + 1e-9 * ts.tv_nsec;
+    int n_dec = n_out > 1 ? n_out - 1 : 0;  /* forwards after the prompt */
+    double pre_s = tp1 - tp0, dec_s = tp2 - tp1;
+    if (!json) {
+        char buf[16];
+        size_t k = moe_utf8_stream_flush(us, buf, sizeof buf);
+        fwrite(buf, 1, k, stdout);
+        printf("\n");
+        fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s); load %.3f s; %s\n",
+                n_prompt, pre_s, n_prompt / (pre_s > 0 ? pre_s : 1e-9), n_dec, dec_s,
+                n_dec ? n_dec / (dec_s > 0 ? dec_s : 1e-9) : 0.0, t_load, moe_isa_name());
+    } else {
+        for (int i = 0; i < n_out; i++) {
+            const char *piece; size_t plen;
+            if (moe_token_piece(m, out_ids[i], false, &piece, &plen) == MOE_OK) {
+                char *nt = realloc(text, text_len + plen + 1);
+                if (!nt) { cli_fail(C, "out of memory"); moe_utf8_stream_free(us); goto done; }
+                text = nt;
+                memcpy(text + text_len, piece, plen);
+                text_len += plen;
+                text[text_len] = 0;
+            }
+        }
+        json_t *o = json_object(), *pa = json_array(), *ga = json_array(), *tm = json_object();
+        for (int i = 0; i < n_prompt; i++) json_array_append_new(pa, json_integer(prompt_ids[i]));
+        for (int i = 0; i < n_out; i++) json_array_append_new(ga, json_integer(out_ids[i]));
+        json_object_set_new(o, "model", json_string(path));
+        json_object_set_new(o, "arch", json_string(moe_model_arch(m)));
+        json_object_set_new(o, "prompt_tokens", pa);
+        json_object_set_new(o, "tokens", ga);
+        /* invalid UTF-8 in the text is replaced (jansson needs valid UTF-8) */
+        json_t *js = json_stringn(text ? text : "", text_len);
+        if (!js) {
+            char *fixed = malloc(text_len * 3 + 1);
+            size_t fl = 0;
+            if (fixed) {
+                moe_utf8_stream *u2 = moe_utf8_stream_new();
+                fl = moe_utf8_stream_push(u2, text ? text : "", text_len, fixed, text_len * 3 + 1);
+                fl += moe_utf8_stream_flush(u2, fixed + fl, text_len * 3 + 1 - fl);
+                moe_utf8_stream_free(u2);
+                js = json_stringn(fixed, fl);
+                free(fixed);
+            }
+        }
+        json_object_set_new(o, "text", js ? js : json_string(""));
+        json_object_set_new(tm, "load_s", json_real(t_load));
+        json_object_set_new(tm, "prefill_s", json_real(pre_s));
+        json_object_set_new(tm, "prefill_tok_s", json_real(n_prompt / (pre_s > 0 ? pre_s : 1e-9)));
+        json_object_set_new(tm, "decode_s", json_real(dec_s));
+        json_object_set_new(tm, "decode_tokens", json_integer(n_dec));
+        json_object_set_new(tm, "decode_tok_s", json_real(n_dec ? n_dec / (dec_s > 0 ? dec_s : 1e-9) : 0.0));
+        json_object_set_new(o, "timings", tm);
+        json_object_set_new(o, "isa", json_string(moe_isa_name()));
+        char fl[256];
+        moe_model_flags(m, fl, sizeof fl);
+        json_object_set_new(o, "flags", json_string(fl));
+        char *dump = json_dumps(o, JSON_COMPACT);
+        if (dump) { printf("%s\n", dump); free(dump); }
+        json_decref(o);
+    }
+    moe_utf8_stream_free(us);
+    rc = 0;
+done:
+    free(text);
+    free(prompt_ids);
+    free(toks);
+    free(out_ids);
+    free(logits);
+    moe_sampler_free(smp);
+    moe_session_free(s);
+    moe_model_free(m);
+    return rc;
+}
