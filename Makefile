@@ -80,7 +80,7 @@ RUN_PROMPT ?= The quick brown fox
 RUN_N ?= 48
 
 # Regenerated only when the generator changes; otherwise cached.
-$(DEFAULT_MODEL): src/gen.c
+$(DEFAULT_MODEL): src/gen.c src/gen_vocab.c
 	@$(MAKE) --no-print-directory MODE=rel build/rel/moefast
 	@mkdir -p $(dir $@)
 	build/rel/moefast gen --arch laguna --preset default -o $@

@@ -68,6 +68,10 @@ int moe_token_piece(const moe_model *m, int32_t id, bool show_special,
                     const char **bytes, size_t *len);
 int32_t moe_token_eos(const moe_model *m);
 int32_t moe_token_bos(const moe_model *m);
+/* tokenizer.ggml.add_bos_token (false when the file has no tokenizer) */
+bool moe_token_add_bos(const moe_model *m);
+/* true for tokens that end a turn (eos, eot, <|im_end|>, ...) */
+bool moe_token_is_eog(const moe_model *m, int32_t id);
 
 /* ---- sessions (a KV cache plus scratch; one thread uses a session) ---- */
 

@@ -71,13 +71,13 @@ int cmd_run(int argc, char **argv) {
         if (cli_parse_ids(C, ids_s, &prompt_ids, &n_prompt)) goto done;
     } else {
         size_t need = 0, plen = strlen(prompt);
-        if (moe_tokenize(m, prompt, plen, false, true, NULL, 0, &need, err, sizeof err)) {
+        if (moe_tokenize(m, prompt, plen, moe_token_add_bos(m), true, NULL, 0, &need, err, sizeof err)) {
             cli_fail(C, "%s", err);
             goto done;
         }
         prompt_ids = malloc((need ? need : 1) * sizeof *prompt_ids);
         if (!prompt_ids) { cli_fail(C, "out of memory"); goto done; }
-        if (moe_tokenize(m, prompt, plen, false, true, prompt_ids, need, &need, err, sizeof err)) {
+        if (moe_tokenize(m, prompt, plen, moe_token_add_bos(m), true, prompt_ids, need, &need, err, sizeof err)) {
             cli_fail(C, "%s", err);
             goto done;
         }
@@ -130,7 +130,7 @@ int cmd_run(int argc, char **argv) {
                 fflush(stdout);
             }
         }
-        if (stop_eos && id == eos) break;
+        if (stop_eos && (id == eos || moe_token_is_eog(m, id))) break;
         if (i + 1 == n_gen) break;  /* the last token needs no forward */
         if (moe_session_forward(s, &id, 1, logits, false)) { cli_fail(C, "%s", moe_session_error(s)); goto done; }
     }

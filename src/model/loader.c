@@ -315,6 +315,8 @@ int moe_token_piece(const moe_model *m, int32_t id, bool show_special, const cha
 
 int32_t moe_token_eos(const moe_model *m) { return m && m->tok ? moe_tokenizer_eos(m->tok) : -1; }
 int32_t moe_token_bos(const moe_model *m) { return m && m->tok ? moe_tokenizer_bos(m->tok) : -1; }
+bool moe_token_add_bos(const moe_model *m) { return m && m->tok && moe_tokenizer_add_bos(m->tok); }
+bool moe_token_is_eog(const moe_model *m, int32_t id) { return m && m->tok && moe_tokenizer_is_eog(m->tok, id); }
 
 /* ---- info --------------------------------------------------------------------- */
 

@@ -1,0 +1,116 @@
+/* chat.c — chat prompt rendering for the formats moefast knows (see
+ * docs/TOKENIZER.md, "Chat formats"). Templates are recognised, not
+ * executed: moefast has no Jinja engine, so each known template family has a
+ * hand-written renderer and anything else is an error naming the formats.
+ *
+ *  chatml  <|im_start|>ROLE\nCONTENT<|im_end|>\n ... then <|im_start|>assistant\n
+ *          (Qwen3's template and the synthetic qwen3moe/laguna templates).
+ *          Qwen3's <think> handling (dropping earlier turns' reasoning, the
+ *          enable_thinking=false empty think block) is not applied: plain
+ *          ChatML, as the messages give it.
+ *  laguna  <system>\nCONTENT\n</system>\n<user>\nCONTENT\n</user>\n
+ *          <assistant>\nCONTENT\n</assistant>\n ... then <assistant>\n
+ *          (poolside Laguna's own role tags; reconstructed from public
+ *          descriptions, not checked against the real template). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat.h"
+#include "util.h"
+
+typedef struct sbuf { char *p; size_t n, cap; bool oom; } sbuf;
+
+static void sb_add(sbuf *b, const char *s) {
+    size_t l = strlen(s);
+    if (b->oom) return;
+    if (b->n + l + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap : 256;
+        while (nc < b->n + l + 1) nc *= 2;
+        char *np = realloc(b->p, nc);
+        if (!np) { b->oom = true; return; }
+        b->p = np; b->cap = nc;
+    }
+    memcpy(b->p + b->n, s, l + 1);
+    b->n += l;
+}
+
+typedef void (*render_fn)(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen);
+
+static void render_chatml(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
+    for (size_t i = 0; i < n; i++) {
+        sb_add(b, "<|im_start|>"); sb_add(b, msgs[i].role); sb_add(b, "\n");
+        sb_add(b, msgs[i].content); sb_add(b, "<|im_end|>\n");
+    }
+    if (gen) sb_add(b, "<|im_start|>assistant\n");
+}
+
+static void render_laguna(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
+    for (size_t i = 0; i < n; i++) {
+        sb_add(b, "<"); sb_add(b, msgs[i].role); sb_add(b, ">\n");
+        sb_add(b, msgs[i].content);
+        sb_add(b, "\n</"); sb_add(b, msgs[i].role); sb_add(b, ">\n");
+    }
+    if (gen) sb_add(b, "<assistant>\n");
+}
+
+static const struct { const char *name; render_fn fn; } FORMATS[] = {
+    {"chatml", render_chatml},
+    {"laguna", render_laguna},
+};
+
+const char *moe_chat_formats(void) { return "chatml, laguna"; }
+
+const char *moe_chat_detect(const char *tmpl) {
+    if (!tmpl) return NULL;
+    if (strstr(tmpl, "<|im_start|>")) return "chatml";
+    /* Laguna's template closes assistant turns with </assistant> (its EOT
+     * token) and is published as laguna_glm_thinking_*; either marks it */
+    if (strstr(tmpl, "</assistant>") || strstr(tmpl, "laguna_glm_thinking")) return "laguna";
+    return NULL;
+}
+
+int moe_chat_render_tmpl(const char *tmpl, const char *format, const moe_chat_msg *msgs, size_t n,
+                         bool add_generation_prompt, char **out, char *err, size_t errlen) {
+    if (!out) return moe_errf(err, errlen, MOE_EINVAL, "chat: out is NULL");
+    *out = NULL;
+    if (n && !msgs) return moe_errf(err, errlen, MOE_EINVAL, "chat: %zu messages but msgs is NULL", n);
+    const char *name = format;
+    if (!name) {
+        if (!tmpl)
+            return moe_errf(err, errlen, MOE_EUNSUPPORTED,
+                            "chat: the model has no tokenizer.chat_template; pick a format with --chat-format NAME (known: %s)",
+                            moe_chat_formats());
+        name = moe_chat_detect(tmpl);
+        if (!name)
+            return moe_errf(err, errlen, MOE_EUNSUPPORTED,
+                            "chat: tokenizer.chat_template is not a known format (known: %s); pick one with --chat-format NAME",
+                            moe_chat_formats());
+    }
+    render_fn fn = NULL;
+    for (size_t i = 0; i < sizeof FORMATS / sizeof FORMATS[0]; i++)
+        if (!strcmp(FORMATS[i].name, name)) fn = FORMATS[i].fn;
+    if (!fn)
+        return moe_errf(err, errlen, MOE_EUNSUPPORTED, "chat: unknown chat format '%s' (known: %s)", name, moe_chat_formats());
+    for (size_t i = 0; i < n; i++) {
+        const char *r = msgs[i].role;
+        if (!r || !*r || strpbrk(r, "<>\n") || !msgs[i].content)
+            return moe_errf(err, errlen, MOE_EINVAL, "chat: message %zu has %s", i,
+                            !msgs[i].content ? "no content" : "an empty or malformed role");
+    }
+    sbuf b = {0};
+    sb_add(&b, ""); /* an empty conversation still gives "" */
+    fn(&b, msgs, n, add_generation_prompt);
+    if (b.oom) { free(b.p); return moe_errf(err, errlen, MOE_ENOMEM, "chat: out of memory rendering %zu messages", n); }
+    *out = b.p;
+    return MOE_OK;
+}
+
+int moe_chat_render(const moe_model *m, const char *format, const moe_chat_msg *msgs, size_t n,
+                    bool add_generation_prompt, char **out, char *err, size_t errlen) {
+    if (!m && !format) {
+        if (out) *out = NULL;
+        return moe_errf(err, errlen, MOE_EINVAL, "chat: no model and no format");
+    }
+    return moe_chat_render_tmpl(m ? moe_model_chat_template(m) : NULL, format, msgs, n,
+                                add_generation_prompt, out, err, errlen);
+}

@@ -1,0 +1,112 @@
+/* test_chat.c — chat-template recognition and rendering (src/chat.c) on the
+ * templates the shared GGUFs carry, plus the errors. */
+#include "check.h"
+#include "chat.h"
+#include "gguf.h"
+#include "moefast.h"
+
+static char *template_of(const char *rel) {
+    char path[1024], err[MOE_ERR_LEN];
+    snprintf(path, sizeof path, "%s/%s", check_shared_dir(), rel);
+    gguf_file *f = NULL;
+    int rc = gguf_open(path, &f, err, sizeof err);
+    CHECK_MSG(rc == MOE_OK, "%s", err);
+    if (rc != MOE_OK) return NULL;
+    gguf_str s = {0};
+    rc = gguf_get_str(f, "tokenizer.chat_template", &s, err, sizeof err);
+    CHECK_MSG(rc == MOE_OK, "%s: no chat template", rel);
+    char *t = rc == MOE_OK ? strndup(s.ptr, (size_t)s.len) : NULL;
+    gguf_close(f);
+    return t;
+}
+
+static const moe_chat_msg CONV[] = {
+    {"system", "You are terse."},
+    {"user", "Hello!"},
+    {"assistant", "Hi."},
+    {"user", "Bye"},
+};
+
+static void expect_render(const char *tmpl, const char *fmt, const moe_chat_msg *m, size_t n, bool gen, const char *want) {
+    char err[MOE_ERR_LEN] = "", *out = NULL;
+    int rc = moe_chat_render_tmpl(tmpl, fmt, m, n, gen, &out, err, sizeof err);
+    CHECK_MSG(rc == MOE_OK, "%s", err);
+    CHECK_MSG(out && !strcmp(out, want), "rendered:\n%s\nwanted:\n%s", out ? out : "(null)", want);
+    free(out);
+}
+
+static const char CHATML_WANT[] =
+    "<|im_start|>system\nYou are terse.<|im_end|>\n"
+    "<|im_start|>user\nHello!<|im_end|>\n"
+    "<|im_start|>assistant\nHi.<|im_end|>\n"
+    "<|im_start|>user\nBye<|im_end|>\n"
+    "<|im_start|>assistant\n";
+
+int main(void) {
+    char *qwen3 = template_of("vocab/qwen3-vocab.gguf");
+    char *synth_q = template_of("oracle/qwen3moe-tiny-f32.gguf");
+    char *synth_l = template_of("oracle/laguna-tiny-f32.gguf");
+    CHECK(qwen3 && synth_q && synth_l);
+    if (!qwen3 || !synth_q || !synth_l) return check_report("test_chat");
+
+    /* recognition */
+    CHECK(moe_chat_detect(qwen3) && !strcmp(moe_chat_detect(qwen3), "chatml"));
+    CHECK(moe_chat_detect(synth_q) && !strcmp(moe_chat_detect(synth_q), "chatml"));
+    CHECK(moe_chat_detect(synth_l) && !strcmp(moe_chat_detect(synth_l), "chatml"));
+    CHECK(moe_chat_detect("{{ '<user>' + m + '</user><assistant>' }}{{ '</assistant>' }}") &&
+          !strcmp(moe_chat_detect("x</assistant>y"), "laguna"));
+    CHECK(moe_chat_detect("{{ bos_token }}[INST] {{ m }} [/INST]") == NULL);
+    CHECK(moe_chat_detect(NULL) == NULL);
+
+    /* ChatML: every shared template renders the same text as its Jinja
+     * would for these plain messages (Qwen3: no reasoning content present) */
+    expect_render(qwen3, NULL, CONV, 4, true, CHATML_WANT);
+    expect_render(synth_q, NULL, CONV, 4, true, CHATML_WANT);
+    expect_render(synth_l, NULL, CONV, 4, true, CHATML_WANT);
+    expect_render(synth_l, NULL, CONV + 1, 1, false, "<|im_start|>user\nHello!<|im_end|>\n");
+    expect_render(synth_l, NULL, NULL, 0, true, "<|im_start|>assistant\n");
+    expect_render(synth_l, NULL, NULL, 0, false, "");
+
+    /* Laguna, by name (overrides whatever the template is) */
+    expect_render(synth_q, "laguna", CONV, 4, true,
+                  "<system>\nYou are terse.\n</system>\n<user>\nHello!\n</user>\n"
+                  "<assistant>\nHi.\n</assistant>\n<user>\nBye\n</user>\n<assistant>\n");
+    expect_render("x</assistant>y", NULL, CONV + 1, 1, true, "<user>\nHello!\n</user>\n<assistant>\n");
+    /* an unknown template works once a format is named */
+    expect_render("[INST]", "chatml", CONV + 1, 1, true, "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
+
+    /* errors */
+    char err[MOE_ERR_LEN], *out = (char *)1;
+    CHECK_EQ_INT(moe_chat_render_tmpl("[INST] {{ m }}", NULL, CONV, 1, true, &out, err, sizeof err), MOE_EUNSUPPORTED);
+    CHECK(out == NULL);
+    CHECK_STR_CONTAINS(err, "chatml, laguna");
+    CHECK_STR_CONTAINS(err, "--chat-format");
+    CHECK_EQ_INT(moe_chat_render_tmpl(NULL, NULL, CONV, 1, true, &out, err, sizeof err), MOE_EUNSUPPORTED);
+    CHECK_STR_CONTAINS(err, "no tokenizer.chat_template");
+    CHECK_EQ_INT(moe_chat_render_tmpl(qwen3, "vicuna", CONV, 1, true, &out, err, sizeof err), MOE_EUNSUPPORTED);
+    CHECK_STR_CONTAINS(err, "vicuna");
+    CHECK_STR_CONTAINS(err, "chatml, laguna");
+    moe_chat_msg bad[] = {{"us\ner", "x"}, {"user", NULL}, {"", "x"}, {NULL, "x"}};
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ_INT(moe_chat_render_tmpl(qwen3, NULL, bad + i, 1, true, &out, err, sizeof err), MOE_EINVAL);
+        CHECK_STR_CONTAINS(err, "message 0");
+    }
+    CHECK_EQ_INT(moe_chat_render_tmpl(qwen3, NULL, NULL, 2, true, &out, err, sizeof err), MOE_EINVAL);
+
+    /* the public wrapper on a vocabulary-only load */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/vocab/qwen3-vocab.gguf", check_shared_dir());
+    moe_model *m = NULL;
+    moe_load_params lp = {.vocab_only = true};
+    int rc = moe_model_load(path, &lp, &m, err, sizeof err);
+    CHECK_MSG(rc == MOE_OK, "%s", err);
+    if (rc == MOE_OK) {
+        out = NULL;
+        CHECK_EQ_INT(moe_chat_render(m, NULL, CONV, 4, true, &out, err, sizeof err), MOE_OK);
+        CHECK(out && !strcmp(out, CHATML_WANT));
+        free(out);
+        moe_model_free(m);
+    }
+    free(qwen3); free(synth_q); free(synth_l);
+    return check_report("test_chat");
+}

@@ -1,0 +1,521 @@
+/* test_tokenizer.c — the tokenizers against llama.cpp's reference ids
+ * (../shared/vocab), the synthetic oracle prompt, round trips, special
+ * tokens, invalid UTF-8, malformed vocabularies and the UTF-8 stream. */
+#include <jansson.h>
+#include <stdint.h>
+
+#include "check.h"
+#include "gguf.h"
+#include "moefast.h"
+#include "tokenizer.h"
+#include "util.h"
+
+static char g_err[MOE_ERR_LEN];
+
+static moe_tokenizer *load_vocab(const char *rel) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", check_shared_dir(), rel);
+    gguf_file *f = NULL;
+    int rc = gguf_open(path, &f, g_err, sizeof g_err);
+    CHECK_MSG(rc == MOE_OK, "%s", g_err);
+    if (rc != MOE_OK) return NULL;
+    moe_tokenizer *t = NULL;
+    rc = moe_tokenizer_load(f, &t, g_err, sizeof g_err);
+    CHECK_MSG(rc == MOE_OK, "%s: %s", rel, g_err);
+    gguf_close(f); /* the tokenizer must not keep the file */
+    return t;
+}
+
+/* Encodes into a malloc'd array (two calls: the size, then the ids). */
+static int32_t *enc(const moe_tokenizer *t, const char *s, size_t n, bool bos, bool special, size_t *nout) {
+    size_t need = 0;
+    int rc = moe_tokenizer_encode(t, s, n, bos, special, NULL, 0, &need, g_err, sizeof g_err);
+    CHECK_MSG(rc == MOE_OK, "%s", g_err);
+    int32_t *ids = malloc((need + 1) * sizeof *ids);
+    size_t n2 = 0;
+    rc = moe_tokenizer_encode(t, s, n, bos, special, ids, need, &n2, g_err, sizeof g_err);
+    CHECK(rc == MOE_OK && n2 == need);
+    *nout = need;
+    return ids;
+}
+
+static char *dec(const moe_tokenizer *t, const int32_t *ids, size_t n, bool show, size_t *len) {
+    size_t cap = 64, o = 0;
+    char *s = malloc(cap);
+    for (size_t i = 0; i < n; i++) {
+        const char *p; size_t l;
+        CHECK(moe_tokenizer_piece(t, ids[i], show, &p, &l) == MOE_OK);
+        while (o + l + 1 > cap) { cap *= 2; s = realloc(s, cap); }
+        memcpy(s + o, p, l); o += l;
+    }
+    s[o] = 0;
+    *len = o;
+    return s;
+}
+
+static void print_ids(const char *what, const int32_t *v, size_t n) {
+    fprintf(stderr, "  %s:", what);
+    for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", v[i]);
+    fputc('\n', stderr);
+}
+
+static bool ids_equal(const char *label, const int32_t *got, size_t ng, const int32_t *want, size_t nw) {
+    bool ok = ng == nw && (nw == 0 || memcmp(got, want, nw * sizeof *got) == 0);
+    CHECK_MSG(ok, "%s: ids differ", label);
+    if (!ok) { print_ids("got ", got, ng); print_ids("want", want, nw); }
+    return ok;
+}
+
+static char *read_file(const char *rel, size_t *len) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", check_shared_dir(), rel);
+    FILE *fp = fopen(path, "rb");
+    CHECK_MSG(fp != NULL, "cannot open %s", path);
+    if (!fp) { *len = 0; return NULL; }
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    *len = fread(b, 1, (size_t)n, fp);
+    b[*len] = 0;
+    fclose(fp);
+    return b;
+}
+
+/* llama.cpp's test-tokenizer-0 files: strings separated by
+ * "\n__ggml_vocab_test__\n", one line of ids per string (no BOS, no
+ * special-token parsing). */
+static void test_inp_out(const char *vocab) {
+    moe_tokenizer *t = load_vocab(vocab);
+    if (!t) return;
+    char name[256];
+    size_t ni, no;
+    snprintf(name, sizeof name, "%s.inp", vocab);
+    char *inp = read_file(name, &ni);
+    snprintf(name, sizeof name, "%s.out", vocab);
+    char *out = read_file(name, &no);
+    if (!inp || !out) { free(inp); free(out); moe_tokenizer_free(t); return; }
+    static const char SEP[] = "\n__ggml_vocab_test__\n";
+    char *p = inp, *line = out;
+    int n_cases = 0, n_ok = 0;
+    for (;;) {
+        char *q = strstr(p, SEP);
+        if (!q) break;
+        char *eol = strchr(line, '\n');
+        if (!eol) break;
+        *eol = 0;
+        int32_t want[512]; size_t nw = 0;
+        for (char *s = line; *s;) {
+            char *e;
+            long v = strtol(s, &e, 10);
+            if (e == s) break;
+            want[nw++] = (int32_t)v;
+            s = e;
+        }
+        size_t ng;
+        int32_t *got = enc(t, p, (size_t)(q - p), false, false, &ng);
+        char label[128];
+        snprintf(label, sizeof label, "%s case %d", vocab, n_cases);
+        n_ok += ids_equal(label, got, ng, want, nw);
+        free(got);
+        n_cases++;
+        p = q + sizeof SEP - 1;
+        line = eol + 1;
+    }
+    CHECK_EQ_INT(n_cases, 46);
+    printf("  %s: %d/%d reference strings match\n", vocab, n_ok, n_cases);
+    free(inp); free(out);
+    moe_tokenizer_free(t);
+}
+
+static int hexval(int c) { return c <= '9' ? c - '0' : (c | 32) - 'a' + 10; }
+
+static void test_public_json(void) {
+    moe_tokenizer *t = load_vocab("vocab/qwen3-vocab.gguf");
+    if (!t) return;
+    char path[1024];
+    json_error_t je;
+    snprintf(path, sizeof path, "%s/vocab/texts-public.json", check_shared_dir());
+    json_t *texts = json_load_file(path, JSON_ALLOW_NUL, &je);
+    snprintf(path, sizeof path, "%s/vocab/ids-public-llamacpp.json", check_shared_dir());
+    json_t *lc = json_load_file(path, JSON_ALLOW_NUL, &je);
+    snprintf(path, sizeof path, "%s/vocab/ids-public-transformersjs.json", check_shared_dir());
+    json_t *tj = json_load_file(path, JSON_ALLOW_NUL, &je);
+    CHECK(texts && lc && tj);
+    if (!texts || !lc || !tj) { json_decref(texts); json_decref(lc); json_decref(tj); moe_tokenizer_free(t); return; }
+    json_t *cases = json_object_get(texts, "cases");
+    json_t *lc_ids = json_object_get(lc, "ids"), *tj_ids = json_object_get(tj, "ids");
+    size_t i; json_t *c;
+    int n = 0, ok_lc = 0, n_tj = 0, ok_tj = 0;
+    json_array_foreach(cases, i, c) {
+        const char *id = json_string_value(json_object_get(c, "id"));
+        json_t *jt = json_object_get(c, "text");
+        char *buf; size_t len;
+        if (jt) {
+            len = json_string_length(jt);
+            buf = malloc(len + 1);
+            memcpy(buf, json_string_value(jt), len + 1);
+        } else {
+            const char *hx = json_string_value(json_object_get(c, "bytes_hex"));
+            len = strlen(hx) / 2;
+            buf = malloc(len + 1);
+            for (size_t k = 0; k < len; k++) buf[k] = (char)(hexval(hx[2 * k]) * 16 + hexval(hx[2 * k + 1]));
+        }
+        size_t ng;
+        int32_t *got = enc(t, buf, len, false, true, &ng);
+        json_t *w = json_object_get(lc_ids, id);
+        CHECK_MSG(json_is_array(w), "no llama.cpp ids for %s", id);
+        int32_t want[1024]; size_t nw = 0;
+        size_t k; json_t *v;
+        json_array_foreach(w, k, v) want[nw++] = (int32_t)json_integer_value(v);
+        char label[64];
+        snprintf(label, sizeof label, "texts-public %s vs llama.cpp", id);
+        ok_lc += ids_equal(label, got, ng, want, nw);
+        n++;
+        /* transformers.js agrees with llama.cpp except on p61 (it NFC-normalizes)
+         * and has no ids for the raw-byte cases */
+        json_t *w2 = json_object_get(tj_ids, id);
+        if (json_is_array(w2) && strcmp(id, "p61") != 0) {
+            nw = 0;
+            json_array_foreach(w2, k, v) want[nw++] = (int32_t)json_integer_value(v);
+            snprintf(label, sizeof label, "texts-public %s vs transformers.js", id);
+            ok_tj += ids_equal(label, got, ng, want, nw);
+            n_tj++;
+        }
+        free(got); free(buf);
+    }
+    CHECK_EQ_INT(n, 68);
+    CHECK_EQ_INT(n_tj, 64);
+    printf("  texts-public: %d/%d match llama.cpp, %d/%d match transformers.js\n", ok_lc, n, ok_tj, n_tj);
+    json_decref(texts); json_decref(lc); json_decref(tj);
+    moe_tokenizer_free(t);
+}
+
+static void test_oracle_prompt(const char *model) {
+    moe_tokenizer *t = load_vocab(model);
+    if (!t) return;
+    static const char P[] = "The quick brown fox jumps over the lazy dog. Once upon a time";
+    static const int32_t W[] = {588, 418, 515, 478, 560, 429, 258, 462, 489, 13, 573, 552, 259, 377};
+    size_t n;
+    int32_t *got = enc(t, P, strlen(P), moe_tokenizer_add_bos(t), true, &n);
+    ids_equal(model, got, n, W, 14);
+    free(got);
+    /* special tokens of the synthetic vocabulary */
+    CHECK_EQ_INT(moe_tokenizer_bos(t), 997);
+    CHECK_EQ_INT(moe_tokenizer_eos(t), 999);
+    CHECK(!moe_tokenizer_add_bos(t));
+    CHECK(moe_tokenizer_is_eog(t, 999));
+    CHECK(moe_tokenizer_is_eog(t, 997)); /* <|endoftext|> ends generation in llama.cpp too */
+    CHECK(!moe_tokenizer_is_eog(t, 998));
+    CHECK(!moe_tokenizer_is_eog(t, 5));
+    CHECK(!moe_tokenizer_is_eog(t, -1) && !moe_tokenizer_is_eog(t, 1000));
+    got = enc(t, "<|im_start|>user<|im_end|>", 26, true, true, &n);
+    CHECK(n >= 4 && got[0] == 997 && got[1] == 998 && got[n - 1] == 999);
+    free(got);
+    moe_tokenizer_free(t);
+}
+
+static void test_special(void) {
+    moe_tokenizer *t = load_vocab("vocab/qwen3-vocab.gguf");
+    if (!t) return;
+    size_t n;
+    int32_t *got = enc(t, "<|im_start|>", 12, false, true, &n);
+    CHECK(n == 1 && got[0] == 151644);
+    free(got);
+    /* control tokens are plain text without parse_special */
+    got = enc(t, "<|im_start|>", 12, false, false, &n);
+    CHECK(n > 1);
+    for (size_t i = 0; i < n; i++) CHECK(got[i] < 151643);
+    size_t dl;
+    char *d = dec(t, got, n, false, &dl);
+    CHECK(dl == 12 && memcmp(d, "<|im_start|>", 12) == 0);
+    free(d); free(got);
+    /* user-defined tokens are matched whatever parse_special says (llama.cpp) */
+    got = enc(t, "a<think>b", 9, false, false, &n);
+    CHECK(n == 3 && got[1] == 151667);
+    free(got);
+    /* pieces: control "" unless show_special; user-defined give their text */
+    const char *p; size_t l;
+    CHECK(moe_tokenizer_piece(t, 151645, false, &p, &l) == MOE_OK && l == 0);
+    CHECK(moe_tokenizer_piece(t, 151645, true, &p, &l) == MOE_OK && l == 10 && !memcmp(p, "<|im_end|>", 10));
+    CHECK(moe_tokenizer_piece(t, 151667, false, &p, &l) == MOE_OK && l == 7 && !memcmp(p, "<think>", 7));
+    CHECK(moe_tokenizer_piece(t, 151700, false, &p, &l) == MOE_OK && l == 0); /* [PAD] unused */
+    CHECK(moe_tokenizer_piece(t, 21927, false, &p, &l) == MOE_OK && l == 6 && !memcmp(p, " Hello", 6));
+    CHECK(moe_tokenizer_piece(t, -1, false, &p, &l) == MOE_ERANGE);
+    CHECK(moe_tokenizer_piece(t, 151936, false, &p, &l) == MOE_ERANGE);
+    CHECK_EQ_INT(moe_tokenizer_n_vocab(t), 151936);
+    CHECK(moe_tokenizer_is_eog(t, 151645) && moe_tokenizer_is_eog(t, 151643));
+    CHECK(!moe_tokenizer_is_eog(t, 151644));
+    /* BOS is added when asked (the vocabulary has one) */
+    got = enc(t, "Hi", 2, true, true, &n);
+    CHECK(n >= 2 && got[0] == 151643);
+    free(got);
+    /* the cap contract: the total count comes back, at most cap ids are written */
+    int32_t small[2] = {-7, -7};
+    size_t total = 0;
+    CHECK(moe_tokenizer_encode(t, "Hello world, how are you", 24, false, true, small, 1, &total, g_err, sizeof g_err) == MOE_OK);
+    CHECK(total > 2 && small[0] == 9707 && small[1] == -7);
+    /* adjacent / overlapping specials: longest first, leftmost */
+    got = enc(t, "<|im_end|><|im_end|><|endoftext|>x", 34, false, true, &n);
+    CHECK(n == 4 && got[0] == 151645 && got[1] == 151645 && got[2] == 151643);
+    free(got);
+    moe_tokenizer_free(t);
+}
+
+/* Random valid UTF-8 (no surrogates), seeded: ASCII words, whitespace runs,
+ * digits, Latin-1, CJK, emoji. */
+static size_t rand_utf8(moe_rng *r, char *o, size_t max_cp) {
+    size_t n = 0, k = 1 + moe_rng_next(r) % max_cp;
+    for (size_t i = 0; i < k; i++) {
+        uint32_t c, cls = (uint32_t)(moe_rng_next(r) % 10);
+        if (cls < 4) c = 'a' + (uint32_t)(moe_rng_next(r) % 26);
+        else if (cls == 4) { static const char ws[] = " \t\n\r  "; c = (uint8_t)ws[moe_rng_next(r) % 6]; }
+        else if (cls == 5) c = 0x21 + (uint32_t)(moe_rng_next(r) % 94);
+        else if (cls == 6) c = 0x80 + (uint32_t)(moe_rng_next(r) % 0x780);
+        else if (cls == 7) { do c = 0x800 + (uint32_t)(moe_rng_next(r) % 0xF7FE); while (c >= 0xD800 && c <= 0xDFFF); }
+        else if (cls == 8) c = 0x10000 + (uint32_t)(moe_rng_next(r) % 0x100000);
+        else c = (uint32_t)(moe_rng_next(r) % 0x80);
+        if (c < 0x80) o[n++] = (char)c;
+        else if (c < 0x800) { o[n++] = (char)(0xC0 | (c >> 6)); o[n++] = (char)(0x80 | (c & 0x3F)); }
+        else if (c < 0x10000) { o[n++] = (char)(0xE0 | (c >> 12)); o[n++] = (char)(0x80 | ((c >> 6) & 0x3F)); o[n++] = (char)(0x80 | (c & 0x3F)); }
+        else { o[n++] = (char)(0xF0 | (c >> 18)); o[n++] = (char)(0x80 | ((c >> 12) & 0x3F)); o[n++] = (char)(0x80 | ((c >> 6) & 0x3F)); o[n++] = (char)(0x80 | (c & 0x3F)); }
+    }
+    return n;
+}
+
+static void test_roundtrip(const char *vocab, int count, uint64_t seed) {
+    moe_tokenizer *t = load_vocab(vocab);
+    if (!t) return;
+    moe_rng r;
+    moe_rng_seed(&r, seed);
+    char buf[4 * 64 + 8];
+    int bad = 0;
+    for (int i = 0; i < count; i++) {
+        size_t len = rand_utf8(&r, buf, 64), n, dl;
+        int32_t *ids = enc(t, buf, len, false, false, &n);
+        char *d = dec(t, ids, n, true, &dl);
+        if (dl != len || memcmp(d, buf, len) != 0) {
+            if (bad++ < 3) CHECK_MSG(false, "%s: round trip %d differs (%zu vs %zu bytes)", vocab, i, dl, len);
+        }
+        free(ids); free(d);
+    }
+    CHECK_MSG(bad == 0, "%s: %d of %d round trips differ", vocab, bad, count);
+    moe_tokenizer_free(t);
+}
+
+static size_t unescape_spaces(char *s, size_t n) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i + 2 < n && (uint8_t)s[i] == 0xE2 && (uint8_t)s[i + 1] == 0x96 && (uint8_t)s[i + 2] == 0x81) { s[o++] = ' '; i += 2; }
+        else s[o++] = s[i];
+    }
+    return o;
+}
+
+/* Arbitrary bytes never fail; for byte-level BPE every valid character comes
+ * back and each invalid byte becomes U+FFFD (docs/TOKENIZER.md). */
+static void test_invalid_bytes(void) {
+    moe_tokenizer *q = load_vocab("vocab/qwen3-vocab.gguf");
+    moe_tokenizer *s = load_vocab("vocab/ggml-vocab-llama-spm.gguf");
+    if (!q || !s) { moe_tokenizer_free(q); moe_tokenizer_free(s); return; }
+    moe_rng r;
+    moe_rng_seed(&r, 7);
+    char buf[300];
+    for (int i = 0; i < 300; i++) {
+        size_t len = 1 + moe_rng_next(&r) % 200, n;
+        for (size_t k = 0; k < len; k++) buf[k] = (char)(moe_rng_next(&r) & 0xFF);
+        int32_t *ids = enc(q, buf, len, false, true, &n);
+        for (size_t k = 0; k < n; k++) CHECK(ids[k] >= 0 && ids[k] < 151936);
+        free(ids);
+        ids = enc(s, buf, len, false, true, &n);
+        /* SPM byte fallback is lossless up to the space escape: a lead byte
+         * can swallow part of an escaped space (U+2581), which then comes
+         * back as its bytes (llama.cpp does the same) */
+        size_t dl;
+        char *d = dec(s, ids, n, true, &dl);
+        char want[302];
+        want[0] = ' ';
+        memcpy(want + 1, buf, len);
+        size_t wl = unescape_spaces(want, len + 1);
+        dl = unescape_spaces(d, dl);
+        CHECK(dl == wl && memcmp(d, want, wl) == 0);
+        free(d); free(ids);
+    }
+    /* the documented cases: truncated, overlong, surrogate, past U+10FFFF */
+    struct { const char *in; size_t n; const char *out; } cases[] = {
+        {"a\xff" "b", 3, "a\xef\xbf\xbd" "b"},
+        {"\xe4\xbd", 2, "\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xc0\xaf \x80", 4, "/ \xef\xbf\xbd"},
+        {"x\xed\xa0\x80y", 5, "x\xed\xa0\x80y"},                  /* surrogate kept as its bytes */
+        {"\xf4\x90\x80\x80", 4, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xe0\x80\x80", 3, "\x00"},                                /* overlong NUL */
+        {"a\xc2\x85" "b", 4, "a\xc2\x85" "b"},                      /* NEL */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n, dl;
+        int32_t *ids = enc(q, cases[i].in, cases[i].n, false, true, &n);
+        char *d = dec(q, ids, n, true, &dl);
+        size_t wl = i == 5 ? 1 : strlen(cases[i].out);
+        CHECK_MSG(dl == wl && memcmp(d, cases[i].out, wl) == 0, "invalid-UTF-8 case %zu", i);
+        free(ids); free(d);
+    }
+    /* a long input of one character class (regex and merge loop stay sane) */
+    size_t big = 200000, n;
+    char *b = malloc(big);
+    memset(b, 'a', big);
+    int32_t *ids = enc(q, b, big, false, true, &n);
+    CHECK(n > 0 && n < big);
+    free(ids);
+    memset(b, ' ', big);
+    ids = enc(q, b, big, false, true, &n);
+    CHECK(n > 0);
+    free(ids); free(b);
+    moe_tokenizer_free(q); moe_tokenizer_free(s);
+}
+
+/* ---- malformed vocabularies, built in memory ---- */
+
+typedef struct mbuf { uint8_t *p; size_t n, cap; } mbuf;
+static void mb_put(mbuf *b, const void *d, size_t n) {
+    while (b->n + n > b->cap) { b->cap = b->cap ? b->cap * 2 : 1024; b->p = realloc(b->p, b->cap); }
+    memcpy(b->p + b->n, d, n); b->n += n;
+}
+static void mb_u32(mbuf *b, uint32_t v) { mb_put(b, &v, 4); }
+static void mb_u64(mbuf *b, uint64_t v) { mb_put(b, &v, 8); }
+static void mb_str(mbuf *b, const char *s) { mb_u64(b, strlen(s)); mb_put(b, s, strlen(s)); }
+static void mb_key(mbuf *b, const char *k, uint32_t type) { mb_str(b, k); mb_u32(b, type); }
+static void mb_strarr(mbuf *b, const char *k, const char *const *v, size_t n) {
+    mb_key(b, k, GGUF_ARRAY); mb_u32(b, GGUF_STRING); mb_u64(b, n);
+    for (size_t i = 0; i < n; i++) mb_str(b, v[i]);
+}
+static void mb_i32arr(mbuf *b, const char *k, const int32_t *v, size_t n) {
+    mb_key(b, k, GGUF_ARRAY); mb_u32(b, GGUF_I32); mb_u64(b, n);
+    mb_put(b, v, 4 * n);
+}
+
+enum { BAD_NONE, BAD_NO_TOKENS, BAD_TOKENS_TYPE, BAD_MERGE, BAD_BOS, BAD_NO_MODEL, BAD_TOKTYPE, BAD_PRE, BAD_DUP };
+
+static int load_synthetic(int bad, char *err, size_t errlen) {
+    static const char *const toks[] = {"a", "b", "ab", "<s>", "c"};
+    static const char *const merges_ok[] = {"a b"};
+    static const char *const merges_bad[] = {"a b", "ab zz"};
+    static const char *const toks_dup[] = {"a", "b", "ab", "<s>", "a"};
+    static const int32_t types[] = {1, 1, 1, 3, 1};
+    mbuf b = {0};
+    int n_kv = 6 - (bad == BAD_NO_TOKENS) - (bad == BAD_NO_MODEL);
+    mb_put(&b, "GGUF", 4); mb_u32(&b, 3); mb_u64(&b, 0); mb_u64(&b, (uint64_t)n_kv);
+    if (bad != BAD_NO_MODEL) { mb_key(&b, "tokenizer.ggml.model", GGUF_STRING); mb_str(&b, "gpt2"); }
+    mb_key(&b, "tokenizer.ggml.pre", GGUF_STRING); mb_str(&b, bad == BAD_PRE ? "no-such-pre" : "qwen2");
+    if (bad == BAD_TOKENS_TYPE) mb_i32arr(&b, "tokenizer.ggml.tokens", types, 5);
+    else if (bad == BAD_DUP) mb_strarr(&b, "tokenizer.ggml.tokens", toks_dup, 5);
+    else if (bad != BAD_NO_TOKENS) mb_strarr(&b, "tokenizer.ggml.tokens", toks, 5);
+    if (bad == BAD_TOKTYPE) mb_strarr(&b, "tokenizer.ggml.token_type", toks, 5);
+    else mb_i32arr(&b, "tokenizer.ggml.token_type", types, 5);
+    if (bad == BAD_MERGE) mb_strarr(&b, "tokenizer.ggml.merges", merges_bad, 2);
+    else mb_strarr(&b, "tokenizer.ggml.merges", merges_ok, 1);
+    mb_key(&b, "tokenizer.ggml.bos_token_id", GGUF_U32); mb_u32(&b, bad == BAD_BOS ? 5 : 3);
+    gguf_file *f = NULL;
+    int rc = gguf_open_memory(b.p, b.n, "synthetic.gguf", &f, err, errlen);
+    if (rc == MOE_OK) {
+        moe_tokenizer *t = NULL;
+        rc = moe_tokenizer_load(f, &t, err, errlen);
+        if (rc == MOE_OK) {
+            size_t n;
+            int32_t *ids = enc(t, "abc<s>", 6, true, true, &n);
+            CHECK(n == 4 && ids[0] == 3 && ids[1] == 2 && ids[2] == 4 && ids[3] == 3);
+            free(ids);
+            CHECK(!moe_tokenizer_add_bos(t));
+        }
+        moe_tokenizer_free(t);
+        gguf_close(f);
+    }
+    free(b.p);
+    return rc;
+}
+
+static void test_malformed(void) {
+    char err[MOE_ERR_LEN];
+    CHECK_MSG(load_synthetic(BAD_NONE, err, sizeof err) == MOE_OK, "%s", err);
+    struct { int bad; const char *needle; } cases[] = {
+        {BAD_NO_TOKENS, "tokenizer.ggml.tokens"},
+        {BAD_TOKENS_TYPE, "tokenizer.ggml.tokens"},
+        {BAD_MERGE, "tokenizer.ggml.merges"},
+        {BAD_BOS, "tokenizer.ggml.bos_token_id"},
+        {BAD_NO_MODEL, "tokenizer.ggml.model"},
+        {BAD_TOKTYPE, "tokenizer.ggml.token_type"},
+        {BAD_PRE, "tokenizer.ggml.pre"},
+        {BAD_DUP, "duplicate"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        err[0] = 0;
+        int rc = load_synthetic(cases[i].bad, err, sizeof err);
+        CHECK_MSG(rc < 0, "malformed case %zu loaded", i);
+        CHECK_STR_CONTAINS(err, cases[i].needle);
+        CHECK_STR_CONTAINS(err, "synthetic.gguf");
+    }
+    CHECK_STR_CONTAINS((load_synthetic(BAD_MERGE, err, sizeof err), err), "zz");
+}
+
+/* ---- the streaming UTF-8 decoder ---- */
+
+static size_t stream_all(const char *in, size_t n, size_t chunk, char *out) {
+    moe_utf8_stream *u = moe_utf8_stream_new();
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += chunk) {
+        size_t k = n - i < chunk ? n - i : chunk;
+        o += moe_utf8_stream_push(u, in + i, k, out + o, 4 * k + 4);
+    }
+    o += moe_utf8_stream_flush(u, out + o, 4);
+    moe_utf8_stream_free(u);
+    return o;
+}
+
+static void test_stream(void) {
+    char out[256];
+    /* a character split across pushes is emitted once complete */
+    moe_utf8_stream *u = moe_utf8_stream_new();
+    CHECK_EQ_INT(moe_utf8_stream_push(u, "a\xf0\x9f", 3, out, sizeof out), 1);
+    CHECK_EQ_INT(moe_utf8_stream_push(u, "\xa6", 1, out, sizeof out), 0);
+    CHECK_EQ_INT(moe_utf8_stream_push(u, "\x99z", 2, out, sizeof out), 5);
+    CHECK(memcmp(out, "\xf0\x9f\xa6\x99z", 5) == 0);
+    CHECK_EQ_INT(moe_utf8_stream_flush(u, out, sizeof out), 0);
+    /* incomplete at the end: one U+FFFD */
+    CHECK_EQ_INT(moe_utf8_stream_push(u, "\xe4\xbd", 2, out, sizeof out), 0);
+    CHECK_EQ_INT(moe_utf8_stream_flush(u, out, sizeof out), 3);
+    CHECK(memcmp(out, "\xef\xbf\xbd", 3) == 0);
+    /* cap is honoured */
+    CHECK_EQ_INT(moe_utf8_stream_push(u, "hello", 5, out, 2), 2);
+    moe_utf8_stream_free(u);
+    /* maximal-subpart replacement, whatever the chunking */
+    struct { const char *in; size_t n; const char *want; } cases[] = {
+        {"a\xff" "b", 3, "a\xef\xbf\xbd" "b"},
+        {"\xe4\xbd" "x", 3, "\xef\xbf\xbd" "x"},
+        {"\xc0\xaf", 2, "\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xed\xa0\x80", 3, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xf4\x90\x80\x80", 4, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xe2\x82\xac\xf0\x9f", 5, "\xe2\x82\xac\xef\xbf\xbd"},
+        {"\xe2\x82" "\xe2\x82\xac", 5, "\xef\xbf\xbd\xe2\x82\xac"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (size_t chunk = 1; chunk <= 3; chunk++) {
+            size_t o = stream_all(cases[i].in, cases[i].n, chunk, out);
+            CHECK_MSG(o == strlen(cases[i].want) && memcmp(out, cases[i].want, o) == 0, "stream case %zu chunk %zu", i, chunk);
+        }
+}
+
+int main(void) {
+    test_inp_out("vocab/ggml-vocab-gpt-2.gguf");
+    test_inp_out("vocab/ggml-vocab-llama-spm.gguf");
+    test_inp_out("vocab/qwen3-vocab.gguf");
+    test_public_json();
+    test_oracle_prompt("oracle/qwen3moe-tiny-f32.gguf");
+    test_oracle_prompt("oracle/laguna-tiny-f32.gguf");
+    test_special();
+    test_roundtrip("vocab/qwen3-vocab.gguf", 1000, 1);
+    test_roundtrip("vocab/ggml-vocab-gpt-2.gguf", 1000, 2);
+    test_roundtrip("oracle/laguna-tiny-f32.gguf", 1000, 3);
+    test_invalid_bytes();
+    test_malformed();
+    test_stream();
+    return check_report("test_tokenizer");
+}
