@@ -100,8 +100,8 @@ const char *moe_session_error(const moe_session *s);
 
 typedef struct moe_sampler_params {
     float temp;      /* <= 0: greedy (argmax, ties to the lowest id) */
-    int   top_k;     /* <= 0: off */
-    float top_p;     /* >= 1: off */
+    int   top_k;     /* 0: off */
+    float top_p;     /* 0 or 1: off */
     float min_p;     /* <= 0: off */
     uint64_t seed;
 } moe_sampler_params;

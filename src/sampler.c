@@ -36,8 +36,10 @@ int moe_sampler_new(const moe_sampler_params *p, int n_vocab, moe_sampler **out,
     if (p) d = *p;
     if (!isfinite(d.temp) || !isfinite(d.top_p) || !isfinite(d.min_p))
         return moe_errf(err, errlen, MOE_EINVAL, "sampler: temp, top_p and min_p must be finite");
-    if (d.top_p <= 0.0f) return moe_errf(err, errlen, MOE_EINVAL, "sampler: top_p must be in (0, 1]");
-    if (d.min_p >= 1.0f) return moe_errf(err, errlen, MOE_EINVAL, "sampler: min_p must be in [0, 1)");
+    if (d.top_p < 0.0f) return moe_errf(err, errlen, MOE_EINVAL, "sampler: top_p %g must be in [0, 1] (0 or 1: off)", (double)d.top_p);
+    if (d.min_p < 0.0f || d.min_p >= 1.0f) return moe_errf(err, errlen, MOE_EINVAL, "sampler: min_p %g must be in [0, 1)", (double)d.min_p);
+    if (d.top_k < 0) return moe_errf(err, errlen, MOE_EINVAL, "sampler: top_k %d must be >= 0 (0: off)", d.top_k);
+    if (d.top_p == 0.0f) d.top_p = 1.0f;
     moe_sampler *s = calloc(1, sizeof *s);
     if (!s) return moe_errf(err, errlen, MOE_ENOMEM, "sampler: out of memory");
     s->c = malloc((size_t)n_vocab * sizeof *s->c);

@@ -30,6 +30,39 @@ static inline float moe_bf16_to_f32(uint16_t b) {
 }
 uint16_t moe_f32_to_bf16(float f); /* round to nearest even, NaN kept quiet */
 
+/* exp(x) for the forward pass: Cody-Waite range reduction and Cephes' degree-6
+ * polynomial, within 2 ulp of the true value for normal results; results below
+ * FLT_MIN flush to 0, above FLT_MAX give +inf, NaN stays NaN. Written with
+ * plain IEEE operations only (no libm, no fma: the build sets
+ * -ffp-contract=off), so it gives the same bits on every machine, compiler
+ * vectorisation or not — and it is several times faster than libm's expf,
+ * which matters for attention softmax. */
+static inline float moe_expf(float x) {
+    float xc = x < -87.33654f ? -87.33654f : (x > 88.72283f ? 88.72283f : x);
+    if (xc != xc) xc = 0.0f;                             /* NaN handled at the end */
+    float t = xc * 1.44269504088896341f + 12582912.0f;   /* round(x / ln2) via 1.5 * 2^23 */
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f;                     /* ln2 split in two parts */
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * (r * r) + r + 1.0f;
+    int32_t ni = (int32_t)n;                             /* n in [-126, 128] */
+    if (ni > 127) { y = y * 2.0f; ni = 127; }
+    int32_t e = ni + 127;
+    uint32_t bits = (uint32_t)e << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    y = y * scale;
+    if (x < -87.33654f) y = 0.0f;
+    if (x > 88.72283f) y = __builtin_inff();
+    return x != x ? x : y;
+}
+
 /* Monotonic clock in seconds. */
 double moe_now(void);
 

@@ -76,9 +76,9 @@ static void rms_norm(const float *x, const float *w, float *y, int n, float eps)
         for (int i = 0; i < n; i++) y[i] = x[i] * scale;
 }
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
-static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float silu(float x) { return x / (1.0f + moe_expf(-x)); }
+static inline float softplus(float x) { return x > 20.0f ? x : log1pf(moe_expf(x)); }
+static inline float sigmoid(float x) { return 1.0f / (1.0f + moe_expf(-x)); }
 
 /* NEOX rotation of the first n_rot dims with a precomputed (cos, sin) row. */
 static void rope_apply(float *x, const float *cs, int n_rot) {
@@ -127,7 +127,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
         }
         float sum = 0.0f;
         for (int j = j0; j <= pos; j++) {
-            float e = expf(sc[j - j0] - mx);
+            float e = moe_expf(sc[j - j0] - mx);
             sc[j - j0] = e;
             sum += e;
         }
@@ -263,7 +263,7 @@ static void route_token(const moe_session *s, const moe_layer *L, int t, bool pe
         float mx = -INFINITY;
         for (int e = 0; e < NE; e++) if (lg[e] > mx) mx = lg[e];
         double sum = 0.0;
-        for (int e = 0; e < NE; e++) { lg[e] = expf(lg[e] - mx); sum += (double)lg[e]; }
+        for (int e = 0; e < NE; e++) { lg[e] = moe_expf(lg[e] - mx); sum += (double)lg[e]; }
         float inv = (float)(1.0 / sum);
         for (int e = 0; e < NE; e++) lg[e] *= inv;
     }

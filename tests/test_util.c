@@ -1,0 +1,149 @@
+/* test_util.c — the small pieces: moe_expf accuracy, half/bfloat conversion,
+ * static partitioning, flag specs, the sampler. */
+#include <math.h>
+#include <stdint.h>
+
+#include "check.h"
+#include "flags.h"
+#include "moefast.h"
+#include "threads.h"
+#include "util.h"
+
+static void test_expf(void) {
+    double worst = 0;
+    int n = 0;
+    for (float x = -87.0f; x < 88.7f; x += 0.00173f, n++) {
+        double ref = exp((double)x);
+        float a = moe_expf(x);
+        float fr = (float)ref;
+        double ulp = fabs((double)a - ref) / (double)(nextafterf(fr, INFINITY) - fr);
+        if (ulp > worst) worst = ulp;
+    }
+    CHECK_MSG(worst <= 2.0, "moe_expf: max error %.3f ulp over %d points", worst, n);
+    CHECK(moe_expf(0.0f) == 1.0f);
+    CHECK(moe_expf(-1000.0f) == 0.0f);
+    CHECK(isinf(moe_expf(1000.0f)) && moe_expf(1000.0f) > 0);
+    CHECK(isnan(moe_expf(NAN)));
+    CHECK(moe_expf(-INFINITY) == 0.0f);
+    CHECK(moe_expf(88.72f) > 3.3e38f);
+}
+
+static void test_half(void) {
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = moe_f16_to_f32((uint16_t)h);
+        uint16_t back = moe_f32_to_f16(f);
+        bool nan = ((h >> 10) & 0x1f) == 0x1f && (h & 0x3ff);
+        if (nan ? !isnan(f) : back != h) bad++;
+    }
+    CHECK_MSG(bad == 0, "%d half values do not round-trip", bad);
+    CHECK(moe_f32_to_f16(65520.0f) == 0x7c00);                 /* rounds to inf */
+    CHECK(moe_f32_to_f16(65519.0f) == 0x7bff);
+    CHECK(moe_f32_to_f16(1.0f + 0x1p-11f) == 0x3c00);         /* tie -> even */
+    CHECK(moe_f32_to_f16(1.0f + 3 * 0x1p-11f) == 0x3c02);
+    CHECK(moe_f32_to_f16(0x1p-25f) == 0x0000);                /* half of the smallest subnormal: even -> 0 */
+    CHECK(moe_f32_to_f16(0x1.8p-25f) == 0x0001);
+    CHECK(moe_f16_to_f32(0x0001) == 0x1p-24f);
+    CHECK(moe_f32_to_bf16(1.0f) == 0x3f80);
+    CHECK(moe_f32_to_bf16(1.0f + 0x1p-8f) == 0x3f80);         /* tie -> even */
+    CHECK(moe_f32_to_bf16(1.0f + 3 * 0x1p-8f) == 0x3f82);
+    CHECK(isnan(moe_bf16_to_f32(moe_f32_to_bf16(NAN))));
+}
+
+static void test_split(void) {
+    for (int64_t n = 0; n < 70; n++)
+        for (int nth = 1; nth <= 7; nth++)
+            for (int64_t align = 1; align <= 16; align *= 4) {
+                int64_t next = 0;
+                for (int ith = 0; ith < nth; ith++) {
+                    int64_t b, e;
+                    moe_split(n, ith, nth, align, &b, &e);
+                    CHECK(b == next && e >= b && e <= n);
+                    next = e;
+                }
+                CHECK(next == n);
+            }
+}
+
+static void test_flags(void) {
+    char err[256];
+    uint64_t m;
+    CHECK(moe_flags_parse("none", moe_flags_default(), &m, err, sizeof err) == MOE_OK && m == 0);
+    CHECK(moe_flags_parse(NULL, 5, &m, err, sizeof err) == MOE_OK && m == 5);
+    CHECK(moe_flags_parse("-simd", moe_flags_default(), &m, err, sizeof err) == MOE_OK &&
+          !moe_flag_on(m, MOE_FLAG_SIMD) && moe_flag_on(m, MOE_FLAG_THREADS));
+    CHECK(moe_flags_parse("none,+gemm_batch", moe_flags_default(), &m, err, sizeof err) == MOE_OK &&
+          m == (1ull << MOE_FLAG_GEMM_BATCH));
+    CHECK(moe_flags_parse("all", 0, &m, err, sizeof err) == MOE_OK && !moe_flag_on(m, MOE_FLAG_TEST_PERTURB));
+    CHECK(moe_flags_parse("+test_perturb", 0, &m, err, sizeof err) == MOE_OK && moe_flag_on(m, MOE_FLAG_TEST_PERTURB));
+    CHECK(moe_flags_parse("+nosuch", 0, &m, err, sizeof err) == MOE_EINVAL);
+    CHECK_STR_CONTAINS(err, "unknown flag 'nosuch'");
+    char buf[256];
+    moe_flags_format(0, buf, sizeof buf);
+    CHECK(!strcmp(buf, "none"));
+    moe_flags_format(moe_flags_default(), buf, sizeof buf);
+    uint64_t back;
+    CHECK(moe_flags_parse(buf, 0, &back, err, sizeof err) == MOE_OK && back == moe_flags_default());
+}
+
+static void test_sampler(void) {
+    char err[256];
+    float lg[6] = {1.0f, 3.0f, 3.0f, -2.0f, 0.5f, 2.9f};
+    CHECK(moe_argmax(lg, 6) == 1);                            /* ties -> lowest id */
+    moe_sampler *s = NULL;
+    moe_sampler_params p = {0};
+    CHECK(moe_sampler_new(&p, 6, &s, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_sample(s, lg) == 1);
+    moe_sampler_free(s);
+    moe_sampler_params k1 = {.temp = 1.0f, .top_k = 1, .top_p = 1.0f, .seed = 3};
+    CHECK(moe_sampler_new(&k1, 6, &s, err, sizeof err) == MOE_OK);
+    for (int i = 0; i < 20; i++) CHECK(moe_sampler_sample(s, lg) == 1);
+    moe_sampler_free(s);
+    /* same seed -> same sequence; frequencies follow the softmax */
+    moe_sampler_params t1 = {.temp = 1.0f, .top_p = 1.0f, .seed = 42};
+    moe_sampler *a = NULL, *b = NULL;
+    CHECK(moe_sampler_new(&t1, 6, &a, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_new(&t1, 6, &b, err, sizeof err) == MOE_OK);
+    int counts[6] = {0}, same = 1;
+    for (int i = 0; i < 20000; i++) {
+        int x = moe_sampler_sample(a, lg), y = moe_sampler_sample(b, lg);
+        same &= x == y;
+        counts[x]++;
+    }
+    CHECK(same);
+    double z = 0;
+    for (int i = 0; i < 6; i++) z += exp(lg[i]);
+    for (int i = 0; i < 6; i++) {
+        double want = 20000 * exp(lg[i]) / z;
+        CHECK_MSG(fabs(counts[i] - want) < 5 * sqrt(want + 1) + 5, "token %d drawn %d times, expected %.0f", i,
+                  counts[i], want);
+    }
+    moe_sampler_free(a);
+    moe_sampler_free(b);
+    /* min_p keeps only tokens with p >= min_p * p_max; top_p keeps the nucleus */
+    moe_sampler_params mp = {.temp = 1.0f, .top_p = 1.0f, .min_p = 0.5f, .seed = 1};
+    CHECK(moe_sampler_new(&mp, 6, &s, err, sizeof err) == MOE_OK);
+    for (int i = 0; i < 200; i++) {
+        int x = moe_sampler_sample(s, lg);
+        CHECK(x == 1 || x == 2 || x == 5);
+    }
+    moe_sampler_free(s);
+    moe_sampler_params tp = {.temp = 1.0f, .top_p = 0.3f, .seed = 1};
+    CHECK(moe_sampler_new(&tp, 6, &s, err, sizeof err) == MOE_OK);
+    for (int i = 0; i < 200; i++) CHECK(moe_sampler_sample(s, lg) == 1);
+    moe_sampler_free(s);
+    moe_sampler_params bad = {.temp = 1.0f, .top_p = -0.5f};
+    CHECK(moe_sampler_new(&bad, 6, &s, err, sizeof err) == MOE_EINVAL);
+    moe_sampler_params badm = {.temp = 1.0f, .top_p = 1.0f, .min_p = 1.0f};
+    CHECK(moe_sampler_new(&badm, 6, &s, err, sizeof err) == MOE_EINVAL);
+    CHECK(moe_sampler_new(&p, 0, &s, err, sizeof err) == MOE_EINVAL);
+}
+
+int main(void) {
+    test_expf();
+    test_half();
+    test_split();
+    test_flags();
+    test_sampler();
+    return check_report("test_util");
+}
