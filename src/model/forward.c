@@ -196,60 +196,58 @@ static void attention_block(moe_session *s, int il, int n) {
 
 /* ---- feed-forward ------------------------------------------------------------------- */
 
-/* A group: one expert (matrix index) applied to a run of gathered rows. */
+/* SwiGLU jobs: out[row] = Wd (silu(Wg x[row]) * Wu x[row]) for the rows of
+ * one job (a routed expert with its gathered tokens, the shared expert over
+ * all tokens, or the dense FFN). All jobs of a layer run in the same two
+ * parallel phases, so the shared expert is scheduled together with the routed
+ * ones and each thread gets an equal, contiguous share of the rows. */
 typedef struct {
     moe_session *s;
-    const moe_weight *wg, *wu, *wd;
-    int n_groups;
-    const int32_t *g_mat;    /* [n_groups] matrix index */
-    const int32_t *g_row0;   /* [n_groups + 1] first gathered row of each group */
-    const float *xin;        /* [rows][n_in] gathered inputs */
-    float *hg, *hu;          /* [rows][F] */
-    float *out;              /* [rows][n_out of wd] */
-    int phase;               /* 0: gate+up(+silu fused), 1: gate, 2: up, 3: silu, 4: down */
-} grp_task;
+    const moe_ffn_job *jobs;
+    int n_jobs;
+    int phase;               /* 0: gate+up with SiLU fused, 1: gate, 2: up, 3: SiLU, 4: down */
+    const int64_t *pre;      /* prefix sums of the rows of this phase, [n_jobs + 1] */
+} jobs_task;
 
-/* Splits the combined row space (groups x rows-per-matrix) statically. */
-static void grp_worker(void *ctx, int ith, int nth) {
-    grp_task *g = ctx;
-    const moe_kernels *k = g->s->kern;
-    const int64_t F = g->wg->n_out, E_in = g->wg->n_in, E_out = g->wd->n_out;
-    const int64_t per = g->phase == 4 ? E_out : F;
+static void jobs_worker(void *ctx, int ith, int nth) {
+    jobs_task *jt = ctx;
+    const moe_kernels *k = jt->s->kern;
     int64_t b, e;
-    moe_split((int64_t)g->n_groups * per, ith, nth, 8, &b, &e);
-    while (b < e) {
-        int gi = (int)(b / per);
-        int64_t r0 = b % per, r1 = per;
+    moe_split(jt->pre[jt->n_jobs], ith, nth, 8, &b, &e);
+    int ji = 0;
+    while (ji < jt->n_jobs && jt->pre[ji + 1] <= b) ji++;
+    for (; b < e; ji++) {
+        const moe_ffn_job *j = &jt->jobs[ji];
+        int64_t r0 = b - jt->pre[ji], r1 = jt->pre[ji + 1] - jt->pre[ji];
         if (r1 - r0 > e - b) r1 = r0 + (e - b);
-        int32_t row0 = g->g_row0[gi], nr = g->g_row0[gi + 1] - row0;
-        int64_t mat = g->g_mat[gi];
-        const float *xi = g->xin + (size_t)row0 * (size_t)E_in;
-        float *hg = g->hg + (size_t)row0 * (size_t)F, *hu = g->hu + (size_t)row0 * (size_t)F;
-        if (g->phase == 0 || g->phase == 1) matmul_rows(k, g->wg, mat, xi, (size_t)E_in, nr, hg, (size_t)F, r0, r1);
-        if (g->phase == 0 || g->phase == 2) matmul_rows(k, g->wu, mat, xi, (size_t)E_in, nr, hu, (size_t)F, r0, r1);
-        if (g->phase == 0 || g->phase == 3)
-            for (int t = 0; t < nr; t++)
+        const size_t F = (size_t)j->wg->n_out, En = (size_t)j->wg->n_in;
+        int ph = jt->phase;
+        if (ph == 0 || ph == 1) matmul_rows(k, j->wg, j->mat, j->x, En, j->nr, j->hg, F, r0, r1);
+        if (ph == 0 || ph == 2) matmul_rows(k, j->wu, j->mat, j->x, En, j->nr, j->hu, F, r0, r1);
+        if (ph == 0 || ph == 3)
+            for (int t = 0; t < j->nr; t++)
                 for (int64_t r = r0; r < r1; r++) {
-                    size_t i = (size_t)t * (size_t)F + (size_t)r;
-                    hg[i] = silu(hg[i]) * hu[i];
+                    size_t i = (size_t)t * F + (size_t)r;
+                    j->hg[i] = silu(j->hg[i]) * j->hu[i];
                 }
-        if (g->phase == 4)
-            matmul_rows(k, g->wd, mat, hg, (size_t)F, nr, g->out + (size_t)row0 * (size_t)E_out, (size_t)E_out, r0, r1);
+        if (ph == 4) matmul_rows(k, j->wd, j->mat, j->hg, F, j->nr, j->out, (size_t)j->wd->n_out, r0, r1);
         b += r1 - r0;
     }
 }
 
-/* SwiGLU over groups: out[row] = Wd_g (silu(Wg_g x[row]) * Wu_g x[row]). */
-static void swiglu_groups(moe_session *s, const moe_weight *wg, const moe_weight *wu, const moe_weight *wd,
-                          int n_groups, const int32_t *g_mat, const int32_t *g_row0, const float *xin, float *out) {
-    grp_task g = {s, wg, wu, wd, n_groups, g_mat, g_row0, xin, s->hg, s->hu, out, 0};
+static void run_ffn_jobs(moe_session *s, const moe_ffn_job *jobs, int n_jobs) {
+    int64_t *pre = s->job_pre;
+    jobs_task jt = {s, jobs, n_jobs, 0, pre};
+    pre[0] = 0;
+    for (int i = 0; i < n_jobs; i++) pre[i + 1] = pre[i] + jobs[i].wg->n_out;
     if (moe_flag_on(s->flags, MOE_FLAG_FUSED_GATE_UP)) {
-        par(s, grp_worker, &g);
+        par(s, jobs_worker, &jt);
     } else {
-        for (g.phase = 1; g.phase <= 3; g.phase++) par(s, grp_worker, &g);
+        for (jt.phase = 1; jt.phase <= 3; jt.phase++) par(s, jobs_worker, &jt);
     }
-    g.phase = 4;
-    par(s, grp_worker, &g);
+    for (int i = 0; i < n_jobs; i++) pre[i + 1] = pre[i] + jobs[i].wd->n_out;
+    jt.phase = 4;
+    par(s, jobs_worker, &jt);
 }
 
 /* Router: chooses experts and weights for token t (rank order = descending score). */
@@ -302,27 +300,29 @@ static void ffn_block(moe_session *s, int il, int n) {
     const int E = hp->n_embd;
     for (int t = 0; t < n; t++)                                   /* h = RMSNorm(x) * ffn_norm  [n][E] */
         rms_norm(s->x + (size_t)t * E, L->ffn_norm, s->xn + (size_t)t * E, E, hp->rms_eps);
+    moe_ffn_job *jobs = s->jobs;
 
-    if (L->dense) {                                               /* one group: all n tokens */
-        int32_t gm[1] = {0}, gr[2] = {0, n};
-        swiglu_groups(s, &L->ffn_gate, &L->ffn_up, &L->ffn_down, 1, gm, gr, s->xn, s->ffn_out);
+    if (L->dense) {                                               /* dense SwiGLU over all n tokens */
+        jobs[0] = (moe_ffn_job){&L->ffn_gate, &L->ffn_up, &L->ffn_down, 0, s->xn, n, s->hg, s->hu, s->ffn_out};
+        run_ffn_jobs(s, jobs, 1);
         for (size_t i = 0; i < (size_t)n * E; i++) s->x[i] += s->ffn_out[i];
         return;
     }
     const int NE = hp->n_expert, K = hp->n_expert_used;
+    const size_t Fx = (size_t)hp->n_ff_exp;
     matmul(s, &L->router, s->xn, n, s->router);                   /* router logits [n][NE] */
     bool perturb_layer = moe_flag_on(s->flags, MOE_FLAG_TEST_PERTURB) && il == hp->n_layer - 1;
     for (int t = 0; t < n; t++) route_token(s, L, t, perturb_layer && s->n_past + t >= 20);
 
-    /* Group (token, slot) pairs by expert. With gemm_batch each expert's
-     * weights stream once per chunk; without it, token by token. Either way
-     * each output row is the same dot products. */
-    int32_t *g_mat = s->ex_count, *g_row0 = s->ex_count + NE + 1;  /* scratch: [NE+1] + [NE+2] */
+    /* Jobs: one per selected expert with its (token, slot) rows gathered in
+     * token order, plus the shared expert. With gemm_batch a chunk's tokens
+     * share one job per expert, so each expert's weights stream once per
+     * chunk; without it, token by token. Either way every output row is the
+     * same dot products. */
     bool batch = moe_flag_on(s->flags, MOE_FLAG_GEMM_BATCH);
-    int rows = 0;                                                 /* gathered rows: [n*K][E] in s->xg */
+    int rows = 0;                                                 /* gathered rows [n*K][E] in s->xg */
     for (int t_begin = 0; t_begin < n;) {
-        int t_end = batch ? n : t_begin + 1;
-        int n_groups = 0;
+        int t_end = batch ? n : t_begin + 1, n_jobs = 0;
         for (int e = 0; e < NE; e++) {
             int start = rows;
             for (int t = t_begin; t < t_end; t++)
@@ -332,13 +332,21 @@ static void ffn_block(moe_session *s, int il, int n) {
                         s->ex_slot[(size_t)t * K + k] = rows;
                         rows++;
                     }
-            if (rows > start) { g_mat[n_groups] = e; g_row0[n_groups] = start; n_groups++; }
+            if (rows > start)
+                jobs[n_jobs++] = (moe_ffn_job){&L->gate_exps, &L->up_exps, &L->down_exps, e,
+                                               s->xg + (size_t)start * E, rows - start, s->hg + (size_t)start * Fx,
+                                               s->hu + (size_t)start * Fx, s->eout + (size_t)start * E};
         }
-        g_row0[n_groups] = rows;
-        swiglu_groups(s, &L->gate_exps, &L->up_exps, &L->down_exps, n_groups, g_mat, g_row0, s->xg, s->eout);
+        bool last = t_end == n;
+        if (L->has_shexp && last) {                               /* shared expert: all n tokens, same phases */
+            size_t off = (size_t)n * K * Fx;
+            jobs[n_jobs++] = (moe_ffn_job){&L->gate_sh, &L->up_sh, &L->down_sh, 0, s->xn, n, s->hg + off,
+                                           s->hu + off, s->proj};
+        }
+        run_ffn_jobs(s, jobs, n_jobs);
         t_begin = t_end;
     }
-    for (int t = 0; t < n; t++) {                                 /* combine in rank order */
+    for (int t = 0; t < n; t++) {                                 /* combine in rank order, + shared */
         float *o = s->ffn_out + (size_t)t * E;
         const float *w = s->selw + (size_t)t * K;
         for (int k = 0; k < K; k++) {
@@ -348,11 +356,10 @@ static void ffn_block(moe_session *s, int il, int n) {
             else
                 for (int i = 0; i < E; i++) o[i] += y[i] * w[k];
         }
-    }
-    if (L->has_shexp) {
-        int32_t gm[1] = {0}, gr[2] = {0, n};
-        swiglu_groups(s, &L->gate_sh, &L->up_sh, &L->down_sh, 1, gm, gr, s->xn, s->proj);
-        for (size_t i = 0; i < (size_t)n * E; i++) s->ffn_out[i] += s->proj[i];
+        if (L->has_shexp) {
+            const float *sh = s->proj + (size_t)t * E;
+            for (int i = 0; i < E; i++) o[i] += sh[i];
+        }
     }
     for (size_t i = 0; i < (size_t)n * E; i++) s->x[i] += s->ffn_out[i];
 }

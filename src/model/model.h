@@ -96,7 +96,15 @@ struct moe_model {
 
 /* ---- session ---------------------------------------------------------------- */
 
-typedef struct moe_ckpt moe_ckpt;
+/* One SwiGLU job of an FFN block (forward.c). */
+typedef struct moe_ffn_job {
+    const moe_weight *wg, *wu, *wd;
+    int64_t mat;             /* expert index (0 for dense / shared) */
+    const float *x;          /* [nr][n_in] inputs */
+    int nr;                  /* rows (tokens) */
+    float *hg, *hu;          /* [nr][F] hidden */
+    float *out;              /* [nr][n_out] */
+} moe_ffn_job;
 
 struct moe_session {
     moe_model *m;
@@ -109,10 +117,11 @@ struct moe_session {
     /* scratch, sized for n_batch tokens */
     float *x, *xn, *q, *k, *v, *att, *gate, *proj, *ffn_out;
     float *router, *selw, *eout, *hg, *hu, *xg;
-    int32_t *sel, *ex_count, *ex_tok, *ex_slot;
+    int32_t *sel, *ex_slot;
+    moe_ffn_job *jobs;          /* [n_expert + 1] */
+    int64_t *job_pre;           /* [n_expert + 2] */
     float *scores;              /* [n_threads][n_ctx] */
     float *logits_tmp;          /* [n_vocab] */
-    moe_ckpt *ckpt;             /* differential mode checkpoints, or NULL */
     struct moe_session *shadow; /* differential mode: the all-flags-off twin */
     char err[MOE_ERR_LEN];
 };

@@ -116,10 +116,11 @@ static int session_create(moe_model *m, const moe_session_params *p, uint64_t fl
     s->selw = xcalloc(B * K, sizeof(float), &ok);
     s->sel = xcalloc(B * K, sizeof(int32_t), &ok);
     s->ex_slot = xcalloc(B * K, sizeof(int32_t), &ok);
-    s->ex_count = xcalloc(2 * NE + 3, sizeof(int32_t), &ok);
+    s->jobs = xcalloc(NE + 1, sizeof *s->jobs, &ok);
+    s->job_pre = xcalloc(NE + 2, sizeof *s->job_pre, &ok);
     s->xg = xcalloc(B * K * E, sizeof(float), &ok);
     s->eout = xcalloc(B * K * E, sizeof(float), &ok);
-    size_t hid = max3(B * K * (size_t)hp->n_ff_exp, B * (size_t)hp->n_ff, B * (size_t)hp->n_ff_shexp);
+    size_t hid = max3(B * K * (size_t)hp->n_ff_exp + B * (size_t)hp->n_ff_shexp, B * (size_t)hp->n_ff, 1);
     s->hg = xcalloc(hid, sizeof(float), &ok);
     s->hu = xcalloc(hid, sizeof(float), &ok);
     s->scores = xcalloc((size_t)n_threads * C, sizeof(float), &ok);
@@ -152,7 +153,8 @@ void moe_session_free(moe_session *s) {
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) free(fs[i]);
     free(s->sel);
     free(s->ex_slot);
-    free(s->ex_count);
+    free(s->jobs);
+    free(s->job_pre);
     moe_session_free(s->shadow);
     free(s);
 }
