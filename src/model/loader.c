@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "flags.h"
 #include "model/model.h"
@@ -245,6 +247,14 @@ int moe_model_load(const char *path, const moe_load_params *params, moe_model **
         goto fail;
     }
     compute_bytes_per_token(m);
+    if (moe_flag_on(m->flags, MOE_FLAG_READAHEAD) && m->gf->size > m->gf->data_offset) {
+        /* Start paging the weights in now (asynchronously) instead of one
+         * fault at a time during the first forward; advisory only. */
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t b = ((uintptr_t)m->gf->map + m->gf->data_offset) & ~(page - 1);
+        uintptr_t e = (uintptr_t)m->gf->map + m->gf->size;
+        (void)madvise((void *)b, e - b, MADV_WILLNEED);
+    }
     *out = m;
     return MOE_OK;
 fail:

@@ -1,0 +1,644 @@
+/* gen.c — `moefast gen`: writes qwen3moe / laguna GGUF files with seeded
+ * random weights, in exactly the layout llama.cpp reads (key names, tensor
+ * names, shapes and order copied from the shared oracle files).
+ *
+ * How weights are drawn (docs/MODELS.md): each tensor has its own PRNG stream
+ * (seed mixed with a hash of the tensor name), each matrix row a sub-stream
+ * (so rows are drawn in parallel without changing a byte). Every 32-value
+ * block of a row is an f16 scale d times int8 values q (triangular on
+ * -127..127, one value forced to +-127). The values d*q are exact in FP32, so
+ * the F32 and Q8_0 files of one seed hold identical weights, and Q8_0 blocks
+ * are written directly (ggml's Q8_0 quantizer gives back exactly d and q).
+ * Other types are produced with moe_quantize_row. No libm is used on values
+ * (1/sqrt for the per-tensor std is correctly rounded by IEEE): the file is
+ * byte-identical on every platform. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "quant/quant.h"
+#include "threads.h"
+#include "util.h"
+
+/* gen_vocab.c */
+typedef struct moe_gen_vocab {
+    char **tokens;
+    int32_t *types;
+    char **merges;
+    size_t n_tokens, n_merges;
+} moe_gen_vocab;
+int moe_gen_vocab_build(int64_t n_vocab, moe_gen_vocab *out, char *err, size_t errlen);
+void moe_gen_vocab_free(moe_gen_vocab *v);
+
+enum { ARCH_QWEN3MOE = 1, ARCH_LAGUNA = 2, ARCH_BOTH = 3 };
+
+typedef struct gen_cfg {
+    int arch;
+    const char *preset;
+    char name[128];
+    uint64_t seed;
+    int type, type_experts;
+    int64_t n_layer, n_embd, n_head, n_head_swa, n_head_kv, head_dim, n_vocab, n_ctx, n_ff;
+    int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+    int64_t swa_window, swa_pattern, rope_dim, rope_dim_swa, yarn_orig_ctx, n_dense_lead;
+    int64_t rope_scaling; /* 1 yarn, 0 none */
+    int64_t gate_per_element, expert_weights_norm;
+    double rope_base, rope_base_swa, yarn_factor, yarn_beta_fast, yarn_beta_slow;
+    double expert_weights_scale, rms_eps;
+} gen_cfg;
+
+/* ---- hyperparameter keys --------------------------------------------------- */
+
+enum { K_INT, K_FLOAT, K_TYPE, K_STR, K_ENUM, K_SEED };
+
+typedef struct key_def {
+    const char *name;
+    int arch;                 /* ARCH_* mask */
+    int kind;
+    size_t off;               /* offsetof in gen_cfg */
+    double lo, hi;
+    const char *choices;      /* K_ENUM: "a|b", value = index */
+    const char *help;
+} key_def;
+
+#define O(f) offsetof(gen_cfg, f)
+static const key_def KEYS[] = {
+    {"seed", ARCH_BOTH, K_SEED, O(seed), 0, 0, NULL, "PRNG seed (also --seed)"},
+    {"type", ARCH_BOTH, K_TYPE, O(type), 0, 0, NULL, "weight type of the matrices (also --type)"},
+    {"type_experts", ARCH_BOTH, K_TYPE, O(type_experts), 0, 0, NULL, "type of routed/shared expert matrices (also --type-experts)"},
+    {"name", ARCH_BOTH, K_STR, O(name), 0, 0, NULL, "general.name"},
+    {"n_layer", ARCH_BOTH, K_INT, O(n_layer), 1, 512, NULL, "block_count"},
+    {"n_embd", ARCH_BOTH, K_INT, O(n_embd), 32, 65536, NULL, "embedding_length (multiple of 32)"},
+    {"n_head", ARCH_BOTH, K_INT, O(n_head), 1, 1024, NULL, "query heads (laguna: sets n_head_full and n_head_swa)"},
+    {"n_head_full", ARCH_LAGUNA, K_INT, O(n_head), 1, 1024, NULL, "query heads of full-attention layers"},
+    {"n_head_swa", ARCH_LAGUNA, K_INT, O(n_head_swa), 1, 1024, NULL, "query heads of sliding-window layers"},
+    {"n_head_kv", ARCH_BOTH, K_INT, O(n_head_kv), 1, 1024, NULL, "KV heads (divides every n_head)"},
+    {"head_dim", ARCH_BOTH, K_INT, O(head_dim), 2, 1024, NULL, "key_length = value_length"},
+    {"n_vocab", ARCH_BOTH, K_INT, O(n_vocab), 260, 1 << 20, NULL, "vocabulary size (BPE trained to fill it)"},
+    {"n_ctx", ARCH_BOTH, K_INT, O(n_ctx), 16, 1 << 24, NULL, "context_length"},
+    {"n_ff", ARCH_BOTH, K_INT, O(n_ff), 32, 1 << 20, NULL, "feed_forward_length (laguna: dense FFN of leading layers)"},
+    {"n_expert", ARCH_BOTH, K_INT, O(n_expert), 1, 4096, NULL, "expert_count"},
+    {"n_expert_used", ARCH_BOTH, K_INT, O(n_expert_used), 1, 4096, NULL, "expert_used_count (top-k)"},
+    {"n_ff_exp", ARCH_BOTH, K_INT, O(n_ff_exp), 32, 1 << 20, NULL, "expert_feed_forward_length"},
+    {"n_ff_shexp", ARCH_LAGUNA, K_INT, O(n_ff_shexp), 32, 1 << 20, NULL, "expert_shared_feed_forward_length"},
+    {"n_dense_lead", ARCH_LAGUNA, K_INT, O(n_dense_lead), 0, 512, NULL, "leading_dense_block_count"},
+    {"rope_base", ARCH_BOTH, K_FLOAT, O(rope_base), 1, 1e12, NULL, "rope.freq_base (laguna: full layers)"},
+    {"rope_base_swa", ARCH_LAGUNA, K_FLOAT, O(rope_base_swa), 1, 1e12, NULL, "rope.freq_base_swa"},
+    {"rope_dim", ARCH_LAGUNA, K_INT, O(rope_dim), 2, 1024, NULL, "rope.dimension_count (full layers; even, <= head_dim)"},
+    {"rope_dim_swa", ARCH_LAGUNA, K_INT, O(rope_dim_swa), 2, 1024, NULL, "rope.dimension_count_swa (even, <= head_dim)"},
+    {"rope_scaling", ARCH_LAGUNA, K_ENUM, O(rope_scaling), 0, 0, "none|yarn", "rope.scaling.type of full layers (none omits the yarn keys)"},
+    {"yarn_factor", ARCH_LAGUNA, K_FLOAT, O(yarn_factor), 1, 1e6, NULL, "rope.scaling.factor"},
+    {"yarn_orig_ctx", ARCH_LAGUNA, K_INT, O(yarn_orig_ctx), 1, 1 << 24, NULL, "rope.scaling.original_context_length"},
+    {"yarn_beta_fast", ARCH_LAGUNA, K_FLOAT, O(yarn_beta_fast), 0, 1e6, NULL, "rope.scaling.yarn_beta_fast (llama.cpp uses 32)"},
+    {"yarn_beta_slow", ARCH_LAGUNA, K_FLOAT, O(yarn_beta_slow), 0, 1e6, NULL, "rope.scaling.yarn_beta_slow (llama.cpp uses 1)"},
+    {"swa_window", ARCH_LAGUNA, K_INT, O(swa_window), 0, 1 << 24, NULL, "attention.sliding_window (0: all layers full)"},
+    {"swa_pattern", ARCH_LAGUNA, K_INT, O(swa_pattern), 1, 512, NULL, "full attention at layers il % swa_pattern == 0 (key written when != 4)"},
+    {"expert_weights_scale", ARCH_LAGUNA, K_FLOAT, O(expert_weights_scale), 0, 1e6, NULL, "expert_weights_scale"},
+    {"expert_weights_norm", ARCH_LAGUNA, K_INT, O(expert_weights_norm), 0, 1, NULL, "expert_weights_norm (0/1)"},
+    {"gate", ARCH_LAGUNA, K_ENUM, O(gate_per_element), 0, 0, "head|element", "attn_gate: one scalar per head or per element"},
+    {"rms_eps", ARCH_BOTH, K_FLOAT, O(rms_eps), 1e-12, 0.1, NULL, "attention.layer_norm_rms_epsilon"},
+};
+#undef O
+#define N_KEYS (sizeof KEYS / sizeof KEYS[0])
+
+static void preset_qwen3moe(gen_cfg *c, int which) {
+    c->arch = ARCH_QWEN3MOE;
+    c->rms_eps = 1e-6;
+    c->rope_base = 1e6;
+    c->rope_scaling = 0;
+    if (which == 0) {        /* tiny: the shared oracle's qwen3moe-tiny */
+        c->n_layer = 4; c->n_embd = 256; c->n_head = 8; c->n_head_kv = 2; c->head_dim = 64;
+        c->n_vocab = 1000; c->n_ctx = 4096; c->n_ff = 256;
+        c->n_expert = 8; c->n_expert_used = 2; c->n_ff_exp = 128;
+    } else if (which == 1) { /* default: small, fast */
+        c->n_layer = 8; c->n_embd = 512; c->n_head = 8; c->n_head_kv = 2; c->head_dim = 64;
+        c->n_vocab = 2048; c->n_ctx = 8192; c->n_ff = 1536;
+        c->n_expert = 32; c->n_expert_used = 4; c->n_ff_exp = 64;
+    } else {                 /* bench */
+        c->n_layer = 16; c->n_embd = 1024; c->n_head = 16; c->n_head_kv = 4; c->head_dim = 128;
+        c->n_vocab = 32000; c->n_ctx = 32768; c->n_ff = 3072;
+        c->n_expert = 64; c->n_expert_used = 8; c->n_ff_exp = 512;
+    }
+    c->n_head_swa = c->n_head;
+}
+
+static void preset_laguna(gen_cfg *c, int which) {
+    c->arch = ARCH_LAGUNA;
+    c->rms_eps = 1e-6;
+    c->rope_base = 500000; c->rope_base_swa = 10000;
+    c->rope_scaling = 1; c->yarn_factor = 32; c->yarn_beta_fast = 32; c->yarn_beta_slow = 1;
+    c->swa_pattern = 4; c->n_dense_lead = 1;
+    c->expert_weights_scale = 2.5; c->expert_weights_norm = 1; c->gate_per_element = 0;
+    /* rotary dims: half the head on full layers, all of it on SWA layers
+     * (resolved from head_dim after the overrides unless set) */
+    c->rope_dim = -1; c->rope_dim_swa = -1;
+    if (which == 0) {        /* tiny: the shared oracle's laguna-tiny */
+        c->n_layer = 4; c->n_embd = 256; c->n_head = 4; c->n_head_swa = 6; c->n_head_kv = 2;
+        c->head_dim = 64; c->n_vocab = 1000; c->n_ctx = 16384; c->n_ff = 512;
+        c->n_expert = 16; c->n_expert_used = 4; c->n_ff_exp = 64; c->n_ff_shexp = 64;
+        c->swa_window = 12; c->yarn_orig_ctx = 512;
+    } else if (which == 1) { /* default: small, fast (`make run`) */
+        c->n_layer = 8; c->n_embd = 512; c->n_head = 8; c->n_head_swa = 12; c->n_head_kv = 2;
+        c->head_dim = 64; c->n_vocab = 2048; c->n_ctx = 16384; c->n_ff = 1536;
+        c->n_expert = 32; c->n_expert_used = 4; c->n_ff_exp = 64; c->n_ff_shexp = 64;
+        c->swa_window = 128; c->yarn_orig_ctx = 4096;
+    } else {                 /* bench: the shape of a Laguna XS, shrunk to ~1.8 GB */
+        c->n_layer = 16; c->n_embd = 1024; c->n_head = 16; c->n_head_swa = 24; c->n_head_kv = 4;
+        c->head_dim = 128; c->n_vocab = 32000; c->n_ctx = 32768; c->n_ff = 4096;
+        c->n_expert = 128; c->n_expert_used = 8; c->n_ff_exp = 256; c->n_ff_shexp = 256;
+        c->swa_window = 512; c->yarn_orig_ctx = 4096;
+    }
+}
+
+static int set_key(gen_cfg *c, const char *kv, char *err, size_t errlen) {
+    const char *eq = strchr(kv, '=');
+    if (!eq || eq == kv)
+        return moe_errf(err, errlen, MOE_EINVAL, "bad override '%s' (expected key=value)", kv);
+    size_t kl = (size_t)(eq - kv);
+    const char *val = eq + 1;
+    const key_def *k = NULL;
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (strlen(KEYS[i].name) == kl && !memcmp(KEYS[i].name, kv, kl)) { k = &KEYS[i]; break; }
+    if (!k)
+        return moe_errf(err, errlen, MOE_EINVAL, "unknown key '%.*s' (see moefast gen --help)",
+                        (int)kl, kv);
+    if (!(k->arch & c->arch))
+        return moe_errf(err, errlen, MOE_EINVAL, "key '%s' does not apply to arch %s", k->name,
+                        c->arch == ARCH_LAGUNA ? "laguna" : "qwen3moe");
+    char *p = (char *)c + k->off, *end;
+    errno = 0;
+    switch (k->kind) {
+    case K_SEED: {
+        if (*val == '-' || !*val) goto bad;
+        unsigned long long v = strtoull(val, &end, 0);
+        if (errno || *end) goto bad;
+        memcpy(p, &(uint64_t){v}, sizeof(uint64_t));
+        return MOE_OK;
+    }
+    case K_INT: {
+        long long v = strtoll(val, &end, 10);
+        if (errno || end == val || *end || v < k->lo || v > k->hi) goto bad;
+        memcpy(p, &(int64_t){v}, sizeof(int64_t));
+        if (!strcmp(k->name, "n_head")) c->n_head_swa = v; /* laguna shorthand: both */
+        return MOE_OK;
+    }
+    case K_FLOAT: {
+        double v = strtod(val, &end);
+        if (errno || end == val || *end || !(v >= k->lo && v <= k->hi)) goto bad;
+        memcpy(p, &v, sizeof v);
+        return MOE_OK;
+    }
+    case K_TYPE: {
+        int t = moe_type_by_name(val);
+        const moe_type_info *ti = t >= 0 ? moe_type_get((uint32_t)t) : NULL;
+        if (!ti || !ti->name)
+            return moe_errf(err, errlen, MOE_EINVAL, "unknown type '%s' for key '%s'", val, k->name);
+        if (!ti->supported)
+            return moe_errf(err, errlen, MOE_EUNSUPPORTED, "type %s (key '%s') is not supported",
+                            ti->name, k->name);
+        memcpy(p, &t, sizeof t);
+        return MOE_OK;
+    }
+    case K_STR:
+        if (strlen(val) >= sizeof c->name || !*val) goto bad;
+        strcpy(p, val);
+        return MOE_OK;
+    case K_ENUM: {
+        const char *s = k->choices;
+        for (int64_t idx = 0; *s; idx++) {
+            const char *bar = strchr(s, '|');
+            size_t n = bar ? (size_t)(bar - s) : strlen(s);
+            if (strlen(val) == n && !memcmp(val, s, n)) {
+                memcpy(p, &idx, sizeof idx);
+                return MOE_OK;
+            }
+            s += n + (bar ? 1 : 0);
+        }
+        return moe_errf(err, errlen, MOE_EINVAL, "bad value '%s' for key '%s' (expected %s)", val,
+                        k->name, k->choices);
+    }
+    }
+bad:
+    if (k->kind == K_INT)
+        return moe_errf(err, errlen, MOE_EINVAL, "bad value '%s' for key '%s' (expected an integer in %.0f..%.0f)",
+                        val, k->name, k->lo, k->hi);
+    if (k->kind == K_FLOAT)
+        return moe_errf(err, errlen, MOE_EINVAL, "bad value '%s' for key '%s' (expected a number in %g..%g)",
+                        val, k->name, k->lo, k->hi);
+    return moe_errf(err, errlen, MOE_EINVAL, "bad value '%s' for key '%s'", val, k->name);
+}
+
+static bool layer_is_swa(const gen_cfg *c, int64_t il) {
+    return c->arch == ARCH_LAGUNA && c->swa_window > 0 && il % c->swa_pattern != 0;
+}
+static int64_t layer_heads(const gen_cfg *c, int64_t il) {
+    return layer_is_swa(c, il) ? c->n_head_swa : c->n_head;
+}
+static bool layer_is_dense(const gen_cfg *c, int64_t il) {
+    return c->arch == ARCH_LAGUNA && il < c->n_dense_lead;
+}
+
+static int validate(const gen_cfg *c, char *err, size_t errlen) {
+#define BAD(...) return moe_errf(err, errlen, MOE_EINVAL, __VA_ARGS__)
+    if (c->n_head % c->n_head_kv || c->n_head_swa % c->n_head_kv)
+        BAD("n_head_kv=%lld must divide the query head counts (%lld, %lld)", (long long)c->n_head_kv,
+            (long long)c->n_head, (long long)c->n_head_swa);
+    if (c->n_expert_used > c->n_expert)
+        BAD("n_expert_used=%lld exceeds n_expert=%lld", (long long)c->n_expert_used, (long long)c->n_expert);
+    if (c->head_dim % 2) BAD("head_dim=%lld must be even", (long long)c->head_dim);
+    /* weights are drawn in 32-value blocks along rows */
+    const struct { const char *k; int64_t v; } rows[] = {
+        {"n_embd", c->n_embd}, {"n_ff", c->n_ff}, {"n_ff_exp", c->n_ff_exp},
+        {"n_ff_shexp", c->arch == ARCH_LAGUNA ? c->n_ff_shexp : 32}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        if (rows[i].v % 32) BAD("%s=%lld must be a multiple of 32", rows[i].k, (long long)rows[i].v);
+    if (c->arch == ARCH_LAGUNA) {
+        if (c->rope_dim % 2 || c->rope_dim > c->head_dim)
+            BAD("rope_dim=%lld must be even and <= head_dim=%lld", (long long)c->rope_dim, (long long)c->head_dim);
+        if (c->rope_dim_swa % 2 || c->rope_dim_swa > c->head_dim)
+            BAD("rope_dim_swa=%lld must be even and <= head_dim=%lld", (long long)c->rope_dim_swa,
+                (long long)c->head_dim);
+        if (c->n_dense_lead > c->n_layer)
+            BAD("n_dense_lead=%lld exceeds n_layer=%lld", (long long)c->n_dense_lead, (long long)c->n_layer);
+    }
+    return MOE_OK;
+#undef BAD
+}
+
+/* ---- the tensor plan ------------------------------------------------------ */
+
+enum { W_MATRIX, W_NORM, W_BIAS };
+
+typedef struct tplan {
+    char name[64];
+    uint32_t n_dims;
+    int64_t ne[3];
+    int type;
+    int kind;
+    float std;        /* W_MATRIX: target standard deviation */
+} tplan;
+
+typedef struct plan {
+    tplan *t;
+    size_t n, cap;
+} plan;
+
+static int plan_add(plan *p, int kind, int type, float std, uint32_t n_dims, int64_t ne0, int64_t ne1,
+                    int64_t ne2, const char *fmt, int64_t il) {
+    if (p->n == p->cap) {
+        size_t nc = p->cap ? 2 * p->cap : 64;
+        tplan *nt = realloc(p->t, nc * sizeof *nt);
+        if (!nt) return -1;
+        p->t = nt;
+        p->cap = nc;
+    }
+    tplan *t = &p->t[p->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, fmt, (long long)il);
+    t->n_dims = n_dims;
+    t->ne[0] = ne0; t->ne[1] = ne1; t->ne[2] = ne2;
+    t->type = kind == W_MATRIX ? type : MOE_T_F32;
+    t->kind = kind;
+    t->std = std;
+    return 0;
+}
+
+/* Scales: every projection keeps the RMS of a unit input (std 1/sqrt(fan_in));
+ * the embedding has std 1; the lm head has gain 1.6 so logits have RMS ~1.6
+ * (like the shared oracle models); norms are 1 +- 0.1. */
+static float inv_sqrt(int64_t n) { return (float)(1.0 / sqrt((double)n)); }
+
+static int build_plan(const gen_cfg *c, plan *p) {
+    const int T = c->type, TE = c->type_experts;
+    const int64_t E = c->n_embd, hd = c->head_dim, kv = c->n_head_kv * hd;
+    const float se = inv_sqrt(E);
+    int r = 0;
+    r |= plan_add(p, W_MATRIX, T, 1.0f, 2, E, c->n_vocab, 1, "token_embd.weight", 0);
+    for (int64_t il = 0; il < c->n_layer && !r; il++) {
+        const int64_t q = layer_heads(c, il) * hd;
+        r |= plan_add(p, W_NORM, 0, 0, 1, E, 1, 1, "blk.%lld.attn_norm.weight", il);
+        r |= plan_add(p, W_MATRIX, T, se, 2, E, q, 1, "blk.%lld.attn_q.weight", il);
+        r |= plan_add(p, W_MATRIX, T, se, 2, E, kv, 1, "blk.%lld.attn_k.weight", il);
+        r |= plan_add(p, W_MATRIX, T, se, 2, E, kv, 1, "blk.%lld.attn_v.weight", il);
+        r |= plan_add(p, W_NORM, 0, 0, 1, hd, 1, 1, "blk.%lld.attn_q_norm.weight", il);
+        r |= plan_add(p, W_NORM, 0, 0, 1, hd, 1, 1, "blk.%lld.attn_k_norm.weight", il);
+        r |= plan_add(p, W_MATRIX, T, inv_sqrt(q), 2, q, E, 1, "blk.%lld.attn_output.weight", il);
+        if (c->arch == ARCH_LAGUNA)
+            r |= plan_add(p, W_MATRIX, T, se, 2, E, c->gate_per_element ? q : layer_heads(c, il), 1,
+                          "blk.%lld.attn_gate.weight", il);
+        r |= plan_add(p, W_NORM, 0, 0, 1, E, 1, 1, "blk.%lld.ffn_norm.weight", il);
+        if (layer_is_dense(c, il)) {
+            r |= plan_add(p, W_MATRIX, T, se, 2, E, c->n_ff, 1, "blk.%lld.ffn_gate.weight", il);
+            r |= plan_add(p, W_MATRIX, T, se, 2, E, c->n_ff, 1, "blk.%lld.ffn_up.weight", il);
+            r |= plan_add(p, W_MATRIX, T, inv_sqrt(c->n_ff), 2, c->n_ff, E, 1, "blk.%lld.ffn_down.weight", il);
+            continue;
+        }
+        const int64_t X = c->n_expert, F = c->n_ff_exp;
+        /* router: F32 always (std 1/sqrt(E): sigmoid/softmax inputs of RMS ~1) */
+        r |= plan_add(p, W_MATRIX, MOE_T_F32, se, 2, E, X, 1, "blk.%lld.ffn_gate_inp.weight", il);
+        if (c->arch == ARCH_LAGUNA)
+            r |= plan_add(p, W_BIAS, 0, 0, 1, X, 1, 1, "blk.%lld.exp_probs_b.bias", il);
+        r |= plan_add(p, W_MATRIX, TE, se, 3, E, F, X, "blk.%lld.ffn_gate_exps.weight", il);
+        r |= plan_add(p, W_MATRIX, TE, se, 3, E, F, X, "blk.%lld.ffn_up_exps.weight", il);
+        r |= plan_add(p, W_MATRIX, TE, inv_sqrt(F), 3, F, E, X, "blk.%lld.ffn_down_exps.weight", il);
+        if (c->arch == ARCH_LAGUNA) {
+            const int64_t S = c->n_ff_shexp;
+            r |= plan_add(p, W_MATRIX, TE, se, 2, E, S, 1, "blk.%lld.ffn_gate_shexp.weight", il);
+            r |= plan_add(p, W_MATRIX, TE, se, 2, E, S, 1, "blk.%lld.ffn_up_shexp.weight", il);
+            r |= plan_add(p, W_MATRIX, TE, inv_sqrt(S), 2, S, E, 1, "blk.%lld.ffn_down_shexp.weight", il);
+        }
+    }
+    r |= plan_add(p, W_NORM, 0, 0, 1, E, 1, 1, "output_norm.weight", 0);
+    r |= plan_add(p, W_MATRIX, T, 1.6f * se, 2, E, c->n_vocab, 1, "output.weight", 0);
+    return r ? -1 : 0;
+}
+
+/* ---- weight drawing ---------------------------------------------------------- */
+
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) { h ^= (unsigned char)*s; h *= 0x100000001b3ull; }
+    return h;
+}
+
+/* RMS of the int8 values draw_block makes: a triangular sum of two 7-bit
+ * uniforms, (a & 127) + (b & 127) - 127 (variance 2*(128^2-1)/12 = 2730.5),
+ * with one value per 32 forced to +-127: sqrt((31*2730.5 + 127^2)/32). */
+#define Q_RMS 56.12f
+
+/* One 32-value block: *d16 = f16 scale, q = int8 values. */
+static inline void draw_block(moe_rng *r, float d_base, uint16_t *d16, int8_t q[32]) {
+    uint64_t h = moe_rng_next(r);
+    /* per-block scale jitter 0.75..1.24 so blocks differ like real weights */
+    float d = d_base * (0.75f + (float)(h & 63) * (1.0f / 128.0f));
+    *d16 = moe_f32_to_f16(d);
+    for (int i = 0; i < 32; i += 4) {
+        uint64_t v = moe_rng_next(r);
+        for (int j = 0; j < 4; j++, v >>= 16)
+            q[i + j] = (int8_t)((int)(v & 127) + (int)((v >> 8) & 127) - 127);
+    }
+    /* one value at +-127 makes amax = 127*d, so ggml's Q8_0 quantizer
+     * recovers exactly this d and q from the FP32 values */
+    q[(h >> 6) & 31] = (h >> 11) & 1 ? -127 : 127;
+}
+
+typedef struct draw_job {
+    const tplan *t;
+    uint64_t seed;      /* the tensor's stream: run seed mixed with its name */
+    uint8_t *dst;
+    float *scratch;     /* nth rows of ne[0] floats */
+    uint64_t row_bytes;
+} draw_job;
+
+/* Rows [r0, r1) of a matrix. Every row has its own PRNG stream, so the file
+ * does not depend on how rows are split across threads. */
+static void draw_rows(const draw_job *j, int64_t r0, int64_t r1, float *row) {
+    const tplan *t = j->t;
+    const int64_t n = t->ne[0];
+    const float d_base = t->std / Q_RMS;
+    for (int64_t ir = r0; ir < r1; ir++) {
+        moe_rng r;
+        moe_rng_seed(&r, j->seed + 0x9e3779b97f4a7c15ull * (uint64_t)(ir + 1));
+        uint8_t *out = j->dst + (uint64_t)ir * j->row_bytes;
+        for (int64_t b = 0; b < n / 32; b++) {
+            uint16_t d16;
+            int8_t q[32];
+            draw_block(&r, d_base, &d16, q);
+            if (t->type == MOE_T_Q8_0) { /* exactly what the quantizer would give */
+                memcpy(out + 34 * b, &d16, 2);
+                memcpy(out + 34 * b + 2, q, 32);
+                continue;
+            }
+            const float d = moe_f16_to_f32(d16);
+            for (int i = 0; i < 32; i++) row[32 * b + i] = d * (float)q[i];
+        }
+        if (t->type != MOE_T_Q8_0) moe_quantize_row((uint32_t)t->type, row, out, n);
+    }
+}
+
+static void draw_task(void *ctx, int ith, int nth) {
+    const draw_job *j = ctx;
+    int64_t r0, r1;
+    moe_split(j->t->ne[1] * j->t->ne[2], ith, nth, 1, &r0, &r1);
+    draw_rows(j, r0, r1, j->scratch + (size_t)ith * (size_t)j->t->ne[0]);
+}
+
+static void draw_tensor(const gen_cfg *c, const tplan *t, uint8_t *dst, float *scratch, moe_pool *pool) {
+    const uint64_t seed = c->seed ^ name_hash(t->name);
+    if (t->kind != W_MATRIX) {
+        moe_rng r;
+        moe_rng_seed(&r, seed);
+        float *o = (float *)(void *)dst;
+        for (int64_t i = 0; i < t->ne[0]; i++) {
+            int v = (int)(moe_rng_next(&r) % 2001) - 1000; /* -1000..1000 */
+            o[i] = t->kind == W_NORM ? 1.0f + (float)v * 1e-4f : (float)v * 5e-5f;
+        }
+        return;
+    }
+    draw_job j = {t, seed, dst, scratch, moe_row_bytes((uint32_t)t->type, (uint64_t)t->ne[0])};
+    if (pool && t->ne[1] * t->ne[2] >= 64) moe_pool_run(pool, draw_task, &j);
+    else draw_rows(&j, 0, t->ne[1] * t->ne[2], scratch);
+}
+
+/* ---- metadata --------------------------------------------------------------- */
+
+/* llama_ftype for general.file_type, named by the type of most weights (the
+ * expert type), as llama.cpp's converters do. */
+int moe_gen_ftype(int type_experts);
+int moe_gen_ftype(int te) {
+    switch (te) {
+    case MOE_T_F32: return 0;
+    case MOE_T_F16: return 1;
+    case MOE_T_Q4_0: return 2;
+    case MOE_T_Q4_1: return 3;
+    case MOE_T_Q8_0: return 7;
+    case MOE_T_Q5_0: return 8;
+    case MOE_T_Q5_1: return 9;
+    case MOE_T_Q2_K: return 10;
+    case MOE_T_Q3_K: return 12;
+    case MOE_T_Q4_K: return 14;
+    case MOE_T_Q5_K: return 16;
+    case MOE_T_Q6_K: return 18;
+    case MOE_T_IQ2_XXS: return 19;
+    case MOE_T_IQ2_XS: return 20;
+    case MOE_T_IQ3_XXS: return 23;
+    case MOE_T_IQ1_S: return 24;
+    case MOE_T_IQ4_NL: return 25;
+    case MOE_T_IQ3_S: return 26;
+    case MOE_T_IQ2_S: return 28;
+    case MOE_T_IQ4_XS: return 30;
+    case MOE_T_IQ1_M: return 31;
+    case MOE_T_BF16: return 32;
+    case MOE_T_TQ1_0: return 36;
+    case MOE_T_TQ2_0: return 37;
+    case MOE_T_MXFP4: return 38;
+    case MOE_T_NVFP4: return 39;
+    default: return 0;
+    }
+}
+
+static bool is_float_type(int t) { return t == MOE_T_F32 || t == MOE_T_F16 || t == MOE_T_BF16; }
+
+static const char CHAT_TEMPLATE[] =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+static int write_metadata(gguf_writer *w, const gen_cfg *c, const moe_gen_vocab *v) {
+    const bool lag = c->arch == ARCH_LAGUNA;
+    const char *a = lag ? "laguna" : "qwen3moe";
+    char k[128];
+    int r = 0;
+#define KEY(s) (snprintf(k, sizeof k, "%s." s, a), k)
+    r |= gguf_w_str(w, "general.architecture", a);
+    r |= gguf_w_str(w, "general.name", c->name);
+    r |= gguf_w_u32(w, "general.file_type", (uint32_t)moe_gen_ftype(c->type_experts));
+    if (!is_float_type(c->type) || !is_float_type(c->type_experts))
+        r |= gguf_w_u32(w, "general.quantization_version", 2);
+    r |= gguf_w_u32(w, "general.alignment", 32);
+    r |= gguf_w_u32(w, KEY("block_count"), (uint32_t)c->n_layer);
+    r |= gguf_w_u32(w, KEY("context_length"), (uint32_t)c->n_ctx);
+    r |= gguf_w_u32(w, KEY("embedding_length"), (uint32_t)c->n_embd);
+    if (lag) r |= gguf_w_u32(w, KEY("vocab_size"), (uint32_t)c->n_vocab);
+    r |= gguf_w_u32(w, KEY("feed_forward_length"), (uint32_t)c->n_ff);
+    if (lag) {
+        int32_t *hc = malloc((size_t)c->n_layer * sizeof *hc);
+        if (!hc) return -1;
+        for (int64_t il = 0; il < c->n_layer; il++) hc[il] = (int32_t)layer_heads(c, il);
+        r |= gguf_w_arr_i32(w, KEY("attention.head_count"), hc, (size_t)c->n_layer);
+        free(hc);
+    } else {
+        r |= gguf_w_u32(w, KEY("attention.head_count"), (uint32_t)c->n_head);
+    }
+    r |= gguf_w_u32(w, KEY("attention.head_count_kv"), (uint32_t)c->n_head_kv);
+    r |= gguf_w_u32(w, KEY("attention.key_length"), (uint32_t)c->head_dim);
+    r |= gguf_w_u32(w, KEY("attention.value_length"), (uint32_t)c->head_dim);
+    r |= gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)c->rms_eps);
+    r |= gguf_w_f32(w, KEY("rope.freq_base"), (float)c->rope_base);
+    if (lag) {
+        r |= gguf_w_u32(w, KEY("attention.sliding_window"), (uint32_t)c->swa_window);
+        r |= gguf_w_f32(w, KEY("rope.freq_base_swa"), (float)c->rope_base_swa);
+        r |= gguf_w_u32(w, KEY("rope.dimension_count_swa"), (uint32_t)c->rope_dim_swa);
+        r |= gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)c->rope_dim);
+        if (c->rope_scaling) {
+            r |= gguf_w_str(w, KEY("rope.scaling.type"), "yarn");
+            r |= gguf_w_f32(w, KEY("rope.scaling.factor"), (float)c->yarn_factor);
+            r |= gguf_w_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)c->yarn_orig_ctx);
+            r |= gguf_w_f32(w, KEY("rope.scaling.yarn_beta_fast"), (float)c->yarn_beta_fast);
+            r |= gguf_w_f32(w, KEY("rope.scaling.yarn_beta_slow"), (float)c->yarn_beta_slow);
+        }
+    }
+    r |= gguf_w_u32(w, KEY("expert_count"), (uint32_t)c->n_expert);
+    r |= gguf_w_u32(w, KEY("expert_used_count"), (uint32_t)c->n_expert_used);
+    r |= gguf_w_u32(w, KEY("expert_feed_forward_length"), (uint32_t)c->n_ff_exp);
+    if (lag) {
+        r |= gguf_w_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)c->n_ff_shexp);
+        r |= gguf_w_bool(w, KEY("expert_weights_norm"), c->expert_weights_norm != 0);
+        r |= gguf_w_f32(w, KEY("expert_weights_scale"), (float)c->expert_weights_scale);
+        r |= gguf_w_u32(w, KEY("expert_gating_func"), 2); /* sigmoid */
+        r |= gguf_w_u32(w, KEY("leading_dense_block_count"), (uint32_t)c->n_dense_lead);
+        /* llama.cpp's default is 4; the oracle files omit the key */
+        if (c->swa_pattern != 4)
+            r |= gguf_w_u32(w, KEY("attention.sliding_window_pattern"), (uint32_t)c->swa_pattern);
+    }
+#undef KEY
+    r |= gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
+    r |= gguf_w_str(w, "tokenizer.ggml.pre", lag ? "laguna" : "qwen2");
+    r |= gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, v->n_tokens);
+    r |= gguf_w_arr_i32(w, "tokenizer.ggml.token_type", v->types, v->n_tokens);
+    r |= gguf_w_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges, v->n_merges);
+    r |= gguf_w_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)(v->n_tokens - 3));
+    r |= gguf_w_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(v->n_tokens - 1));
+    r |= gguf_w_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)(v->n_tokens - 3));
+    r |= gguf_w_bool(w, "tokenizer.ggml.add_bos_token", false);
+    r |= gguf_w_str(w, "tokenizer.chat_template", CHAT_TEMPLATE);
+    return r ? -1 : 0;
+}
+
+/* ---- entry point ------------------------------------------------------------- */
+
+int moe_gen_model(const char *arch, const char *preset, const char *const *overrides,
+                  const char *path, char *err, size_t errlen) {
+    if (!arch || !preset || !path)
+        return moe_errf(err, errlen, MOE_EINVAL, "arch, preset and output path are required");
+    gen_cfg c;
+    memset(&c, 0, sizeof c);
+    int which = !strcmp(preset, "tiny") ? 0 : !strcmp(preset, "default") ? 1 : !strcmp(preset, "bench") ? 2 : -1;
+    if (which < 0)
+        return moe_errf(err, errlen, MOE_EINVAL, "unknown preset '%s' (expected tiny|default|bench)", preset);
+    if (!strcmp(arch, "qwen3moe")) preset_qwen3moe(&c, which);
+    else if (!strcmp(arch, "laguna")) preset_laguna(&c, which);
+    else return moe_errf(err, errlen, MOE_EINVAL, "unknown arch '%s' (expected laguna|qwen3moe)", arch);
+    c.preset = preset;
+    c.seed = 42;
+    c.type = which == 0 ? MOE_T_F32 : MOE_T_Q8_0;
+    c.type_experts = -1;
+    snprintf(c.name, sizeof c.name, "moefast-%s-%s", arch, preset);
+    for (size_t i = 0; overrides && overrides[i]; i++) {
+        int rc = set_key(&c, overrides[i], err, errlen);
+        if (rc) return rc;
+    }
+    if (c.type_experts < 0) c.type_experts = c.type;
+    if (c.arch == ARCH_LAGUNA && c.rope_dim < 0) c.rope_dim = c.head_dim / 2 + (c.head_dim / 2) % 2;
+    if (c.arch == ARCH_LAGUNA && c.rope_dim_swa < 0) c.rope_dim_swa = c.head_dim;
+    int rc = validate(&c, err, errlen);
+    if (rc) return rc;
+
+    plan p = {0};
+    if (build_plan(&c, &p)) { free(p.t); return moe_errf(err, errlen, MOE_ENOMEM, "out of memory"); }
+    /* shape checks before any drawing: every row is whole 32-value draw blocks
+     * and whole blocks of its type */
+    int64_t max_row = 0;
+    uint64_t max_bytes = 0;
+    for (size_t i = 0; i < p.n; i++) {
+        const tplan *t = &p.t[i];
+        const moe_type_info *ti = moe_type_get((uint32_t)t->type);
+        if (t->kind == W_MATRIX && (t->ne[0] % 32 || t->ne[0] % ti->block)) {
+            rc = moe_errf(err, errlen, MOE_EINVAL,
+                          "tensor %s: row length %lld is not a multiple of %u (block of %s; weights are drawn in blocks of 32)",
+                          t->name, (long long)t->ne[0], t->ne[0] % 32 ? 32 : ti->block, ti->name);
+            free(p.t);
+            return rc;
+        }
+        uint64_t nb = moe_row_bytes((uint32_t)t->type, (uint64_t)t->ne[0]) * (uint64_t)(t->ne[1] * t->ne[2]);
+        if (nb > max_bytes) max_bytes = nb;
+        if (t->ne[0] > max_row) max_row = t->ne[0];
+    }
+
+    moe_gen_vocab v;
+    rc = moe_gen_vocab_build(c.n_vocab, &v, err, errlen);
+    if (rc) { free(p.t); return rc; }
+    /* rows are drawn in parallel (the bytes do not depend on the thread count) */
+    int nth = moe_cpu_count();
+    if (nth > 16) nth = 16;
+    moe_pool *pool = nth > 1 ? moe_pool_new(nth, NULL, 0) : NULL;
+    if (!pool) nth = 1;
+    gguf_writer *w = gguf_writer_new(32);
+    uint8_t *buf = malloc(max_bytes ? max_bytes : 1);
+    float *row = malloc((size_t)nth * (size_t)max_row * sizeof(float));
+    if (!w || !buf || !row || write_metadata(w, &c, &v)) {
+        rc = moe_errf(err, errlen, MOE_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < p.n; i++) {
+        const tplan *t = &p.t[i];
+        uint64_t nb = moe_row_bytes((uint32_t)t->type, (uint64_t)t->ne[0]) * (uint64_t)(t->ne[1] * t->ne[2]);
+        draw_tensor(&c, t, buf, row, pool);
+        int wr = gguf_w_tensor(w, t->name, (uint32_t)t->type, t->n_dims, t->ne, buf, nb);
+        if (wr) {
+            rc = moe_errf(err, errlen, wr < 0 ? wr : MOE_ENOMEM, "cannot add tensor %s", t->name);
+            goto done;
+        }
+    }
+    rc = gguf_writer_write(w, path, err, errlen);
+done:
+    moe_pool_free(pool);
+    gguf_writer_free(w);
+    free(buf);
+    free(row);
+    free(p.t);
+    moe_gen_vocab_free(&v);
+    return rc;
+}

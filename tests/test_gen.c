@@ -1,0 +1,568 @@
+/* test_gen.c — the model generator and `quantize`:
+ * determinism, strict GGUF v3 layout (checked by an independent parser here
+ * and by gguf_open), read/re-emit round trip, key and tensor tables equal to
+ * the shared oracle files, overrides and their errors, the vocabulary's
+ * merges, weight statistics, and quantize F32 -> Q8_0 against the shared
+ * Q8_0 file. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "gguf.h"
+#include "quant/quant.h"
+#include "util.h"
+
+static char tmpdir[256];
+
+static const char *tpath(const char *name) {
+    static char buf[8][512];
+    static int k = 0;
+    char *p = buf[k++ & 7];
+    snprintf(p, 512, "%s/%s", tmpdir, name);
+    return p;
+}
+
+static uint8_t *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(sz > 0 ? (size_t)sz : 1);
+    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) { free(b); b = NULL; }
+    fclose(f);
+    *n = (size_t)sz;
+    return b;
+}
+
+static bool same_file(const char *a, const char *b) {
+    size_t na, nb;
+    uint8_t *x = slurp(a, &na), *y = slurp(b, &nb);
+    bool same = x && y && na == nb && !memcmp(x, y, na);
+    free(x);
+    free(y);
+    return same;
+}
+
+static bool exists(const char *p) { struct stat st; return stat(p, &st) == 0; }
+
+static int gen(const char *arch, const char *preset, const char *const *ov, const char *out, char *err) {
+    return moe_gen_model(arch, preset, ov, out, err, MOE_ERR_LEN);
+}
+
+/* ---- an independent strict GGUF v3 walk (what llama.cpp's gguf_init checks):
+ * magic, version 3, kv types valid, no nested arrays, strings within the file,
+ * tensor dims >= 1, known types, row sizes whole blocks, offsets aligned and
+ * non-overlapping, data section aligned, file ends at the last tensor's end. */
+typedef struct { const uint8_t *p, *end; bool ok; } cur;
+static uint64_t rdn(cur *c, size_t n) {
+    uint64_t v = 0;
+    if (!c->ok || (size_t)(c->end - c->p) < n) { c->ok = false; return 0; }
+    memcpy(&v, c->p, n);
+    c->p += n;
+    return v;
+}
+static void skip_str(cur *c) {
+    uint64_t n = rdn(c, 8);
+    if (!c->ok || n > (uint64_t)(c->end - c->p)) { c->ok = false; return; }
+    c->p += n;
+}
+static const size_t VSIZE[13] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+static bool strict_gguf(const char *path, uint32_t *alignment_out) {
+    size_t n;
+    uint8_t *b = slurp(path, &n);
+    if (!b) return false;
+    cur c = {b, b + n, true};
+    bool ok = rdn(&c, 4) == 0x46554747u && rdn(&c, 4) == 3;
+    uint64_t nt = rdn(&c, 8), nkv = rdn(&c, 8);
+    uint32_t align = 32;
+    for (uint64_t i = 0; i < nkv && ok && c.ok; i++) {
+        uint64_t kl = rdn(&c, 8);
+        const uint8_t *key = c.p;
+        if (!c.ok || kl > (uint64_t)(c.end - c.p)) { ok = false; break; }
+        c.p += kl;
+        uint32_t t = (uint32_t)rdn(&c, 4);
+        if (t > 12) { ok = false; break; }
+        if (t == 8) { skip_str(&c); continue; }
+        if (t == 9) {
+            uint32_t et = (uint32_t)rdn(&c, 4);
+            uint64_t cnt = rdn(&c, 8);
+            if (et > 12 || et == 9) { ok = false; break; }
+            for (uint64_t j = 0; j < cnt && c.ok; j++) {
+                if (et == 8) skip_str(&c);
+                else rdn(&c, VSIZE[et]);
+            }
+            continue;
+        }
+        uint64_t v = rdn(&c, VSIZE[t]);
+        if (kl == 17 && !memcmp(key, "general.alignment", 17)) {
+            if (t != 4 || !v || (v & (v - 1))) ok = false;
+            align = (uint32_t)v;
+        }
+        if (t == 7 && v > 1) ok = false;
+    }
+    uint64_t expect_off = 0;
+    for (uint64_t i = 0; i < nt && ok && c.ok; i++) {
+        skip_str(&c);
+        uint32_t nd = (uint32_t)rdn(&c, 4);
+        if (nd < 1 || nd > 4) { ok = false; break; }
+        uint64_t ne[4] = {1, 1, 1, 1}, cnt = 1;
+        for (uint32_t d = 0; d < nd; d++) { ne[d] = rdn(&c, 8); cnt *= ne[d]; }
+        uint32_t t = (uint32_t)rdn(&c, 4);
+        uint64_t off = rdn(&c, 8);
+        const moe_type_info *ti = moe_type_get(t);
+        if (!ti || ne[0] % ti->block || off % align || off != expect_off) { ok = false; break; }
+        uint64_t nb = cnt / ti->block * ti->block_bytes;
+        expect_off = (off + nb + align - 1) / align * align;
+        if (i + 1 == nt) expect_off = off + nb;
+    }
+    uint64_t hdr = (uint64_t)(c.p - b), data = (hdr + align - 1) / align * align;
+    ok = ok && c.ok && data + expect_off <= n && n - (data + expect_off) < align;
+    free(b);
+    if (alignment_out) *alignment_out = align;
+    return ok;
+}
+
+/* ---- helpers over gguf_file ---------------------------------------------------- */
+
+static uint64_t kv_u(const gguf_file *f, const char *key, uint32_t want_type) {
+    const gguf_kv *kv = gguf_find_kv(f, key);
+    CHECK_MSG(kv != NULL, "missing key %s", key);
+    if (!kv) return UINT64_MAX;
+    CHECK_MSG(kv->type == want_type, "key %s has type %u, want %u", key, kv->type, want_type);
+    return kv->v.u;
+}
+
+static bool kv_equal(const gguf_kv *a, const gguf_kv *b) {
+    if (a->type != b->type) return false;
+    switch (a->type) {
+    case GGUF_STRING: return a->v.s.len == b->v.s.len && !memcmp(a->v.s.ptr, b->v.s.ptr, a->v.s.len);
+    case GGUF_F32: case GGUF_F64: return a->v.f == b->v.f;
+    case GGUF_ARRAY:
+        if (a->v.arr.type != b->v.arr.type || a->v.arr.n != b->v.arr.n) return false;
+        if (a->v.arr.type == GGUF_STRING) {
+            for (uint64_t i = 0; i < a->v.arr.n; i++)
+                if (a->v.arr.strs[i].len != b->v.arr.strs[i].len ||
+                    memcmp(a->v.arr.strs[i].ptr, b->v.arr.strs[i].ptr, a->v.arr.strs[i].len))
+                    return false;
+            return true;
+        }
+        return !memcmp(a->v.arr.data, b->v.arr.data, a->v.arr.n * VSIZE[a->v.arr.type]);
+    default: return a->v.u == b->v.u;
+    }
+}
+
+/* Our tiny file vs the oracle's: same keys in the same order with the same
+ * types; equal values except general.name and the tokenizer arrays; same
+ * tensors (names, order, shapes, types). */
+static void compare_with_oracle(const char *ours, const char *oracle) {
+    char err[MOE_ERR_LEN];
+    gguf_file *a = NULL, *b = NULL;
+    int ra = gguf_open(ours, &a, err, sizeof err);
+    CHECK_MSG(ra == 0, "%s", err);
+    int rb = gguf_open(oracle, &b, err, sizeof err);
+    CHECK_MSG(rb == 0, "%s", err);
+    if (ra || rb) { gguf_close(a); gguf_close(b); return; }
+    CHECK_EQ_INT(a->n_kv, b->n_kv);
+    for (uint64_t i = 0; i < a->n_kv && i < b->n_kv; i++) {
+        const gguf_kv *x = &a->kv[i], *y = &b->kv[i];
+        CHECK_MSG(!strcmp(x->key, y->key), "kv %llu: %s vs oracle %s", (unsigned long long)i, x->key, y->key);
+        CHECK_MSG(x->type == y->type, "key %s: type %u vs oracle %u", x->key, x->type, y->type);
+        bool vocab_dep = !strcmp(x->key, "tokenizer.ggml.tokens") || !strcmp(x->key, "tokenizer.ggml.merges") ||
+                         !strcmp(x->key, "tokenizer.ggml.token_type") || !strcmp(x->key, "general.name");
+        if (!vocab_dep) CHECK_MSG(kv_equal(x, y), "key %s: value differs from the oracle", x->key);
+    }
+    CHECK_EQ_INT(a->n_tensors, b->n_tensors);
+    for (uint64_t i = 0; i < a->n_tensors && i < b->n_tensors; i++) {
+        const gguf_tensor *x = &a->tensors[i], *y = &b->tensors[i];
+        CHECK_MSG(!strcmp(x->name, y->name), "tensor %llu: %s vs oracle %s", (unsigned long long)i, x->name, y->name);
+        CHECK_MSG(x->n_dims == y->n_dims && !memcmp(x->ne, y->ne, sizeof x->ne) && x->type == y->type,
+                  "tensor %s: shape/type differ from the oracle", x->name);
+        CHECK_EQ_INT(x->offset, y->offset);
+    }
+    CHECK_EQ_INT(a->data_offset + a->tensors[a->n_tensors - 1].offset, a->size - a->tensors[a->n_tensors - 1].nbytes);
+    gguf_close(a);
+    gguf_close(b);
+}
+
+/* Read a file and re-emit every kv and tensor: the bytes must be identical. */
+static void round_trip(const char *path, const char *copy) {
+    char err[MOE_ERR_LEN];
+    gguf_file *f = NULL;
+    int rc = gguf_open(path, &f, err, sizeof err);
+    CHECK_MSG(rc == 0, "%s", err);
+    if (rc) return;
+    gguf_writer *w = gguf_writer_new((uint32_t)f->alignment);
+    for (uint64_t i = 0; i < f->n_kv; i++) CHECK_EQ_INT(gguf_w_kv(w, &f->kv[i]), 0);
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        CHECK_EQ_INT(gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes), 0);
+    }
+    rc = gguf_writer_write(w, copy, err, sizeof err);
+    CHECK_MSG(rc == 0, "%s", err);
+    gguf_writer_free(w);
+    gguf_close(f);
+    CHECK_MSG(same_file(path, copy), "re-emitted %s differs", path);
+    unlink(copy);
+}
+
+static double tensor_rms(const gguf_tensor *t) {
+    int64_t n = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
+    float *row = malloc((size_t)n * sizeof *row);
+    double s = 0;
+    uint64_t rb = moe_row_bytes(t->type, (uint64_t)n);
+    for (int64_t r = 0; r < rows; r++) {
+        moe_dequant_row(t->type, t->data + (uint64_t)r * rb, row, n);
+        for (int64_t i = 0; i < n; i++) s += (double)row[i] * row[i];
+    }
+    free(row);
+    return sqrt(s / (double)(n * rows));
+}
+
+static void check_contents(const char *path, bool laguna) {
+    char err[MOE_ERR_LEN];
+    gguf_file *f = NULL;
+    int rc = gguf_open(path, &f, err, sizeof err);
+    CHECK_MSG(rc == 0, "%s", err);
+    if (rc) return;
+    const char *a = laguna ? "laguna" : "qwen3moe";
+    char k[128];
+    const gguf_kv *arch = gguf_find_kv(f, "general.architecture");
+    CHECK(arch && arch->type == GGUF_STRING && arch->v.s.len == strlen(a) && !memcmp(arch->v.s.ptr, a, strlen(a)));
+#define KU(s) (snprintf(k, sizeof k, "%s.%s", a, s), kv_u(f, k, GGUF_U32))
+    CHECK_EQ_INT(KU("block_count"), 4);
+    CHECK_EQ_INT(KU("embedding_length"), 256);
+    CHECK_EQ_INT(KU("attention.head_count_kv"), 2);
+    CHECK_EQ_INT(KU("attention.key_length"), 64);
+    CHECK_EQ_INT(KU("expert_count"), laguna ? 16 : 8);
+    CHECK_EQ_INT(KU("expert_used_count"), laguna ? 4 : 2);
+    CHECK_EQ_INT(KU("expert_feed_forward_length"), laguna ? 64 : 128);
+    if (laguna) {
+        CHECK_EQ_INT(KU("attention.sliding_window"), 12);
+        CHECK_EQ_INT(KU("leading_dense_block_count"), 1);
+        CHECK_EQ_INT(KU("rope.dimension_count"), 32);
+        CHECK_EQ_INT(KU("expert_gating_func"), 2);
+        int32_t hc[8];
+        size_t n = 0;
+        CHECK_EQ_INT(gguf_get_i32_array(f, "laguna.attention.head_count", hc, 8, &n, err, sizeof err), 0);
+        CHECK(n == 4 && hc[0] == 4 && hc[1] == 6 && hc[2] == 6 && hc[3] == 6);
+        float sc = 0;
+        CHECK_EQ_INT(gguf_get_f32(f, "laguna.expert_weights_scale", &sc, err, sizeof err), 0);
+        CHECK(sc == 2.5f);
+    } else {
+        CHECK_EQ_INT(KU("attention.head_count"), 8);
+    }
+#undef KU
+    CHECK_EQ_INT(kv_u(f, "tokenizer.ggml.bos_token_id", GGUF_U32), 997);
+    CHECK_EQ_INT(kv_u(f, "tokenizer.ggml.eos_token_id", GGUF_U32), 999);
+    CHECK_EQ_INT(kv_u(f, "tokenizer.ggml.add_bos_token", GGUF_BOOL), 0);
+
+    /* vocabulary: 1000 unique tokens; every merge joins two tokens into one
+     * that exists with a higher id; specials are CONTROL */
+    const gguf_kv *tk = gguf_find_kv(f, "tokenizer.ggml.tokens"), *mg = gguf_find_kv(f, "tokenizer.ggml.merges");
+    const gguf_kv *tt = gguf_find_kv(f, "tokenizer.ggml.token_type");
+    CHECK(tk && mg && tt && tk->v.arr.n == 1000 && tt->v.arr.n == 1000 && mg->v.arr.n == 741);
+    if (tk && mg && tt && tk->v.arr.n == 1000 && tt->v.arr.n == 1000) {
+        int32_t ty[4]; /* (array data in the mapping need not be 4-aligned) */
+        memcpy(ty, (const uint8_t *)tt->v.arr.data + 4 * 996, sizeof ty);
+        CHECK(ty[0] == 1 && ty[1] == 3 && ty[2] == 3 && ty[3] == 3);
+        CHECK(tk->v.arr.strs[999].len == 10 && !memcmp(tk->v.arr.strs[999].ptr, "<|im_end|>", 10));
+        CHECK(tk->v.arr.strs[0].len == 1 && tk->v.arr.strs[0].ptr[0] == '!');
+        int bad = 0;
+        for (uint64_t m = 0; m < mg->v.arr.n; m++) {
+            const gguf_str *s = &mg->v.arr.strs[m];
+            const char *sp = memchr(s->ptr, ' ', s->len);
+            if (!sp) { bad++; continue; }
+            size_t ll = (size_t)(sp - s->ptr), lr = s->len - ll - 1;
+            int il = -1, ir = -1, ic = -1;
+            for (int i = 0; i < 997; i++) {
+                const gguf_str *t = &tk->v.arr.strs[i];
+                if (t->len == ll && !memcmp(t->ptr, s->ptr, ll)) il = i;
+                if (t->len == lr && !memcmp(t->ptr, sp + 1, lr)) ir = i;
+                if (t->len == ll + lr && !memcmp(t->ptr, s->ptr, ll) && !memcmp(t->ptr + ll, sp + 1, lr)) ic = i;
+            }
+            if (il < 0 || ir < 0 || ic != 256 + (int)m || il >= ic || ir >= ic) bad++;
+        }
+        CHECK_EQ_INT(bad, 0);
+    }
+
+    /* weight statistics: projections std ~1/sqrt(fan_in), lm head 1.6/sqrt(n_embd), norms 1 +- 0.1 */
+    const gguf_tensor *q = gguf_find_tensor(f, "blk.1.attn_q.weight");
+    const gguf_tensor *dn = gguf_find_tensor(f, "blk.1.ffn_down_exps.weight");
+    const gguf_tensor *o = gguf_find_tensor(f, "output.weight");
+    const gguf_tensor *nrm = gguf_find_tensor(f, "blk.1.attn_norm.weight");
+    CHECK(q && dn && o && nrm);
+    if (q && dn && o && nrm) {
+        double rq = tensor_rms(q), rd = tensor_rms(dn), ro = tensor_rms(o);
+        CHECK_MSG(fabs(rq * 16.0 - 1.0) < 0.1, "attn_q rms %g", rq);
+        CHECK_MSG(fabs(rd * sqrt((double)dn->ne[0]) - 1.0) < 0.1, "ffn_down_exps rms %g", rd);
+        CHECK_MSG(fabs(ro * 16.0 / 1.6 - 1.0) < 0.1, "output rms %g", ro);
+        const float *nv = (const float *)(const void *)nrm->data;
+        int out = 0;
+        for (int i = 0; i < 256; i++) out += !(nv[i] >= 0.9f && nv[i] <= 1.1f);
+        CHECK_EQ_INT(out, 0);
+        CHECK_EQ_INT(nrm->type, MOE_T_F32);
+    }
+    gguf_close(f);
+}
+
+/* A Q8_0 file's blocks equal what moe_quantize_row makes of the F32 file of
+ * the same seed (the generator writes Q8_0 blocks directly). */
+static void check_q8_matches_quantizer(const char *f32path, const char *q8path) {
+    char err[MOE_ERR_LEN];
+    gguf_file *a = NULL, *b = NULL;
+    CHECK_EQ_INT(gguf_open(f32path, &a, err, sizeof err), 0);
+    CHECK_EQ_INT(gguf_open(q8path, &b, err, sizeof err), 0);
+    if (!a || !b) { gguf_close(a); gguf_close(b); return; }
+    CHECK_EQ_INT(a->n_tensors, b->n_tensors);
+    int n_q8 = 0, mism = 0;
+    for (uint64_t i = 0; i < a->n_tensors && i < b->n_tensors; i++) {
+        const gguf_tensor *x = &a->tensors[i], *y = &b->tensors[i];
+        if (y->type != MOE_T_Q8_0) {
+            CHECK_MSG(y->nbytes == x->nbytes && !memcmp(x->data, y->data, x->nbytes), "%s differs", x->name);
+            continue;
+        }
+        n_q8++;
+        uint8_t *buf = malloc(y->nbytes);
+        int64_t n = x->ne[0], rows = x->ne[1] * x->ne[2];
+        for (int64_t r = 0; r < rows; r++)
+            moe_quantize_row(MOE_T_Q8_0, (const float *)(const void *)x->data + r * n, buf + r * (n / 32 * 34), n);
+        if (memcmp(buf, y->data, y->nbytes)) { mism++; fprintf(stderr, "q8 mismatch in %s\n", x->name); }
+        free(buf);
+    }
+    CHECK(n_q8 > 10);
+    CHECK_EQ_INT(mism, 0);
+    gguf_close(a);
+    gguf_close(b);
+}
+
+static void check_quantize_vs_shared(void) {
+    char in[512], ref[512], err[MOE_ERR_LEN];
+    snprintf(in, sizeof in, "%s/oracle/qwen3moe-tiny-f32.gguf", check_shared_dir());
+    snprintf(ref, sizeof ref, "%s/oracle/qwen3moe-tiny-q8_0.gguf", check_shared_dir());
+    const char *out = tpath("q8.gguf");
+    int rc = moe_quantize_file(in, out, "q8_0", NULL, err, sizeof err);
+    CHECK_MSG(rc == 0, "%s", err);
+    if (rc) return;
+    CHECK(strict_gguf(out, NULL));
+    gguf_file *a = NULL, *b = NULL;
+    CHECK_EQ_INT(gguf_open(out, &a, err, sizeof err), 0);
+    CHECK_EQ_INT(gguf_open(ref, &b, err, sizeof err), 0);
+    if (a && b) {
+        CHECK_EQ_INT(a->n_kv, b->n_kv);
+        for (uint64_t i = 0; i < a->n_kv && i < b->n_kv; i++)
+            CHECK_MSG(!strcmp(a->kv[i].key, b->kv[i].key) && kv_equal(&a->kv[i], &b->kv[i]),
+                      "kv %s differs from the shared Q8_0 file", a->kv[i].key);
+        CHECK_EQ_INT(a->n_tensors, b->n_tensors);
+        int64_t diff = 0, q8 = 0;
+        for (uint64_t i = 0; i < a->n_tensors && i < b->n_tensors; i++) {
+            const gguf_tensor *x = &a->tensors[i], *y = &b->tensors[i];
+            CHECK_MSG(!strcmp(x->name, y->name) && x->type == y->type && !memcmp(x->ne, y->ne, sizeof x->ne),
+                      "tensor %s differs in name/type/shape", x->name);
+            if (x->type != y->type || x->nbytes != y->nbytes) continue;
+            q8 += x->type == MOE_T_Q8_0;
+            int64_t n = x->ne[0], rows = x->ne[1] * x->ne[2] * x->ne[3];
+            uint64_t rb = moe_row_bytes(x->type, (uint64_t)n);
+            float *u = malloc((size_t)n * 4), *v = malloc((size_t)n * 4);
+            for (int64_t r = 0; r < rows; r++) {
+                moe_dequant_row(x->type, x->data + (uint64_t)r * rb, u, n);
+                moe_dequant_row(y->type, y->data + (uint64_t)r * rb, v, n);
+                diff += memcmp(u, v, (size_t)n * 4) != 0;
+            }
+            free(u);
+            free(v);
+        }
+        CHECK(q8 >= 4 * 7 + 2);
+        CHECK_EQ_INT(diff, 0);
+    }
+    gguf_close(a);
+    gguf_close(b);
+
+    /* errors: unknown type; rows not a multiple of the block (Q4_K: 256, ffn_down_exps rows are 128) */
+    rc = moe_quantize_file(in, tpath("bad.gguf"), "q9_9", NULL, err, sizeof err);
+    CHECK(rc == MOE_EINVAL);
+    CHECK_STR_CONTAINS(err, "q9_9");
+    rc = moe_quantize_file(in, tpath("bad.gguf"), "q4_k", NULL, err, sizeof err);
+    CHECK(rc == MOE_EINVAL);
+    CHECK_STR_CONTAINS(err, "ffn_down_exps");
+    CHECK(!exists(tpath("bad.gguf")));
+    /* --type-experts: Q8_0 with NVFP4 experts; file_type follows the experts */
+    rc = moe_quantize_file(in, out, "q8_0", "nvfp4", err, sizeof err);
+    CHECK_MSG(rc == 0, "%s", err);
+    if (rc == 0 && gguf_open(out, &a, err, sizeof err) == 0) {
+        CHECK_EQ_INT(kv_u(a, "general.file_type", GGUF_U32), 39);
+        const gguf_tensor *e = gguf_find_tensor(a, "blk.0.ffn_up_exps.weight");
+        const gguf_tensor *r = gguf_find_tensor(a, "blk.0.ffn_gate_inp.weight");
+        const gguf_tensor *qq = gguf_find_tensor(a, "blk.0.attn_q.weight");
+        CHECK(e && e->type == MOE_T_NVFP4 && r && r->type == MOE_T_F32 && qq && qq->type == MOE_T_Q8_0);
+        gguf_close(a);
+    }
+    unlink(out);
+}
+
+static void check_overrides(void) {
+    char err[MOE_ERR_LEN];
+    const char *p = tpath("ov.gguf");
+    const char *ov[] = {"n_layer=3", "swa_pattern=2", "n_head_swa=4", "n_vocab=600", "gate=element",
+                        "rope_scaling=none", "seed=7", "type=BF16", "type_experts=Q4_0", NULL};
+    int rc = gen("laguna", "tiny", ov, p, err);
+    CHECK_MSG(rc == 0, "%s", err);
+    gguf_file *f = NULL;
+    if (rc == 0 && gguf_open(p, &f, err, sizeof err) == 0) {
+        CHECK_EQ_INT(kv_u(f, "laguna.block_count", GGUF_U32), 3);
+        CHECK_EQ_INT(kv_u(f, "laguna.attention.sliding_window_pattern", GGUF_U32), 2);
+        CHECK_EQ_INT(kv_u(f, "general.file_type", GGUF_U32), 2);
+        CHECK_EQ_INT(kv_u(f, "general.quantization_version", GGUF_U32), 2);
+        CHECK(gguf_find_kv(f, "laguna.rope.scaling.type") == NULL);
+        int32_t hc[8];
+        size_t n = 0;
+        gguf_get_i32_array(f, "laguna.attention.head_count", hc, 8, &n, err, sizeof err);
+        CHECK(n == 3 && hc[0] == 4 && hc[1] == 4 && hc[2] == 4);
+        const gguf_tensor *g = gguf_find_tensor(f, "blk.1.attn_gate.weight");
+        CHECK(g && g->ne[1] == 4 * 64 && g->type == MOE_T_BF16);
+        const gguf_tensor *e = gguf_find_tensor(f, "blk.2.ffn_gate_shexp.weight");
+        CHECK(e && e->type == MOE_T_Q4_0);
+        const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
+        CHECK(emb && emb->ne[1] == 600);
+        CHECK(gguf_find_tensor(f, "blk.3.attn_q.weight") == NULL);
+        gguf_close(f);
+    }
+    CHECK(strict_gguf(p, NULL));
+    unlink(p);
+    /* rotary dims follow head_dim unless set */
+    rc = gen("laguna", "tiny", (const char *const[]){"head_dim=128", "n_layer=2", NULL}, p, err);
+    CHECK_MSG(rc == 0, "%s", err);
+    if (rc == 0 && gguf_open(p, &f, err, sizeof err) == 0) {
+        CHECK_EQ_INT(kv_u(f, "laguna.rope.dimension_count", GGUF_U32), 64);
+        CHECK_EQ_INT(kv_u(f, "laguna.rope.dimension_count_swa", GGUF_U32), 128);
+        CHECK_EQ_INT(kv_u(f, "laguna.attention.key_length", GGUF_U32), 128);
+        gguf_close(f);
+    }
+    unlink(p);
+
+    struct { const char *arch, *preset, *ov, *msg; } bad[] = {
+        {"laguna", "tiny", "n_layers=3", "n_layers"},
+        {"laguna", "tiny", "n_layer=0", "n_layer"},
+        {"laguna", "tiny", "n_layer=3x", "n_layer"},
+        {"laguna", "tiny", "rms_eps=abc", "rms_eps"},
+        {"laguna", "tiny", "type=Q9_9", "Q9_9"},
+        {"laguna", "tiny", "type=Q5_1", "Q5_1"},
+        {"laguna", "tiny", "gate=both", "gate"},
+        {"laguna", "tiny", "n_expert_used=17", "n_expert_used"},
+        {"laguna", "tiny", "n_head_kv=4", "n_head_kv"},
+        {"laguna", "tiny", "rope_dim=66", "rope_dim"},
+        {"laguna", "tiny", "n_embd=100", "n_embd=100 must be a multiple of 32"},
+        {"laguna", "tiny", "head_dim=4", "attn_output"},
+        {"laguna", "tiny", "type_experts=Q4_K", "ffn_down_exps"},
+        {"laguna", "tiny", "novalue", "novalue"},
+        {"qwen3moe", "tiny", "swa_window=4", "swa_window"},
+        {"mistral", "tiny", NULL, "mistral"},
+        {"laguna", "huge", NULL, "huge"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *o[] = {bad[i].ov, NULL};
+        err[0] = 0;
+        rc = gen(bad[i].arch, bad[i].preset, o, p, err);
+        CHECK_MSG(rc < 0, "override %s accepted", bad[i].ov ? bad[i].ov : bad[i].arch);
+        CHECK_STR_CONTAINS(err, bad[i].msg);
+        CHECK(strchr(err, '\n') == NULL);
+        CHECK(!exists(p));
+    }
+    /* an unwritable path fails and leaves nothing */
+    rc = gen("qwen3moe", "tiny", NULL, tpath("no/such/dir/x.gguf"), err);
+    CHECK(rc < 0);
+}
+
+/* The vocabulary works with the project's tokenizer: text with special
+ * tokens round-trips, and a full 32000-token vocab (mostly filler merges)
+ * loads. */
+static void check_tokenizer(void) {
+    char err[MOE_ERR_LEN];
+    const char *p = tpath("voc.gguf");
+    const char *ov[] = {"n_vocab=32000", "n_embd=32", "n_layer=1", "type=q8_0", NULL};
+    double t0 = moe_now();
+    int rc = gen("qwen3moe", "tiny", ov, p, err);
+    CHECK_MSG(rc == 0, "%s", err);
+    printf("gen with a 32000-token vocab: %.2f s\n", moe_now() - t0);
+    moe_model *m = NULL;
+    moe_load_params lp = {0};
+    lp.vocab_only = true;
+    rc = moe_model_load(p, &lp, &m, err, sizeof err);
+    CHECK_MSG(rc == 0, "%s", err);
+    if (rc == 0) {
+        CHECK_EQ_INT(moe_model_n_vocab(m), 32000);
+        CHECK_EQ_INT(moe_token_eos(m), 31999);
+        CHECK_EQ_INT(moe_token_bos(m), 31997);
+        const char *text = "<|im_start|>user\nThe quick brown fox jumps over the lazy dog. 12345 \xc3\xa9t\xc3\xa9!<|im_end|>\n";
+        int32_t ids[256];
+        size_t n = 0;
+        rc = moe_tokenize(m, text, strlen(text), false, true, ids, 256, &n, err, sizeof err);
+        CHECK_MSG(rc == 0, "%s", err);
+        CHECK(n > 5 && n < 40 && ids[0] == 31998);
+        char back[512] = "";
+        size_t bl = 0;
+        for (size_t i = 0; i < n && i < 256; i++) {
+            const char *b;
+            size_t l;
+            if (moe_token_piece(m, ids[i], true, &b, &l) == 0 && bl + l < sizeof back) {
+                memcpy(back + bl, b, l);
+                bl += l;
+            }
+        }
+        back[bl] = 0;
+        CHECK_MSG(!strcmp(back, text), "round trip gave '%s'", back);
+        moe_model_free(m);
+    }
+    unlink(p);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/moefast-test-gen-XXXXXX");
+    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    char err[MOE_ERR_LEN], oracle[512];
+    const char *arches[2] = {"laguna", "qwen3moe"};
+    for (int a = 0; a < 2; a++) {
+        const char *p1 = tpath("a.gguf"), *p2 = tpath("b.gguf"), *pq = tpath("q.gguf");
+        int rc = gen(arches[a], "tiny", NULL, p1, err);
+        CHECK_MSG(rc == 0, "%s", err);
+        rc = gen(arches[a], "tiny", (const char *const[]){"type=F32", NULL}, p2, err);
+        CHECK_MSG(rc == 0, "%s", err);
+        CHECK_MSG(same_file(p1, p2), "%s: two generations differ", arches[a]);
+        /* a different seed changes the weights */
+        rc = gen(arches[a], "tiny", (const char *const[]){"seed=43", NULL}, p2, err);
+        CHECK(rc == 0 && !same_file(p1, p2));
+        uint32_t align = 0;
+        CHECK_MSG(strict_gguf(p1, &align), "%s: not a strict GGUF v3 file", p1);
+        CHECK_EQ_INT(align, 32);
+        snprintf(oracle, sizeof oracle, "%s/oracle/%s-tiny-f32.gguf", check_shared_dir(), arches[a]);
+        compare_with_oracle(p1, oracle);
+        round_trip(p1, p2);
+        check_contents(p1, a == 0);
+        rc = gen(arches[a], "tiny", (const char *const[]){"type=q8_0", NULL}, pq, err);
+        CHECK_MSG(rc == 0, "%s", err);
+        CHECK(strict_gguf(pq, NULL));
+        check_q8_matches_quantizer(p1, pq);
+        /* gen --type T is the same file as quantize(gen F32, T) */
+        rc = moe_quantize_file(p1, p2, "Q8_0", NULL, err, sizeof err);
+        CHECK_MSG(rc == 0, "%s", err);
+        CHECK_MSG(same_file(pq, p2), "%s: quantize F32->Q8_0 differs from gen --type Q8_0", arches[a]);
+        rc = gen(arches[a], "tiny", (const char *const[]){"type=BF16", "type_experts=NVFP4", NULL}, pq, err);
+        CHECK_MSG(rc == 0, "%s", err);
+        rc = moe_quantize_file(p1, p2, "bf16", "nvfp4", err, sizeof err);
+        CHECK_MSG(rc == 0, "%s", err);
+        CHECK_MSG(same_file(pq, p2), "%s: quantize F32->BF16/NVFP4 differs from gen", arches[a]);
+        unlink(p1);
+        unlink(p2);
+        unlink(pq);
+    }
+    check_overrides();
+    check_quantize_vs_shared();
+    check_tokenizer();
+    rmdir(tmpdir);
+    return check_report("test_gen");
+}
