@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "attn.h"
 #include "flags.h"
 #include "model/model.h"
 #include "util.h"
@@ -98,45 +99,47 @@ typedef struct {
     int il, n;
 } attn_task;
 
+/* One item = (token t, KV head g) with the G query heads that share it:
+ * scores over the visible keys j0..pos in position order, softmax per head,
+ * weighted sum of values. Items are independent, so any split over threads
+ * and any chunking of the prompt gives the same bits. */
 static void attn_worker(void *ctx, int ith, int nth) {
     attn_task *at = ctx;
     moe_session *s = at->s;
     const moe_model *m = s->m;
     const moe_hparams *hp = &m->hp;
     const moe_layer *L = &m->layers[at->il];
-    const int H = L->n_head, D = hp->head_dim, Dv = hp->head_dim_v;
-    const int group = H / hp->n_head_kv;
-    const size_t kv_row = (size_t)hp->n_head_kv * (size_t)D, kv_row_v = (size_t)hp->n_head_kv * (size_t)Dv;
+    const int H = L->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, Dv = hp->head_dim_v;
+    const int G = H / Hkv;
+    const size_t kv_row = (size_t)Hkv * (size_t)D, kv_row_v = (size_t)Hkv * (size_t)Dv;
     const float *kc = s->k_cache + (size_t)at->il * (size_t)s->n_ctx * kv_row;
     const float *vc = s->v_cache + (size_t)at->il * (size_t)s->n_ctx * kv_row_v;
     const float kq_scale = 1.0f / sqrtf((float)D);
-    float *sc = s->scores + (size_t)ith * (size_t)s->n_ctx;
+    const size_t C = (size_t)s->n_ctx;
+    float *sc = s->scores + (size_t)ith * (size_t)hp->n_head_max * C;  /* [G][n_ctx] */
+    float *sums = s->attn_sum + (size_t)ith * (size_t)hp->n_head_max;   /* [G] */
     int64_t i0, i1;
-    moe_split((int64_t)at->n * H, ith, nth, 1, &i0, &i1);
+    moe_split((int64_t)at->n * Hkv, ith, nth, 1, &i0, &i1);
     for (int64_t it = i0; it < i1; it++) {
-        int t = (int)(it / H), h = (int)(it % H), g = h / group;
+        int t = (int)(it / Hkv), g = (int)(it % Hkv);
         int pos = s->n_past + t;
         int j0 = L->swa ? pos - hp->swa_window + 1 : 0;
         if (j0 < 0) j0 = 0;
-        const float *q = s->q + ((size_t)t * H + h) * D;
-        float mx = -INFINITY;
-        for (int j = j0; j <= pos; j++) {
-            float v = s->kern->dot_f32(q, kc + (size_t)j * kv_row + (size_t)g * D, D) * kq_scale;
-            sc[j - j0] = v;
-            if (v > mx) mx = v;
+        const int nk = pos - j0 + 1;
+        const float *q = s->q + ((size_t)t * H + (size_t)g * G) * D;      /* heads g*G .. g*G+G-1 */
+        s->attn->scores(q, (size_t)D, G, kc + (size_t)j0 * kv_row + (size_t)g * D, kv_row, nk, D, kq_scale, sc, C);
+        for (int h = 0; h < G; h++) {                                     /* softmax per head */
+            float *r = sc + (size_t)h * C, mx = -INFINITY, sum = 0.0f;
+            for (int j = 0; j < nk; j++) if (r[j] > mx) mx = r[j];
+            for (int j = 0; j < nk; j++) { r[j] = moe_expf(r[j] - mx); sum += r[j]; }
+            sums[h] = sum;
         }
-        float sum = 0.0f;
-        for (int j = j0; j <= pos; j++) {
-            float e = moe_expf(sc[j - j0] - mx);
-            sc[j - j0] = e;
-            sum += e;
+        float *o = s->att + ((size_t)t * H + (size_t)g * G) * Dv;
+        s->attn->accum(sc, C, G, vc + (size_t)j0 * kv_row_v + (size_t)g * Dv, kv_row_v, nk, Dv, o, (size_t)Dv);
+        for (int h = 0; h < G; h++) {
+            float inv = 1.0f / sums[h];
+            for (int d = 0; d < Dv; d++) o[(size_t)h * Dv + d] *= inv;
         }
-        float *o = s->att + ((size_t)t * H + h) * Dv;
-        memset(o, 0, (size_t)Dv * sizeof *o);
-        for (int j = j0; j <= pos; j++)
-            s->kern->axpy_f32(sc[j - j0], vc + (size_t)j * kv_row_v + (size_t)g * Dv, o, Dv);
-        float inv = 1.0f / sum;
-        for (int d = 0; d < Dv; d++) o[d] *= inv;
     }
 }
 

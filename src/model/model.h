@@ -109,6 +109,7 @@ typedef struct moe_ffn_job {
 struct moe_session {
     moe_model *m;
     const moe_kernels *kern;
+    const struct moe_attn_kernels *attn;
     moe_pool *pool;
     int n_threads, n_ctx, n_batch, n_past;
     uint64_t flags;
@@ -120,7 +121,8 @@ struct moe_session {
     int32_t *sel, *ex_slot;
     moe_ffn_job *jobs;          /* [n_expert + 1] */
     int64_t *job_pre;           /* [n_expert + 2] */
-    float *scores;              /* [n_threads][n_ctx] */
+    float *scores;              /* [n_threads][n_head_max][n_ctx] */
+    float *attn_sum;            /* [n_threads][n_head_max] */
     float *logits_tmp;          /* [n_vocab] */
     struct moe_session *shadow; /* differential mode: the all-flags-off twin */
     char err[MOE_ERR_LEN];

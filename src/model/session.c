@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn.h"
 #include "flags.h"
 #include "model/model.h"
 #include "util.h"
@@ -90,6 +91,7 @@ static int session_create(moe_model *m, const moe_session_params *p, uint64_t fl
     s->n_threads = n_threads;
     s->n_batch = n_batch;
     s->kern = moe_flag_on(s->flags, MOE_FLAG_SIMD) ? moe_kernels_active() : moe_kernels_for(MOE_ISA_SCALAR);
+    s->attn = moe_attn_for(s->kern->isa);
     if (n_threads > 1) {
         s->pool = moe_pool_new(n_threads, err, errlen);
         if (!s->pool) { free(s); return MOE_ENOMEM; }
@@ -123,7 +125,8 @@ static int session_create(moe_model *m, const moe_session_params *p, uint64_t fl
     size_t hid = max3(B * K * (size_t)hp->n_ff_exp + B * (size_t)hp->n_ff_shexp, B * (size_t)hp->n_ff, 1);
     s->hg = xcalloc(hid, sizeof(float), &ok);
     s->hu = xcalloc(hid, sizeof(float), &ok);
-    s->scores = xcalloc((size_t)n_threads * C, sizeof(float), &ok);
+    s->scores = xcalloc((size_t)n_threads * Hm * C, sizeof(float), &ok);
+    s->attn_sum = xcalloc((size_t)n_threads * Hm, sizeof(float), &ok);
     s->logits_tmp = xcalloc((shadow ? B : 1) * (size_t)hp->n_vocab, sizeof(float), &ok);
     if (!ok) {
         moe_session_free(s);
@@ -148,7 +151,7 @@ void moe_session_free(moe_session *s) {
     if (!s) return;
     moe_pool_free(s->pool);
     float *fs[] = {s->k_cache, s->v_cache, s->rope_full, s->rope_swa, s->x, s->xn, s->proj, s->ffn_out, s->q,
-                   s->k, s->v, s->att, s->gate, s->router, s->selw, s->xg, s->eout, s->hg, s->hu, s->scores,
+                   s->k, s->v, s->att, s->gate, s->router, s->selw, s->xg, s->eout, s->hg, s->hu, s->scores, s->attn_sum,
                    s->logits_tmp};
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) free(fs[i]);
     free(s->sel);

@@ -1,0 +1,43 @@
+/* attn.c — scalar reference attention kernels (the contract of attn.h written
+ * out literally) and the per-ISA dispatch. */
+#include <math.h>
+#include <string.h>
+
+#include "attn.h"
+
+static float dot16(const float *a, const float *b, int n) {
+    float acc[16] = {0};
+    for (int d = 0; d < n; d++) acc[d & 15] = fmaf(a[d], b[d], acc[d & 15]);
+    for (int l = 0; l < 8; l++) acc[l] += acc[l + 8];
+    for (int l = 0; l < 4; l++) acc[l] += acc[l + 4];
+    for (int l = 0; l < 2; l++) acc[l] += acc[l + 2];
+    return acc[0] + acc[1];
+}
+
+static void scores_scalar(const float *q, size_t qs, int G, const float *k, size_t ks, int nk, int D, float scale,
+                          float *sc, size_t scs) {
+    for (int j = 0; j < nk; j++)
+        for (int h = 0; h < G; h++) sc[(size_t)h * scs + (size_t)j] = dot16(q + (size_t)h * qs, k + (size_t)j * ks, D) * scale;
+}
+
+static void accum_scalar(const float *p, size_t ps, int G, const float *v, size_t vs, int nk, int Dv, float *out,
+                         size_t os) {
+    for (int h = 0; h < G; h++) {
+        float *o = out + (size_t)h * os;
+        memset(o, 0, (size_t)Dv * sizeof *o);
+        for (int j = 0; j < nk; j++) {
+            const float a = p[(size_t)h * ps + (size_t)j], *vj = v + (size_t)j * vs;
+            for (int d = 0; d < Dv; d++) o[d] = fmaf(a, vj[d], o[d]);
+        }
+    }
+}
+
+const moe_attn_kernels moe_attn_scalar = {scores_scalar, accum_scalar};
+
+const moe_attn_kernels *moe_attn_for(moe_isa isa) {
+    switch (isa) {
+    case MOE_ISA_AVX512: return &moe_attn_avx512;
+    case MOE_ISA_AVX2: return &moe_attn_avx2;
+    default: return &moe_attn_scalar;
+    }
+}

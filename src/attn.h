@@ -1,0 +1,30 @@
+/* attn.h — attention inner kernels for one (token, KV head) pair and the G
+ * query heads that share that KV head (grouped-query attention).
+ *
+ * scores: sc[h*sc_stride + j] = dot(q_h, k_j) * scale for h < G, j < n_keys,
+ *         each dot under the 16-lane contract of quant.h (lane l sums
+ *         d = l, l+16, ... with fmaf; tree a[l]+a[l+8], +4, +2, +1).
+ * accum:  out_h[d] = sum_j p[h*p_stride + j] * v_j[d], for j = 0 .. n_keys-1
+ *         in increasing order, each step one fmaf starting from +0.0f.
+ * Processing the heads of a group together loads each key and value row
+ * once instead of G times; the arithmetic per output is unchanged, so every
+ * ISA level gives the same bits. */
+#ifndef MOE_ATTN_H
+#define MOE_ATTN_H
+
+#include <stddef.h>
+#include "quant/quant.h"
+
+typedef struct moe_attn_kernels {
+    void (*scores)(const float *q, size_t q_stride, int G, const float *k, size_t k_stride, int n_keys,
+                   int D, float scale, float *sc, size_t sc_stride);
+    void (*accum)(const float *p, size_t p_stride, int G, const float *v, size_t v_stride, int n_keys,
+                  int Dv, float *out, size_t out_stride);
+} moe_attn_kernels;
+
+const moe_attn_kernels *moe_attn_for(moe_isa isa);
+
+/* per-ISA tables (attn.c, attn_avx2.c, attn_avx512.c) */
+extern const moe_attn_kernels moe_attn_scalar, moe_attn_avx2, moe_attn_avx512;
+
+#endif

@@ -1,0 +1,66 @@
+/* attn_avx2.c — AVX2 attention kernels, bit-identical to attn.c: the 16
+ * lanes of a dot are two ymm accumulators (lanes 0-7, 8-15), reduced with the
+ * same tree; one FMA per element. */
+#include <immintrin.h>
+
+#include "attn.h"
+
+static inline float hsum16(__m256 lo, __m256 hi) {
+    const __m256 s8 = _mm256_add_ps(lo, hi);
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+static inline __m256i tail_mask8(int left) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(left < 0 ? 0 : left), idx);
+}
+
+static inline __m256 load8(const float *p, int left) {
+    return left >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tail_mask8(left));
+}
+
+static void scores_avx2(const float *q, size_t qs, int G, const float *k, size_t ks, int nk, int D, float scale,
+                        float *sc, size_t scs) {
+    for (int j = 0; j < nk; j++) {
+        const float *kj = k + (size_t)j * ks;
+        for (int h0 = 0; h0 < G; h0 += 2) {
+            const int hn = G - h0 < 2 ? G - h0 : 2;
+            __m256 lo[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, hi[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (int d = 0; d < D; d += 16) {
+                const __m256 k0 = load8(kj + d, D - d), k1 = load8(kj + d + 8, D - d - 8);
+                for (int hh = 0; hh < hn; hh++) {
+                    const float *qh = q + (size_t)(h0 + hh) * qs + d;
+                    lo[hh] = _mm256_fmadd_ps(load8(qh, D - d), k0, lo[hh]);
+                    hi[hh] = _mm256_fmadd_ps(load8(qh + 8, D - d - 8), k1, hi[hh]);
+                }
+            }
+            for (int hh = 0; hh < hn; hh++) sc[(size_t)(h0 + hh) * scs + (size_t)j] = hsum16(lo[hh], hi[hh]) * scale;
+        }
+    }
+}
+
+static void accum_avx2(const float *p, size_t ps, int G, const float *v, size_t vs, int nk, int Dv, float *out,
+                       size_t os) {
+    for (int h = 0; h < G; h++) {
+        for (int d0 = 0; d0 < Dv; d0 += 64) {
+            const int nv = (Dv - d0 + 7) / 8 < 8 ? (Dv - d0 + 7) / 8 : 8;
+            __m256 o[8];
+            for (int c = 0; c < 8; c++) o[c] = _mm256_setzero_ps();
+            for (int j = 0; j < nk; j++) {
+                const float *vj = v + (size_t)j * vs + d0;
+                const __m256 a = _mm256_set1_ps(p[(size_t)h * ps + (size_t)j]);
+                for (int c = 0; c < nv; c++) o[c] = _mm256_fmadd_ps(a, load8(vj + 8 * c, Dv - d0 - 8 * c), o[c]);
+            }
+            float *oh = out + (size_t)h * os + d0;
+            for (int c = 0; c < nv; c++) {
+                int left = Dv - d0 - 8 * c;
+                if (left >= 8) _mm256_storeu_ps(oh + 8 * c, o[c]);
+                else _mm256_maskstore_ps(oh + 8 * c, tail_mask8(left), o[c]);
+            }
+        }
+    }
+}
+
+const moe_attn_kernels moe_attn_avx2 = {scores_avx2, accum_avx2};

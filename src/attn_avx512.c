@@ -1,0 +1,60 @@
+/* attn_avx512.c — AVX-512 attention kernels, bit-identical to attn.c: one
+ * zmm per 16-lane dot accumulator, the same tree, one FMA per element. */
+#include <immintrin.h>
+
+#include "attn.h"
+
+static inline float hsum16(__m512 a) {
+    const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+static inline __mmask16 tail_mask(int left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
+
+static void scores_avx512(const float *q, size_t qs, int G, const float *k, size_t ks, int nk, int D, float scale,
+                          float *sc, size_t scs) {
+    for (int j = 0; j < nk; j++) {
+        const float *kj = k + (size_t)j * ks;
+        for (int h0 = 0; h0 < G; h0 += 4) {
+            const int hn = G - h0 < 4 ? G - h0 : 4;
+            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (int d = 0; d < D; d += 16) {
+                const __mmask16 mk = tail_mask(D - d);
+                const __m512 kv = _mm512_maskz_loadu_ps(mk, kj + d);
+                for (int hh = 0; hh < hn; hh++)
+                    acc[hh] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q + (size_t)(h0 + hh) * qs + d), kv, acc[hh]);
+            }
+            for (int hh = 0; hh < hn; hh++) sc[(size_t)(h0 + hh) * scs + (size_t)j] = hsum16(acc[hh]) * scale;
+        }
+    }
+}
+
+static void accum_avx512(const float *p, size_t ps, int G, const float *v, size_t vs, int nk, int Dv, float *out,
+                         size_t os) {
+    for (int h0 = 0; h0 < G; h0 += 2) {
+        const int hn = G - h0 < 2 ? G - h0 : 2;
+        for (int d0 = 0; d0 < Dv; d0 += 128) {
+            const int nv = (Dv - d0 + 15) / 16 < 8 ? (Dv - d0 + 15) / 16 : 8;
+            __m512 o[2][8];
+            for (int hh = 0; hh < 2; hh++)
+                for (int c = 0; c < 8; c++) o[hh][c] = _mm512_setzero_ps();
+            for (int j = 0; j < nk; j++) {
+                const float *vj = v + (size_t)j * vs + d0;
+                const __m512 a0 = _mm512_set1_ps(p[(size_t)h0 * ps + (size_t)j]);
+                const __m512 a1 = _mm512_set1_ps(hn > 1 ? p[(size_t)(h0 + 1) * ps + (size_t)j] : 0.0f);
+                for (int c = 0; c < nv; c++) {
+                    const __m512 vv = _mm512_maskz_loadu_ps(tail_mask(Dv - d0 - 16 * c), vj + 16 * c);
+                    o[0][c] = _mm512_fmadd_ps(a0, vv, o[0][c]);
+                    if (hn > 1) o[1][c] = _mm512_fmadd_ps(a1, vv, o[1][c]);
+                }
+            }
+            for (int hh = 0; hh < hn; hh++)
+                for (int c = 0; c < nv; c++)
+                    _mm512_mask_storeu_ps(out + (size_t)(h0 + hh) * os + d0 + 16 * c, tail_mask(Dv - d0 - 16 * c), o[hh][c]);
+        }
+    }
+}
+
+const moe_attn_kernels moe_attn_avx512 = {scores_avx512, accum_avx512};
