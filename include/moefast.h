@@ -117,8 +117,9 @@ int32_t moe_argmax(const float *logits, int n);
 
 /* Name of the SIMD level in use ("scalar", "avx2", "avx512"). */
 const char *moe_isa_name(void);
-/* Force a SIMD level before any model is loaded ("scalar"|"avx2"|"avx512");
- * fails when the CPU lacks it. MOEFAST_ISA does the same from the environment. */
+/* Force a SIMD level for sessions created afterwards ("scalar"|"avx2"|"avx512",
+ * or "auto" for the best this CPU has); fails when the CPU lacks it.
+ * MOEFAST_ISA does the same from the environment. */
 int moe_set_isa(const char *name, char *err, size_t errlen);
 
 /* ---- optimisation flags (see `moefast flags`) --------------------------- */
@@ -208,6 +209,8 @@ typedef struct moe_gate_params {
     bool free_run;   /* false: teacher-forced */
     int steps;       /* steps per case; 0: the trace's gate.steps */
     int n_threads;   /* 0: default */
+    const char *only_case; /* NULL: every case; else the case of that name */
+    bool stop_at_first;    /* teacher mode too stops at the first failing step */
 } moe_gate_params;
 typedef struct moe_gate_result {
     bool pass;

@@ -1,0 +1,206 @@
+/* bench_quant.c — weight-kernel throughput (prints, never asserts).
+ *
+ * Per format, with the active ISA level (MOEFAST_ISA to force one) and 2
+ * threads (rows split with moe_split, as the engine does):
+ *   - decode-shaped matrix-vector products in GB/s of weight bytes read, for
+ *     512x2048 and 2048x512 matrices (rows x row length) cycled through
+ *     enough distinct copies to exceed the caches, and a 100352x2048 lm-head;
+ *   - a 512-token batched GEMM on a 512x2048 matrix in GFLOP/s;
+ * next to the measured memory read bandwidth (moe_measure_read_bandwidth).
+ * Also the lm-head on 1 thread (no pool) in GB/s per second of that thread's
+ * CPU time: what one core sustains while it runs, a figure that holds up on
+ * a machine shared with other jobs.
+ * Median of 7 repetitions, with min..max, and "cpu": the CPU time the
+ * process got over wall time x threads (well below 100% means other
+ * processes took the cores and the figures understate the kernels). */
+#include "moefast.h"
+#include "quant/quant.h"
+#include "threads.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#define REPS 7
+#define THREADS 2
+#define CYCLE_BYTES ((size_t)256 << 20) /* distinct matrices per decode rep: 8x a 32 MB L3 */
+#define LMHEAD_ROWS 100352
+
+typedef struct {
+    const moe_kernels *k;
+    uint32_t type;
+    const uint8_t *w;
+    size_t rb;
+    int64_t nrows, n, ntok;
+    const float *x;
+    float *y;
+} job;
+
+static void gemv_task(void *ctx, int ith, int nth) {
+    const job *j = ctx;
+    int64_t b, e;
+    moe_split(j->nrows, ith, nth, 4, &b, &e);
+    if (e > b) j->k->gemv[j->type](j->w + b * j->rb, j->rb, e - b, j->x, j->y + b, j->n);
+}
+
+static void gemm_task(void *ctx, int ith, int nth) {
+    const job *j = ctx;
+    int64_t b, e;
+    moe_split(j->nrows, ith, nth, 4, &b, &e);
+    if (e > b)
+        j->k->gemm[j->type](j->w + b * j->rb, j->rb, e - b, j->x, (size_t)j->n, j->ntok, j->y + b,
+                            (size_t)j->nrows, j->n);
+}
+
+/* Valid, ordinary data: random codes, scales that are normal numbers (no
+ * subnormals: they would measure the CPU's microcode assists instead). */
+static void fill(uint32_t type, uint8_t *buf, size_t bytes, moe_rng *rng) {
+    for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        uint64_t r = moe_rng_next(rng);
+        memcpy(buf + i, &r, 8);
+    }
+    const moe_type_info *ti = moe_type_get(type);
+    const size_t bb = ti->block_bytes;
+    const uint16_t h = 0x2A00; /* f16 ~0.047 */
+    for (size_t off = 0; off + bb <= bytes; off += bb) {
+        uint8_t *b = buf + off;
+        switch (type) {
+        case MOE_T_F32: { float f = (float)(b[0] - 128) / 128.0f; memcpy(b, &f, 4); break; }
+        case MOE_T_F16: b[1] = (uint8_t)((b[1] & 0x83) | 0x34); break;
+        case MOE_T_BF16: b[1] = (uint8_t)((b[1] & 0x80) | 0x3C); break;
+        case MOE_T_Q8_0: case MOE_T_Q4_0: memcpy(b, &h, 2); break;
+        case MOE_T_Q4_K: memcpy(b, &h, 2); memcpy(b + 2, &h, 2); break;
+        case MOE_T_Q6_K: memcpy(b + 208, &h, 2); break;
+        case MOE_T_MXFP4: b[0] = 120; break;
+        case MOE_T_NVFP4: for (int s = 0; s < 4; s++) b[s] = (uint8_t)(0x30 + (b[s] & 15)); break;
+        default: break;
+        }
+    }
+}
+
+static double thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmpd(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Runs fn REPS times (after one warm-up); returns the median seconds, min/max in lo/hi. */
+typedef void (*rep_fn)(void *);
+static double cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
+           (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
+}
+static double g_cpu_share; /* of the last time_reps() */
+static double time_reps(rep_fn fn, void *arg, double *lo, double *hi) {
+    double t[REPS], sum = 0;
+    fn(arg);
+    const double c0 = cpu_seconds();
+    for (int r = 0; r < REPS; r++) {
+        double t0 = moe_now();
+        fn(arg);
+        t[r] = moe_now() - t0;
+        sum += t[r];
+    }
+    g_cpu_share = (cpu_seconds() - c0) / (sum * THREADS);
+    qsort(t, REPS, sizeof t[0], cmpd);
+    *lo = t[0]; *hi = t[REPS - 1];
+    return t[REPS / 2];
+}
+
+typedef struct { moe_pool *pool; job j; int64_t copies; size_t mat_bytes; } decode_arg;
+static void decode_rep(void *p) {
+    decode_arg *a = p;
+    const uint8_t *base = a->j.w;
+    for (int64_t c = 0; c < a->copies; c++) {
+        a->j.w = base + (size_t)c * a->mat_bytes;
+        moe_pool_run(a->pool, gemv_task, &a->j);
+    }
+    a->j.w = base;
+}
+static void gemm_rep(void *p) {
+    decode_arg *a = p;
+    moe_pool_run(a->pool, gemm_task, &a->j);
+}
+
+int main(void) {
+    static const uint32_t types[] = {MOE_T_Q8_0, MOE_T_Q4_0, MOE_T_Q4_K, MOE_T_NVFP4, MOE_T_MXFP4,
+                                     MOE_T_Q6_K, MOE_T_BF16, MOE_T_F16, MOE_T_F32};
+    char err[MOE_ERR_LEN];
+    moe_pool *pool = moe_pool_new(THREADS, err, sizeof err);
+    if (!pool) { fprintf(stderr, "bench_quant: %s\n", err); return 1; }
+    const moe_kernels *k = moe_kernels_active();
+    const double bw = moe_measure_read_bandwidth(THREADS);
+    printf("bench_quant: ISA %s, %d threads, measured read bandwidth %.1f GB/s\n", k->name, THREADS, bw);
+    printf("%-6s %-14s %9s %17s %6s %5s\n", "format", "shape", "GB/s", "min..max", "%bw", "cpu");
+
+    const size_t cap = (size_t)LMHEAD_ROWS * 2048 * 4; /* F32 lm-head, the largest */
+    uint8_t *buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) { fprintf(stderr, "bench_quant: cannot map %zu bytes\n", cap); return 1; }
+#ifdef MADV_HUGEPAGE
+    madvise(buf, cap, MADV_HUGEPAGE);
+#endif
+    const int64_t ntok = 512;
+    float *x = malloc(sizeof(float) * 2048 * (size_t)ntok), *y = malloc(sizeof(float) * LMHEAD_ROWS * 4 + sizeof(float) * 2048 * (size_t)ntok);
+    moe_rng rng;
+    moe_rng_seed(&rng, 1);
+    for (int64_t i = 0; i < 2048 * ntok; i++) x[i] = (float)(moe_rng_uniform(&rng) - 0.5);
+
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t type = types[ti];
+        const char *name = moe_type_get(type)->name;
+        static const struct { int64_t rows, n; const char *label; } shapes[] = {
+            {512, 2048, "512x2048"}, {2048, 512, "2048x512"}, {LMHEAD_ROWS, 2048, "100352x2048"}};
+        const size_t lm_bytes = (size_t)moe_row_bytes(type, 2048) * LMHEAD_ROWS;
+        const size_t filled = lm_bytes > CYCLE_BYTES ? lm_bytes : CYCLE_BYTES;
+        fill(type, buf, filled < cap ? filled : cap, &rng);
+        for (int s = 0; s < 3; s++) {
+            decode_arg a = {.pool = pool};
+            a.j = (job){.k = k, .type = type, .w = buf, .rb = (size_t)moe_row_bytes(type, (uint64_t)shapes[s].n),
+                        .nrows = shapes[s].rows, .n = shapes[s].n, .x = x, .y = y};
+            a.mat_bytes = a.j.rb * (size_t)a.j.nrows;
+            a.copies = s == 2 ? 1 : (int64_t)(CYCLE_BYTES / a.mat_bytes);
+            double lo, hi, med = time_reps(decode_rep, &a, &lo, &hi);
+            const double bytes = (double)a.mat_bytes * (double)a.copies;
+            printf("%-6s %-14s %9.1f %8.1f..%-8.1f %5.0f%% %4.0f%%\n", name, shapes[s].label, bytes / med * 1e-9,
+                   bytes / hi * 1e-9, bytes / lo * 1e-9, 100.0 * bytes / med * 1e-9 / bw, 100 * g_cpu_share);
+        }
+        {
+            const size_t rb = (size_t)moe_row_bytes(type, 2048);
+            double c[REPS];
+            for (int r = 0; r < REPS; r++) {
+                const double c0 = thread_cpu();
+                k->gemv[type](buf, rb, LMHEAD_ROWS, x, y, 2048);
+                c[r] = thread_cpu() - c0;
+            }
+            qsort(c, REPS, sizeof c[0], cmpd);
+            const double bytes = (double)rb * LMHEAD_ROWS;
+            printf("%-6s %-14s %9.1f %8.1f..%-8.1f GB/s per CPU-second, 1 thread\n", name, "100352x2048",
+                   bytes / c[REPS / 2] * 1e-9, bytes / c[REPS - 1] * 1e-9, bytes / c[0] * 1e-9);
+        }
+        {
+            decode_arg a = {.pool = pool};
+            a.j = (job){.k = k, .type = type, .w = buf, .rb = (size_t)moe_row_bytes(type, 2048),
+                        .nrows = 512, .n = 2048, .ntok = ntok, .x = x, .y = y};
+            double lo, hi, med = time_reps(gemm_rep, &a, &lo, &hi);
+            const double flop = 2.0 * 512 * 2048 * (double)ntok;
+            printf("%-6s %-14s %9.1f %8.1f..%-8.1f GFLOP/s %4.0f%%\n", name, "gemm 512tok", flop / med * 1e-9,
+                   flop / hi * 1e-9, flop / lo * 1e-9, 100 * g_cpu_share);
+        }
+        fflush(stdout);
+    }
+    munmap(buf, cap);
+    free(x); free(y);
+    moe_pool_free(pool);
+    return 0;
+}

@@ -1,0 +1,311 @@
+/* quant_avx2.c — AVX2/FMA/F16C kernels, bit-identical to quant_ref.c.
+ *
+ * The 16 lanes of the contract are two ymm accumulators: "lo" holds lanes
+ * 0..7 and "hi" lanes 8..15, so a 16-value chunk is two vfmadd231ps and the
+ * tree starts with lo + hi. Dequantizers produce each 16-value chunk as a
+ * (lo, hi) pair with the reference's float operations; 4-bit FP codes are
+ * mapped to ggml's int8 kvalues with vpshufb, then converted and scaled
+ * (int -> float is exact, so it is the same single product). */
+#include "quant/quant_internal.h"
+
+#include <immintrin.h>
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+ALWAYS_INLINE float hsum16(__m256 lo, __m256 hi) {
+    const __m256 s8 = _mm256_add_ps(lo, hi);
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+ALWAYS_INLINE __m128i ld64(const uint8_t *p) { return _mm_loadl_epi64((const __m128i *)p); }
+ALWAYS_INLINE __m128i ld128(const uint8_t *p) { return _mm_loadu_si128((const __m128i *)p); }
+ALWAYS_INLINE float f16s(const uint8_t *p) { return _cvtsh_ss(moe_rd16(p)); }
+/* 8 bytes (low 64 bits of b) -> 8 floats */
+ALWAYS_INLINE __m256 u8f(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)); }
+ALWAYS_INLINE __m256 i8f(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)); }
+
+/* ---- part dequantizers: v[2q] = lanes 0..7, v[2q+1] = lanes 8..15 of chunk q */
+
+ALWAYS_INLINE void dq_q8_0(const uint8_t *row, int64_t i, __m256 *v, float *st) {
+    const uint8_t *b = row + i * QB_Q8_0;
+    const __m256 d = _mm256_set1_ps(f16s(b));
+    UNROLL for (int j = 0; j < 4; j++) v[j] = _mm256_mul_ps(i8f(ld64(b + 2 + 8 * j)), d);
+}
+
+ALWAYS_INLINE void dq_q4_0(const uint8_t *row, int64_t i, __m256 *v, float *st) {
+    const uint8_t *b = row + i * QB_Q4_0;
+    const __m256 d = _mm256_set1_ps(f16s(b));
+    const __m128i q = ld128(b + 2), m = _mm_set1_epi8(15), c8 = _mm_set1_epi8(8);
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m), c8);
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m), c8);
+    v[0] = _mm256_mul_ps(i8f(lo), d);
+    v[1] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(lo, lo)), d);
+    v[2] = _mm256_mul_ps(i8f(hi), d);
+    v[3] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(hi, hi)), d);
+}
+
+ALWAYS_INLINE void dq_mxfp4(const uint8_t *row, int64_t i, __m256 *v, float *st) {
+    const uint8_t *b = row + i * QB_MXFP4;
+    const __m256 d = _mm256_set1_ps(moe_e8m0_half(b[0]));
+    const __m128i kv = _mm_loadu_si128((const __m128i *)moe_kvalues_fp4), m = _mm_set1_epi8(15);
+    const __m128i q = ld128(b + 1);
+    const __m128i lo = _mm_shuffle_epi8(kv, _mm_and_si128(q, m));
+    const __m128i hi = _mm_shuffle_epi8(kv, _mm_and_si128(_mm_srli_epi16(q, 4), m));
+    v[0] = _mm256_mul_ps(i8f(lo), d);
+    v[1] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(lo, lo)), d);
+    v[2] = _mm256_mul_ps(i8f(hi), d);
+    v[3] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(hi, hi)), d);
+}
+
+ALWAYS_INLINE void dq_nvfp4(const uint8_t *row, int64_t i, __m256 *v, float *st) {
+    const uint8_t *b = row + i * QB_NVFP4;
+    const __m128i kv = _mm_loadu_si128((const __m128i *)moe_kvalues_fp4), m = _mm_set1_epi8(15);
+    UNROLL for (int s = 0; s < 4; s++) {
+        const __m256 d = _mm256_set1_ps(moe_ue4m3_half[b[s]]);
+        const __m128i q = ld64(b + 4 + 8 * s);
+        v[2 * s] = _mm256_mul_ps(i8f(_mm_shuffle_epi8(kv, _mm_and_si128(q, m))), d);
+        v[2 * s + 1] = _mm256_mul_ps(i8f(_mm_shuffle_epi8(kv, _mm_and_si128(_mm_srli_epi16(q, 4), m))), d);
+    }
+}
+
+/* K-quant super-block state (see quant_avx512.c): Q4_K st[j] = d*sc_j,
+ * st[8+j] = dmin*m_j; Q6_K st[j] = d*sc[j]. */
+ALWAYS_INLINE void prep_q4_k(const uint8_t *b, float *st) {
+    uint8_t u[16];
+    moe_q4k_unpack16(b + 4, u);
+    const __m128i v = ld128(u);
+    _mm256_storeu_ps(st, _mm256_mul_ps(_mm256_set1_ps(f16s(b)), u8f(v)));
+    _mm256_storeu_ps(st + 8, _mm256_mul_ps(_mm256_set1_ps(f16s(b + 2)), u8f(_mm_unpackhi_epi64(v, v))));
+}
+ALWAYS_INLINE void prep_q6_k(const uint8_t *b, float *st) {
+    const __m256 d = _mm256_set1_ps(f16s(b + 208));
+    const __m128i v = ld128(b + 192);
+    _mm256_storeu_ps(st, _mm256_mul_ps(d, i8f(v)));
+    _mm256_storeu_ps(st + 8, _mm256_mul_ps(d, i8f(_mm_unpackhi_epi64(v, v))));
+}
+
+ALWAYS_INLINE void dq_q4_k(const uint8_t *row, int64_t i, __m256 *v, float *st) {
+    const uint8_t *b = row + (i >> 2) * QB_Q4_K;
+    const int c = (int)(i & 3);
+    if (c == 0) prep_q4_k(b, st);
+    const __m256 d1 = _mm256_set1_ps(st[2 * c]), mm1 = _mm256_set1_ps(st[8 + 2 * c]);
+    const __m256 d2 = _mm256_set1_ps(st[2 * c + 1]), mm2 = _mm256_set1_ps(st[9 + 2 * c]);
+    const uint8_t *q = b + 16 + 32 * c;
+    const __m128i m = _mm_set1_epi8(15);
+    UNROLL for (int h = 0; h < 2; h++) {
+        const __m128i qq = ld128(q + 16 * h);
+        const __m128i lo = _mm_and_si128(qq, m), hi = _mm_and_si128(_mm_srli_epi16(qq, 4), m);
+        v[2 * h] = _mm256_sub_ps(_mm256_mul_ps(d1, u8f(lo)), mm1);
+        v[2 * h + 1] = _mm256_sub_ps(_mm256_mul_ps(d1, u8f(_mm_unpackhi_epi64(lo, lo))), mm1);
+        v[4 + 2 * h] = _mm256_sub_ps(_mm256_mul_ps(d2, u8f(hi)), mm2);
+        v[4 + 2 * h + 1] = _mm256_sub_ps(_mm256_mul_ps(d2, u8f(_mm_unpackhi_epi64(hi, hi))), mm2);
+    }
+}
+
+ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m256 *v, float *st) {
+    const uint8_t *b = row + (i >> 2) * QB_Q6_K;
+    const int p = (int)(i & 3), h = p >> 1, hi = p & 1;
+    if (p == 0) prep_q6_k(b, st);
+    const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+    const __m128i m15 = _mm_set1_epi8(15), m3 = _mm_set1_epi8(3), c32 = _mm_set1_epi8(32);
+    UNROLL for (int gg = 0; gg < 2; gg++) {
+        const int g = 2 * hi + gg;
+        UNROLL for (int u = 0; u < 2; u++) {
+            const __m128i l8 = ld128(ql + 32 * gg + 16 * u), h8 = ld128(qh + 16 * u);
+            const __m128i lo = hi ? _mm_and_si128(_mm_srli_epi16(l8, 4), m15) : _mm_and_si128(l8, m15);
+            const __m128i hb = _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h8, 2 * g), m3), 4);
+            const __m128i q = _mm_sub_epi8(_mm_or_si128(lo, hb), c32);
+            const __m256 s = _mm256_set1_ps(st[8 * h + 2 * g + u]);
+            v[2 * (2 * gg + u)] = _mm256_mul_ps(i8f(q), s);
+            v[2 * (2 * gg + u) + 1] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(q, q)), s);
+        }
+    }
+}
+
+/* ---- tiles ---------------------------------------------------------------- */
+
+/* Software prefetch distance (bytes ahead of each row's read position); see
+ * quant_avx512.c for the measurement behind 8 KB. */
+#define PF_DIST 8192
+
+#define DEF_BLOCK_KERNELS(NAME, SUBV, NV, DQ, PB)                                                  \
+    ALWAYS_INLINE void tile_##NAME(const uint8_t *w, size_t rb, const float *x, size_t xs,         \
+                                   float *y, size_t ys, int64_t n, const int R, const int T) {     \
+        __m256 acc[4][4][2];                                                                       \
+        UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
+            acc[rr][tt][0] = acc[rr][tt][1] = _mm256_setzero_ps();                                 \
+        float st[4][16]; /* per-row state of a K-quant super-block */                          \
+        const int64_t ns = n / (SUBV);                                                             \
+        for (int64_t i = 0; i < ns; i++) {                                                         \
+            __m256 v[4][2 * (NV)];                                                                 \
+            UNROLL for (int rr = 0; rr < R; rr++)                                                  \
+                _mm_prefetch((const char *)w + rr * rb + i * (PB) + PF_DIST, _MM_HINT_T0);         \
+            UNROLL for (int rr = 0; rr < R; rr++) DQ(w + rr * rb, i, v[rr], st[rr]);                       \
+            UNROLL for (int q = 0; q < 2 * (NV); q++) UNROLL for (int tt = 0; tt < T; tt++) {      \
+                const __m256 xv = _mm256_loadu_ps(x + tt * xs + i * (SUBV) + 8 * q);               \
+                UNROLL for (int rr = 0; rr < R; rr++)                                              \
+                    acc[rr][tt][q & 1] = _mm256_fmadd_ps(v[rr][q], xv, acc[rr][tt][q & 1]);        \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
+            y[tt * ys + rr] = hsum16(acc[rr][tt][0], acc[rr][tt][1]);                              \
+    }                                                                                              \
+    DEF_DRIVERS(NAME)
+
+/* gemv: 4 rows at a time; gemm: 32-token blocks, 2 rows x 2 tokens per tile
+ * (16 ymm registers do not hold more accumulators). */
+#define DEF_DRIVERS(NAME)                                                                          \
+    static void gemv_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, float *y,     \
+                            int64_t n) {                                                           \
+        const uint8_t *W = w;                                                                      \
+        int64_t r = 0;                                                                             \
+        for (; r + 4 <= nrows; r += 4) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 4, 1);       \
+        for (; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 1, 1);               \
+    }                                                                                              \
+    static void gemm_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs,   \
+                            int64_t ntok, float *y, size_t ys, int64_t n) {                        \
+        const uint8_t *W = w;                                                                      \
+        for (int64_t t0 = 0; t0 < ntok; t0 += 32) {                                                \
+            const int64_t t1 = t0 + 32 < ntok ? t0 + 32 : ntok;                                    \
+            int64_t r = 0;                                                                         \
+            for (; r + 2 <= nrows; r += 2) {                                                       \
+                int64_t t = t0;                                                                    \
+                for (; t + 2 <= t1; t += 2)                                                        \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 2, 2);      \
+                for (; t < t1; t++)                                                                \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 2, 1);      \
+            }                                                                                      \
+            for (; r < nrows; r++) {                                                               \
+                int64_t t = t0;                                                                    \
+                for (; t + 2 <= t1; t += 2)                                                        \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 1, 2);      \
+                for (; t < t1; t++)                                                                \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 1, 1);      \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+DEF_BLOCK_KERNELS(q8_0, 32, 2, dq_q8_0, QB_Q8_0)
+DEF_BLOCK_KERNELS(q4_0, 32, 2, dq_q4_0, QB_Q4_0)
+DEF_BLOCK_KERNELS(mxfp4, 32, 2, dq_mxfp4, QB_MXFP4)
+DEF_BLOCK_KERNELS(nvfp4, 64, 4, dq_nvfp4, QB_NVFP4)
+DEF_BLOCK_KERNELS(q4_k, 64, 4, dq_q4_k, QB_Q4_K / 4)
+DEF_BLOCK_KERNELS(q6_k, 64, 4, dq_q6_k, QB_Q6_K / 4)
+
+/* ---- F32 / F16 / BF16 (any n). 8 values at a time; in the tail, lanes past n
+ * keep their accumulator (blend), never an FMA with padding. */
+
+ALWAYS_INLINE __m256 ld8_f32(const uint8_t *row, int64_t k) { return _mm256_loadu_ps((const float *)row + k); }
+ALWAYS_INLINE __m256 ld8_f16(const uint8_t *row, int64_t k) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
+}
+ALWAYS_INLINE __m256 ld8_bf16(const uint8_t *row, int64_t k) {
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+/* Tail: values [k, n) (n - k < 16) of one row, zero-padded into 16 floats. */
+ALWAYS_INLINE void tail_plain(uint32_t type, const uint8_t *row, int64_t k, int64_t n, float *out) {
+    for (int j = 0; j < 16; j++) {
+        float f = 0.0f;
+        if (k + j < n) {
+            const uint8_t *p = row + (k + j) * (type == MOE_T_F32 ? 4 : 2);
+            if (type == MOE_T_F32) memcpy(&f, p, 4);
+            else if (type == MOE_T_F16) f = _cvtsh_ss(moe_rd16(p));
+            else { uint32_t u = (uint32_t)moe_rd16(p) << 16; memcpy(&f, &u, 4); }
+        }
+        out[j] = f;
+    }
+}
+ALWAYS_INLINE __m256 lane_mask(int64_t cnt /* lanes < cnt are on */) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)cnt), idx));
+}
+
+#define DEF_PLAIN_KERNELS(NAME, TYPE, LD)                                                          \
+    ALWAYS_INLINE void tile_##NAME(const uint8_t *w, size_t rb, const float *x, size_t xs,         \
+                                   float *y, size_t ys, int64_t n, const int R, const int T) {     \
+        __m256 acc[4][4][2];                                                                       \
+        UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
+            acc[rr][tt][0] = acc[rr][tt][1] = _mm256_setzero_ps();                                 \
+        int64_t k = 0;                                                                             \
+        for (; k + 16 <= n; k += 16) {                                                             \
+            UNROLL for (int rr = 0; rr < R; rr++)                                                  \
+                _mm_prefetch((const char *)w + rr * rb + k * (TYPE == MOE_T_F32 ? 4 : 2) + PF_DIST,  \
+                             _MM_HINT_T0);                                                         \
+            UNROLL for (int h = 0; h < 2; h++) {                                                   \
+                __m256 v[4];                                                                       \
+                UNROLL for (int rr = 0; rr < R; rr++) v[rr] = LD(w + rr * rb, k + 8 * h);          \
+                UNROLL for (int tt = 0; tt < T; tt++) {                                            \
+                    const __m256 xv = _mm256_loadu_ps(x + tt * xs + k + 8 * h);                    \
+                    UNROLL for (int rr = 0; rr < R; rr++)                                          \
+                        acc[rr][tt][h] = _mm256_fmadd_ps(v[rr], xv, acc[rr][tt][h]);               \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        if (k < n) {                                                                               \
+            float wt[4][16], xt[16];                                                               \
+            UNROLL for (int rr = 0; rr < R; rr++) tail_plain(TYPE, w + rr * rb, k, n, wt[rr]);     \
+            UNROLL for (int tt = 0; tt < T; tt++) {                                                \
+                for (int j = 0; j < 16; j++) xt[j] = k + j < n ? x[tt * xs + k + j] : 0.0f;        \
+                UNROLL for (int h = 0; h < 2; h++) {                                               \
+                    const __m256 m = lane_mask(n - k - 8 * h), xv = _mm256_loadu_ps(xt + 8 * h);   \
+                    UNROLL for (int rr = 0; rr < R; rr++) {                                        \
+                        const __m256 f = _mm256_fmadd_ps(_mm256_loadu_ps(wt[rr] + 8 * h), xv,      \
+                                                         acc[rr][tt][h]);                          \
+                        acc[rr][tt][h] = _mm256_blendv_ps(acc[rr][tt][h], f, m);                   \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
+            y[tt * ys + rr] = hsum16(acc[rr][tt][0], acc[rr][tt][1]);                              \
+    }                                                                                              \
+    DEF_DRIVERS(NAME)
+
+DEF_PLAIN_KERNELS(f32, MOE_T_F32, ld8_f32)
+DEF_PLAIN_KERNELS(f16, MOE_T_F16, ld8_f16)
+DEF_PLAIN_KERNELS(bf16, MOE_T_BF16, ld8_bf16)
+
+static float dot_f32_avx2(const float *a, const float *b, int64_t n) {
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), _mm256_loadu_ps(b + k + 8), hi);
+    }
+    if (k < n) {
+        float at[16], bt[16];
+        for (int j = 0; j < 16; j++) {
+            at[j] = k + j < n ? a[k + j] : 0.0f;
+            bt[j] = k + j < n ? b[k + j] : 0.0f;
+        }
+        const __m256 m0 = lane_mask(n - k), m1 = lane_mask(n - k - 8);
+        lo = _mm256_blendv_ps(lo, _mm256_fmadd_ps(_mm256_loadu_ps(at), _mm256_loadu_ps(bt), lo), m0);
+        hi = _mm256_blendv_ps(hi, _mm256_fmadd_ps(_mm256_loadu_ps(at + 8), _mm256_loadu_ps(bt + 8), hi), m1);
+    }
+    return hsum16(lo, hi);
+}
+
+static void axpy_f32_avx2(float a, const float *x, float *y, int64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        _mm256_storeu_ps(y + k, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + k), _mm256_loadu_ps(y + k)));
+    for (; k < n; k++) {
+        /* the single-lane FMA instruction: same rounding as fmaf */
+        const __m128 r = _mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(x[k]), _mm_set_ss(y[k]));
+        y[k] = _mm_cvtss_f32(r);
+    }
+}
+
+#define ENTRY(id, name) .gemv[id] = gemv_##name, .gemm[id] = gemm_##name
+const moe_kernels moe_kernels_avx2_tab = {
+    .isa = MOE_ISA_AVX2, .name = "avx2",
+    ENTRY(MOE_T_F32, f32), ENTRY(MOE_T_F16, f16), ENTRY(MOE_T_BF16, bf16),
+    ENTRY(MOE_T_Q8_0, q8_0), ENTRY(MOE_T_Q4_0, q4_0), ENTRY(MOE_T_Q4_K, q4_k),
+    ENTRY(MOE_T_Q6_K, q6_k), ENTRY(MOE_T_MXFP4, mxfp4), ENTRY(MOE_T_NVFP4, nvfp4),
+    .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
+};

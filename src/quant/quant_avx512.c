@@ -1,0 +1,285 @@
+/* quant_avx512.c — AVX-512 kernels, bit-identical to quant_ref.c.
+ *
+ * One zmm accumulator holds the 16 lanes of the contract: lane l gets
+ * k = l, l+16, ... so a 16-value chunk of weights times the matching 16
+ * activations is one vfmadd231ps, and hsum16() is the fixed tree.
+ *
+ * Every format has a "part" dequantizer DQ(row, i, v) that produces values
+ * [i*SUBV, (i+1)*SUBV) of a row as NV zmm registers, with the same float
+ * operations as the reference (4-bit codes go through a 16-entry table
+ * computed per scale with the reference formula, then vpermps: the table
+ * entry IS the reference value, so the lookup is exact). One tile routine
+ * then computes R rows x T tokens (R, T <= 4, compile-time constants), so
+ * each dequantized part feeds up to 4 tokens and 4 independent rows hide the
+ * FMA latency in decode. */
+#include "quant/quant_internal.h"
+
+#include <immintrin.h>
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+/* The tree of quant.h: a[l]+a[l+8], then +4, +2, +1. */
+ALWAYS_INLINE float hsum16(__m512 a) {
+    const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+ALWAYS_INLINE __m128i ld128(const uint8_t *p) { return _mm_loadu_si128((const __m128i *)p); }
+ALWAYS_INLINE float f16s(const uint8_t *p) { return _cvtsh_ss(moe_rd16(p)); }
+
+static const float K_M8[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+static const float K_0_15[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+/* ---- part dequantizers ---------------------------------------------------- */
+
+/* Q8_0: part = block of 32. w = (float)q * d */
+ALWAYS_INLINE void dq_q8_0(const uint8_t *row, int64_t i, __m512 *v, float *st) {
+    const uint8_t *b = row + i * QB_Q8_0;
+    const __m512 d = _mm512_set1_ps(f16s(b));
+    v[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(b + 2))), d);
+    v[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(b + 18))), d);
+}
+
+/* Q4_0: table t[c] = (float)(c-8) * d; vpermps uses the low 4 bits of each index. */
+ALWAYS_INLINE void dq_q4_0(const uint8_t *row, int64_t i, __m512 *v, float *st) {
+    const uint8_t *b = row + i * QB_Q4_0;
+    const __m512 tab = _mm512_mul_ps(_mm512_loadu_ps(K_M8), _mm512_set1_ps(f16s(b)));
+    const __m512i idx = _mm512_cvtepu8_epi32(ld128(b + 2));
+    v[0] = _mm512_permutexvar_ps(idx, tab);
+    v[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), tab);
+}
+
+/* MXFP4: t[c] = (float)kv[c] * 2^(e-128). */
+ALWAYS_INLINE void dq_mxfp4(const uint8_t *row, int64_t i, __m512 *v, float *st) {
+    const uint8_t *b = row + i * QB_MXFP4;
+    const __m512 tab = _mm512_mul_ps(_mm512_loadu_ps(moe_kvalues_fp4_f), _mm512_set1_ps(moe_e8m0_half(b[0])));
+    const __m512i idx = _mm512_cvtepu8_epi32(ld128(b + 1));
+    v[0] = _mm512_permutexvar_ps(idx, tab);
+    v[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), tab);
+}
+
+/* NVFP4: part = block of 64; sub-block s: t[c] = (float)kv[c] * ue4m3_half[d[s]].
+ * Its 8 code bytes become the 16 bytes {b, b >> 4} in an xmm register (cheap
+ * 128-bit ops), widened to 16 dword indices; vpermps reads the low 4 bits. */
+ALWAYS_INLINE void dq_nvfp4(const uint8_t *row, int64_t i, __m512 *v, float *st) {
+    const uint8_t *b = row + i * QB_NVFP4;
+    const __m512 kv = _mm512_loadu_ps(moe_kvalues_fp4_f);
+    UNROLL for (int s = 0; s < 4; s++) {
+        const __m512 tab = _mm512_mul_ps(kv, _mm512_set1_ps(moe_ue4m3_half[b[s]]));
+        const __m128i q = _mm_loadl_epi64((const __m128i *)(b + 4 + 8 * s));
+        const __m512i idx = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(q, _mm_srli_epi16(q, 4)));
+        v[s] = _mm512_permutexvar_ps(idx, tab);
+    }
+}
+
+/* K-quant super-block state, computed when a row enters a new super-block
+ * (part i % 4 == 0) and then read by broadcast loads. Q4_K: st[j] = d*sc_j,
+ * st[8+j] = dmin*m_j (the reference's d1 and m1). Q6_K: st[j] = d*sc[j]. */
+ALWAYS_INLINE void prep_q4_k(const uint8_t *b, float *st) {
+    uint8_t u[16];
+    moe_q4k_unpack16(b + 4, u);
+    const __m512 dd = _mm512_insertf32x8(_mm512_set1_ps(f16s(b)), _mm256_set1_ps(f16s(b + 2)), 1);
+    _mm512_storeu_ps(st, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(ld128(u)))));
+}
+ALWAYS_INLINE void prep_q6_k(const uint8_t *b, float *st) {
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(b + 192)));
+    _mm512_storeu_ps(st, _mm512_mul_ps(_mm512_set1_ps(f16s(b + 208)), sc));
+}
+
+/* Q4_K: part c = 64 values (sub-blocks 2c, 2c+1) of super-block i/4.
+ * t[k] = d1*k - m1: the reference's product and subtraction, per table entry. */
+ALWAYS_INLINE void dq_q4_k(const uint8_t *row, int64_t i, __m512 *v, float *st) {
+    const uint8_t *b = row + (i >> 2) * QB_Q4_K;
+    const int c = (int)(i & 3);
+    if (c == 0) prep_q4_k(b, st);
+    const __m512 k = _mm512_loadu_ps(K_0_15);
+    const __m512 t1 = _mm512_sub_ps(_mm512_mul_ps(k, _mm512_set1_ps(st[2 * c])), _mm512_set1_ps(st[8 + 2 * c]));
+    const __m512 t2 = _mm512_sub_ps(_mm512_mul_ps(k, _mm512_set1_ps(st[2 * c + 1])), _mm512_set1_ps(st[9 + 2 * c]));
+    const uint8_t *q = b + 16 + 32 * c;
+    const __m512i ia = _mm512_cvtepu8_epi32(ld128(q)), ib = _mm512_cvtepu8_epi32(ld128(q + 16));
+    v[0] = _mm512_permutexvar_ps(ia, t1);
+    v[1] = _mm512_permutexvar_ps(ib, t1);
+    v[2] = _mm512_permutexvar_ps(_mm512_srli_epi32(ia, 4), t2);
+    v[3] = _mm512_permutexvar_ps(_mm512_srli_epi32(ib, 4), t2);
+}
+
+/* Q6_K: part p = 64 values of super-block i/4: half h = p/2, groups
+ * g = 2*(p&1), 2*(p&1)+1. w = (d*sc[k/16]) * (float)(q-32). */
+ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m512 *v, float *st) {
+    const uint8_t *b = row + (i >> 2) * QB_Q6_K;
+    const int p = (int)(i & 3), h = p >> 1, hi = p & 1;
+    if (p == 0) prep_q6_k(b, st);
+    const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+    /* the 6-bit codes are assembled as bytes in xmm registers (cheap), then
+     * sign-extended to 16 dwords */
+    const __m128i m15 = _mm_set1_epi8(15), m3 = _mm_set1_epi8(3), c32 = _mm_set1_epi8(32);
+    UNROLL for (int gg = 0; gg < 2; gg++) {
+        const int g = 2 * hi + gg;
+        UNROLL for (int u = 0; u < 2; u++) {
+            const __m128i l8 = ld128(ql + 32 * gg + 16 * u), h8 = ld128(qh + 16 * u);
+            const __m128i lo = hi ? _mm_and_si128(_mm_srli_epi16(l8, 4), m15) : _mm_and_si128(l8, m15);
+            const __m128i hb = _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h8, 2 * g), m3), 4);
+            const __m128i q = _mm_sub_epi8(_mm_or_si128(lo, hb), c32);
+            v[2 * gg + u] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(st[8 * h + 2 * g + u]));
+        }
+    }
+}
+
+/* ---- the R x T tile for block formats ------------------------------------ */
+
+/* Software prefetch distance in bytes ahead of each row's read position.
+ * Decode streams weights from DRAM; the hardware prefetchers alone left one
+ * core at about half its in-cache speed (measured 4-6 vs 10-11 GB/s for
+ * Q4_0/Q4_K/NVFP4 lm-head rows); 8 KB ahead closes the gap (2-4 KB: partly,
+ * 16 KB: no better). Prefetches never fault, so running past the matrix end
+ * is harmless (it wastes at most 8 KB of bandwidth per call). */
+#define PF_DIST 8192
+
+#define DEF_BLOCK_KERNELS(NAME, SUBV, NV, DQ, PB)                                                  \
+    ALWAYS_INLINE void tile_##NAME(const uint8_t *w, size_t rb, const float *x, size_t xs,         \
+                                   float *y, size_t ys, int64_t n, const int R, const int T) {     \
+        __m512 acc[4][4];                                                                          \
+        UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
+            acc[rr][tt] = _mm512_setzero_ps();                                                     \
+        float st[4][16]; /* per-row state of a K-quant super-block */                          \
+        const int64_t ns = n / (SUBV);                                                             \
+        for (int64_t i = 0; i < ns; i++) {                                                         \
+            __m512 v[4][NV];                                                                       \
+            UNROLL for (int rr = 0; rr < R; rr++)                                                  \
+                _mm_prefetch((const char *)w + rr * rb + i * (PB) + PF_DIST, _MM_HINT_T0);         \
+            UNROLL for (int rr = 0; rr < R; rr++) DQ(w + rr * rb, i, v[rr], st[rr]);                       \
+            UNROLL for (int q = 0; q < NV; q++) UNROLL for (int tt = 0; tt < T; tt++) {            \
+                const __m512 xv = _mm512_loadu_ps(x + tt * xs + i * (SUBV) + 16 * q);             \
+                UNROLL for (int rr = 0; rr < R; rr++)                                              \
+                    acc[rr][tt] = _mm512_fmadd_ps(v[rr][q], xv, acc[rr][tt]);                      \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
+            y[tt * ys + rr] = hsum16(acc[rr][tt]);                                                 \
+    }                                                                                              \
+    DEF_DRIVERS(NAME)
+
+/* gemv: 4 rows at a time. gemm: tokens in blocks of 32 (their activations
+ * stay in L2 while the rows stream by), 4 rows x 4 tokens per tile. */
+#define DEF_DRIVERS(NAME)                                                                          \
+    static void gemv_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, float *y,     \
+                            int64_t n) {                                                           \
+        const uint8_t *W = w;                                                                      \
+        int64_t r = 0;                                                                             \
+        for (; r + 4 <= nrows; r += 4) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 4, 1);       \
+        for (; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 1, 1);               \
+    }                                                                                              \
+    static void gemm_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs,   \
+                            int64_t ntok, float *y, size_t ys, int64_t n) {                        \
+        const uint8_t *W = w;                                                                      \
+        for (int64_t t0 = 0; t0 < ntok; t0 += 32) {                                                \
+            const int64_t t1 = t0 + 32 < ntok ? t0 + 32 : ntok;                                    \
+            int64_t r = 0;                                                                         \
+            for (; r + 4 <= nrows; r += 4) {                                                       \
+                int64_t t = t0;                                                                    \
+                for (; t + 4 <= t1; t += 4)                                                        \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 4, 4);      \
+                for (; t < t1; t++)                                                                \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 4, 1);      \
+            }                                                                                      \
+            for (; r < nrows; r++) {                                                               \
+                int64_t t = t0;                                                                    \
+                for (; t + 4 <= t1; t += 4)                                                        \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 1, 4);      \
+                for (; t < t1; t++)                                                                \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 1, 1);      \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+DEF_BLOCK_KERNELS(q8_0, 32, 2, dq_q8_0, QB_Q8_0)
+DEF_BLOCK_KERNELS(q4_0, 32, 2, dq_q4_0, QB_Q4_0)
+DEF_BLOCK_KERNELS(mxfp4, 32, 2, dq_mxfp4, QB_MXFP4)
+DEF_BLOCK_KERNELS(nvfp4, 64, 4, dq_nvfp4, QB_NVFP4)
+DEF_BLOCK_KERNELS(q4_k, 64, 4, dq_q4_k, QB_Q4_K / 4)
+DEF_BLOCK_KERNELS(q6_k, 64, 4, dq_q6_k, QB_Q6_K / 4)
+
+/* ---- F32 / F16 / BF16: any n; the tail uses masked FMAs so that lanes past
+ * n keep their accumulator untouched (an FMA with zeros would turn -0 into +0). */
+
+ALWAYS_INLINE __m512 ld_f32(const uint8_t *row, int64_t k, __mmask16 m) {
+    return _mm512_maskz_loadu_ps(m, (const float *)row + k);
+}
+ALWAYS_INLINE __m512 ld_f16(const uint8_t *row, int64_t k, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + k));
+}
+ALWAYS_INLINE __m512 ld_bf16(const uint8_t *row, int64_t k, __mmask16 m) {
+    const __m512i u = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + k));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+}
+
+#define DEF_PLAIN_KERNELS(NAME, LD, ES)                                                            \
+    ALWAYS_INLINE void tile_##NAME(const uint8_t *w, size_t rb, const float *x, size_t xs,         \
+                                   float *y, size_t ys, int64_t n, const int R, const int T) {     \
+        __m512 acc[4][4];                                                                          \
+        UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
+            acc[rr][tt] = _mm512_setzero_ps();                                                     \
+        int64_t k = 0;                                                                             \
+        for (; k + 16 <= n; k += 16) {                                                             \
+            __m512 v[4];                                                                           \
+            UNROLL for (int rr = 0; rr < R; rr++)                                                  \
+                _mm_prefetch((const char *)w + rr * rb + k * (ES) + PF_DIST, _MM_HINT_T0);         \
+            UNROLL for (int rr = 0; rr < R; rr++) v[rr] = LD(w + rr * rb, k, 0xFFFF);              \
+            UNROLL for (int tt = 0; tt < T; tt++) {                                                \
+                const __m512 xv = _mm512_loadu_ps(x + tt * xs + k);                                \
+                UNROLL for (int rr = 0; rr < R; rr++)                                              \
+                    acc[rr][tt] = _mm512_fmadd_ps(v[rr], xv, acc[rr][tt]);                         \
+            }                                                                                      \
+        }                                                                                          \
+        if (k < n) {                                                                               \
+            const __mmask16 m = (__mmask16)((1u << (n - k)) - 1);                                  \
+            __m512 v[4];                                                                           \
+            UNROLL for (int rr = 0; rr < R; rr++) v[rr] = LD(w + rr * rb, k, m);                   \
+            UNROLL for (int tt = 0; tt < T; tt++) {                                                \
+                const __m512 xv = _mm512_maskz_loadu_ps(m, x + tt * xs + k);                       \
+                UNROLL for (int rr = 0; rr < R; rr++)                                              \
+                    acc[rr][tt] = _mm512_mask3_fmadd_ps(v[rr], xv, acc[rr][tt], m);                \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
+            y[tt * ys + rr] = hsum16(acc[rr][tt]);                                                 \
+    }                                                                                              \
+    DEF_DRIVERS(NAME)
+
+DEF_PLAIN_KERNELS(f32, ld_f32, 4)
+DEF_PLAIN_KERNELS(f16, ld_f16, 2)
+DEF_PLAIN_KERNELS(bf16, ld_bf16, 2)
+
+static float dot_f32_512(const float *a, const float *b, int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), acc);
+    if (k < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - k)) - 1);
+        acc = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k), _mm512_maskz_loadu_ps(m, b + k), acc, m);
+    }
+    return hsum16(acc);
+}
+
+static void axpy_f32_512(float a, const float *x, float *y, int64_t n) {
+    const __m512 va = _mm512_set1_ps(a);
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16)
+        _mm512_storeu_ps(y + k, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + k), _mm512_loadu_ps(y + k)));
+    if (k < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - k)) - 1);
+        _mm512_mask_storeu_ps(y + k, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + k), _mm512_maskz_loadu_ps(m, y + k)));
+    }
+}
+
+#define ENTRY(id, name) .gemv[id] = gemv_##name, .gemm[id] = gemm_##name
+const moe_kernels moe_kernels_avx512_tab = {
+    .isa = MOE_ISA_AVX512, .name = "avx512",
+    ENTRY(MOE_T_F32, f32), ENTRY(MOE_T_F16, f16), ENTRY(MOE_T_BF16, bf16),
+    ENTRY(MOE_T_Q8_0, q8_0), ENTRY(MOE_T_Q4_0, q4_0), ENTRY(MOE_T_Q4_K, q4_k),
+    ENTRY(MOE_T_Q6_K, q6_k), ENTRY(MOE_T_MXFP4, mxfp4), ENTRY(MOE_T_NVFP4, nvfp4),
+    .dot_f32 = dot_f32_512, .axpy_f32 = axpy_f32_512,
+};

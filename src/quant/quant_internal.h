@@ -1,0 +1,60 @@
+/* quant_internal.h — what the scalar reference shares with the SIMD kernel
+ * files and the dispatcher (src/quant/ only). */
+#ifndef MOE_QUANT_INTERNAL_H
+#define MOE_QUANT_INTERNAL_H
+
+#include <string.h>
+#include "quant/quant.h"
+
+/* Block sizes in bytes (ggml layouts, see quant_ref.c). */
+#define QB_Q8_0   34   /* f16 d, int8 qs[32] */
+#define QB_Q4_0   18   /* f16 d, uint8 qs[16] */
+#define QB_Q4_K  144   /* f16 d, f16 dmin, uint8 scales[12], uint8 qs[128] */
+#define QB_Q6_K  210   /* uint8 ql[128], uint8 qh[64], int8 scales[16], f16 d */
+#define QB_MXFP4  17   /* uint8 e, uint8 qs[16] */
+#define QB_NVFP4  36   /* uint8 d[4], uint8 qs[32] */
+
+/* ggml's kvalues_mxfp4: twice the E2M1 values (so they are integers); code 8
+ * is +0 (an int8 0), not -0. Used by MXFP4 and NVFP4. */
+extern const int8_t moe_kvalues_fp4[16];
+/* The same values as floats (exact), for SIMD tables. */
+extern const float moe_kvalues_fp4_f[16];
+/* Half of the UE4M3 value of each scale byte, exactly ggml_ue4m3_to_fp32():
+ * bit 7 ignored, 0x00 and 0x7F give 0, exponent 15 decodes like any other. */
+extern const float moe_ue4m3_half[256];
+/* ggml's GGML_E8M0_TO_FP32_HALF(e) = 2^(e-128) (e = 0 and 1 are subnormal). */
+static inline float moe_e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f; memcpy(&f, &bits, 4); return f;
+}
+/* Q4_K: 6-bit scale and min j (0..7) from the 12 packed bytes (ggml's get_scale_min_k4). */
+static inline void moe_q4k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63; *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m  = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+/* All 8 Q4_K scales and mins at once, as 16 bytes {sc0..sc7, m0..m7}: the
+ * same unpacking as moe_q4k_scale_min, done on 32-bit words (the SIMD
+ * kernels convert the 16 bytes in one go). */
+static inline void moe_q4k_unpack16(const uint8_t *q, uint8_t out[16]) {
+    uint32_t u[4];
+    memcpy(u, q, 12);
+    const uint32_t m1 = 0x3f3f3f3fu, m2 = 0x0f0f0f0fu, m3 = 0x03030303u;
+    u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
+    const uint32_t mins_lo = u[1] & m1;
+    u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
+    u[2] = mins_lo;
+    u[0] &= m1;
+    memcpy(out, u, 16);
+}
+static inline uint16_t moe_rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+
+/* The kernel tables, filled in by each ISA file. */
+extern const moe_kernels moe_kernels_scalar_tab;
+extern const moe_kernels moe_kernels_avx2_tab;
+extern const moe_kernels moe_kernels_avx512_tab;
+
+#endif
