@@ -37,8 +37,11 @@ echo "$out" | grep -q '"ids":\[64,5691,65\]' || bad "invalid UTF-8 from -f: $out
 # 3. vocabulary-only GGUFs (no tensors) load
 out=$("$BIN" tokenize -m "$SH/vocab/ggml-vocab-gpt-2.gguf" "Hello world") || bad "gpt-2 vocab-only"
 [ "$(echo "$out" | cut -f1 | tr '\n' ' ')" = "15496 995 " ] || bad "gpt-2: $out"
-out=$("$BIN" tokenize -m "$SH/vocab/ggml-vocab-llama-spm.gguf" "Hello world") || bad "spm vocab-only"
+out=$("$BIN" tokenize -m "$SH/vocab/ggml-vocab-llama-spm.gguf" --no-bos "Hello world") || bad "spm vocab-only"
 [ "$(echo "$out" | cut -f1 | tr '\n' ' ')" = "15043 3186 " ] || bad "llama-spm: $out"
+# the file says add_bos_token = true: BOS (id 1) comes first by default
+out=$("$BIN" tokenize -m "$SH/vocab/ggml-vocab-llama-spm.gguf" "Hello world") || bad "spm default bos"
+[ "$(echo "$out" | cut -f1 | tr '\n' ' ')" = "1 15043 3186 " ] || bad "llama-spm default BOS: $out"
 
 # 4. errors: one line on stderr, exit 2
 "$BIN" tokenize "x" 2>"$T/e"; [ $? -eq 2 ] || bad "missing -m: exit code"

@@ -10,11 +10,11 @@
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: moefast tokenize -m FILE (TEXT | -f FILE) [--json] [--no-special] [--bos]\n"
+            "usage: moefast tokenize -m FILE (TEXT | -f FILE) [--json] [--no-special] [--bos|--no-bos]\n"
             "  TEXT          the text (bytes taken verbatim; -f reads them from a file, - for stdin)\n"
             "  --no-special  control tokens written in the text stay plain text\n"
             "                (user-defined tokens such as <think> are still matched, as in llama.cpp)\n"
-            "  --bos         prepend the BOS token (default: the file's add_bos_token)\n"
+            "  --bos, --no-bos  prepend the BOS token or not (default: the file's add_bos_token)\n"
             "  --json        {\"n_tokens\":N,\"ids\":[...],\"pieces\":[...]} (pieces with U+FFFD for\n"
             "                invalid UTF-8); otherwise one line per token: ID<TAB>piece, escaped\n");
 }
@@ -62,7 +62,7 @@ static bool valid_utf8(const char *p, size_t n, char *tmp) {
 
 int cmd_tokenize(int argc, char **argv) {
     const char *C = "tokenize", *path = NULL, *text = NULL, *file = NULL;
-    int json = 0, special = 1, bos = 0;
+    int json = 0, special = 1, bos = 0; /* 0: the file's add_bos_token, 1: --bos, -1: --no-bos */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!v) return cli_fail(C, "%s needs a file", a); path = v; i++; }
@@ -70,6 +70,7 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--no-special")) special = 0;
         else if (!strcmp(a, "--bos")) bos = 1;
+        else if (!strcmp(a, "--no-bos")) bos = -1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
         else if (!strcmp(a, "--")) { if (!v) return cli_fail(C, "-- needs TEXT"); if (text) return cli_fail(C, "more than one TEXT"); text = v; i++; }
         else if (a[0] == '-' && a[1]) { usage(); return cli_fail(C, "unknown argument '%s'", a); }
@@ -99,11 +100,11 @@ int cmd_tokenize(int argc, char **argv) {
     int32_t *ids = NULL;
     char *tmp = NULL;
     size_t n = 0;
-    if (!bos) bos = moe_token_add_bos(m);
-    if (moe_tokenize(m, text, len, bos, special, NULL, 0, &n, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
+    if (!bos) bos = moe_token_add_bos(m) ? 1 : -1;
+    if (moe_tokenize(m, text, len, bos > 0, special, NULL, 0, &n, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
     ids = malloc((n ? n : 1) * sizeof *ids);
     if (!ids) { cli_fail(C, "out of memory"); goto done; }
-    if (moe_tokenize(m, text, len, bos, special, ids, n, &n, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
+    if (moe_tokenize(m, text, len, bos > 0, special, ids, n, &n, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
 
     if (json) {
         json_t *o = json_object(), *ja = json_array(), *pa = json_array();
