@@ -63,6 +63,40 @@ static void matmul(moe_session *s, const moe_weight *w, const float *x, int n, f
     par(s, mm_worker, &t);
 }
 
+/* Several products of the same input in one parallel phase (Q, K, V and the
+ * gate): the combined row space is split, so one barrier instead of four. */
+typedef struct {
+    moe_session *s;
+    int count, n;
+    const moe_weight *const *w;
+    float *const *y;
+    const float *x;
+} mm_multi_task;
+
+static void mm_multi_worker(void *ctx, int ith, int nth) {
+    mm_multi_task *t = ctx;
+    int64_t total = 0;
+    for (int i = 0; i < t->count; i++) total += t->w[i]->n_out;
+    int64_t b, e;
+    moe_split(total, ith, nth, 8, &b, &e);
+    int64_t base = 0;
+    for (int i = 0; i < t->count && b < e; i++) {
+        const moe_weight *w = t->w[i];
+        int64_t r0 = b - base, r1 = e - base;
+        if (r0 < w->n_out && r1 > 0) {
+            if (r0 < 0) r0 = 0;
+            if (r1 > w->n_out) r1 = w->n_out;
+            matmul_rows(t->s->kern, w, 0, t->x, (size_t)w->n_in, t->n, t->y[i], (size_t)w->n_out, r0, r1);
+        }
+        base += w->n_out;
+    }
+}
+
+static void matmul_multi(moe_session *s, const moe_weight *const *w, float *const *y, int count, const float *x, int n) {
+    mm_multi_task t = {s, count, n, w, y, x};
+    par(s, mm_multi_worker, &t);
+}
+
 /* ---- elementwise operations (scalar; their order is fixed) ------------------------ */
 
 /* ggml's RMS norm: sum of squares in double, scale = 1/sqrt(mean + eps) in float. */
@@ -153,10 +187,10 @@ static void attention_block(moe_session *s, int il, int n) {
 
     for (int t = 0; t < n; t++)                                   /* h = RMSNorm(x) * attn_norm  [n][E] */
         rms_norm(s->x + (size_t)t * E, L->attn_norm, s->xn + (size_t)t * E, E, hp->rms_eps);
-    matmul(s, &L->wq, s->xn, n, s->q);                            /* q [n][H][D]   */
-    matmul(s, &L->wk, s->xn, n, s->k);                            /* k [n][Hkv][D] */
-    matmul(s, &L->wv, s->xn, n, s->v);                            /* v [n][Hkv][Dv] */
-    if (L->has_gate) matmul(s, &L->wgate, s->xn, n, s->gate);     /* gate [n][H] or [n][H*Dv] */
+    /* q [n][H][D], k [n][Hkv][D], v [n][Hkv][Dv], gate [n][H] or [n][H*Dv] */
+    const moe_weight *ws[4] = {&L->wq, &L->wk, &L->wv, &L->wgate};
+    float *ys[4] = {s->q, s->k, s->v, s->gate};
+    matmul_multi(s, ws, ys, L->has_gate ? 4 : 3, s->xn, n);
 
     const size_t kv_row = (size_t)Hkv * D, kv_row_v = (size_t)Hkv * Dv;
     float *kc = s->k_cache + (size_t)il * (size_t)s->n_ctx * kv_row;
