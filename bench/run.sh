@@ -1,0 +1,137 @@
+#!/bin/sh
+# bench/run.sh BUILD_DIR — what `make bench` runs (timing only, never a test):
+#   1. every micro-benchmark binary in BUILD_DIR/bench/;
+#   2. the `bench`-preset models in build/models/ (generated only when missing)
+#      and a golden trace for each (512-token prompt, 129 steps);
+#   3. `moefast bench` on each model (2 threads, the standard 512/128 windows,
+#      token check against the trace), `moefast price --noise` on one model;
+#   4. a summary table. JSON and SVG output stay in build/bench/.
+# Environment: BENCH_THREADS (2), PRICE_PAIRS (3), BENCH_MODELS (space-
+# separated subset of the model names below).
+set -u
+B=${1:-build/rel}
+BIN=$B/moefast
+MODELS=build/models
+OUT=build/bench
+T=${BENCH_THREADS:-2}
+PAIRS=${PRICE_PAIRS:-3}
+ALL="qwen3moe-bench-q8_0 laguna-bench-q8_0 laguna-bench-bf16-nvfp4"
+SEL=${BENCH_MODELS:-$ALL}
+[ -x "$BIN" ] || { echo "bench/run.sh: $BIN is missing (run: make bench)" >&2; exit 2; }
+mkdir -p "$MODELS" "$OUT"
+status=0
+
+echo "== micro-benchmarks"
+for b in "$B"/bench/*; do
+  [ -f "$b" ] && [ -x "$b" ] || continue
+  echo "-- $(basename "$b")"
+  "$b" || { echo "bench/run.sh: $(basename "$b") failed" >&2; status=1; }
+done
+
+# gen arguments of each model
+gen_args() {
+  case $1 in
+    qwen3moe-bench-q8_0) echo "--arch qwen3moe --preset bench --type Q8_0" ;;
+    laguna-bench-q8_0) echo "--arch laguna --preset bench --type Q8_0" ;;
+    laguna-bench-bf16-nvfp4) echo "--arch laguna --preset bench --type BF16 --type-experts NVFP4" ;;
+    *) return 1 ;;
+  esac
+}
+
+# 512 pseudo-random prompt ids below n_vocab (a fixed LCG: the same every run)
+prompt_ids() {
+  awk -v n="$1" 'BEGIN { x = 12345; for (i = 0; i < 512; i++) {
+    x = (x * 1103515245 + 12345) % 2147483648; printf "%s%d", (i ? "," : ""), int(x / 65536) % n } }'
+}
+
+# the value at PATH of a pretty-printed JSON file (see tests/cli_bench.sh)
+jget() {
+  awk -v want="$2" '
+    function enter(p, arr) { depth++; stack[depth] = p; isarr[depth] = arr; idx[depth] = 0 }
+    {
+      line = $0; sub(/^[ \t]+/, "", line); sub(/[ \t]*,?[ \t]*$/, "", line)
+      if (line == "") next
+      if (line == "}" || line == "]") { depth--; next }
+      if (match(line, /^"[^"]*": /)) {
+        key = substr(line, 2, RLENGTH - 4); val = substr(line, RLENGTH + 1)
+        path = (depth > 0 ? stack[depth] "." : "") key
+      } else if (depth > 0 && isarr[depth]) {
+        val = line; path = stack[depth] "[" idx[depth] "]"; idx[depth]++
+      } else next
+      if (path == want) { print val; exit }
+      if (val == "{") enter(path, 0); else if (val == "[") enter(path, 1)
+    }' "$1" 2>/dev/null
+}
+
+echo "== models (build/models, generated when missing)"
+for m in $SEL; do
+  f=$MODELS/$m.gguf
+  args=$(gen_args "$m") || { echo "bench/run.sh: unknown model '$m'" >&2; status=1; continue; }
+  if [ ! -f "$f" ]; then
+    echo "-- generating $f ($args)"
+    # shellcheck disable=SC2086
+    "$BIN" gen $args -o "$f" || { echo "bench/run.sh: gen $m failed" >&2; status=1; continue; }
+  fi
+  t=$MODELS/$m.trace.json
+  if [ ! -f "$t" ] || [ "$t" -ot "$f" ]; then
+    # ids spread over the vocabulary ("vocab N," in `moefast info`); 1000 is
+    # below every preset's vocabulary if that line ever changes
+    nv=$("$BIN" info "$f" 2>/dev/null | awk '{ for (i = 1; i < NF; i++) if ($i == "vocab") {
+           v = $(i + 1); sub(/,$/, "", v); if (v ~ /^[0-9]+$/) { print v; exit } } }')
+    [ -n "$nv" ] || nv=1000
+    echo "-- recording $t (512 prompt ids below $nv, 129 greedy steps)"
+    "$BIN" trace record -m "$f" --tokens "$(prompt_ids "$nv")" --steps 129 -o "$t" ||
+      { echo "bench/run.sh: trace record for $m failed: benchmarking without a token check" >&2; rm -f "$t"; }
+  fi
+done
+
+echo "== moefast bench (-t $T, prompt 512, decode 128)"
+for m in $SEL; do
+  f=$MODELS/$m.gguf; t=$MODELS/$m.trace.json
+  [ -f "$f" ] || continue
+  tr=""; [ -f "$t" ] && tr="--trace $t"
+  echo "-- $m"
+  # shellcheck disable=SC2086
+  "$BIN" bench -m "$f" -t "$T" $tr --json >"$OUT/$m.bench.json"; rc=$?
+  [ $rc -eq 0 ] || { echo "bench/run.sh: bench $m exited $rc" >&2; status=1; }
+done
+
+first=""
+for m in $SEL; do [ -f "$MODELS/$m.gguf" ] && { first=$m; break; }; done
+if [ -n "$first" ]; then
+  f=$MODELS/$first.gguf; t=$MODELS/$first.trace.json
+  tc="--no-token-check"; [ -f "$t" ] && tc="--trace $t"
+  echo "== moefast price --noise on $first ($PAIRS pairs, -t $T)"
+  # shellcheck disable=SC2086
+  "$BIN" price -m "$f" --a "threads:$T" --noise --pairs "$PAIRS" $tc --svg "$OUT/noise.svg" --json \
+    >"$OUT/noise.json"; rc=$?
+  [ $rc -le 1 ] || { echo "bench/run.sh: price --noise exited $rc" >&2; status=1; }
+fi
+
+echo
+echo "== summary (threads $T; build/bench/*.json)"
+printf "%-26s %7s %9s %9s %9s %9s %7s %8s %6s %8s %6s\n" model "load s" "prefill/s" "decode/s" "steps/s" \
+  "MB/token" "GB/s" "bw GB/s" "% bw" "peak MB" tokens
+for m in $SEL; do
+  j=$OUT/$m.bench.json
+  [ -s "$j" ] || { printf "%-26s (no result)\n" "$m"; continue; }
+  tok=$(jget "$j" token_check.ok); [ "$tok" = true ] && tok=ok; [ "$tok" = false ] && tok=FAIL
+  [ -z "$tok" ] || [ "$tok" = null ] && tok=none
+  awk -v m="$m" -v l="$(jget "$j" load_seconds)" -v p="$(jget "$j" prefill.tokens_per_second)" \
+      -v d="$(jget "$j" decode.tokens_per_second)" -v s="$(jget "$j" decode.steps_tokens_per_second)" \
+      -v b="$(jget "$j" decode.bytes_per_token)" -v g="$(jget "$j" decode.achieved_gb_per_second)" \
+      -v w="$(jget "$j" decode.pct_of_bandwidth_limit)" -v r="$(jget "$j" peak_rss_bytes)" -v t="$tok" \
+      -v bw="$(jget "$j" decode.bandwidth_gb_per_second)" \
+      'BEGIN { printf "%-26s %7.2f %9.1f %9.2f %9.2f %9.1f %7.2f %8s %6s %8.0f %6s\n", m, l, p, d, s, b / 1e6, g,
+               (bw == "null" ? "-" : sprintf("%.1f", bw)), (w == "null" ? "-" : sprintf("%.1f", w)), r / 1e6, t }'
+done
+echo "(prefill/s: prefill window tokens/s; decode/s: decode window incl. the 512-token seed, per decoded token;"
+echo " steps/s: the 128 steps alone; bw GB/s: read bandwidth measured by that run; tokens: trace check)"
+j=$OUT/noise.json
+if [ -s "$j" ]; then
+  awk -v f="$first" -v n="$PAIRS" -v p="$(jget "$j" noise_floor.prefill)" -v d="$(jget "$j" noise_floor.decode)" \
+      -v s="$(jget "$j" noise_floor.score)" -v v="$(jget "$j" verdict)" -v o="$OUT/noise.svg" \
+      'BEGIN { gsub(/"/, "", v); printf "noise floor, %s A against A, %d pairs (95%% interval half-width of the speedup): " \
+               "prefill +-%.3f, decode +-%.3f, score +-%.3f; verdict %s (plot: %s)\n", f, n, p, d, s, v, o }'
+fi
+exit $status
