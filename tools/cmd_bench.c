@@ -145,6 +145,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!v) return cli_fail(CMD, "%s needs a file", a), -1;
             o->model = v; i++;
+        } else if (!strncmp(a, "--flags=", 8)) {
+            o->flags = a + 8;
         } else if (!strcmp(a, "--flags")) {
             if (!v) return cli_fail(CMD, "--flags needs a spec"), -1;
             o->flags = v; i++;

@@ -121,6 +121,7 @@ int cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) { if (cli_parse_int(C, a, v, 0, 0x7fffffffL, &seed)) return 2; }
         else if (!strcmp(a, "--ctx")) { if (cli_parse_int(C, a, v, 16, 1 << 22, &n_ctx)) return 2; }
         else if (!strcmp(a, "--flags")) { if (!v) return cli_fail(C, "--flags needs a spec"); flags = v; }
+        else if (!strncmp(a, "--flags=", 8)) { flags = a + 8; used = 0; }
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { verbose = 1; used = 0; }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
         else { usage(); return cli_fail(C, "unknown argument '%s'", a); }
