@@ -29,11 +29,13 @@ static void par(moe_session *s, moe_task_fn fn, void *ctx) {
 static void matmul_rows(const moe_kernels *k, const moe_weight *w, int64_t mat, const float *x,
                         size_t x_stride, int n, float *y, size_t y_stride, int64_t r0, int64_t r1) {
     if (r0 >= r1) return;
+    /* x4 data: r0 is a multiple of 8 (every split is 8-aligned) and r1 is a
+     * multiple of 8 or the matrix end, as the layout requires */
     const uint8_t *base = w->data + (size_t)mat * w->mat_bytes + (size_t)r0 * w->row_bytes;
     if (n == 1)
-        k->gemv[w->type](base, w->row_bytes, r1 - r0, x, y + r0, w->n_in);
+        (w->x4 ? k->gemv_x4 : k->gemv)[w->type](base, w->row_bytes, r1 - r0, x, y + r0, w->n_in);
     else
-        k->gemm[w->type](base, w->row_bytes, r1 - r0, x, x_stride, n, y + r0, y_stride, w->n_in);
+        (w->x4 ? k->gemm_x4 : k->gemm)[w->type](base, w->row_bytes, r1 - r0, x, x_stride, n, y + r0, y_stride, w->n_in);
     if (w->scale) {
         float sc = w->scale[w->n_scale == 1 ? 0 : mat];
         for (int t = 0; t < n; t++)
@@ -75,8 +77,8 @@ typedef struct {
 
 static void mm_multi_worker(void *ctx, int ith, int nth) {
     mm_multi_task *t = ctx;
-    int64_t total = 0;
-    for (int i = 0; i < t->count; i++) total += t->w[i]->n_out;
+    int64_t total = 0;                       /* each matrix starts 8-aligned */
+    for (int i = 0; i < t->count; i++) total += (t->w[i]->n_out + 7) & ~(int64_t)7;
     int64_t b, e;
     moe_split(total, ith, nth, 8, &b, &e);
     int64_t base = 0;
@@ -88,7 +90,7 @@ static void mm_multi_worker(void *ctx, int ith, int nth) {
             if (r1 > w->n_out) r1 = w->n_out;
             matmul_rows(t->s->kern, w, 0, t->x, (size_t)w->n_in, t->n, t->y[i], (size_t)w->n_out, r0, r1);
         }
-        base += w->n_out;
+        base += (w->n_out + 7) & ~(int64_t)7;
     }
 }
 
@@ -259,6 +261,10 @@ static void jobs_worker(void *ctx, int ith, int nth) {
         if (r1 - r0 > e - b) r1 = r0 + (e - b);
         const size_t F = (size_t)j->wg->n_out, En = (size_t)j->wg->n_in;
         int ph = jt->phase;
+        b += r1 - r0;                                /* advance in the padded space */
+        const int64_t real = ph == 4 ? j->wd->n_out : j->wg->n_out;
+        if (r1 > real) r1 = real;                    /* padding rows do not exist */
+        if (r0 >= r1) continue;
         if (ph == 0 || ph == 1) matmul_rows(k, j->wg, j->mat, j->x, En, j->nr, j->hg, F, r0, r1);
         if (ph == 0 || ph == 2) matmul_rows(k, j->wu, j->mat, j->x, En, j->nr, j->hu, F, r0, r1);
         if (ph == 0 || ph == 3)
@@ -268,7 +274,6 @@ static void jobs_worker(void *ctx, int ith, int nth) {
                     j->hg[i] = silu(j->hg[i]) * j->hu[i];
                 }
         if (ph == 4) matmul_rows(k, j->wd, j->mat, j->hg, F, j->nr, j->out, (size_t)j->wd->n_out, r0, r1);
-        b += r1 - r0;
     }
 }
 
@@ -276,13 +281,14 @@ static void run_ffn_jobs(moe_session *s, const moe_ffn_job *jobs, int n_jobs) {
     int64_t *pre = s->job_pre;
     jobs_task jt = {s, jobs, n_jobs, 0, pre};
     pre[0] = 0;
-    for (int i = 0; i < n_jobs; i++) pre[i + 1] = pre[i] + jobs[i].wg->n_out;
+    /* each job starts 8-aligned in the combined row space (x4 layout needs it) */
+    for (int i = 0; i < n_jobs; i++) pre[i + 1] = pre[i] + ((jobs[i].wg->n_out + 7) & ~(int64_t)7);
     if (moe_flag_on(s->flags, MOE_FLAG_FUSED_GATE_UP)) {
         par(s, jobs_worker, &jt);
     } else {
         for (jt.phase = 1; jt.phase <= 3; jt.phase++) par(s, jobs_worker, &jt);
     }
-    for (int i = 0; i < n_jobs; i++) pre[i + 1] = pre[i] + jobs[i].wd->n_out;
+    for (int i = 0; i < n_jobs; i++) pre[i + 1] = pre[i] + ((jobs[i].wd->n_out + 7) & ~(int64_t)7);
     jt.phase = 4;
     par(s, jobs_worker, &jt);
 }

@@ -170,6 +170,97 @@ static void compute_bytes_per_token(moe_model *m) {
     m->bytes_per_token = b;
 }
 
+/* Every matrix the forward pass multiplies with (not the embedding, which is
+ * read row by row; not the lm head when it is tied to the embedding). */
+static int collect_weights(moe_model *m, moe_weight **out) {
+    int n = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        moe_layer *L = &m->layers[il];
+        moe_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
+                            &L->router, &L->gate_exps, &L->up_exps, &L->down_exps, &L->gate_sh, &L->up_sh, &L->down_sh};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            if (ws[i]->data) { if (out) out[n] = ws[i]; n++; }
+    }
+    if (m->output.data != m->tok_embd.data) { if (out) out[n] = &m->output; n++; }
+    return n;
+}
+
+typedef struct {
+    moe_weight **ws;
+    int nw;
+    uint8_t **dst;      /* per weight: destination in the arena, NULL if not repacked */
+    int64_t n_units;    /* (weight, matrix) pairs to repack */
+} repack_job;
+
+static void repack_worker(void *ctx, int ith, int nth) {
+    repack_job *rj = ctx;
+    int64_t b, e, u = 0;
+    moe_split(rj->n_units, ith, nth, 1, &b, &e);
+    for (int i = 0; i < rj->nw && u < e; i++) {
+        const moe_weight *w = rj->ws[i];
+        if (!rj->dst[i]) continue;
+        for (int64_t m = 0; m < w->n_mat; m++, u++)
+            if (u >= b && u < e)
+                moe_repack_x4(w->type, w->data + (size_t)m * w->mat_bytes, rj->dst[i] + (size_t)m * w->mat_bytes,
+                              w->n_out, w->n_in);
+    }
+}
+
+/* Load-time repack into the x4 layout (flag `repack`): one anonymous mapping
+ * for all block-format matrices; the file pages they came from are released.
+ * Kernel results are identical in either layout. */
+static int repack_weights(moe_model *m, char *err, size_t errlen) {
+    int nw = collect_weights(m, NULL);
+    moe_weight **ws = malloc((size_t)(nw ? nw : 1) * sizeof *ws);
+    if (!ws) return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", m->path);
+    collect_weights(m, ws);
+    size_t total = 0;
+    for (int i = 0; i < nw; i++)
+        if (moe_type_has_x4(ws[i]->type) && ws[i]->n_out >= 4) total += (ws[i]->mat_bytes * (size_t)ws[i]->n_mat + 63) & ~(size_t)63;
+    if (total == 0) { free(ws); return MOE_OK; }
+    void *arena = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (arena == MAP_FAILED) {
+        free(ws);
+        return moe_errf(err, errlen, MOE_ENOMEM, "%s: cannot map %zu bytes for repacked weights (try --flags=-repack)",
+                        m->path, total);
+    }
+#ifdef MADV_HUGEPAGE
+    (void)madvise(arena, total, MADV_HUGEPAGE); /* fewer TLB misses while streaming; advisory */
+#endif
+    /* assign destinations, then repack all (weight, matrix) units in parallel */
+    repack_job rj = {ws, nw, NULL, 0};
+    rj.dst = malloc((size_t)nw * sizeof *rj.dst);
+    if (!rj.dst) { munmap(arena, total); free(ws); return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", m->path); }
+    uint8_t *dst = arena;
+    for (int i = 0; i < nw; i++) {
+        rj.dst[i] = NULL;
+        if (!moe_type_has_x4(ws[i]->type) || ws[i]->n_out < 4) continue;
+        rj.dst[i] = dst;
+        rj.n_units += ws[i]->n_mat;
+        dst += (ws[i]->mat_bytes * (size_t)ws[i]->n_mat + 63) & ~(size_t)63;
+    }
+    moe_pool *pool = moe_pool_new(moe_cpu_count(), NULL, 0);
+    if (pool) moe_pool_run(pool, repack_worker, &rj);
+    else repack_worker(&rj, 0, 1);
+    moe_pool_free(pool);
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < nw; i++) {
+        moe_weight *w = ws[i];
+        if (!rj.dst[i]) continue;
+        /* drop the now unused file pages from this process (page cache keeps them) */
+        const size_t bytes = w->mat_bytes * (size_t)w->n_mat;
+        uintptr_t b = ((uintptr_t)w->data + page - 1) & ~(page - 1), e = ((uintptr_t)w->data + bytes) & ~(page - 1);
+        if (e > b) (void)madvise((void *)b, e - b, MADV_DONTNEED);
+        w->data = rj.dst[i];
+        w->x4 = true;
+    }
+    free(rj.dst);
+    free(ws);
+    m->repacked = arena;
+    m->repacked_bytes = total;
+    return MOE_OK;
+}
+
 static int count_vector_capacity(const gguf_file *gf) {
     /* Upper bound for norm vectors that need conversion to F32. */
     uint64_t n = 0;
@@ -247,7 +338,8 @@ int moe_model_load(const char *path, const moe_load_params *params, moe_model **
         goto fail;
     }
     compute_bytes_per_token(m);
-    if (moe_flag_on(m->flags, MOE_FLAG_READAHEAD) && m->gf->size > m->gf->data_offset) {
+    if (moe_flag_on(m->flags, MOE_FLAG_REPACK) && (rc = repack_weights(m, err, errlen))) goto fail;
+    if (moe_flag_on(m->flags, MOE_FLAG_READAHEAD) && !m->repacked && m->gf->size > m->gf->data_offset) {
         /* Start paging the weights in now (asynchronously) instead of one
          * fault at a time during the first forward; advisory only. */
         uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
@@ -269,6 +361,7 @@ void moe_model_free(moe_model *m) {
     free(m->layers);
     free(m->owned_vectors);
     free(m->chat_template);
+    if (m->repacked) munmap(m->repacked, m->repacked_bytes);
     for (int i = 0; i < m->n_notes; i++) free(m->notes[i]);
     free(m->path);
     free(m);

@@ -24,6 +24,7 @@ typedef struct moe_weight {
     uint32_t type;
     int64_t n_in, n_out, n_mat;
     size_t row_bytes, mat_bytes;
+    bool x4;                 /* data is in the x4 layout (quant.h), repacked at load */
     const float *scale;      /* optional second-level scale: [1] or [n_mat]; NULL if none */
     int64_t n_scale;
 } moe_weight;
@@ -83,6 +84,9 @@ struct moe_model {
     moe_weight output;       /* lm head (tied to tok_embd when absent) */
     const float *output_norm;
     float *owned_vectors;    /* norm vectors converted to F32 at load */
+    uint8_t *repacked;       /* anonymous mapping holding x4-repacked weights, or NULL */
+    size_t repacked_bytes;
+    double load_seconds;
     size_t owned_used, owned_cap;
     moe_tokenizer *tok;
     char *chat_template;     /* NUL-terminated copy of tokenizer.chat_template, or NULL */

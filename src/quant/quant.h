@@ -80,11 +80,26 @@ typedef struct moe_kernels {
     const char *name;                 /* "scalar", "avx2", "avx512" */
     moe_gemv_fn gemv[MOE_T_COUNT];    /* NULL for unsupported types */
     moe_gemm_fn gemm[MOE_T_COUNT];
+    /* The same products over weights in the x4 layout (below); NULL for
+     * types that have no x4 form (F32, F16, BF16). Same results, bit for bit. */
+    moe_gemv_fn gemv_x4[MOE_T_COUNT];
+    moe_gemm_fn gemm_x4[MOE_T_COUNT];
     /* FP32 dot of two vectors (any n >= 0), same 16-lane contract; used by attention. */
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     /* y[i] += a * x[i] (elementwise fmaf, order irrelevant); used by attention. */
     void (*axpy_f32)(float a, const float *x, float *y, int64_t n);
 } moe_kernels;
+
+/* ---- the x4 layout (load-time repack, flag `repack`) ----------------------
+ * Rows are taken in groups of 4; inside a group, block b of row rr is stored
+ * at group_start + (4*b + rr) * block_bytes, so a 4-row kernel tile reads one
+ * sequential stream instead of four. A group occupies the same 4*row_bytes as
+ * before, so row r of a group starts where it did (r a multiple of 4);
+ * the last nrows % 4 rows keep the plain layout. Kernel calls on x4 data must
+ * start at a row that is a multiple of 4. Block formats only. */
+bool moe_type_has_x4(uint32_t type);
+/* Repacks nrows rows of n values from src (plain) to dst (x4); no overlap. */
+void moe_repack_x4(uint32_t type, const void *src, void *dst, int64_t nrows, int64_t n);
 
 /* The table for a level, or NULL when this CPU cannot run it. */
 const moe_kernels *moe_kernels_for(moe_isa isa);

@@ -29,14 +29,14 @@ ALWAYS_INLINE __m256 i8f(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_e
 
 /* ---- part dequantizers: v[2q] = lanes 0..7, v[2q+1] = lanes 8..15 of chunk q */
 
-ALWAYS_INLINE void dq_q8_0(const uint8_t *row, int64_t i, __m256 *v, float *st) {
-    const uint8_t *b = row + i * QB_Q8_0;
+ALWAYS_INLINE void dq_q8_0(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+    const uint8_t *b = row + i * QB_Q8_0 * S;
     const __m256 d = _mm256_set1_ps(f16s(b));
     UNROLL for (int j = 0; j < 4; j++) v[j] = _mm256_mul_ps(i8f(ld64(b + 2 + 8 * j)), d);
 }
 
-ALWAYS_INLINE void dq_q4_0(const uint8_t *row, int64_t i, __m256 *v, float *st) {
-    const uint8_t *b = row + i * QB_Q4_0;
+ALWAYS_INLINE void dq_q4_0(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+    const uint8_t *b = row + i * QB_Q4_0 * S;
     const __m256 d = _mm256_set1_ps(f16s(b));
     const __m128i q = ld128(b + 2), m = _mm_set1_epi8(15), c8 = _mm_set1_epi8(8);
     const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m), c8);
@@ -47,8 +47,8 @@ ALWAYS_INLINE void dq_q4_0(const uint8_t *row, int64_t i, __m256 *v, float *st) 
     v[3] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(hi, hi)), d);
 }
 
-ALWAYS_INLINE void dq_mxfp4(const uint8_t *row, int64_t i, __m256 *v, float *st) {
-    const uint8_t *b = row + i * QB_MXFP4;
+ALWAYS_INLINE void dq_mxfp4(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+    const uint8_t *b = row + i * QB_MXFP4 * S;
     const __m256 d = _mm256_set1_ps(moe_e8m0_half(b[0]));
     const __m128i kv = _mm_loadu_si128((const __m128i *)moe_kvalues_fp4), m = _mm_set1_epi8(15);
     const __m128i q = ld128(b + 1);
@@ -60,8 +60,8 @@ ALWAYS_INLINE void dq_mxfp4(const uint8_t *row, int64_t i, __m256 *v, float *st)
     v[3] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(hi, hi)), d);
 }
 
-ALWAYS_INLINE void dq_nvfp4(const uint8_t *row, int64_t i, __m256 *v, float *st) {
-    const uint8_t *b = row + i * QB_NVFP4;
+ALWAYS_INLINE void dq_nvfp4(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+    const uint8_t *b = row + i * QB_NVFP4 * S;
     const __m128i kv = _mm_loadu_si128((const __m128i *)moe_kvalues_fp4), m = _mm_set1_epi8(15);
     UNROLL for (int s = 0; s < 4; s++) {
         const __m256 d = _mm256_set1_ps(moe_ue4m3_half[b[s]]);
@@ -87,8 +87,8 @@ ALWAYS_INLINE void prep_q6_k(const uint8_t *b, float *st) {
     _mm256_storeu_ps(st + 8, _mm256_mul_ps(d, i8f(_mm_unpackhi_epi64(v, v))));
 }
 
-ALWAYS_INLINE void dq_q4_k(const uint8_t *row, int64_t i, __m256 *v, float *st) {
-    const uint8_t *b = row + (i >> 2) * QB_Q4_K;
+ALWAYS_INLINE void dq_q4_k(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+    const uint8_t *b = row + (i >> 2) * QB_Q4_K * S;
     const int c = (int)(i & 3);
     if (c == 0) prep_q4_k(b, st);
     const __m256 d1 = _mm256_set1_ps(st[2 * c]), mm1 = _mm256_set1_ps(st[8 + 2 * c]);
@@ -105,8 +105,8 @@ ALWAYS_INLINE void dq_q4_k(const uint8_t *row, int64_t i, __m256 *v, float *st) 
     }
 }
 
-ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m256 *v, float *st) {
-    const uint8_t *b = row + (i >> 2) * QB_Q6_K;
+ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+    const uint8_t *b = row + (i >> 2) * QB_Q6_K * S;
     const int p = (int)(i & 3), h = p >> 1, hi = p & 1;
     if (p == 0) prep_q6_k(b, st);
     const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
@@ -131,9 +131,10 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m256 *v, float *st) 
  * quant_avx512.c for the measurement behind 8 KB. */
 #define PF_DIST 8192
 
-#define DEF_BLOCK_KERNELS(NAME, SUBV, NV, DQ, PB)                                                  \
+#define DEF_BLOCK_KERNELS(NAME, SUBV, NV, DQ, PB, QBYTES)                                                 \
     ALWAYS_INLINE void tile_##NAME(const uint8_t *w, size_t rb, const float *x, size_t xs,         \
-                                   float *y, size_t ys, int64_t n, const int R, const int T) {     \
+                                   float *y, size_t ys, int64_t n, const int R, const int T,      \
+                                   const int S) {                                                  \
         __m256 acc[4][4][2];                                                                       \
         UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
             acc[rr][tt][0] = acc[rr][tt][1] = _mm256_setzero_ps();                                 \
@@ -142,8 +143,8 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m256 *v, float *st) 
         for (int64_t i = 0; i < ns; i++) {                                                         \
             __m256 v[4][2 * (NV)];                                                                 \
             UNROLL for (int rr = 0; rr < R; rr++)                                                  \
-                _mm_prefetch((const char *)w + rr * rb + i * (PB) + PF_DIST, _MM_HINT_T0);         \
-            UNROLL for (int rr = 0; rr < R; rr++) DQ(w + rr * rb, i, v[rr], st[rr]);                       \
+                _mm_prefetch((const char *)w + rr * rb + i * (PB) * S + PF_DIST, _MM_HINT_T0);         \
+            UNROLL for (int rr = 0; rr < R; rr++) DQ(w + rr * rb, i, v[rr], st[rr], S);                       \
             UNROLL for (int q = 0; q < 2 * (NV); q++) UNROLL for (int tt = 0; tt < T; tt++) {      \
                 const __m256 xv = _mm256_loadu_ps(x + tt * xs + i * (SUBV) + 8 * q);               \
                 UNROLL for (int rr = 0; rr < R; rr++)                                              \
@@ -153,7 +154,8 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m256 *v, float *st) 
         UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
             y[tt * ys + rr] = hsum16(acc[rr][tt][0], acc[rr][tt][1]);                              \
     }                                                                                              \
-    DEF_DRIVERS(NAME)
+    DEF_GEMM_BODY(NAME)                                                                            \
+    DEF_BLOCK_DRIVERS(NAME, QBYTES)
 
 /* gemv: 4 rows at a time; gemm: 32-token blocks, 2 rows x 2 tokens per tile
  * (16 ymm registers do not hold more accumulators). */
@@ -188,12 +190,75 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m256 *v, float *st) 
         }                                                                                          \
     }
 
-DEF_BLOCK_KERNELS(q8_0, 32, 2, dq_q8_0, QB_Q8_0)
-DEF_BLOCK_KERNELS(q4_0, 32, 2, dq_q4_0, QB_Q4_0)
-DEF_BLOCK_KERNELS(mxfp4, 32, 2, dq_mxfp4, QB_MXFP4)
-DEF_BLOCK_KERNELS(nvfp4, 64, 4, dq_nvfp4, QB_NVFP4)
-DEF_BLOCK_KERNELS(q4_k, 64, 4, dq_q4_k, QB_Q4_K / 4)
-DEF_BLOCK_KERNELS(q6_k, 64, 4, dq_q6_k, QB_Q6_K / 4)
+/* gemm over plain rows (x4 = 0) or x4-interleaved groups (x4 = 1): 2 rows x
+ * 2 tokens per tile (a group of 4 is two such row pairs), tokens in blocks of 32. */
+#define DEF_GEMM_BODY(NAME)                                                                        \
+    ALWAYS_INLINE void gemm_body_##NAME(const void *w, size_t rb, int64_t nrows, const float *x,   \
+                                        size_t xs, int64_t ntok, float *y, size_t ys, int64_t n,   \
+                                        const int x4, const size_t qbytes) {                       \
+        const uint8_t *W = w;                                                                      \
+        for (int64_t t0 = 0; t0 < ntok; t0 += 32) {                                                \
+            const int64_t t1 = t0 + 32 < ntok ? t0 + 32 : ntok;                                    \
+            int64_t r = 0;                                                                         \
+            if (x4) {                                                                              \
+                for (; r + 4 <= nrows; r += 4)                                                     \
+                    for (int h = 0; h < 4; h += 2) {                                               \
+                        const uint8_t *g = W + r * rb + h * qbytes;                                \
+                        int64_t t = t0;                                                            \
+                        for (; t + 2 <= t1; t += 2)                                                \
+                            tile_##NAME(g, qbytes, x + t * xs, xs, y + t * ys + r + h, ys, n, 2, 2, 4); \
+                        for (; t < t1; t++)                                                        \
+                            tile_##NAME(g, qbytes, x + t * xs, xs, y + t * ys + r + h, ys, n, 2, 1, 4); \
+                    }                                                                              \
+            } else {                                                                               \
+                for (; r + 2 <= nrows; r += 2) {                                                   \
+                    int64_t t = t0;                                                                \
+                    for (; t + 2 <= t1; t += 2)                                                    \
+                        tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 2, 2, 1); \
+                    for (; t < t1; t++)                                                            \
+                        tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 2, 1, 1); \
+                }                                                                                  \
+            }                                                                                      \
+            for (; r < nrows; r++) {                                                               \
+                int64_t t = t0;                                                                    \
+                for (; t + 2 <= t1; t += 2)                                                        \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 1, 2, 1);   \
+                for (; t < t1; t++)                                                                \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 1, 1, 1);   \
+            }                                                                                      \
+        }                                                                                          \
+    }
+#define DEF_BLOCK_DRIVERS(NAME, QBYTES)                                                            \
+    static void gemv_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, float *y,     \
+                            int64_t n) {                                                           \
+        const uint8_t *W = w;                                                                      \
+        int64_t r = 0;                                                                             \
+        for (; r + 4 <= nrows; r += 4) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 4, 1, 1);    \
+        for (; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 1, 1, 1);            \
+    }                                                                                              \
+    /* x4 layout (quant.h): a group of 4 rows is one sequential stream */                        \
+    static void gemv_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, float *y,  \
+                               int64_t n) {                                                        \
+        const uint8_t *W = w;                                                                      \
+        int64_t r = 0;                                                                             \
+        for (; r + 4 <= nrows; r += 4) tile_##NAME(W + r * rb, QBYTES, x, 0, y + r, 0, n, 4, 1, 4); \
+        for (; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 1, 1, 1);            \
+    }                                                                                              \
+    static void gemm_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs,   \
+                            int64_t ntok, float *y, size_t ys, int64_t n) {                        \
+        gemm_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 0, QBYTES);                          \
+    }                                                                                              \
+    static void gemm_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs,\
+                               int64_t ntok, float *y, size_t ys, int64_t n) {                     \
+        gemm_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 1, QBYTES);                          \
+    }
+
+DEF_BLOCK_KERNELS(q8_0, 32, 2, dq_q8_0, QB_Q8_0, QB_Q8_0)
+DEF_BLOCK_KERNELS(q4_0, 32, 2, dq_q4_0, QB_Q4_0, QB_Q4_0)
+DEF_BLOCK_KERNELS(mxfp4, 32, 2, dq_mxfp4, QB_MXFP4, QB_MXFP4)
+DEF_BLOCK_KERNELS(nvfp4, 64, 4, dq_nvfp4, QB_NVFP4, QB_NVFP4)
+DEF_BLOCK_KERNELS(q4_k, 64, 4, dq_q4_k, QB_Q4_K / 4, QB_Q4_K)
+DEF_BLOCK_KERNELS(q6_k, 64, 4, dq_q6_k, QB_Q6_K / 4, QB_Q6_K)
 
 /* ---- F32 / F16 / BF16 (any n). 8 values at a time; in the tail, lanes past n
  * keep their accumulator (blend), never an FMA with padding. */
@@ -302,10 +367,13 @@ static void axpy_f32_avx2(float a, const float *x, float *y, int64_t n) {
 }
 
 #define ENTRY(id, name) .gemv[id] = gemv_##name, .gemm[id] = gemm_##name
+#define ENTRY_X4(id, name) .gemv_x4[id] = gemv_x4_##name, .gemm_x4[id] = gemm_x4_##name
 const moe_kernels moe_kernels_avx2_tab = {
     .isa = MOE_ISA_AVX2, .name = "avx2",
     ENTRY(MOE_T_F32, f32), ENTRY(MOE_T_F16, f16), ENTRY(MOE_T_BF16, bf16),
     ENTRY(MOE_T_Q8_0, q8_0), ENTRY(MOE_T_Q4_0, q4_0), ENTRY(MOE_T_Q4_K, q4_k),
     ENTRY(MOE_T_Q6_K, q6_k), ENTRY(MOE_T_MXFP4, mxfp4), ENTRY(MOE_T_NVFP4, nvfp4),
+    ENTRY_X4(MOE_T_Q8_0, q8_0), ENTRY_X4(MOE_T_Q4_0, q4_0), ENTRY_X4(MOE_T_Q4_K, q4_k),
+    ENTRY_X4(MOE_T_Q6_K, q6_k), ENTRY_X4(MOE_T_MXFP4, mxfp4), ENTRY_X4(MOE_T_NVFP4, nvfp4),
     .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
 };

@@ -36,16 +36,16 @@ static const float K_0_15[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
 /* ---- part dequantizers ---------------------------------------------------- */
 
 /* Q8_0: part = block of 32. w = (float)q * d */
-ALWAYS_INLINE void dq_q8_0(const uint8_t *row, int64_t i, __m512 *v, float *st) {
-    const uint8_t *b = row + i * QB_Q8_0;
+ALWAYS_INLINE void dq_q8_0(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    const uint8_t *b = row + i * QB_Q8_0 * S;
     const __m512 d = _mm512_set1_ps(f16s(b));
     v[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(b + 2))), d);
     v[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(b + 18))), d);
 }
 
 /* Q4_0: table t[c] = (float)(c-8) * d; vpermps uses the low 4 bits of each index. */
-ALWAYS_INLINE void dq_q4_0(const uint8_t *row, int64_t i, __m512 *v, float *st) {
-    const uint8_t *b = row + i * QB_Q4_0;
+ALWAYS_INLINE void dq_q4_0(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    const uint8_t *b = row + i * QB_Q4_0 * S;
     const __m512 tab = _mm512_mul_ps(_mm512_loadu_ps(K_M8), _mm512_set1_ps(f16s(b)));
     const __m512i idx = _mm512_cvtepu8_epi32(ld128(b + 2));
     v[0] = _mm512_permutexvar_ps(idx, tab);
@@ -53,8 +53,8 @@ ALWAYS_INLINE void dq_q4_0(const uint8_t *row, int64_t i, __m512 *v, float *st) 
 }
 
 /* MXFP4: t[c] = (float)kv[c] * 2^(e-128). */
-ALWAYS_INLINE void dq_mxfp4(const uint8_t *row, int64_t i, __m512 *v, float *st) {
-    const uint8_t *b = row + i * QB_MXFP4;
+ALWAYS_INLINE void dq_mxfp4(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    const uint8_t *b = row + i * QB_MXFP4 * S;
     const __m512 tab = _mm512_mul_ps(_mm512_loadu_ps(moe_kvalues_fp4_f), _mm512_set1_ps(moe_e8m0_half(b[0])));
     const __m512i idx = _mm512_cvtepu8_epi32(ld128(b + 1));
     v[0] = _mm512_permutexvar_ps(idx, tab);
@@ -64,8 +64,8 @@ ALWAYS_INLINE void dq_mxfp4(const uint8_t *row, int64_t i, __m512 *v, float *st)
 /* NVFP4: part = block of 64; sub-block s: t[c] = (float)kv[c] * ue4m3_half[d[s]].
  * Its 8 code bytes become the 16 bytes {b, b >> 4} in an xmm register (cheap
  * 128-bit ops), widened to 16 dword indices; vpermps reads the low 4 bits. */
-ALWAYS_INLINE void dq_nvfp4(const uint8_t *row, int64_t i, __m512 *v, float *st) {
-    const uint8_t *b = row + i * QB_NVFP4;
+ALWAYS_INLINE void dq_nvfp4(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    const uint8_t *b = row + i * QB_NVFP4 * S;
     const __m512 kv = _mm512_loadu_ps(moe_kvalues_fp4_f);
     UNROLL for (int s = 0; s < 4; s++) {
         const __m512 tab = _mm512_mul_ps(kv, _mm512_set1_ps(moe_ue4m3_half[b[s]]));
@@ -91,8 +91,8 @@ ALWAYS_INLINE void prep_q6_k(const uint8_t *b, float *st) {
 
 /* Q4_K: part c = 64 values (sub-blocks 2c, 2c+1) of super-block i/4.
  * t[k] = d1*k - m1: the reference's product and subtraction, per table entry. */
-ALWAYS_INLINE void dq_q4_k(const uint8_t *row, int64_t i, __m512 *v, float *st) {
-    const uint8_t *b = row + (i >> 2) * QB_Q4_K;
+ALWAYS_INLINE void dq_q4_k(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    const uint8_t *b = row + (i >> 2) * QB_Q4_K * S;
     const int c = (int)(i & 3);
     if (c == 0) prep_q4_k(b, st);
     const __m512 k = _mm512_loadu_ps(K_0_15);
@@ -108,8 +108,8 @@ ALWAYS_INLINE void dq_q4_k(const uint8_t *row, int64_t i, __m512 *v, float *st) 
 
 /* Q6_K: part p = 64 values of super-block i/4: half h = p/2, groups
  * g = 2*(p&1), 2*(p&1)+1. w = (d*sc[k/16]) * (float)(q-32). */
-ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m512 *v, float *st) {
-    const uint8_t *b = row + (i >> 2) * QB_Q6_K;
+ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    const uint8_t *b = row + (i >> 2) * QB_Q6_K * S;
     const int p = (int)(i & 3), h = p >> 1, hi = p & 1;
     if (p == 0) prep_q6_k(b, st);
     const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
@@ -138,9 +138,10 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m512 *v, float *st) 
  * is harmless (it wastes at most 8 KB of bandwidth per call). */
 #define PF_DIST 8192
 
-#define DEF_BLOCK_KERNELS(NAME, SUBV, NV, DQ, PB)                                                  \
+#define DEF_BLOCK_KERNELS(NAME, SUBV, NV, DQ, PB, QBYTES)                                                 \
     ALWAYS_INLINE void tile_##NAME(const uint8_t *w, size_t rb, const float *x, size_t xs,         \
-                                   float *y, size_t ys, int64_t n, const int R, const int T) {     \
+                                   float *y, size_t ys, int64_t n, const int R, const int T,      \
+                                   const int S) {                                                  \
         __m512 acc[4][4];                                                                          \
         UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
             acc[rr][tt] = _mm512_setzero_ps();                                                     \
@@ -149,8 +150,8 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m512 *v, float *st) 
         for (int64_t i = 0; i < ns; i++) {                                                         \
             __m512 v[4][NV];                                                                       \
             UNROLL for (int rr = 0; rr < R; rr++)                                                  \
-                _mm_prefetch((const char *)w + rr * rb + i * (PB) + PF_DIST, _MM_HINT_T0);         \
-            UNROLL for (int rr = 0; rr < R; rr++) DQ(w + rr * rb, i, v[rr], st[rr]);                       \
+                _mm_prefetch((const char *)w + rr * rb + i * (PB) * S + PF_DIST, _MM_HINT_T0);         \
+            UNROLL for (int rr = 0; rr < R; rr++) DQ(w + rr * rb, i, v[rr], st[rr], S);                       \
             UNROLL for (int q = 0; q < NV; q++) UNROLL for (int tt = 0; tt < T; tt++) {            \
                 const __m512 xv = _mm512_loadu_ps(x + tt * xs + i * (SUBV) + 16 * q);             \
                 UNROLL for (int rr = 0; rr < R; rr++)                                              \
@@ -160,7 +161,8 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m512 *v, float *st) 
         UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
             y[tt * ys + rr] = hsum16(acc[rr][tt]);                                                 \
     }                                                                                              \
-    DEF_DRIVERS(NAME)
+    DEF_GEMM_BODY(NAME)                                                                            \
+    DEF_BLOCK_DRIVERS(NAME, QBYTES)
 
 /* gemv: 4 rows at a time. gemm: tokens in blocks of 32 (their activations
  * stay in L2 while the rows stream by), 4 rows x 4 tokens per tile. */
@@ -195,12 +197,71 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m512 *v, float *st) 
         }                                                                                          \
     }
 
-DEF_BLOCK_KERNELS(q8_0, 32, 2, dq_q8_0, QB_Q8_0)
-DEF_BLOCK_KERNELS(q4_0, 32, 2, dq_q4_0, QB_Q4_0)
-DEF_BLOCK_KERNELS(mxfp4, 32, 2, dq_mxfp4, QB_MXFP4)
-DEF_BLOCK_KERNELS(nvfp4, 64, 4, dq_nvfp4, QB_NVFP4)
-DEF_BLOCK_KERNELS(q4_k, 64, 4, dq_q4_k, QB_Q4_K / 4)
-DEF_BLOCK_KERNELS(q6_k, 64, 4, dq_q6_k, QB_Q6_K / 4)
+/* gemm over plain rows (x4 = 0) or x4-interleaved groups (x4 = 1): 4 rows x
+ * 4 tokens per tile, tokens in blocks of 32. */
+#define DEF_GEMM_BODY(NAME)                                                                        \
+    ALWAYS_INLINE void gemm_body_##NAME(const void *w, size_t rb, int64_t nrows, const float *x,   \
+                                        size_t xs, int64_t ntok, float *y, size_t ys, int64_t n,   \
+                                        const int x4, const size_t qbytes) {                       \
+        const uint8_t *W = w;                                                                      \
+        const size_t rs = x4 ? qbytes : rb;                                                        \
+        for (int64_t t0 = 0; t0 < ntok; t0 += 32) {                                                \
+            const int64_t t1 = t0 + 32 < ntok ? t0 + 32 : ntok;                                    \
+            int64_t r = 0;                                                                         \
+            for (; r + 4 <= nrows; r += 4) {                                                       \
+                int64_t t = t0;                                                                    \
+                if (x4) {                                                                          \
+                    for (; t + 4 <= t1; t += 4)                                                    \
+                        tile_##NAME(W + r * rb, rs, x + t * xs, xs, y + t * ys + r, ys, n, 4, 4, 4); \
+                    for (; t < t1; t++)                                                            \
+                        tile_##NAME(W + r * rb, rs, x + t * xs, xs, y + t * ys + r, ys, n, 4, 1, 4); \
+                } else {                                                                           \
+                    for (; t + 4 <= t1; t += 4)                                                    \
+                        tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 4, 4, 1); \
+                    for (; t < t1; t++)                                                            \
+                        tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 4, 1, 1); \
+                }                                                                                  \
+            }                                                                                      \
+            for (; r < nrows; r++) {                                                               \
+                int64_t t = t0;                                                                    \
+                for (; t + 4 <= t1; t += 4)                                                        \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 1, 4, 1);   \
+                for (; t < t1; t++)                                                                \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 1, 1, 1);   \
+            }                                                                                      \
+        }                                                                                          \
+    }
+#define DEF_BLOCK_DRIVERS(NAME, QBYTES)                                                            \
+    static void gemv_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, float *y,     \
+                            int64_t n) {                                                           \
+        const uint8_t *W = w;                                                                      \
+        int64_t r = 0;                                                                             \
+        for (; r + 4 <= nrows; r += 4) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 4, 1, 1);    \
+        for (; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 1, 1, 1);            \
+    }                                                                                              \
+    /* x4 layout (quant.h): a group of 4 rows is one sequential stream */                        \
+    static void gemv_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, float *y,  \
+                               int64_t n) {                                                        \
+        const uint8_t *W = w;                                                                      \
+        int64_t r = 0;                                                                             \
+        for (; r + 4 <= nrows; r += 4) tile_##NAME(W + r * rb, QBYTES, x, 0, y + r, 0, n, 4, 1, 4); \
+        for (; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 1, 1, 1);            \
+    }                                                                                              \
+    static void gemm_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs,   \
+                            int64_t ntok, float *y, size_t ys, int64_t n) {                        \
+        gemm_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 0, QBYTES);                          \
+    }                                                                                              \
+    static void gemm_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs,\
+                               int64_t ntok, float *y, size_t ys, int64_t n) {                     \
+        gemm_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 1, QBYTES);                          \
+    }
+
+DEF_BLOCK_KERNELS(q8_0, 32, 2, dq_q8_0, QB_Q8_0, QB_Q8_0)
+DEF_BLOCK_KERNELS(q4_0, 32, 2, dq_q4_0, QB_Q4_0, QB_Q4_0)
+DEF_BLOCK_KERNELS(mxfp4, 32, 2, dq_mxfp4, QB_MXFP4, QB_MXFP4)
+DEF_BLOCK_KERNELS(nvfp4, 64, 4, dq_nvfp4, QB_NVFP4, QB_NVFP4)
+DEF_BLOCK_KERNELS(q4_k, 64, 4, dq_q4_k, QB_Q4_K / 4, QB_Q4_K)
+DEF_BLOCK_KERNELS(q6_k, 64, 4, dq_q6_k, QB_Q6_K / 4, QB_Q6_K)
 
 /* ---- F32 / F16 / BF16: any n; the tail uses masked FMAs so that lanes past
  * n keep their accumulator untouched (an FMA with zeros would turn -0 into +0). */
@@ -276,10 +337,13 @@ static void axpy_f32_512(float a, const float *x, float *y, int64_t n) {
 }
 
 #define ENTRY(id, name) .gemv[id] = gemv_##name, .gemm[id] = gemm_##name
+#define ENTRY_X4(id, name) .gemv_x4[id] = gemv_x4_##name, .gemm_x4[id] = gemm_x4_##name
 const moe_kernels moe_kernels_avx512_tab = {
     .isa = MOE_ISA_AVX512, .name = "avx512",
     ENTRY(MOE_T_F32, f32), ENTRY(MOE_T_F16, f16), ENTRY(MOE_T_BF16, bf16),
     ENTRY(MOE_T_Q8_0, q8_0), ENTRY(MOE_T_Q4_0, q4_0), ENTRY(MOE_T_Q4_K, q4_k),
     ENTRY(MOE_T_Q6_K, q6_k), ENTRY(MOE_T_MXFP4, mxfp4), ENTRY(MOE_T_NVFP4, nvfp4),
+    ENTRY_X4(MOE_T_Q8_0, q8_0), ENTRY_X4(MOE_T_Q4_0, q4_0), ENTRY_X4(MOE_T_Q4_K, q4_k),
+    ENTRY_X4(MOE_T_Q6_K, q6_k), ENTRY_X4(MOE_T_MXFP4, mxfp4), ENTRY_X4(MOE_T_NVFP4, nvfp4),
     .dot_f32 = dot_f32_512, .axpy_f32 = axpy_f32_512,
 };

@@ -541,14 +541,20 @@ static float reduce16(const float a[16]) {
     return e0 + e1;
 }
 
-/* One output: 16 lanes, lane k%16 accumulates w[k]*x[k] with fmaf in order. */
+/* One output: 16 lanes, lane k%16 accumulates w[k]*x[k] with fmaf in order.
+ * Block b of a block-format row is at row + b * bstride (block_bytes for the
+ * plain layout, 4 * block_bytes inside an x4 group). */
+static float row_dot_strided(uint32_t type, const uint8_t *row, const float *x, int64_t n, size_t bstride);
 static float row_dot(uint32_t type, const uint8_t *row, const float *x, int64_t n) {
+    return row_dot_strided(type, row, x, n, is_plain(type) ? 0 : TYPES[type].block_bytes);
+}
+static float row_dot_strided(uint32_t type, const uint8_t *row, const float *x, int64_t n, size_t bstride) {
     float acc[16] = {0}, w[256];
     const int64_t blk = is_plain(type) ? 256 : TYPES[type].block;
     for (int64_t k0 = 0; k0 < n; k0 += blk) {
         const int64_t cnt = n - k0 < blk ? n - k0 : blk;
         if (is_plain(type)) dq_plain(type, row, k0, cnt, w);
-        else dq_block(type, row + (size_t)(k0 / blk) * TYPES[type].block_bytes, w);
+        else dq_block(type, row + (size_t)(k0 / blk) * bstride, w);
         for (int64_t i = 0; i < cnt; i++) {
             const int64_t k = k0 + i;
             acc[k & 15] = fmaf(w[i], x[k], acc[k & 15]);
@@ -566,6 +572,22 @@ static float row_dot(uint32_t type, const uint8_t *row, const float *x, int64_t 
                             int64_t ntok, float *y, size_t ys, int64_t n) {                       \
         for (int64_t t = 0; t < ntok; t++) gemv_##name(w, rb, nrows, x + t * xs, y + t * ys, n);  \
     }
+/* x4 layout: row r of a full group g = r/4 starts at g*4*rb + (r%4)*block_bytes
+ * and its blocks are 4*block_bytes apart; trailing rows are plain. */
+#define REF_KERNELS_X4(name, type)                                                                \
+    static void gemv_x4_##name(const void *w, size_t rb, int64_t nrows, const float *x, float *y, \
+                               int64_t n) {                                                       \
+        const uint8_t *W = w;                                                                     \
+        const size_t bb = TYPES[type].block_bytes;                                                \
+        const int64_t full = nrows - nrows % 4;                                                   \
+        for (int64_t r = 0; r < nrows; r++)                                                       \
+            y[r] = r < full ? row_dot_strided(type, W + (size_t)(r & ~3) * rb + (size_t)(r & 3) * bb, x, n, 4 * bb) \
+                            : row_dot(type, W + (size_t)r * rb, x, n);                            \
+    }                                                                                             \
+    static void gemm_x4_##name(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs,\
+                               int64_t ntok, float *y, size_t ys, int64_t n) {                    \
+        for (int64_t t = 0; t < ntok; t++) gemv_x4_##name(w, rb, nrows, x + t * xs, y + t * ys, n); \
+    }
 REF_KERNELS(f32, MOE_T_F32)
 REF_KERNELS(f16, MOE_T_F16)
 REF_KERNELS(bf16, MOE_T_BF16)
@@ -575,6 +597,29 @@ REF_KERNELS(q4_k, MOE_T_Q4_K)
 REF_KERNELS(q6_k, MOE_T_Q6_K)
 REF_KERNELS(mxfp4, MOE_T_MXFP4)
 REF_KERNELS(nvfp4, MOE_T_NVFP4)
+REF_KERNELS_X4(q8_0, MOE_T_Q8_0)
+REF_KERNELS_X4(q4_0, MOE_T_Q4_0)
+REF_KERNELS_X4(q4_k, MOE_T_Q4_K)
+REF_KERNELS_X4(q6_k, MOE_T_Q6_K)
+REF_KERNELS_X4(mxfp4, MOE_T_MXFP4)
+REF_KERNELS_X4(nvfp4, MOE_T_NVFP4)
+
+bool moe_type_has_x4(uint32_t type) {
+    return type == MOE_T_Q8_0 || type == MOE_T_Q4_0 || type == MOE_T_Q4_K || type == MOE_T_Q6_K ||
+           type == MOE_T_MXFP4 || type == MOE_T_NVFP4;
+}
+
+void moe_repack_x4(uint32_t type, const void *src, void *dst, int64_t nrows, int64_t n) {
+    const size_t bb = TYPES[type].block_bytes, nb = (size_t)(n / TYPES[type].block), rb = nb * bb;
+    const uint8_t *S = src;
+    uint8_t *D = dst;
+    const int64_t full = nrows - nrows % 4;
+    for (int64_t g = 0; g < full; g += 4)
+        for (size_t b = 0; b < nb; b++)
+            for (int rr = 0; rr < 4; rr++)
+                memcpy(D + (size_t)g * rb + (4 * b + (size_t)rr) * bb, S + (size_t)(g + rr) * rb + b * bb, bb);
+    memcpy(D + (size_t)full * rb, S + (size_t)full * rb, (size_t)(nrows - full) * rb);
+}
 
 static float dot_f32_ref(const float *a, const float *b, int64_t n) {
     float acc[16] = {0};
@@ -587,10 +632,13 @@ static void axpy_f32_ref(float a, const float *x, float *y, int64_t n) {
 }
 
 #define ENTRY(id, name) .gemv[id] = gemv_##name, .gemm[id] = gemm_##name
+#define ENTRY_X4(id, name) .gemv_x4[id] = gemv_x4_##name, .gemm_x4[id] = gemm_x4_##name
 const moe_kernels moe_kernels_scalar_tab = {
     .isa = MOE_ISA_SCALAR, .name = "scalar",
     ENTRY(MOE_T_F32, f32), ENTRY(MOE_T_F16, f16), ENTRY(MOE_T_BF16, bf16),
     ENTRY(MOE_T_Q8_0, q8_0), ENTRY(MOE_T_Q4_0, q4_0), ENTRY(MOE_T_Q4_K, q4_k),
     ENTRY(MOE_T_Q6_K, q6_k), ENTRY(MOE_T_MXFP4, mxfp4), ENTRY(MOE_T_NVFP4, nvfp4),
+    ENTRY_X4(MOE_T_Q8_0, q8_0), ENTRY_X4(MOE_T_Q4_0, q4_0), ENTRY_X4(MOE_T_Q4_K, q4_k),
+    ENTRY_X4(MOE_T_Q6_K, q6_k), ENTRY_X4(MOE_T_MXFP4, mxfp4), ENTRY_X4(MOE_T_NVFP4, nvfp4),
     .dot_f32 = dot_f32_ref, .axpy_f32 = axpy_f32_ref,
 };

@@ -1,0 +1,68 @@
+/* test_repack.c — the x4 layout: repacked weights give the same products as
+ * the plain layout, bit for bit, for every block format and ISA level, also
+ * when the call starts at a later group and when rows do not fill a group. */
+#include <stdint.h>
+
+#include "check.h"
+#include "quant/quant.h"
+#include "util.h"
+
+int main(void) {
+    const uint32_t types[] = {MOE_T_Q8_0, MOE_T_Q4_0, MOE_T_Q4_K, MOE_T_Q6_K, MOE_T_MXFP4, MOE_T_NVFP4};
+    const int64_t rows_list[] = {4, 8, 13, 16};
+    const int64_t ntoks[] = {1, 5, 16};
+    moe_rng r;
+    moe_rng_seed(&r, 11);
+    const moe_kernels *ref = moe_kernels_for(MOE_ISA_SCALAR);
+    int compared = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t type = types[ti];
+        CHECK(moe_type_has_x4(type));
+        const int64_t blk = moe_type_get(type)->block;
+        const int64_t ns[] = {blk, 2 * blk, 1024};
+        for (size_t ni = 0; ni < 3; ni++)
+            for (size_t ri = 0; ri < 4; ri++) {
+                const int64_t n = ns[ni] < blk ? blk : ns[ni], nrows = rows_list[ri];
+                const size_t rb = (size_t)moe_row_bytes(type, (uint64_t)n);
+                float *src = malloc(sizeof(float) * (size_t)n);
+                uint8_t *plain = malloc(rb * (size_t)nrows), *x4 = malloc(rb * (size_t)nrows);
+                for (int64_t row = 0; row < nrows; row++) {
+                    for (int64_t k = 0; k < n; k++) src[k] = (float)moe_rng_normal(&r) * 0.05f;
+                    moe_quantize_row(type, src, plain + (size_t)row * rb, n);
+                }
+                moe_repack_x4(type, plain, x4, nrows, n);
+                const int64_t T = 16;
+                float *x = malloc(sizeof(float) * (size_t)(n * T));
+                for (int64_t k = 0; k < n * T; k++) x[k] = (float)moe_rng_normal(&r);
+                float *y0 = calloc((size_t)(nrows * T), sizeof(float)), *y1 = calloc((size_t)(nrows * T), sizeof(float));
+                for (int isa = 0; isa < MOE_ISA_COUNT; isa++) {
+                    const moe_kernels *k = moe_kernels_for((moe_isa)isa);
+                    if (!k) continue;
+                    for (size_t tk = 0; tk < 3; tk++) {
+                        const int64_t nt = ntoks[tk];
+                        ref->gemm[type](plain, rb, nrows, x, (size_t)n, nt, y0, (size_t)nrows, n);
+                        if (nt == 1) k->gemv_x4[type](x4, rb, nrows, x, y1, n);
+                        else k->gemm_x4[type](x4, rb, nrows, x, (size_t)n, nt, y1, (size_t)nrows, n);
+                        CHECK_MSG(!memcmp(y0, y1, sizeof(float) * (size_t)(nrows * nt)),
+                                  "type %u isa %s n %lld rows %lld ntok %lld", type, k->name, (long long)n,
+                                  (long long)nrows, (long long)nt);
+                        compared++;
+                    }
+                    /* a call starting at the second group (rows 4..) */
+                    if (nrows >= 8) {
+                        ref->gemv[type](plain + 4 * rb, rb, nrows - 4, x, y0, n);
+                        k->gemv_x4[type](x4 + 4 * rb, rb, nrows - 4, x, y1, n);
+                        CHECK_MSG(!memcmp(y0, y1, sizeof(float) * (size_t)(nrows - 4)), "offset call, type %u isa %s", type, k->name);
+                    }
+                }
+                /* the layout itself: block b of row 1 sits right after block b of row 0 */
+                const size_t bb = moe_type_get(type)->block_bytes;
+                CHECK(!memcmp(x4 + bb, plain + rb, bb));
+                CHECK(n == blk || !memcmp(x4 + 4 * bb, plain + bb, bb));
+                free(src); free(plain); free(x4); free(x); free(y0); free(y1);
+            }
+    }
+    CHECK(!moe_type_has_x4(MOE_T_F32) && !moe_type_has_x4(MOE_T_BF16));
+    CHECK(compared > 0);
+    return check_report("test_repack");
+}
