@@ -13,9 +13,49 @@ static inline float hsum16(__m512 a) {
 
 static inline __mmask16 tail_mask(int left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
 
+/* Reduces 16 accumulators at once with the tree of the contract, lane by
+ * lane: step 1 adds the 256-bit halves (a[l] + a[l+8]) of two accumulators
+ * in one add, step 2 the 128-bit quarters (+4), steps 3 and 4 the pairs
+ * (+2, +1) inside 128-bit lanes. Every output is the same sum in the same
+ * order as hsum16() on its accumulator; only the packing differs. Result i
+ * is the reduction of a[i]. */
+static inline __m512 hsum16x16(const __m512 a[16]) {
+    __m512 p[8], q[4], r[2];
+    for (int i = 0; i < 8; i++)
+        p[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; i++)
+        q[i] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], 0xDD));
+    for (int i = 0; i < 2; i++)
+        r[i] = _mm512_add_ps(_mm512_shuffle_ps(q[2 * i], q[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(q[2 * i], q[2 * i + 1], 0xEE));
+    const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], 0x88), _mm512_shuffle_ps(r[0], r[1], 0xDD));
+    /* s holds, in 128-bit lane k: a[k], a[k+4], a[k+8], a[k+12] */
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(idx, s);
+}
+
 static void scores_avx512(const float *q, size_t qs, int G, const float *k, size_t ks, int nk, int D, float scale,
                           float *sc, size_t scs) {
-    for (int j = 0; j < nk; j++) {
+    int j = 0;
+    if (D % 16 == 0 && D <= 256) {
+        /* 16 keys per head at a time: one wide reduction instead of 16 */
+        const __m512 vs = _mm512_set1_ps(scale);
+        for (; j + 16 <= nk; j += 16)
+            for (int h = 0; h < G; h++) {
+                const float *qh = q + (size_t)h * qs;
+                __m512 acc[16];
+                for (int u = 0; u < 16; u++) acc[u] = _mm512_setzero_ps();
+                for (int d = 0; d < D; d += 16) {
+                    const __m512 qv = _mm512_loadu_ps(qh + d);
+                    for (int u = 0; u < 16; u++)
+                        acc[u] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k + (size_t)(j + u) * ks + d), acc[u]);
+                }
+                _mm512_storeu_ps(sc + (size_t)h * scs + (size_t)j, _mm512_mul_ps(hsum16x16(acc), vs));
+            }
+    }
+    for (; j < nk; j++) {
         const float *kj = k + (size_t)j * ks;
         for (int h0 = 0; h0 < G; h0 += 4) {
             const int hn = G - h0 < 4 ? G - h0 : 4;
