@@ -190,6 +190,7 @@ typedef struct {
     int nw;
     uint8_t **dst;      /* per weight: destination in the arena, NULL if not repacked */
     int64_t n_units;    /* (weight, matrix) pairs to repack */
+    uintptr_t page;
 } repack_job;
 
 static void repack_worker(void *ctx, int ith, int nth) {
@@ -200,9 +201,15 @@ static void repack_worker(void *ctx, int ith, int nth) {
         const moe_weight *w = rj->ws[i];
         if (!rj->dst[i]) continue;
         for (int64_t m = 0; m < w->n_mat; m++, u++)
-            if (u >= b && u < e)
-                moe_repack_x4(w->type, w->data + (size_t)m * w->mat_bytes, rj->dst[i] + (size_t)m * w->mat_bytes,
-                              w->n_out, w->n_in);
+            if (u >= b && u < e) {
+                const uint8_t *src = w->data + (size_t)m * w->mat_bytes;
+                moe_repack_x4(w->type, src, rj->dst[i] + (size_t)m * w->mat_bytes, w->n_out, w->n_in);
+                /* release the source pages right away (the page cache keeps
+                 * them), so peak memory stays near one copy of the weights */
+                uintptr_t pb = ((uintptr_t)src + rj->page - 1) & ~(rj->page - 1);
+                uintptr_t pe = ((uintptr_t)src + w->mat_bytes) & ~(rj->page - 1);
+                if (pe > pb) (void)madvise((void *)pb, pe - pb, MADV_DONTNEED);
+            }
     }
 }
 
@@ -228,7 +235,7 @@ static int repack_weights(moe_model *m, char *err, size_t errlen) {
     (void)madvise(arena, total, MADV_HUGEPAGE); /* fewer TLB misses while streaming; advisory */
 #endif
     /* assign destinations, then repack all (weight, matrix) units in parallel */
-    repack_job rj = {ws, nw, NULL, 0};
+    repack_job rj = {ws, nw, NULL, 0, (uintptr_t)sysconf(_SC_PAGESIZE)};
     rj.dst = malloc((size_t)nw * sizeof *rj.dst);
     if (!rj.dst) { munmap(arena, total); free(ws); return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", m->path); }
     uint8_t *dst = arena;
@@ -243,14 +250,9 @@ static int repack_weights(moe_model *m, char *err, size_t errlen) {
     if (pool) moe_pool_run(pool, repack_worker, &rj);
     else repack_worker(&rj, 0, 1);
     moe_pool_free(pool);
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     for (int i = 0; i < nw; i++) {
         moe_weight *w = ws[i];
         if (!rj.dst[i]) continue;
-        /* drop the now unused file pages from this process (page cache keeps them) */
-        const size_t bytes = w->mat_bytes * (size_t)w->n_mat;
-        uintptr_t b = ((uintptr_t)w->data + page - 1) & ~(page - 1), e = ((uintptr_t)w->data + bytes) & ~(page - 1);
-        if (e > b) (void)madvise((void *)b, e - b, MADV_DONTNEED);
         w->data = rj.dst[i];
         w->x4 = true;
     }
