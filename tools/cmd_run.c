@@ -143,6 +143,7 @@ int cmd_run(int argc, char **argv) {
         size_t k = moe_utf8_stream_flush(us, buf, sizeof buf);
         fwrite(buf, 1, k, stdout);
         printf("\n");
+        fflush(stdout); /* the timing line (stderr) comes after the text */
         fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s); load %.3f s; %s\n",
                 n_prompt, pre_s, n_prompt / (pre_s > 0 ? pre_s : 1e-9), n_dec, dec_s,
                 n_dec ? n_dec / (dec_s > 0 ? dec_s : 1e-9) : 0.0, t_load, moe_isa_name());
