@@ -6,7 +6,7 @@
 #   3. `moefast bench` on each model (2 threads, the standard 512/128 windows,
 #      token check against the trace), `moefast price --noise` on one model;
 #   4. a summary table. JSON and SVG output stay in build/bench/.
-# Environment: BENCH_THREADS (2), PRICE_PAIRS (3), BENCH_MODELS (space-
+# Environment: BENCH_THREADS (2), PRICE_PAIRS (5), BENCH_MODELS (space-
 # separated subset of the model names below).
 set -u
 B=${1:-build/rel}
@@ -14,7 +14,7 @@ BIN=$B/moefast
 MODELS=build/models
 OUT=build/bench
 T=${BENCH_THREADS:-2}
-PAIRS=${PRICE_PAIRS:-3}
+PAIRS=${PRICE_PAIRS:-5}
 ALL="qwen3moe-bench-q8_0 laguna-bench-q8_0 laguna-bench-bf16-nvfp4"
 SEL=${BENCH_MODELS:-$ALL}
 [ -x "$BIN" ] || { echo "bench/run.sh: $BIN is missing (run: make bench)" >&2; exit 2; }
