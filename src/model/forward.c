@@ -147,9 +147,9 @@ static void attn_worker(void *ctx, int ith, int nth) {
     const moe_layer *L = &m->layers[at->il];
     const int H = L->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, Dv = hp->head_dim_v;
     const int G = H / Hkv;
-    const size_t kv_row = (size_t)Hkv * (size_t)D, kv_row_v = (size_t)Hkv * (size_t)Dv;
-    const float *kc = s->k_cache + (size_t)at->il * (size_t)s->n_ctx * kv_row;
-    const float *vc = s->v_cache + (size_t)at->il * (size_t)s->n_ctx * kv_row_v;
+    /* cache layout [layer][kv head][position][dim]: the keys of one KV head are contiguous */
+    const float *kc = s->k_cache + (size_t)at->il * (size_t)Hkv * (size_t)s->n_ctx * (size_t)D;
+    const float *vc = s->v_cache + (size_t)at->il * (size_t)Hkv * (size_t)s->n_ctx * (size_t)Dv;
     const float kq_scale = 1.0f / sqrtf((float)D);
     const size_t C = (size_t)s->n_ctx;
     float *sc = s->scores + (size_t)ith * (size_t)hp->n_head_max * C;  /* [G][n_ctx] */
@@ -163,7 +163,9 @@ static void attn_worker(void *ctx, int ith, int nth) {
         if (j0 < 0) j0 = 0;
         const int nk = pos - j0 + 1;
         const float *q = s->q + ((size_t)t * H + (size_t)g * G) * D;      /* heads g*G .. g*G+G-1 */
-        s->attn->scores(q, (size_t)D, G, kc + (size_t)j0 * kv_row + (size_t)g * D, kv_row, nk, D, kq_scale, sc, C);
+        const float *kg = kc + ((size_t)g * C + (size_t)j0) * (size_t)D;   /* [nk][D] */
+        const float *vg = vc + ((size_t)g * C + (size_t)j0) * (size_t)Dv;  /* [nk][Dv] */
+        s->attn->scores(q, (size_t)D, G, kg, (size_t)D, nk, D, kq_scale, sc, C);
         for (int h = 0; h < G; h++) {                                     /* softmax per head */
             float *r = sc + (size_t)h * C, mx = -INFINITY, sum = 0.0f;
             for (int j = 0; j < nk; j++) if (r[j] > mx) mx = r[j];
@@ -171,7 +173,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
             sums[h] = sum;
         }
         float *o = s->att + ((size_t)t * H + (size_t)g * G) * Dv;
-        s->attn->accum(sc, C, G, vc + (size_t)j0 * kv_row_v + (size_t)g * Dv, kv_row_v, nk, Dv, o, (size_t)Dv);
+        s->attn->accum(sc, C, G, vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
         for (int h = 0; h < G; h++) {
             float inv = 1.0f / sums[h];
             for (int d = 0; d < Dv; d++) o[(size_t)h * Dv + d] *= inv;
@@ -194,9 +196,9 @@ static void attention_block(moe_session *s, int il, int n) {
     float *ys[4] = {s->q, s->k, s->v, s->gate};
     matmul_multi(s, ws, ys, L->has_gate ? 4 : 3, s->xn, n);
 
-    const size_t kv_row = (size_t)Hkv * D, kv_row_v = (size_t)Hkv * Dv;
-    float *kc = s->k_cache + (size_t)il * (size_t)s->n_ctx * kv_row;
-    float *vc = s->v_cache + (size_t)il * (size_t)s->n_ctx * kv_row_v;
+    const size_t C = (size_t)s->n_ctx;
+    float *kc = s->k_cache + (size_t)il * (size_t)Hkv * C * (size_t)D;      /* [Hkv][n_ctx][D] */
+    float *vc = s->v_cache + (size_t)il * (size_t)Hkv * C * (size_t)Dv;     /* [Hkv][n_ctx][Dv] */
     for (int t = 0; t < n; t++) {
         int pos = s->n_past + t;
         const float *cs = rope_tab + (size_t)pos * (size_t)rp->n_rot;
@@ -210,8 +212,10 @@ static void attention_block(moe_session *s, int il, int n) {
             if (L->k_norm) rms_norm(k, L->k_norm, k, D, hp->rms_eps);
             rope_apply(k, cs, rp->n_rot);
         }
-        memcpy(kc + (size_t)pos * kv_row, s->k + (size_t)t * kv_row, kv_row * sizeof(float));
-        memcpy(vc + (size_t)pos * kv_row_v, s->v + (size_t)t * kv_row_v, kv_row_v * sizeof(float));
+        for (int g = 0; g < Hkv; g++) {
+            memcpy(kc + ((size_t)g * C + (size_t)pos) * D, s->k + ((size_t)t * Hkv + g) * D, (size_t)D * sizeof(float));
+            memcpy(vc + ((size_t)g * C + (size_t)pos) * Dv, s->v + ((size_t)t * Hkv + g) * Dv, (size_t)Dv * sizeof(float));
+        }
     }
     attn_task at = {s, il, n};
     par(s, attn_worker, &at);                                     /* att [n][H][Dv] */

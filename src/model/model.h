@@ -117,7 +117,7 @@ struct moe_session {
     moe_pool *pool;
     int n_threads, n_ctx, n_batch, n_past;
     uint64_t flags;
-    float *k_cache, *v_cache;   /* [n_layer][n_ctx][n_head_kv*head_dim] */
+    float *k_cache, *v_cache;   /* [n_layer][n_head_kv][n_ctx][head_dim] */
     float *rope_full, *rope_swa;/* [n_ctx][n_rot/2][2] cos, sin */
     /* scratch, sized for n_batch tokens */
     float *x, *xn, *q, *k, *v, *att, *gate, *proj, *ffn_out;
