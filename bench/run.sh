@@ -44,24 +44,7 @@ prompt_ids() {
     x = (x * 1103515245 + 12345) % 2147483648; printf "%s%d", (i ? "," : ""), int(x / 65536) % n } }'
 }
 
-# the value at PATH of a pretty-printed JSON file (see tests/cli_bench.sh)
-jget() {
-  awk -v want="$2" '
-    function enter(p, arr) { depth++; stack[depth] = p; isarr[depth] = arr; idx[depth] = 0 }
-    {
-      line = $0; sub(/^[ \t]+/, "", line); sub(/[ \t]*,?[ \t]*$/, "", line)
-      if (line == "") next
-      if (line == "}" || line == "]") { depth--; next }
-      if (match(line, /^"[^"]*": /)) {
-        key = substr(line, 2, RLENGTH - 4); val = substr(line, RLENGTH + 1)
-        path = (depth > 0 ? stack[depth] "." : "") key
-      } else if (depth > 0 && isarr[depth]) {
-        val = line; path = stack[depth] "[" idx[depth] "]"; idx[depth]++
-      } else next
-      if (path == want) { print val; exit }
-      if (val == "{") enter(path, 0); else if (val == "[") enter(path, 1)
-    }' "$1" 2>/dev/null
-}
+. scripts/jget.sh
 
 echo "== models (build/models, generated when missing)"
 for m in $SEL; do

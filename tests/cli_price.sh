@@ -21,30 +21,7 @@ CHILD=$BIN
 [ -x "$REL" ] && CHILD=$REL
 P="$BIN price -m $M --bin $CHILD"
 
-# jget FILE PATH — see tests/cli_bench.sh (same helper).
-jget() {
-  awk -v want="$2" '
-    function enter(p, arr) { depth++; stack[depth] = p; isarr[depth] = arr; idx[depth] = 0 }
-    {
-      line = $0; sub(/^[ \t]+/, "", line); sub(/[ \t]*,?[ \t]*$/, "", line)
-      if (line == "") next
-      if (line == "}" || line == "]") { depth--; next }
-      if (match(line, /^"[^"]*": /)) {
-        key = substr(line, 2, RLENGTH - 4); val = substr(line, RLENGTH + 1)
-        path = (depth > 0 ? stack[depth] "." : "") key
-      } else if (depth > 0 && isarr[depth]) {
-        val = line; path = stack[depth] "[" idx[depth] "]"; idx[depth]++
-      } else next
-      if (path == want) { print val; exit }
-      if (val == "{") enter(path, 0); else if (val == "[") enter(path, 1)
-    }' "$1"
-}
-num_ok() {
-  v=$(jget "$1" "$2")
-  awk -v v="$v" "BEGIN { exit !(v ~ /^-?[0-9][0-9.eE+-]*\$/ && ($3)) }" ||
-    bad "$1: $2 = '$v' does not satisfy $3"
-}
-is_val() { v=$(jget "$1" "$2"); [ "$v" = "$3" ] || bad "$1: $2 = '$v', expected '$3'"; }
+. scripts/jget.sh
 
 expect_err() {
   "$BIN" "$@" >"$d/out" 2>"$d/err"; rc=$?

@@ -231,30 +231,6 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m512 *v, float *st, 
             }                                                                                      \
         }                                                                                          \
     }
-#define DEF_BLOCK_DRIVERS(NAME, QBYTES)                                                            \
-    static void gemv_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, float *y,     \
-                            int64_t n) {                                                           \
-        const uint8_t *W = w;                                                                      \
-        int64_t r = 0;                                                                             \
-        for (; r + 4 <= nrows; r += 4) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 4, 1, 1);    \
-        for (; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 1, 1, 1);            \
-    }                                                                                              \
-    /* x4 layout (quant.h): a group of 4 rows is one sequential stream */                        \
-    static void gemv_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, float *y,  \
-                               int64_t n) {                                                        \
-        const uint8_t *W = w;                                                                      \
-        int64_t r = 0;                                                                             \
-        for (; r + 4 <= nrows; r += 4) tile_##NAME(W + r * rb, QBYTES, x, 0, y + r, 0, n, 4, 1, 4); \
-        for (; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 1, 1, 1);            \
-    }                                                                                              \
-    static void gemm_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs,   \
-                            int64_t ntok, float *y, size_t ys, int64_t n) {                        \
-        gemm_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 0, QBYTES);                          \
-    }                                                                                              \
-    static void gemm_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs,\
-                               int64_t ntok, float *y, size_t ys, int64_t n) {                     \
-        gemm_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 1, QBYTES);                          \
-    }
 
 DEF_BLOCK_KERNELS(q8_0, 32, 2, dq_q8_0, QB_Q8_0, QB_Q8_0)
 DEF_BLOCK_KERNELS(q4_0, 32, 2, dq_q4_0, QB_Q4_0, QB_Q4_0)

@@ -52,6 +52,36 @@ static inline void moe_q4k_unpack16(const uint8_t *q, uint8_t out[16]) {
 }
 static inline uint16_t moe_rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 
+/* The gemv / gemm entry points of a block format, shared by the SIMD files:
+ * each file defines tile_NAME(w, row_step, x, xs, y, ys, n, R, T, S) (R rows x
+ * T tokens; block b of tile row rr at w + rr*row_step + b*S*block_bytes) and
+ * gemm_body_NAME(..., x4, block_bytes); these wrap them for the plain and the
+ * x4 layouts (quant.h). */
+#define DEF_BLOCK_DRIVERS(NAME, QBYTES)                                                            \
+    static void gemv_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, float *y,     \
+                            int64_t n) {                                                           \
+        const uint8_t *W = w;                                                                      \
+        int64_t r = 0;                                                                             \
+        for (; r + 4 <= nrows; r += 4) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 4, 1, 1);    \
+        for (; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 1, 1, 1);            \
+    }                                                                                              \
+    /* x4 layout (quant.h): a group of 4 rows is one sequential stream */                        \
+    static void gemv_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, float *y,  \
+                               int64_t n) {                                                        \
+        const uint8_t *W = w;                                                                      \
+        int64_t r = 0;                                                                             \
+        for (; r + 4 <= nrows; r += 4) tile_##NAME(W + r * rb, QBYTES, x, 0, y + r, 0, n, 4, 1, 4); \
+        for (; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 1, 1, 1);            \
+    }                                                                                              \
+    static void gemm_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs,   \
+                            int64_t ntok, float *y, size_t ys, int64_t n) {                        \
+        gemm_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 0, QBYTES);                          \
+    }                                                                                              \
+    static void gemm_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs,\
+                               int64_t ntok, float *y, size_t ys, int64_t n) {                     \
+        gemm_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 1, QBYTES);                          \
+    }
+
 /* The kernel tables, filled in by each ISA file. */
 extern const moe_kernels moe_kernels_scalar_tab;
 extern const moe_kernels moe_kernels_avx2_tab;
