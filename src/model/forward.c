@@ -154,9 +154,10 @@ static void attn_worker(void *ctx, int ith, int nth) {
     const size_t C = (size_t)s->n_ctx;
     float *sc = s->scores + (size_t)ith * (size_t)hp->n_head_max * C;  /* [G][n_ctx] */
     float *sums = s->attn_sum + (size_t)ith * (size_t)hp->n_head_max;   /* [G] */
-    int64_t i0, i1;
-    moe_split((int64_t)at->n * Hkv, ith, nth, 1, &i0, &i1);
-    for (int64_t it = i0; it < i1; it++) {
+    /* Items are dealt out cyclically: in a prompt, later tokens see more keys,
+     * so contiguous shares would leave the last thread with most of the work.
+     * Which thread runs an item never changes its result. */
+    for (int64_t it = ith; it < (int64_t)at->n * Hkv; it += nth) {
         int t = (int)(it / Hkv), g = (int)(it % Hkv);
         int pos = s->n_past + t;
         int j0 = L->swa ? pos - hp->swa_window + 1 : 0;
@@ -249,23 +250,31 @@ typedef struct {
     const moe_ffn_job *jobs;
     int n_jobs;
     int phase;               /* 0: gate+up with SiLU fused, 1: gate, 2: up, 3: SiLU, 4: down */
-    const int64_t *pre;      /* prefix sums of the rows of this phase, [n_jobs + 1] */
+    const int64_t *pre;      /* prefix sums of the rows of this phase (each padded to 8), [n_jobs + 1] */
+    const int64_t *work;     /* prefix sums of rows x tokens, [n_jobs + 1] */
 } jobs_task;
 
 static void jobs_worker(void *ctx, int ith, int nth) {
     jobs_task *jt = ctx;
     const moe_kernels *k = jt->s->kern;
-    int64_t b, e;
-    moe_split(jt->pre[jt->n_jobs], ith, nth, 8, &b, &e);
-    int ji = 0;
-    while (ji < jt->n_jobs && jt->pre[ji + 1] <= b) ji++;
-    for (; b < e; ji++) {
+    /* Each thread gets an equal share of the work (rows x tokens), cut on
+     * 8-row boundaries: in a prompt chunk one expert may have 100 tokens and
+     * the next one, so equal row counts would be badly unbalanced. */
+    const int64_t total = jt->work[jt->n_jobs];
+    const int64_t w0 = total * ith / nth, w1 = total * (ith + 1) / nth;
+    for (int ji = 0; ji < jt->n_jobs; ji++) {
         const moe_ffn_job *j = &jt->jobs[ji];
-        int64_t r0 = b - jt->pre[ji], r1 = jt->pre[ji + 1] - jt->pre[ji];
-        if (r1 - r0 > e - b) r1 = r0 + (e - b);
+        const int64_t rows = jt->pre[ji + 1] - jt->pre[ji];      /* padded to 8 */
+        /* rows of this job whose work starts in [w0, w1), in units of 8 rows */
+        const int64_t unit = 8 * (int64_t)j->nr, jw = jt->work[ji];
+        if (jw >= w1 || jw + rows * j->nr <= w0) continue;
+        int64_t u0 = w0 > jw ? (w0 - jw + unit - 1) / unit : 0;
+        int64_t u1 = w1 > jw ? (w1 - jw + unit - 1) / unit : 0;
+        if (ith == nth - 1) u1 = rows / 8;
+        int64_t r0 = u0 * 8, r1 = u1 * 8;
+        if (r1 > rows) r1 = rows;
         const size_t F = (size_t)j->wg->n_out, En = (size_t)j->wg->n_in;
-        int ph = jt->phase;
-        b += r1 - r0;                                /* advance in the padded space */
+        const int ph = jt->phase;
         const int64_t real = ph == 4 ? j->wd->n_out : j->wg->n_out;
         if (r1 > real) r1 = real;                    /* padding rows do not exist */
         if (r0 >= r1) continue;
@@ -282,17 +291,23 @@ static void jobs_worker(void *ctx, int ith, int nth) {
 }
 
 static void run_ffn_jobs(moe_session *s, const moe_ffn_job *jobs, int n_jobs) {
-    int64_t *pre = s->job_pre;
-    jobs_task jt = {s, jobs, n_jobs, 0, pre};
-    pre[0] = 0;
-    /* each job starts 8-aligned in the combined row space (x4 layout needs it) */
-    for (int i = 0; i < n_jobs; i++) pre[i + 1] = pre[i] + ((jobs[i].wg->n_out + 7) & ~(int64_t)7);
+    int64_t *pre = s->job_pre, *work = s->job_pre + (n_jobs + 1);
+    jobs_task jt = {s, jobs, n_jobs, 0, pre, work};
+    pre[0] = work[0] = 0;
+    /* rows padded to 8 (thread cuts fall on 8-row boundaries, as the x4 layout needs) */
+    for (int i = 0; i < n_jobs; i++) {
+        pre[i + 1] = pre[i] + ((jobs[i].wg->n_out + 7) & ~(int64_t)7);
+        work[i + 1] = work[i] + (pre[i + 1] - pre[i]) * jobs[i].nr;
+    }
     if (moe_flag_on(s->flags, MOE_FLAG_FUSED_GATE_UP)) {
         par(s, jobs_worker, &jt);
     } else {
         for (jt.phase = 1; jt.phase <= 3; jt.phase++) par(s, jobs_worker, &jt);
     }
-    for (int i = 0; i < n_jobs; i++) pre[i + 1] = pre[i] + ((jobs[i].wd->n_out + 7) & ~(int64_t)7);
+    for (int i = 0; i < n_jobs; i++) {
+        pre[i + 1] = pre[i] + ((jobs[i].wd->n_out + 7) & ~(int64_t)7);
+        work[i + 1] = work[i] + (pre[i + 1] - pre[i]) * jobs[i].nr;
+    }
     jt.phase = 4;
     par(s, jobs_worker, &jt);
 }

@@ -124,7 +124,7 @@ struct moe_session {
     float *router, *selw, *eout, *hg, *hu, *xg;
     int32_t *sel, *ex_slot;
     moe_ffn_job *jobs;          /* [n_expert + 1] */
-    int64_t *job_pre;           /* [n_expert + 2] */
+    int64_t *job_pre;           /* [2][n_expert + 2]: row and work prefix sums */
     float *scores;              /* [n_threads][n_head_max][n_ctx] */
     float *attn_sum;            /* [n_threads][n_head_max] */
     float *logits_tmp;          /* [n_vocab] */

@@ -119,7 +119,7 @@ static int session_create(moe_model *m, const moe_session_params *p, uint64_t fl
     s->sel = xcalloc(B * K, sizeof(int32_t), &ok);
     s->ex_slot = xcalloc(B * K, sizeof(int32_t), &ok);
     s->jobs = xcalloc(NE + 1, sizeof *s->jobs, &ok);
-    s->job_pre = xcalloc(NE + 2, sizeof *s->job_pre, &ok);
+    s->job_pre = xcalloc(2 * (NE + 2), sizeof *s->job_pre, &ok);
     s->xg = xcalloc(B * K * E, sizeof(float), &ok);
     s->eout = xcalloc(B * K * E, sizeof(float), &ok);
     size_t hid = max3(B * K * (size_t)hp->n_ff_exp + B * (size_t)hp->n_ff_shexp, B * (size_t)hp->n_ff, 1);
