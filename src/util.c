@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 #include <openssl/evp.h>
 
@@ -82,6 +83,30 @@ void moe_sha256_hex(const void *data, size_t len, char hex[65]) {
     EVP_Digest(data, len, md, &n, EVP_sha256(), NULL);
     for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
     hex[64] = 0;
+}
+
+int moe_sha256_file(const char *path, char hex[65]) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return MOE_EIO;
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    const size_t cap = (size_t)1 << 20;
+    unsigned char *buf = malloc(cap);
+    int rc = c && buf && EVP_DigestInit_ex(c, EVP_sha256(), NULL) ? MOE_OK : MOE_ENOMEM;
+    size_t n;
+    while (rc == MOE_OK && (n = fread(buf, 1, cap, f)) > 0)
+        if (!EVP_DigestUpdate(c, buf, n)) rc = MOE_ENOMEM;
+    if (rc == MOE_OK && ferror(f)) rc = MOE_EIO;
+    unsigned char md[32];
+    unsigned int len = 0;
+    if (rc == MOE_OK && !EVP_DigestFinal_ex(c, md, &len)) rc = MOE_ENOMEM;
+    if (rc == MOE_OK) {
+        for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+        hex[64] = 0;
+    }
+    EVP_MD_CTX_free(c);
+    free(buf);
+    fclose(f);
+    return rc;
 }
 
 static uint64_t splitmix64(uint64_t *x) {

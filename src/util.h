@@ -68,6 +68,8 @@ double moe_now(void);
 
 /* SHA-256 of a memory range (used for trace provenance). hex must hold 65 bytes. */
 void moe_sha256_hex(const void *data, size_t len, char hex[65]);
+/* sha256 of a file read in chunks (does not keep the file resident). */
+int moe_sha256_file(const char *path, char hex[65]);
 
 /* 64-bit seeded PRNG (splitmix64 seeding xoshiro256**): deterministic across
  * platforms; used by the sampler and the model generator. */

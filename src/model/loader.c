@@ -381,7 +381,10 @@ uint64_t moe_model_bytes_per_token(const moe_model *m) { return m ? m->bytes_per
 
 const char *moe_model_sha256(moe_model *m) {
     if (!m) return NULL;
-    if (!m->sha256[0]) moe_sha256_hex(m->gf->map, (size_t)m->gf->size, m->sha256);
+    /* read with stdio rather than through the mapping: hashing a mapped 2 GB
+     * file would leave all of it resident (and counted in this process) */
+    if (!m->sha256[0] && moe_sha256_file(m->path, m->sha256) != MOE_OK)
+        moe_sha256_hex(m->gf->map, (size_t)m->gf->size, m->sha256);
     return m->sha256;
 }
 
