@@ -162,6 +162,13 @@ int cmd_chat(int argc, char **argv) {
     gen = malloc((size_t)n_max * sizeof *gen);
     if (!logits || !gen || !us) { cli_fail(C, "out of memory"); goto done; }
     if (system_msg && conv_add(&cv, "system", system_msg, strlen(system_msg))) { cli_fail(C, "out of memory"); goto done; }
+    /* vocabularies that want a BOS (tokenizer.ggml.add_bos_token) get it once,
+     * at the start of the conversation; it holds no template text */
+    if (moe_token_add_bos(m) && moe_token_bos(m) >= 0) {
+        int32_t bos = moe_token_bos(m);
+        if (moe_session_forward(s, &bos, 1, logits, false)) { cli_fail(C, "%s", moe_session_error(s)); goto done; }
+        if (held_add(&h, "", 0)) { cli_fail(C, "out of memory"); goto done; }
+    }
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
