@@ -85,6 +85,8 @@ int  moe_session_new(moe_model *m, const moe_session_params *p,
                      moe_session **out, char *err, size_t errlen);
 void moe_session_free(moe_session *s);
 int  moe_session_n_past(const moe_session *s);
+/* Threads the session really uses (1 when the threads flag is off). */
+int  moe_session_threads(const moe_session *s);
 /* Drops cached positions >= n_past (n_past <= current). */
 int  moe_session_truncate(moe_session *s, int n_past);
 
@@ -127,6 +129,9 @@ int moe_set_isa(const char *name, char *err, size_t errlen);
 int  moe_flag_count(void);
 /* name/description of flag i; false when i is out of range */
 bool moe_flag_describe(int i, const char **name, const char **desc, bool *default_on, bool *test_only);
+/* The kernel level sessions of this model use: "scalar" when the simd flag
+ * is off, else moe_isa_name(). */
+const char *moe_model_kernels(const moe_model *m);
 /* The model's active flag set, formatted "+a,+b" ("none" when empty). */
 void moe_model_flags(const moe_model *m, char *buf, size_t len);
 

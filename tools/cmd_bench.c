@@ -318,6 +318,8 @@ int cmd_bench(int argc, char **argv) {
 
     char flags_buf[256] = "";
     moe_model_flags(m, flags_buf, sizeof flags_buf);
+    const char *kern_name = moe_model_kernels(m); /* a static string: outlives the model */
+    const int threads_used = s ? moe_session_threads(s) : o.threads;
     const char *arch = moe_model_arch(m);
     uint64_t bpt = moe_model_bytes_per_token(m);
     char arch_buf[64];
@@ -348,9 +350,9 @@ int cmd_bench(int argc, char **argv) {
         json_object_set_new(jm, "bytes_per_token", json_integer((json_int_t)bpt));
         json_object_set_new(root, "model", jm);
         json_t *jc = json_object();
-        json_object_set_new(jc, "threads", json_integer(o.threads));
+        json_object_set_new(jc, "threads", json_integer(threads_used));
         json_object_set_new(jc, "flags", json_string(flags_buf));
-        json_object_set_new(jc, "isa", json_string(moe_isa_name()));
+        json_object_set_new(jc, "isa", json_string(kern_name));
         json_object_set_new(jc, "window", json_string(have_p && have_d ? "both" : have_p ? "prefill" : "decode"));
         json_object_set_new(jc, "prompt_len", json_integer(P));
         json_object_set_new(jc, "decode_steps", json_integer(D));
@@ -410,8 +412,8 @@ int cmd_bench(int argc, char **argv) {
         puts(txt);
         free(txt);
     } else {
-        printf("moefast bench: %s (%s), %d threads, flags %s, isa %s\n", o.model, arch_buf, o.threads,
-               flags_buf, moe_isa_name());
+        printf("moefast bench: %s (%s), %d thread%s, flags %s, isa %s\n", o.model, arch_buf, threads_used, threads_used == 1 ? "" : "s",
+               flags_buf, kern_name);
         if (note[0]) printf("  note: %s\n", note);
         printf("  load                 %10.3f s\n", t_load);
         if (have_p)

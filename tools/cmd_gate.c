@@ -93,7 +93,7 @@ int cmd_gate(int argc, char **argv) {
         char fl[256];
         moe_model_flags(m, fl, sizeof fl);
         printf("PASS %d cases, %d steps\n", r.n_cases, r.n_steps);
-        printf("  %s mode, flags %s, isa %s, threads %s", gp.free_run ? "free" : "teacher", fl, moe_isa_name(),
+        printf("  %s mode, flags %s, isa %s, threads %s", gp.free_run ? "free" : "teacher", fl, moe_model_kernels(m),
                threads);
         if (r.n_ties) printf(", %d steps passed within the tie tolerance %g", r.n_ties, (double)moe_trace_tie_tolerance(t));
         printf("\n");
@@ -122,7 +122,7 @@ int cmd_gate(int argc, char **argv) {
             printf(" %.9g", (double)c->topk_logits[o]);
         }
         printf("\n  %s mode, flags %s, isa %s, threads %s: %d of %d steps checked diverge%s\n",
-               gp.free_run ? "free" : "teacher", fl, moe_isa_name(), threads, r.n_fail, r.n_steps,
+               gp.free_run ? "free" : "teacher", fl, moe_model_kernels(m), threads, r.n_fail, r.n_steps,
                gp.free_run ? " (free mode stops at the first)" : "");
         status = 1;
     }

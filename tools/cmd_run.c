@@ -146,7 +146,7 @@ int cmd_run(int argc, char **argv) {
         fflush(stdout); /* the timing line (stderr) comes after the text */
         fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s); load %.3f s; %s\n",
                 n_prompt, pre_s, n_prompt / (pre_s > 0 ? pre_s : 1e-9), n_dec, dec_s,
-                n_dec ? n_dec / (dec_s > 0 ? dec_s : 1e-9) : 0.0, t_load, moe_isa_name());
+                n_dec ? n_dec / (dec_s > 0 ? dec_s : 1e-9) : 0.0, t_load, moe_model_kernels(m));
     } else {
         for (int i = 0; i < n_out; i++) {
             const char *piece; size_t plen;
@@ -188,7 +188,7 @@ int cmd_run(int argc, char **argv) {
         json_object_set_new(tm, "decode_tokens", json_integer(n_dec));
         json_object_set_new(tm, "decode_tok_s", json_real(n_dec ? n_dec / (dec_s > 0 ? dec_s : 1e-9) : 0.0));
         json_object_set_new(o, "timings", tm);
-        json_object_set_new(o, "isa", json_string(moe_isa_name()));
+        json_object_set_new(o, "isa", json_string(moe_model_kernels(m)));
         char fl[256];
         moe_model_flags(m, fl, sizeof fl);
         json_object_set_new(o, "flags", json_string(fl));

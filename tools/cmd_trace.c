@@ -168,7 +168,7 @@ int cmd_trace(int argc, char **argv) {
     if (!status) {
         char fl[256];
         moe_model_flags(m, fl, sizeof fl);
-        printf("wrote %s: %d cases (flags %s, isa %s)\n", out, moe_trace_n_cases(t), fl, moe_isa_name());
+        printf("wrote %s: %d cases (flags %s, isa %s)\n", out, moe_trace_n_cases(t), fl, moe_model_kernels(m));
     }
     moe_model_free(m);
     moe_trace_free(t);

@@ -393,6 +393,10 @@ const char *moe_model_chat_template(const moe_model *m) {
     return m->chat_template;
 }
 
+const char *moe_model_kernels(const moe_model *m) {
+    return m && !moe_flag_on(m->flags, MOE_FLAG_SIMD) ? "scalar" : moe_isa_name();
+}
+
 void moe_model_flags(const moe_model *m, char *buf, size_t len) { moe_flags_format(m ? m->flags : 0, buf, len); }
 
 int moe_flag_count(void) { return MOE_FLAG_COUNT; }
@@ -468,7 +472,7 @@ int moe_model_print_info(const moe_model *m, void *file) {
             gf->version, (unsigned long long)gf->n_tensors, (unsigned long long)gf->n_kv,
             (unsigned long long)gf->alignment, (unsigned long long)gf->size);
     fprintf(f, "architecture:  %s\n", m->arch_name);
-    fprintf(f, "kernels:       %s\n", moe_isa_name());
+    fprintf(f, "kernels:       %s\n", moe_model_kernels(m));
     char fl[256];
     moe_model_flags(m, fl, sizeof fl);
     fprintf(f, "flags:         %s\n", fl);

@@ -163,6 +163,7 @@ void moe_session_free(moe_session *s) {
 }
 
 int moe_session_n_past(const moe_session *s) { return s ? s->n_past : 0; }
+int moe_session_threads(const moe_session *s) { return s ? s->n_threads : 0; }
 
 int moe_session_truncate(moe_session *s, int n_past) {
     if (!s) return MOE_EINVAL;
