@@ -119,15 +119,13 @@ int moe_bind_vector(moe_model *m, const float **out, const char *name, int64_t n
     return MOE_OK;
 }
 
-static int key_missing_or_err(int rc) { return rc; }
-
 int moe_get_u32_def(moe_model *m, const char *key, uint32_t def, uint32_t *out, bool required,
                     char *err, size_t errlen) {
     char full[160];
     snprintf(full, sizeof full, "%s.%s", m->arch_name, key);
     *out = def;
     int rc = gguf_get_u32(m->gf, full, out, err, errlen);
-    if (rc < 0) return key_missing_or_err(rc);
+    if (rc < 0) return rc;
     if (rc == 1) {
         if (required)
             return moe_errf(err, errlen, MOE_EFORMAT, "%s: missing required key '%s'", m->path, full);
