@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "attn.h"
+#include "util.h"
 
 static float dot16(const float *a, const float *b, int n) {
     float acc[16] = {0};
@@ -32,7 +33,11 @@ static void accum_scalar(const float *p, size_t ps, int G, const float *v, size_
     }
 }
 
-const moe_attn_kernels moe_attn_scalar = {scores_scalar, accum_scalar};
+static void exp_shift_scalar(float *r, int n, float mx) {
+    for (int j = 0; j < n; j++) r[j] = moe_expf(r[j] - mx);
+}
+
+const moe_attn_kernels moe_attn_scalar = {scores_scalar, accum_scalar, exp_shift_scalar};
 
 const moe_attn_kernels *moe_attn_for(moe_isa isa) {
     switch (isa) {

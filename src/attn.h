@@ -20,6 +20,9 @@ typedef struct moe_attn_kernels {
                    int D, float scale, float *sc, size_t sc_stride);
     void (*accum)(const float *p, size_t p_stride, int G, const float *v, size_t v_stride, int n_keys,
                   int Dv, float *out, size_t out_stride);
+    /* r[j] = moe_expf(r[j] - mx) for j < n: elementwise, the same bits as the
+     * scalar moe_expf (src/util.h) on every ISA. */
+    void (*exp_shift)(float *r, int n, float mx);
 } moe_attn_kernels;
 
 const moe_attn_kernels *moe_attn_for(moe_isa isa);

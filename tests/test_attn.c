@@ -40,6 +40,46 @@ int main(void) {
                 }
                 free(q); free(k); free(v); free(p); free(s0); free(s1); free(o0); free(o1);
             }
+    /* exp_shift: every ISA equals the scalar moe_expf bit for bit, edge values included */
+    {
+        enum { N = 4099 };
+        float *a = malloc(sizeof(float) * N), *b = malloc(sizeof(float) * N);
+        const float special[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 88.0f, 88.72f, 88.7228f, 88.73f, 89.0f, 1000.0f,
+                                 -87.3f, -87.3366f, -87.34f, -100.0f, -1e30f, 1e30f, __builtin_inff(), -__builtin_inff(),
+                                 __builtin_nanf(""), 0.5f, -0.5f, 1.0f, -1.0f, 0x1p-149f};
+        const int ns = (int)(sizeof special / sizeof special[0]);
+        for (int i = 0; i < N; i++)
+            a[i] = i < ns ? special[i] : (float)(moe_rng_uniform(&r) * 200.0 - 100.0);
+        const float mxs[] = {0.0f, 3.5f, -2.0f};
+        for (int mi = 0; mi < 3; mi++)
+            for (size_t ii = 0; ii < 2; ii++) {
+                if (!moe_kernels_for(isas[ii])) continue;
+                for (int n = 0; n <= N; n += (n < 40 ? 1 : 997)) {
+                    memcpy(b, a, sizeof(float) * N);
+                    float *c = malloc(sizeof(float) * N);
+                    memcpy(c, a, sizeof(float) * N);
+                    moe_attn_scalar.exp_shift(b, n, mxs[mi]);
+                    moe_attn_for(isas[ii])->exp_shift(c, n, mxs[mi]);
+                    int bad = 0;
+                    for (int i = 0; i < N; i++) {
+                        bool both_nan = b[i] != b[i] && c[i] != c[i];
+                        if (!both_nan && memcmp(&b[i], &c[i], 4)) bad++;
+                    }
+                    CHECK_MSG(bad == 0, "exp_shift isa %d n %d mx %g: %d values differ", (int)isas[ii], n, (double)mxs[mi], bad);
+                    free(c);
+                }
+            }
+        /* and the scalar one is moe_expf */
+        memcpy(b, a, sizeof(float) * N);
+        moe_attn_scalar.exp_shift(b, 64, 1.0f);
+        for (int i = 0; i < 64; i++) {
+            float want = moe_expf(a[i] - 1.0f);
+            CHECK(!memcmp(&want, &b[i], 4) || (want != want && b[i] != b[i]));
+        }
+        free(a);
+        free(b);
+    }
+
     /* the reference itself: a hand-computed case */
     float q1[17], k1[17];
     for (int i = 0; i < 17; i++) { q1[i] = 1.0f; k1[i] = (float)i; }

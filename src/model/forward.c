@@ -170,7 +170,8 @@ static void attn_worker(void *ctx, int ith, int nth) {
         for (int h = 0; h < G; h++) {                                     /* softmax per head */
             float *r = sc + (size_t)h * C, mx = -INFINITY, sum = 0.0f;
             for (int j = 0; j < nk; j++) if (r[j] > mx) mx = r[j];
-            for (int j = 0; j < nk; j++) { r[j] = moe_expf(r[j] - mx); sum += r[j]; }
+            s->attn->exp_shift(r, nk, mx);                                /* r[j] = exp(r[j] - mx) */
+            for (int j = 0; j < nk; j++) sum += r[j];                     /* in key order */
             sums[h] = sum;
         }
         float *o = s->att + ((size_t)t * H + (size_t)g * G) * Dv;
