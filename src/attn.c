@@ -37,7 +37,11 @@ static void exp_shift_scalar(float *r, int n, float mx) {
     for (int j = 0; j < n; j++) r[j] = moe_expf(r[j] - mx);
 }
 
-const moe_attn_kernels moe_attn_scalar = {scores_scalar, accum_scalar, exp_shift_scalar};
+static void silu_mul_scalar(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + moe_expf(-g[i])) * u[i];
+}
+
+const moe_attn_kernels moe_attn_scalar = {scores_scalar, accum_scalar, exp_shift_scalar, silu_mul_scalar};
 
 const moe_attn_kernels *moe_attn_for(moe_isa isa) {
     switch (isa) {

@@ -1,4 +1,5 @@
-/* attn.h — attention inner kernels for one (token, KV head) pair and the G
+/* attn.h — attention inner kernels (and the two elementwise kernels that
+ * share moe_expf with them) for one (token, KV head) pair and the G
  * query heads that share that KV head (grouped-query attention).
  *
  * scores: sc[h*sc_stride + j] = dot(q_h, k_j) * scale for h < G, j < n_keys,
@@ -23,6 +24,9 @@ typedef struct moe_attn_kernels {
     /* r[j] = moe_expf(r[j] - mx) for j < n: elementwise, the same bits as the
      * scalar moe_expf (src/util.h) on every ISA. */
     void (*exp_shift)(float *r, int n, float mx);
+    /* g[i] = silu(g[i]) * u[i], silu(x) = x / (1 + moe_expf(-x)): elementwise,
+     * the same bits on every ISA (SwiGLU of the FFN). */
+    void (*silu_mul)(float *g, const float *u, int64_t n);
 } moe_attn_kernels;
 
 const moe_attn_kernels *moe_attn_for(moe_isa isa);

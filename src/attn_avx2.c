@@ -67,4 +67,6 @@ static void accum_avx2(const float *p, size_t ps, int G, const float *v, size_t 
  * operations, and so the bits, are the same either way) */
 static void exp_shift_avx2(float *r, int n, float mx) { moe_attn_scalar.exp_shift(r, n, mx); }
 
-const moe_attn_kernels moe_attn_avx2 = {scores_avx2, accum_avx2, exp_shift_avx2};
+static void silu_mul_avx2(float *g, const float *u, int64_t n) { moe_attn_scalar.silu_mul(g, u, n); }
+
+const moe_attn_kernels moe_attn_avx2 = {scores_avx2, accum_avx2, exp_shift_avx2, silu_mul_avx2};

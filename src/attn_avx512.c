@@ -139,4 +139,19 @@ static void exp_shift_avx512(float *r, int n, float mx) {
     }
 }
 
-const moe_attn_kernels moe_attn_avx512 = {scores_avx512, accum_avx512, exp_shift_avx512};
+/* x / (1 + exp(-x)) * u, in the scalar order: negate, exp, add, divide, multiply */
+static inline __m512 silu_mul16(__m512 x, __m512 u) {
+    const __m512 e = expf16(_mm512_sub_ps(_mm512_setzero_ps(), x));
+    return _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
+}
+
+static void silu_mul_avx512(float *g, const float *u, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(g + i, silu_mul16(_mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i)));
+    if (i < n) {
+        const __mmask16 k = tail_mask((int)(n - i));
+        _mm512_mask_storeu_ps(g + i, k, silu_mul16(_mm512_maskz_loadu_ps(k, g + i), _mm512_maskz_loadu_ps(k, u + i)));
+    }
+}
+
+const moe_attn_kernels moe_attn_avx512 = {scores_avx512, accum_avx512, exp_shift_avx512, silu_mul_avx512};

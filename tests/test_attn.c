@@ -69,6 +69,24 @@ int main(void) {
                     free(c);
                 }
             }
+        /* silu_mul likewise */
+        for (size_t ii = 0; ii < 2; ii++) {
+            if (!moe_kernels_for(isas[ii])) continue;
+            for (int n = 0; n <= 70; n++) {
+                float *g0 = malloc(sizeof(float) * N), *g1 = malloc(sizeof(float) * N);
+                memcpy(g0, a, sizeof(float) * N);
+                memcpy(g1, a, sizeof(float) * N);
+                const int len = n < 70 ? n : N - 7;
+                moe_attn_scalar.silu_mul(g0, a + 7, len);
+                moe_attn_for(isas[ii])->silu_mul(g1, a + 7, len);
+                int bad = 0;
+                for (int i = 0; i < N; i++)
+                    if (!(g0[i] != g0[i] && g1[i] != g1[i]) && memcmp(&g0[i], &g1[i], 4)) bad++;
+                CHECK_MSG(bad == 0, "silu_mul isa %d n %d: %d values differ", (int)isas[ii], len, bad);
+                free(g0);
+                free(g1);
+            }
+        }
         /* and the scalar one is moe_expf */
         memcpy(b, a, sizeof(float) * N);
         moe_attn_scalar.exp_shift(b, 64, 1.0f);

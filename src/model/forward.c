@@ -113,7 +113,6 @@ static void rms_norm(const float *x, const float *w, float *y, int n, float eps)
         for (int i = 0; i < n; i++) y[i] = x[i] * scale;
 }
 
-static inline float silu(float x) { return x / (1.0f + moe_expf(-x)); }
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(moe_expf(x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + moe_expf(-x)); }
 
@@ -283,10 +282,7 @@ static void jobs_worker(void *ctx, int ith, int nth) {
         if (ph == 0 || ph == 2) matmul_rows(k, j->wu, j->mat, j->x, En, j->nr, j->hu, F, r0, r1);
         if (ph == 0 || ph == 3)
             for (int t = 0; t < j->nr; t++)
-                for (int64_t r = r0; r < r1; r++) {
-                    size_t i = (size_t)t * F + (size_t)r;
-                    j->hg[i] = silu(j->hg[i]) * j->hu[i];
-                }
+                jt->s->attn->silu_mul(j->hg + (size_t)t * F + (size_t)r0, j->hu + (size_t)t * F + (size_t)r0, r1 - r0);
         if (ph == 4) matmul_rows(k, j->wd, j->mat, j->hg, F, j->nr, j->out, (size_t)j->wd->n_out, r0, r1);
     }
 }
