@@ -54,10 +54,10 @@ static void init_once(void) {
     }
     moe_isa act = g_best;
     const char *env = getenv("MOEFAST_ISA");
-    if (env && *env) {
+    if (env && *env && strcasecmp(env, "auto") != 0) {
         int want = isa_by_name(env);
         if (want < 0)
-            fprintf(stderr, "moefast: warning: MOEFAST_ISA=%s is not one of scalar|avx2|avx512; using %s\n",
+            fprintf(stderr, "moefast: warning: MOEFAST_ISA=%s is not one of scalar|avx2|avx512|auto; using %s\n",
                     env, ISA_NAMES[g_best]);
         else if (!g_has[want])
             fprintf(stderr, "moefast: warning: MOEFAST_ISA=%s is not supported by this CPU; using %s\n",
