@@ -127,6 +127,9 @@ int moe_set_isa(const char *name, char *err, size_t errlen);
 /* ---- optimisation flags (see `moefast flags`) --------------------------- */
 
 int  moe_flag_count(void);
+/* MOE_OK when spec is a valid flag spec (see `moefast flags`), else MOE_EINVAL
+ * with a message naming the unknown flag. */
+int  moe_flags_check(const char *spec, char *err, size_t errlen);
 /* name/description of flag i; false when i is out of range */
 bool moe_flag_describe(int i, const char **name, const char **desc, bool *default_on, bool *test_only);
 /* The kernel level sessions of this model use: "scalar" when the simd flag

@@ -59,32 +59,10 @@ static void side_free(price_side *s) {
 
 /* Checks the flag names of a flags: item against this binary's registry. */
 static int check_flag_names(const char *label, const char *spec) {
-    const char *p = spec;
-    while (*p) {
-        while (*p == ',' || isspace((unsigned char)*p)) p++;
-        if (!*p) break;
-        const char *s = p;
-        while (*p && *p != ',') p++;
-        const char *e = p;
-        while (e > s && isspace((unsigned char)e[-1])) e--;
-        if (*s == '+' || *s == '-') s++;
-        size_t n = (size_t)(e - s);
-        if ((n == 4 && !strncmp(s, "none", 4)) || (n == 7 && !strncmp(s, "default", 7)) ||
-            (n == 3 && !strncmp(s, "all", 3)))
-            continue;
-        bool found = false;
-        for (int i = 0; i < moe_flag_count() && !found; i++) {
-            const char *name, *desc;
-            bool d, t;
-            if (moe_flag_describe(i, &name, &desc, &d, &t) && strlen(name) == n && !strncmp(name, s, n))
-                found = true;
-        }
-        if (!found) {
-            cli_fail(CMD, "%s: unknown flag '%.*s' in flags:%s (see moefast flags)", label, (int)n, s, spec);
-            return -1;
-        }
-    }
-    return 0;
+    char err[MOE_ERR_LEN];
+    if (moe_flags_check(spec, err, sizeof err) == MOE_OK) return 0;
+    cli_fail(CMD, "%s: %s", label, err);
+    return -1;
 }
 
 static bool valid_env_name(const char *s, size_t n) {

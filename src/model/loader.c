@@ -399,6 +399,11 @@ void moe_model_flags(const moe_model *m, char *buf, size_t len) { moe_flags_form
 
 int moe_flag_count(void) { return MOE_FLAG_COUNT; }
 
+int moe_flags_check(const char *spec, char *err, size_t errlen) {
+    uint64_t m;
+    return moe_flags_parse(spec, moe_flags_default(), &m, err, errlen);
+}
+
 bool moe_flag_describe(int i, const char **name, const char **desc, bool *default_on, bool *test_only) {
     const moe_flag_info *f = moe_flag_get(i);
     if (!f) return false;
