@@ -25,6 +25,11 @@ int cli_parse_int(const char *cmd, const char *opt, const char *s, long lo, long
 int cli_parse_float(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);
 /* "1,2,3" -> ids (malloc'd into *ids); -1 with a message on error. */
 int cli_parse_ids(const char *cmd, const char *s, int **ids, int *n);
+/* The sampling options shared by run and chat (--temp, --top-k, --top-p,
+ * --min-p, --seed): 1 when a was one of them (its value v parsed into *sp),
+ * 0 when it was not, -1 after printing an error. */
+struct moe_sampler_params;
+int cli_sampling_arg(const char *cmd, const char *a, const char *v, struct moe_sampler_params *sp);
 /* Prints "moefast <cmd>: <msg>" to stderr and returns 2. */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "moefast.h"
 
 int cli_fail(const char *cmd, const char *fmt, ...) {
     va_list ap;
@@ -68,4 +69,28 @@ int cli_parse_ids(const char *cmd, const char *s, int **ids, int *n) {
     *ids = v;
     *n = k;
     return 0;
+}
+
+int cli_sampling_arg(const char *cmd, const char *a, const char *v, moe_sampler_params *sp) {
+    long l;
+    double d;
+    if (!strcmp(a, "--temp")) {
+        if (cli_parse_float(cmd, a, v, 0, 100, &d)) return -1;
+        sp->temp = (float)d;
+    } else if (!strcmp(a, "--top-k")) {
+        if (cli_parse_int(cmd, a, v, 0, 1 << 30, &l)) return -1;
+        sp->top_k = (int)l;
+    } else if (!strcmp(a, "--top-p")) {
+        if (cli_parse_float(cmd, a, v, 1e-9, 1, &d)) return -1;
+        sp->top_p = (float)d;
+    } else if (!strcmp(a, "--min-p")) {
+        if (cli_parse_float(cmd, a, v, 0, 0.999999, &d)) return -1;
+        sp->min_p = (float)d;
+    } else if (!strcmp(a, "--seed")) {
+        if (cli_parse_int(cmd, a, v, 0, 0x7fffffffL, &l)) return -1;
+        sp->seed = (uint64_t)l;
+    } else {
+        return 0;
+    }
+    return 1;
 }

@@ -103,8 +103,9 @@ static bool is_end_piece(const char *p, size_t n) {
 
 int cmd_chat(int argc, char **argv) {
     const char *C = "chat", *path = NULL, *system_msg = NULL, *format = NULL, *flags = NULL;
-    long n_max = 256, threads = 0, top_k = 0, seed = 0, n_ctx = 0;
-    double temp = 0, top_p = 1, min_p = 0;
+    long n_max = 256, threads = 0, n_ctx = 0;
+    moe_sampler_params smpp = {.temp = 0.0f, .top_p = 1.0f}; /* greedy unless --temp */
+    int sr;
     int verbose = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -114,11 +115,7 @@ int cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "--chat-format")) { if (!v) return cli_fail(C, "--chat-format needs a name"); format = v; }
         else if (!strcmp(a, "-n")) { if (cli_parse_int(C, a, v, 1, 1 << 24, &n_max)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_int(C, a, v, 1, 1024, &threads)) return 2; }
-        else if (!strcmp(a, "--temp")) { if (cli_parse_float(C, a, v, 0, 100, &temp)) return 2; }
-        else if (!strcmp(a, "--top-k")) { if (cli_parse_int(C, a, v, 0, 1 << 30, &top_k)) return 2; }
-        else if (!strcmp(a, "--top-p")) { if (cli_parse_float(C, a, v, 1e-9, 1, &top_p)) return 2; }
-        else if (!strcmp(a, "--min-p")) { if (cli_parse_float(C, a, v, 0, 0.999999, &min_p)) return 2; }
-        else if (!strcmp(a, "--seed")) { if (cli_parse_int(C, a, v, 0, 0x7fffffffL, &seed)) return 2; }
+        else if ((sr = cli_sampling_arg(C, a, v, &smpp)) != 0) { if (sr < 0) return 2; }
         else if (!strcmp(a, "--ctx")) { if (cli_parse_int(C, a, v, 16, 1 << 22, &n_ctx)) return 2; }
         else if (!strcmp(a, "--flags")) { if (!v) return cli_fail(C, "--flags needs a spec"); flags = v; }
         else if (!strncmp(a, "--flags=", 8)) { flags = a + 8; used = 0; }
@@ -156,7 +153,6 @@ int cmd_chat(int argc, char **argv) {
 
     moe_session_params sp = {.n_ctx = (int)n_ctx, .n_threads = (int)threads};
     if (moe_session_new(m, &sp, &s, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
-    moe_sampler_params smpp = {(float)temp, (int)top_k, (float)top_p, (float)min_p, (uint64_t)seed};
     if (moe_sampler_new(&smpp, n_vocab, &smp, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
     logits = malloc((size_t)n_vocab * sizeof *logits);
     gen = malloc((size_t)n_max * sizeof *gen);

@@ -20,8 +20,9 @@ static void usage(void) {
 
 int cmd_run(int argc, char **argv) {
     const char *C = "run", *path = NULL, *prompt = NULL, *ids_s = NULL, *flags = NULL;
-    long n_gen = 32, threads = 0, top_k = 0, n_ctx = 0, n_batch = 0, seed = 0;
-    double temp = 0, top_p = 1, min_p = 0;
+    long n_gen = 32, threads = 0, n_ctx = 0, n_batch = 0;
+    moe_sampler_params smpp = {.temp = 0.0f, .top_p = 1.0f}; /* greedy unless --temp */
+    int sr;
     int json = 0, stop_eos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -31,11 +32,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--tokens")) { if (!v) return cli_fail(C, "--tokens needs ids"); ids_s = v; }
         else if (!strcmp(a, "-n")) { if (cli_parse_int(C, a, v, 0, 1 << 24, &n_gen)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_int(C, a, v, 1, 1024, &threads)) return 2; }
-        else if (!strcmp(a, "--temp")) { if (cli_parse_float(C, a, v, 0, 100, &temp)) return 2; }
-        else if (!strcmp(a, "--top-k")) { if (cli_parse_int(C, a, v, 0, 1 << 30, &top_k)) return 2; }
-        else if (!strcmp(a, "--top-p")) { if (cli_parse_float(C, a, v, 1e-9, 1, &top_p)) return 2; }
-        else if (!strcmp(a, "--min-p")) { if (cli_parse_float(C, a, v, 0, 0.999999, &min_p)) return 2; }
-        else if (!strcmp(a, "--seed")) { if (cli_parse_int(C, a, v, 0, 0x7fffffffL, &seed)) return 2; }
+        else if ((sr = cli_sampling_arg(C, a, v, &smpp)) != 0) { if (sr < 0) return 2; }
         else if (!strcmp(a, "--ctx")) { if (cli_parse_int(C, a, v, 1, 1 << 22, &n_ctx)) return 2; }
         else if (!strcmp(a, "--batch")) { if (cli_parse_int(C, a, v, 1, 65536, &n_batch)) return 2; }
         else if (!strcmp(a, "--flags")) { if (!v) return cli_fail(C, "--flags needs a spec"); flags = v; }
@@ -99,7 +96,6 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     if (moe_session_new(m, &sp, &s, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
-    moe_sampler_params smpp = {(float)temp, (int)top_k, (float)top_p, (float)min_p, (uint64_t)seed};
     if (moe_sampler_new(&smpp, n_vocab, &smp, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
     toks = malloc((size_t)n_prompt * sizeof *toks);
     out_ids = malloc(((size_t)n_gen + 1) * sizeof *out_ids);
