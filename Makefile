@@ -88,6 +88,8 @@ $(DEFAULT_MODEL): src/gen.c src/gen_vocab.c
 run: deps
 	@$(MAKE) --no-print-directory MODE=rel build/rel/moefast
 	@$(MAKE) --no-print-directory $(DEFAULT_MODEL)
+	@echo "== $(DEFAULT_MODEL): a small laguna with seeded random weights — the text is"
+	@echo "== meaningless by design; the engine, tokenizer and timings are real."
 	build/rel/moefast run -m $(DEFAULT_MODEL) -p "$(RUN_PROMPT)" -n $(RUN_N)
 
 test: deps
