@@ -6,7 +6,7 @@
 #   3. `moefast bench` on each model (2 threads, the standard 512/128 windows,
 #      token check against the trace), `moefast price --noise` on one model;
 #   4. a summary table. JSON and SVG output stay in build/bench/.
-# Environment: BENCH_THREADS (2), PRICE_PAIRS (5), BENCH_MODELS (space-
+# Environment: BENCH_THREADS (2), BENCH_REPEAT (3: medians of 3 runs), PRICE_PAIRS (5), BENCH_MODELS (space-
 # separated subset of the model names below).
 set -u
 B=${1:-build/rel}
@@ -15,6 +15,7 @@ MODELS=build/models
 OUT=build/bench
 T=${BENCH_THREADS:-2}
 PAIRS=${PRICE_PAIRS:-5}
+REPEAT=${BENCH_REPEAT:-3}
 ALL="qwen3moe-bench-q8_0 laguna-bench-q8_0 laguna-bench-bf16-nvfp4"
 SEL=${BENCH_MODELS:-$ALL}
 [ -x "$BIN" ] || { echo "bench/run.sh: $BIN is missing (run: make bench)" >&2; exit 2; }
@@ -75,7 +76,7 @@ for m in $SEL; do
   tr=""; [ -f "$t" ] && tr="--trace $t"
   echo "-- $m"
   # shellcheck disable=SC2086
-  "$BIN" bench -m "$f" -t "$T" $tr --json >"$OUT/$m.bench.json"; rc=$?
+  "$BIN" bench -m "$f" -t "$T" --repeat "$REPEAT" $tr --json >"$OUT/$m.bench.json"; rc=$?
   [ $rc -eq 0 ] || { echo "bench/run.sh: bench $m exited $rc" >&2; status=1; }
 done
 
