@@ -25,6 +25,36 @@ static inline int check_report(const char *name) {
     return check_failures_ ? 1 : 0;
 }
 
+/* The whole file, NUL-terminated (len excludes the NUL); NULL if it cannot be read. */
+static inline void *check_read_file(const char *path, size_t *len) {
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *b = NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (b = malloc((size_t)n + 1)) != NULL) {
+        if (fread(b, 1, (size_t)n, f) == (size_t)n) { b[n] = 0; *len = (size_t)n; }
+        else { free(b); b = NULL; }
+    }
+    fclose(f);
+    return b;
+}
+
+/* Byte-compare two files; on a difference prints where it starts. */
+static inline int check_same_file(const char *a, const char *b) {
+    size_t na, nb;
+    unsigned char *pa = check_read_file(a, &na), *pb = check_read_file(b, &nb);
+    int same = pa && pb && na == nb && memcmp(pa, pb, na) == 0;
+    if (!same && pa && pb) {
+        size_t i = 0;
+        while (i < na && i < nb && pa[i] == pb[i]) i++;
+        fprintf(stderr, "  %s (%zu bytes) and %s (%zu bytes) differ first at byte %zu\n", a, na, b, nb, i);
+    }
+    free(pa);
+    free(pb);
+    return same;
+}
+
 /* Path of ../shared relative to the repository root (tests run from the root).
  * MOEFAST_SHARED overrides. */
 static inline const char *check_shared_dir(void) {

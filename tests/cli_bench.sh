@@ -34,6 +34,7 @@ expect_err bench -m "$M" --repeat; expect_msg "repeat"
 expect_err bench -m "$M" --bogus; expect_msg "bogus"
 expect_err bench -m "$M" --trace "$d/missing.json"; expect_msg "missing.json"
 expect_err bench -m "$M" --flags +no_such_flag --prompt-len 4 --decode-steps 2; expect_msg "no_such_flag"
+expect_err bench -m "$M" --flags=+no_such_flag --prompt-len 4 --decode-steps 2; expect_msg "no_such_flag"
 "$BIN" bench --help >"$d/out" 2>&1 || bad "bench --help failed"
 grep -q "prompt-len" "$d/out" || bad "bench --help does not mention --prompt-len"
 
@@ -118,26 +119,7 @@ if "$BIN" trace record -m "$M" --tokens 5,17,300,42,7,999,0,123,55,66,77,88,99,1
   # tamper with step S: swap the top two ids (logits stay sorted) and make the
   # second one the expected token; the model's argmax is then the first.
   S=4
-  awk -v S=$S '
-    function ids_of(line,   parts, a, b, x) {
-      split(line, parts, /\], \[/); x = parts[1]; sub(/^[ \t]*\[\[/, "", x)
-      split(x, a, ","); ID1 = a[1]; split(parts[2], b, ","); ID2 = b[1] }
-    NR == FNR { if (intopk) { if (n == S) ids_of($0); n++ }
-                if ($0 ~ /"topk": \[/) { intopk = 1; n = 0 }
-                next }
-    /"expected_tokens": \[/ {
-      i = index($0, "["); pre = substr($0, 1, i); body = substr($0, i + 1); sub(/\],?[ \t]*$/, "", body)
-      k = split(body, e, ", "); e[S + 1] = ID2; out = pre e[1]
-      for (j = 2; j <= k; j++) out = out ", " e[j]
-      print out "],"; next }
-    /"topk": \[/ { print; t2 = 1; m = 0; next }
-    t2 && m == S {
-      m++; np = split($0, parts, /\], \[/); i = index(parts[1], "[[")
-      head = substr(parts[1], 1, i + 1); r1 = substr(parts[1], i + 2); sub(/^[0-9]+/, ID2, r1)
-      r2 = parts[2]; sub(/^[0-9]+/, ID1, r2); out = head r1 "], [" r2
-      for (j = 3; j <= np; j++) out = out "], [" parts[j]
-      print out; next }
-    { if (t2) m++; print }' "$d/t.json" "$d/t.json" >"$d/bad.json"
+  trace_tamper "$d/t.json" $S "$d/bad.json"
   $B --json --no-bandwidth --trace "$d/bad.json" >"$d/tb.json" 2>"$d/err"; rc=$?
   [ $rc -eq 1 ] || bad "bench --trace (tampered at step $S) exited $rc, expected 1: $(cat "$d/err")"
   is_val $d/tb.json token_check.ok false

@@ -71,5 +71,13 @@ done
 "$BIN" info "$SH/vocab/ggml-vocab-gpt-2.gguf" >"$d/info" 2>"$d/err" || bad "info on a vocab-only file failed: $(cat "$d/err")"
 grep -q "tokenizer.ggml.tokens" "$d/info" || bad "vocab-only info lacks the token array"
 
+# the kernel level: forced, automatic, and a bad value (a warning, then the best level)
+MOEFAST_ISA=scalar "$BIN" info "$M" 2>/dev/null | grep -q "^kernels: *scalar" || bad "MOEFAST_ISA=scalar not applied"
+MOEFAST_ISA=auto "$BIN" info "$M" >"$d/info" 2>"$d/err" || bad "MOEFAST_ISA=auto failed"
+[ -s "$d/err" ] && bad "MOEFAST_ISA=auto warned: $(cat "$d/err")"
+MOEFAST_ISA=bogus "$BIN" info "$M" >"$d/info" 2>"$d/err" || bad "MOEFAST_ISA=bogus made info fail"
+grep -q "MOEFAST_ISA=bogus" "$d/err" || bad "no warning for MOEFAST_ISA=bogus"
+MOEFAST_FLAGS=-simd "$BIN" info "$M" | grep -q "^kernels: *scalar" || bad "MOEFAST_FLAGS=-simd does not select the scalar kernels"
+
 [ $fail -eq 0 ] && echo "cli_run: ok"
 exit $fail

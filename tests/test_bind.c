@@ -115,6 +115,8 @@ int main(void) {
     expect_fail(lag, &e8, MOE_EFORMAT, (const char *[]){"expert_used_count", NULL}, "top-k > experts");
     edit e9 = {.str_key = "laguna.rope.scaling.type", .str_val = "longrope"};
     expect_fail(lag, &e9, MOE_EUNSUPPORTED, (const char *[]){"'longrope' is not supported", NULL}, "rope scaling");
+    edit e10 = {.u32_key = "laguna.block_count", .u32_val = 0xFFFFFFFFu};
+    expect_fail(lag, &e10, MOE_EFORMAT, (const char *[]){"laguna.block_count = 4294967295 is out of range", NULL}, "huge count");
     edit e11 = {.drop_tensor = "token_embd.weight"};
     expect_fail(qw, &e11, MOE_EFORMAT, (const char *[]){"missing tensor 'token_embd.weight'", NULL}, "qwen3moe embedding");
     edit e12 = {.u32_key = "qwen3moe.block_count", .u32_val = 5};

@@ -27,28 +27,6 @@ static const char *tpath(const char *name) {
     return p;
 }
 
-static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(sz > 0 ? (size_t)sz : 1);
-    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) { free(b); b = NULL; }
-    fclose(f);
-    *n = (size_t)sz;
-    return b;
-}
-
-static bool same_file(const char *a, const char *b) {
-    size_t na, nb;
-    uint8_t *x = slurp(a, &na), *y = slurp(b, &nb);
-    bool same = x && y && na == nb && !memcmp(x, y, na);
-    free(x);
-    free(y);
-    return same;
-}
-
 static bool exists(const char *p) { struct stat st; return stat(p, &st) == 0; }
 
 static int gen(const char *arch, const char *preset, const char *const *ov, const char *out, char *err) {
@@ -75,7 +53,7 @@ static void skip_str(cur *c) {
 static const size_t VSIZE[13] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
 static bool strict_gguf(const char *path, uint32_t *alignment_out) {
     size_t n;
-    uint8_t *b = slurp(path, &n);
+    uint8_t *b = check_read_file(path, &n);
     if (!b) return false;
     cur c = {b, b + n, true};
     bool ok = rdn(&c, 4) == 0x46554747u && rdn(&c, 4) == 3;
@@ -207,7 +185,7 @@ static void round_trip(const char *path, const char *copy) {
     CHECK_MSG(rc == 0, "%s", err);
     gguf_writer_free(w);
     gguf_close(f);
-    CHECK_MSG(same_file(path, copy), "re-emitted %s differs", path);
+    CHECK_MSG(check_same_file(path, copy), "re-emitted %s differs", path);
     unlink(copy);
 }
 
@@ -532,10 +510,10 @@ int main(void) {
         CHECK_MSG(rc == 0, "%s", err);
         rc = gen(arches[a], "tiny", (const char *const[]){"type=F32", NULL}, p2, err);
         CHECK_MSG(rc == 0, "%s", err);
-        CHECK_MSG(same_file(p1, p2), "%s: two generations differ", arches[a]);
+        CHECK_MSG(check_same_file(p1, p2), "%s: two generations differ", arches[a]);
         /* a different seed changes the weights */
         rc = gen(arches[a], "tiny", (const char *const[]){"seed=43", NULL}, p2, err);
-        CHECK(rc == 0 && !same_file(p1, p2));
+        CHECK(rc == 0 && !check_same_file(p1, p2));
         uint32_t align = 0;
         CHECK_MSG(strict_gguf(p1, &align), "%s: not a strict GGUF v3 file", p1);
         CHECK_EQ_INT(align, 32);
@@ -550,12 +528,12 @@ int main(void) {
         /* gen --type T is the same file as quantize(gen F32, T) */
         rc = moe_quantize_file(p1, p2, "Q8_0", NULL, err, sizeof err);
         CHECK_MSG(rc == 0, "%s", err);
-        CHECK_MSG(same_file(pq, p2), "%s: quantize F32->Q8_0 differs from gen --type Q8_0", arches[a]);
+        CHECK_MSG(check_same_file(pq, p2), "%s: quantize F32->Q8_0 differs from gen --type Q8_0", arches[a]);
         rc = gen(arches[a], "tiny", (const char *const[]){"type=BF16", "type_experts=NVFP4", NULL}, pq, err);
         CHECK_MSG(rc == 0, "%s", err);
         rc = moe_quantize_file(p1, p2, "bf16", "nvfp4", err, sizeof err);
         CHECK_MSG(rc == 0, "%s", err);
-        CHECK_MSG(same_file(pq, p2), "%s: quantize F32->BF16/NVFP4 differs from gen", arches[a]);
+        CHECK_MSG(check_same_file(pq, p2), "%s: quantize F32->BF16/NVFP4 differs from gen", arches[a]);
         unlink(p1);
         unlink(p2);
         unlink(pq);

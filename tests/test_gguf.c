@@ -15,37 +15,9 @@
 
 static char tmpdir[256];
 
-static uint8_t *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc(n > 0 ? (size_t)n : 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) { free(p); p = NULL; }
-    fclose(f);
-    *len = (size_t)n;
-    return p;
-}
-
 static bool file_exists(const char *p) {
     struct stat st;
     return stat(p, &st) == 0;
-}
-
-/* Byte-compare two files; prints the first difference. */
-static bool same_file(const char *a, const char *b) {
-    size_t na, nb;
-    uint8_t *pa = read_file(a, &na), *pb = read_file(b, &nb);
-    bool same = pa && pb && na == nb && memcmp(pa, pb, na) == 0;
-    if (!same && pa && pb) {
-        size_t i = 0;
-        while (i < na && i < nb && pa[i] == pb[i]) i++;
-        fprintf(stderr, "  %s (%zu bytes) and %s (%zu bytes) differ first at byte %zu\n", a, na, b, nb, i);
-    }
-    free(pa);
-    free(pb);
-    return same;
 }
 
 static size_t count_tmp_leftovers(const char *dir, const char *prefix) {
@@ -285,7 +257,7 @@ static void test_writer_errors(void) {
     CHECK_EQ_INT(gguf_writer_write(w, path, err, sizeof err), 0);
     gguf_writer_free(w);
     size_t n0;
-    uint8_t *before = read_file(path, &n0);
+    uint8_t *before = check_read_file(path, &n0);
     CHECK(before != NULL);
 
     /* duplicate key */
@@ -340,7 +312,7 @@ static void test_writer_errors(void) {
     gguf_writer_free(w);
 
     size_t n1;
-    uint8_t *after = read_file(path, &n1);
+    uint8_t *after = check_read_file(path, &n1);
     CHECK(after && n0 == n1 && memcmp(before, after, n0) == 0);
     CHECK_EQ_INT(count_tmp_leftovers(tmpdir, "target"), 0);
     free(before);
@@ -373,7 +345,7 @@ static void rewrite_compare(const char *src) {
     CHECK_MSG(rc == 0, "%s", err);
     gguf_writer_free(w);
     gguf_close(f);
-    CHECK_MSG(same_file(src, out), "rewrite of %s is not byte-identical", src);
+    CHECK_MSG(check_same_file(src, out), "rewrite of %s is not byte-identical", src);
     unlink(out);
 }
 
@@ -538,7 +510,7 @@ static void test_malformed(void) {
         CHECK(strchr(err, '\n') == NULL);
         /* same verdict from memory (exact-size buffer: ASan sees any over-read) */
         size_t n;
-        uint8_t *buf = read_file(path, &n);
+        uint8_t *buf = check_read_file(path, &n);
         if (buf) {
             char err2[MOE_ERR_LEN];
             int rc2 = gguf_open_memory(buf, n, MALFORMED[i].file, &f, err2, sizeof err2);
@@ -568,7 +540,7 @@ static void test_malformed(void) {
     char mine[300];
     snprintf(mine, sizeof mine, "%s/base.gguf", tmpdir);
     build_base_with_writer(mine);
-    CHECK(same_file(MDIR "/base.valid", mine));
+    CHECK(check_same_file(MDIR "/base.valid", mine));
     gguf_file *f = NULL;
     CHECK_EQ_INT(gguf_open(MDIR "/base.valid", &f, err, sizeof err), 0);
     gguf_close(f);
@@ -578,7 +550,7 @@ static void test_malformed(void) {
  * tensor data (only trailing padding cut). Then random byte mutations. */
 static void test_truncations_and_mutations(const char *path) {
     size_t n;
-    uint8_t *full = read_file(path, &n);
+    uint8_t *full = check_read_file(path, &n);
     CHECK(full != NULL);
     if (!full) return;
     char err[MOE_ERR_LEN];

@@ -47,13 +47,11 @@ static const oracle_case CASES[] = {
     {"laguna-tiny-bf16-nvfp4", NULL, 0.12f},
 };
 
+/* n little-endian floats, or NULL when the file is missing or not that size */
 static float *read_f32(const char *path, size_t n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    float *v = malloc(n * sizeof *v);
-    size_t got = v ? fread(v, sizeof *v, n, f) : 0;
-    fclose(f);
-    if (got != n) { free(v); return NULL; }
+    size_t len;
+    float *v = check_read_file(path, &len);
+    if (v && len != n * sizeof *v) { free(v); v = NULL; }
     return v;
 }
 

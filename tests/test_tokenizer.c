@@ -69,16 +69,8 @@ static bool ids_equal(const char *label, const int32_t *got, size_t ng, const in
 static char *read_file(const char *rel, size_t *len) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", check_shared_dir(), rel);
-    FILE *fp = fopen(path, "rb");
-    CHECK_MSG(fp != NULL, "cannot open %s", path);
-    if (!fp) { *len = 0; return NULL; }
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    *len = fread(b, 1, (size_t)n, fp);
-    b[*len] = 0;
-    fclose(fp);
+    char *b = check_read_file(path, len);
+    CHECK_MSG(b != NULL, "cannot read %s", path);
     return b;
 }
 

@@ -31,15 +31,8 @@ int moe_bind_laguna(moe_model *m, char *err, size_t errlen) {
     uint32_t u;
     int rc;
 #define U32(key, def, req, dst) do { if ((rc = moe_get_u32_def(m, key, def, &u, req, err, errlen))) return rc; dst = (int)u; } while (0)
-    U32("block_count", 0, true, hp->n_layer);
-    U32("embedding_length", 0, true, hp->n_embd);
-    U32("context_length", 4096, false, hp->n_ctx_train);
-    U32("vocab_size", 0, false, hp->n_vocab);
+    if ((rc = moe_read_common_hparams(m, err, errlen))) return rc;
     U32("attention.head_count_kv", 0, true, hp->n_head_kv);
-    U32("feed_forward_length", 0, false, hp->n_ff);
-    U32("expert_count", 0, true, hp->n_expert);
-    U32("expert_used_count", 0, true, hp->n_expert_used);
-    U32("expert_feed_forward_length", 0, true, hp->n_ff_exp);
     U32("expert_shared_feed_forward_length", 0, false, hp->n_ff_shexp);
     U32("leading_dense_block_count", 0, false, hp->n_dense_lead);
     U32("attention.sliding_window", 0, false, hp->swa_window);
@@ -74,7 +67,6 @@ int moe_bind_laguna(moe_model *m, char *err, size_t errlen) {
     if (hp->n_head_max < 1) return moe_errf(err, errlen, MOE_EFORMAT, "%s: laguna.attention.head_count must be >= 1", m->path);
     U32("attention.key_length", (uint32_t)(hp->n_embd / hp->n_head_max), false, hp->head_dim);
     U32("attention.value_length", (uint32_t)hp->head_dim, false, hp->head_dim_v);
-    if ((rc = moe_get_f32_def(m, "attention.layer_norm_rms_epsilon", 1e-6f, &hp->rms_eps, err, errlen))) return rc;
     bool norm = true;
     char key[160];
     snprintf(key, sizeof key, "laguna.expert_weights_norm");
@@ -91,9 +83,9 @@ int moe_bind_laguna(moe_model *m, char *err, size_t errlen) {
 
     if ((rc = moe_read_rope(m, &hp->rope_full, "rope.freq_base", 10000.0f, "rope.dimension_count", hp->head_dim, true, err, errlen))) return rc;
     if (hp->swa_window > 0) {
-        float base_swa;
-        if ((rc = moe_get_f32_def(m, "rope.freq_base_swa", hp->rope_full.base, &base_swa, err, errlen))) return rc;
-        if ((rc = moe_read_rope(m, &hp->rope_swa, "rope.freq_base_swa", base_swa, "rope.dimension_count_swa", hp->head_dim, false, err, errlen))) return rc;
+        /* absent: the full layers' base, as llama.cpp defaults it */
+        if ((rc = moe_read_rope(m, &hp->rope_swa, "rope.freq_base_swa", hp->rope_full.base, "rope.dimension_count_swa",
+                                hp->head_dim, false, err, errlen))) return rc;
     }
     if (hp->n_dense_lead > hp->n_layer)
         return moe_errf(err, errlen, MOE_EFORMAT, "%s: laguna.leading_dense_block_count %d > block_count %d", m->path,

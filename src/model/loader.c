@@ -628,6 +628,31 @@ int moe_bind_io(moe_model *m, char *err, size_t errlen) {
     return MOE_OK;
 }
 
+/* The keys every MoE architecture here carries, under "<arch>.". */
+int moe_read_common_hparams(moe_model *m, char *err, size_t errlen) {
+    moe_hparams *hp = &m->hp;
+    struct { const char *key; uint32_t def; bool required; int *dst; } keys[] = {
+        {"block_count", 0, true, &hp->n_layer},
+        {"embedding_length", 0, true, &hp->n_embd},
+        {"context_length", 4096, false, &hp->n_ctx_train},
+        {"vocab_size", 0, false, &hp->n_vocab},
+        {"feed_forward_length", 0, false, &hp->n_ff},
+        {"expert_count", 0, true, &hp->n_expert},
+        {"expert_used_count", 0, true, &hp->n_expert_used},
+        {"expert_feed_forward_length", 0, true, &hp->n_ff_exp},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        uint32_t u;
+        int rc = moe_get_u32_def(m, keys[i].key, keys[i].def, &u, keys[i].required, err, errlen);
+        if (rc) return rc;
+        if (u > 0x7fffffffu)
+            return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s.%s = %u is out of range", m->path, m->arch_name,
+                            keys[i].key, u);
+        *keys[i].dst = (int)u;
+    }
+    return moe_get_f32_def(m, "attention.layer_norm_rms_epsilon", 1e-6f, &hp->rms_eps, err, errlen);
+}
+
 /* Checks common to every architecture once the hyperparameters are read. */
 int moe_check_hparams(moe_model *m, char *err, size_t errlen) {
     const moe_hparams *hp = &m->hp;

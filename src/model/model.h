@@ -127,7 +127,7 @@ struct moe_session {
     int64_t *job_pre;           /* [2][n_expert + 2]: row and work prefix sums */
     float *scores;              /* [n_threads][n_head_max][n_ctx] */
     float *attn_sum;            /* [n_threads][n_head_max] */
-    float *logits_tmp;          /* [n_vocab] */
+    float *logits_tmp;          /* differential twin only: [n_batch][n_vocab] */
     struct moe_session *shadow; /* differential mode: the all-flags-off twin */
     char err[MOE_ERR_LEN];
 };
@@ -157,4 +157,5 @@ int moe_bind_attention(moe_model *m, int il, char *err, size_t errlen);
 int moe_bind_ffn(moe_model *m, int il, char *err, size_t errlen);
 int moe_bind_io(moe_model *m, char *err, size_t errlen);
 int moe_check_hparams(moe_model *m, char *err, size_t errlen);
+int moe_read_common_hparams(moe_model *m, char *err, size_t errlen);
 #endif

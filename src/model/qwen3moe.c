@@ -20,21 +20,13 @@ int moe_bind_qwen3moe(moe_model *m, char *err, size_t errlen) {
     uint32_t u;
     int rc;
 #define U32(key, def, req, dst) do { if ((rc = moe_get_u32_def(m, key, def, &u, req, err, errlen))) return rc; dst = (int)u; } while (0)
-    U32("block_count", 0, true, hp->n_layer);
-    U32("embedding_length", 0, true, hp->n_embd);
-    U32("context_length", 4096, false, hp->n_ctx_train);
-    U32("vocab_size", 0, false, hp->n_vocab);
+    if ((rc = moe_read_common_hparams(m, err, errlen))) return rc;
     U32("attention.head_count", 0, true, hp->n_head_max);
     U32("attention.head_count_kv", (uint32_t)hp->n_head_max, false, hp->n_head_kv);
-    U32("feed_forward_length", 0, false, hp->n_ff);
-    U32("expert_count", 0, true, hp->n_expert);
-    U32("expert_used_count", 0, true, hp->n_expert_used);
-    U32("expert_feed_forward_length", 0, true, hp->n_ff_exp);
     if (hp->n_head_max < 1) return moe_errf(err, errlen, MOE_EFORMAT, "%s: qwen3moe.attention.head_count must be >= 1", m->path);
     U32("attention.key_length", (uint32_t)(hp->n_embd / hp->n_head_max), false, hp->head_dim);
     U32("attention.value_length", (uint32_t)hp->head_dim, false, hp->head_dim_v);
 #undef U32
-    if ((rc = moe_get_f32_def(m, "attention.layer_norm_rms_epsilon", 1e-6f, &hp->rms_eps, err, errlen))) return rc;
     hp->expert_weights_norm = true; /* Qwen3-MoE renormalises the top-k weights (norm_topk_prob) */
     hp->expert_weights_scale = 1.0f;
     hp->gating_func = 1;

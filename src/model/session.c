@@ -127,7 +127,7 @@ static int session_create(moe_model *m, const moe_session_params *p, uint64_t fl
     s->hu = xcalloc(hid, sizeof(float), &ok);
     s->scores = xcalloc((size_t)n_threads * Hm * C, sizeof(float), &ok);
     s->attn_sum = xcalloc((size_t)n_threads * Hm, sizeof(float), &ok);
-    s->logits_tmp = xcalloc((shadow ? B : 1) * (size_t)hp->n_vocab, sizeof(float), &ok);
+    if (shadow) s->logits_tmp = xcalloc(B * (size_t)hp->n_vocab, sizeof(float), &ok); /* the twin's logits */
     if (!ok) {
         moe_session_free(s);
         return moe_errf(err, errlen, MOE_ENOMEM, "session: out of memory for n_ctx %d, n_batch %d", n_ctx, n_batch);
