@@ -5,6 +5,8 @@
  *   - decode-shaped matrix-vector products in GB/s of weight bytes read, for
  *     512x2048 and 2048x512 matrices (rows x row length) cycled through
  *     enough distinct copies to exceed the caches, and a 100352x2048 lm-head;
+ *     the rows marked "x4" read the same shapes in the x4 layout the engine
+ *     uses after its load-time repack (docs/KERNELS.md);
  *   - a 512-token batched GEMM on a 512x2048 matrix in GFLOP/s;
  * next to the measured memory read bandwidth (moe_measure_read_bandwidth).
  * Also the lm-head on 1 thread (no pool) in GB/s per second of that thread's
@@ -38,13 +40,14 @@ typedef struct {
     int64_t nrows, n, ntok;
     const float *x;
     float *y;
+    bool x4;        /* read the weights as the x4 layout (quant.h), as the engine does after `repack` */
 } job;
 
 static void gemv_task(void *ctx, int ith, int nth) {
     const job *j = ctx;
     int64_t b, e;
     moe_split(j->nrows, ith, nth, 4, &b, &e);
-    if (e > b) j->k->gemv[j->type](j->w + b * j->rb, j->rb, e - b, j->x, j->y + b, j->n);
+    if (e > b) (j->x4 ? j->k->gemv_x4 : j->k->gemv)[j->type](j->w + b * j->rb, j->rb, e - b, j->x, j->y + b, j->n);
 }
 
 static void gemm_task(void *ctx, int ith, int nth) {
@@ -164,15 +167,21 @@ int main(void) {
         const size_t lm_bytes = (size_t)moe_row_bytes(type, 2048) * LMHEAD_ROWS;
         const size_t filled = lm_bytes > CYCLE_BYTES ? lm_bytes : CYCLE_BYTES;
         fill(type, buf, filled < cap ? filled : cap, &rng);
-        for (int s = 0; s < 3; s++) {
+        /* shapes 3 and 4: the same matrices read as the x4 layout (any block
+         * order of valid blocks is valid data, so no repack is needed to time it) */
+        for (int s = 0; s < 5; s++) {
+            const int sh = s < 3 ? s : (s == 3 ? 0 : 2);
+            if (s >= 3 && !k->gemv_x4[type]) continue;
             decode_arg a = {.pool = pool};
-            a.j = (job){.k = k, .type = type, .w = buf, .rb = (size_t)moe_row_bytes(type, (uint64_t)shapes[s].n),
-                        .nrows = shapes[s].rows, .n = shapes[s].n, .x = x, .y = y};
+            a.j = (job){.k = k, .type = type, .w = buf, .rb = (size_t)moe_row_bytes(type, (uint64_t)shapes[sh].n),
+                        .nrows = shapes[sh].rows, .n = shapes[sh].n, .x = x, .y = y, .x4 = s >= 3};
             a.mat_bytes = a.j.rb * (size_t)a.j.nrows;
-            a.copies = s == 2 ? 1 : (int64_t)(CYCLE_BYTES / a.mat_bytes);
+            a.copies = sh == 2 ? 1 : (int64_t)(CYCLE_BYTES / a.mat_bytes);
             double lo, hi, med = time_reps(decode_rep, &a, &lo, &hi);
             const double bytes = (double)a.mat_bytes * (double)a.copies;
-            printf("%-6s %-14s %9.1f %8.1f..%-8.1f %5.0f%% %4.0f%%\n", name, shapes[s].label, bytes / med * 1e-9,
+            char label[32];
+            snprintf(label, sizeof label, "%s%s", shapes[sh].label, s >= 3 ? " x4" : "");
+            printf("%-6s %-14s %9.1f %8.1f..%-8.1f %5.0f%% %4.0f%%\n", name, label, bytes / med * 1e-9,
                    bytes / hi * 1e-9, bytes / lo * 1e-9, 100.0 * bytes / med * 1e-9 / bw, 100 * g_cpu_share);
         }
         {

@@ -211,6 +211,15 @@ static void repack_worker(void *ctx, int ith, int nth) {
     }
 }
 
+/* Which formats are worth repacking: measured with bench_quant (2 threads,
+ * 512x2048 / lm-head, GB/s plain -> x4): Q8_0 27 -> 35-38, MXFP4 15-22 -> 22,
+ * NVFP4 19-21 -> 21-22, Q4_0 21-23 -> 22-23, but Q4_K 19-21 -> 15-17 and
+ * Q6_K 17-19 -> 15-18: the K-quants' super-block state costs more there than
+ * the single stream saves, so they keep the file's layout. */
+static bool repack_helps(uint32_t type) {
+    return moe_type_has_x4(type) && type != MOE_T_Q4_K && type != MOE_T_Q6_K;
+}
+
 /* Load-time repack into the x4 layout (flag `repack`): one anonymous mapping
  * for all block-format matrices; the file pages they came from are released.
  * Kernel results are identical in either layout. */
@@ -221,7 +230,7 @@ static int repack_weights(moe_model *m, char *err, size_t errlen) {
     collect_weights(m, ws);
     size_t total = 0;
     for (int i = 0; i < nw; i++)
-        if (moe_type_has_x4(ws[i]->type) && ws[i]->n_out >= 4) total += (ws[i]->mat_bytes * (size_t)ws[i]->n_mat + 63) & ~(size_t)63;
+        if (repack_helps(ws[i]->type) && ws[i]->n_out >= 4) total += (ws[i]->mat_bytes * (size_t)ws[i]->n_mat + 63) & ~(size_t)63;
     if (total == 0) { free(ws); return MOE_OK; }
     void *arena = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (arena == MAP_FAILED) {
@@ -239,7 +248,7 @@ static int repack_weights(moe_model *m, char *err, size_t errlen) {
     uint8_t *dst = arena;
     for (int i = 0; i < nw; i++) {
         rj.dst[i] = NULL;
-        if (!moe_type_has_x4(ws[i]->type) || ws[i]->n_out < 4) continue;
+        if (!repack_helps(ws[i]->type) || ws[i]->n_out < 4) continue;
         rj.dst[i] = dst;
         rj.n_units += ws[i]->n_mat;
         dst += (ws[i]->mat_bytes * (size_t)ws[i]->n_mat + 63) & ~(size_t)63;
