@@ -9,6 +9,10 @@
  *     uses after its load-time repack (docs/KERNELS.md);
  *   - a 512-token batched GEMM on a 512x2048 matrix in GFLOP/s;
  * next to the measured memory read bandwidth (moe_measure_read_bandwidth).
+ * For the formats with an 8-bit-activation kernel (flag act_q8, act8_ref.c:
+ * Q8_0), rows labelled "a8" time the same shapes with those kernels: weights
+ * repacked by moe_repack_a8, activations quantized by moe_quantize_act8; the
+ * GEMM in GOP/s (2*rows*n*tokens integer multiply-adds counted like flops).
  * Also the lm-head on 1 thread (no pool) in GB/s per second of that thread's
  * CPU time: what one core sustains while it runs, a figure that holds up on
  * a machine shared with other jobs.
@@ -41,20 +45,27 @@ typedef struct {
     const float *x;
     float *y;
     bool x4;        /* read the weights as the x4 layout (quant.h), as the engine does after `repack` */
+    const uint8_t *xa; /* non-NULL: the act_q8 kernels, w in the a8 layout, xa = A8 rows (one per token) */
 } job;
 
 static void gemv_task(void *ctx, int ith, int nth) {
     const job *j = ctx;
     int64_t b, e;
     moe_split(j->nrows, ith, nth, 4, &b, &e);
-    if (e > b) (j->x4 ? j->k->gemv_x4 : j->k->gemv)[j->type](j->w + b * j->rb, j->rb, e - b, j->x, j->y + b, j->n);
+    if (e <= b) return;
+    if (j->xa) j->k->gemv_a8[j->type](j->w + b * j->rb, j->rb, e - b, j->xa, j->y + b, j->n);
+    else (j->x4 ? j->k->gemv_x4 : j->k->gemv)[j->type](j->w + b * j->rb, j->rb, e - b, j->x, j->y + b, j->n);
 }
 
 static void gemm_task(void *ctx, int ith, int nth) {
     const job *j = ctx;
     int64_t b, e;
     moe_split(j->nrows, ith, nth, 4, &b, &e);
-    if (e > b)
+    if (e <= b) return;
+    if (j->xa)
+        j->k->gemm_a8[j->type](j->w + b * j->rb, j->rb, e - b, j->xa, (size_t)moe_act8_row_bytes(j->n), j->ntok,
+                               j->y + b, (size_t)j->nrows, j->n);
+    else
         j->k->gemm[j->type](j->w + b * j->rb, j->rb, e - b, j->x, (size_t)j->n, j->ntok, j->y + b,
                             (size_t)j->nrows, j->n);
 }
@@ -105,6 +116,7 @@ static double cpu_seconds(void) {
            (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
 }
 static double g_cpu_share; /* of the last time_reps() */
+static double g_bw;        /* the measured read bandwidth, GB/s */
 static double time_reps(rep_fn fn, void *arg, double *lo, double *hi) {
     double t[REPS], sum = 0;
     fn(arg);
@@ -136,6 +148,66 @@ static void gemm_rep(void *p) {
     moe_pool_run(a->pool, gemm_task, &a->j);
 }
 
+/* The act_q8 rows of a format ("Q8_0 a8"), same shapes and methodology as
+ * above. buf holds `filled` bytes of valid plain rows of the format (n =
+ * 2048); they are repacked with moe_repack_a8 into the space after them (the
+ * a8 layout keeps each row's bytes and size, and a group of 16 blocks is
+ * self-contained, so rows of n = 2048 repacked once are also valid n = 512
+ * rows, four per 2048-row: one repack serves all three shapes). */
+static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_t *buf, size_t filled, size_t cap,
+                     const float *x, float *y, int64_t ntok) {
+    char name[16];
+    snprintf(name, sizeof name, "%s a8", moe_type_get(type)->name);
+    const size_t rb2048 = (size_t)moe_row_bytes(type, 2048);
+    const int64_t rows = (int64_t)(filled / rb2048);
+    uint8_t *wa = buf + (filled + 4095) / 4096 * 4096;
+    if (wa + (size_t)rows * rb2048 > buf + cap) { printf("%-7s (no room to repack)\n", name); return; }
+    moe_repack_a8(type, buf, wa, rows, 2048);
+    /* Activations are quantized once, outside the timed region: in the engine
+     * it is one pass over each token's n floats per matrix input (not per
+     * matrix row), a small cost next to reading the weights. */
+    const size_t ab512 = (size_t)moe_act8_row_bytes(512), ab2048 = (size_t)moe_act8_row_bytes(2048);
+    uint8_t *xa512 = malloc(ab512), *xa = malloc(ab2048 * (size_t)ntok);
+    moe_quantize_act8(x, xa512, 512);
+    for (int64_t t = 0; t < ntok; t++) moe_quantize_act8(x + t * 2048, xa + (size_t)t * ab2048, 2048);
+    static const struct { int64_t rows, n; const char *label; } shapes[] = {
+        {512, 2048, "512x2048"}, {2048, 512, "2048x512"}, {LMHEAD_ROWS, 2048, "100352x2048"}};
+    for (int sh = 0; sh < 3; sh++) {
+        decode_arg a = {.pool = pool};
+        a.j = (job){.k = k, .type = type, .w = wa, .rb = (size_t)moe_row_bytes(type, (uint64_t)shapes[sh].n),
+                    .nrows = shapes[sh].rows, .n = shapes[sh].n, .y = y, .xa = shapes[sh].n == 512 ? xa512 : xa};
+        a.mat_bytes = a.j.rb * (size_t)a.j.nrows;
+        a.copies = sh == 2 ? 1 : (int64_t)(CYCLE_BYTES / a.mat_bytes);
+        double lo, hi, med = time_reps(decode_rep, &a, &lo, &hi);
+        const double bytes = (double)a.mat_bytes * (double)a.copies;
+        printf("%-7s %-14s %9.1f %8.1f..%-8.1f %5.0f%% %4.0f%%\n", name, shapes[sh].label, bytes / med * 1e-9,
+               bytes / hi * 1e-9, bytes / lo * 1e-9, 100.0 * bytes / med * 1e-9 / g_bw, 100 * g_cpu_share);
+    }
+    {
+        double c[REPS];
+        for (int r = 0; r < REPS; r++) {
+            const double c0 = thread_cpu();
+            k->gemv_a8[type](wa, rb2048, LMHEAD_ROWS, xa, y, 2048);
+            c[r] = thread_cpu() - c0;
+        }
+        qsort(c, REPS, sizeof c[0], cmpd);
+        const double bytes = (double)rb2048 * LMHEAD_ROWS;
+        printf("%-7s %-14s %9.1f %8.1f..%-8.1f GB/s per CPU-second, 1 thread\n", name, "100352x2048",
+               bytes / c[REPS / 2] * 1e-9, bytes / c[REPS - 1] * 1e-9, bytes / c[0] * 1e-9);
+    }
+    {
+        decode_arg a = {.pool = pool};
+        a.j = (job){.k = k, .type = type, .w = wa, .rb = rb2048, .nrows = 512, .n = 2048, .ntok = ntok, .y = y,
+                    .xa = xa};
+        double lo, hi, med = time_reps(gemm_rep, &a, &lo, &hi);
+        const double op = 2.0 * 512 * 2048 * (double)ntok;
+        printf("%-7s %-14s %9.1f %8.1f..%-8.1f GOP/s   %4.0f%%\n", name, "gemm 512tok", op / med * 1e-9,
+               op / hi * 1e-9, op / lo * 1e-9, 100 * g_cpu_share);
+    }
+    free(xa512);
+    free(xa);
+}
+
 int main(void) {
     static const uint32_t types[] = {MOE_T_Q8_0, MOE_T_Q4_0, MOE_T_Q4_K, MOE_T_NVFP4, MOE_T_MXFP4,
                                      MOE_T_Q6_K, MOE_T_BF16, MOE_T_F16, MOE_T_F32};
@@ -143,9 +215,9 @@ int main(void) {
     moe_pool *pool = moe_pool_new(THREADS, err, sizeof err);
     if (!pool) { fprintf(stderr, "bench_quant: %s\n", err); return 1; }
     const moe_kernels *k = moe_kernels_active();
-    const double bw = moe_measure_read_bandwidth(THREADS);
+    const double bw = g_bw = moe_measure_read_bandwidth(THREADS);
     printf("bench_quant: ISA %s, %d threads, measured read bandwidth %.1f GB/s\n", k->name, THREADS, bw);
-    printf("%-6s %-14s %9s %17s %6s %5s\n", "format", "shape", "GB/s", "min..max", "%bw", "cpu");
+    printf("%-7s %-14s %9s %17s %6s %5s\n", "format", "shape", "GB/s", "min..max", "%bw", "cpu");
 
     const size_t cap = (size_t)LMHEAD_ROWS * 2048 * 4; /* F32 lm-head, the largest */
     uint8_t *buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -181,7 +253,7 @@ int main(void) {
             const double bytes = (double)a.mat_bytes * (double)a.copies;
             char label[32];
             snprintf(label, sizeof label, "%s%s", shapes[sh].label, s >= 3 ? " x4" : "");
-            printf("%-6s %-14s %9.1f %8.1f..%-8.1f %5.0f%% %4.0f%%\n", name, label, bytes / med * 1e-9,
+            printf("%-7s %-14s %9.1f %8.1f..%-8.1f %5.0f%% %4.0f%%\n", name, label, bytes / med * 1e-9,
                    bytes / hi * 1e-9, bytes / lo * 1e-9, 100.0 * bytes / med * 1e-9 / bw, 100 * g_cpu_share);
         }
         {
@@ -194,7 +266,7 @@ int main(void) {
             }
             qsort(c, REPS, sizeof c[0], cmpd);
             const double bytes = (double)rb * LMHEAD_ROWS;
-            printf("%-6s %-14s %9.1f %8.1f..%-8.1f GB/s per CPU-second, 1 thread\n", name, "100352x2048",
+            printf("%-7s %-14s %9.1f %8.1f..%-8.1f GB/s per CPU-second, 1 thread\n", name, "100352x2048",
                    bytes / c[REPS / 2] * 1e-9, bytes / c[REPS - 1] * 1e-9, bytes / c[0] * 1e-9);
         }
         {
@@ -203,9 +275,10 @@ int main(void) {
                         .nrows = 512, .n = 2048, .ntok = ntok, .x = x, .y = y};
             double lo, hi, med = time_reps(gemm_rep, &a, &lo, &hi);
             const double flop = 2.0 * 512 * 2048 * (double)ntok;
-            printf("%-6s %-14s %9.1f %8.1f..%-8.1f GFLOP/s %4.0f%%\n", name, "gemm 512tok", flop / med * 1e-9,
+            printf("%-7s %-14s %9.1f %8.1f..%-8.1f GFLOP/s %4.0f%%\n", name, "gemm 512tok", flop / med * 1e-9,
                    flop / hi * 1e-9, flop / lo * 1e-9, 100 * g_cpu_share);
         }
+        if (moe_type_has_a8(type) && k->gemv_a8[type]) bench_a8(pool, k, type, buf, filled < cap ? filled : cap, cap, x, y, ntok);
         fflush(stdout);
     }
     munmap(buf, cap);

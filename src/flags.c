@@ -12,12 +12,20 @@ static const moe_flag_info FLAGS[MOE_FLAG_COUNT] = {
     [MOE_FLAG_FUSED_GATE_UP] = {"fused_gate_up", "experts: compute gate and up rows in one pass with SiLU fused", true, false},
     [MOE_FLAG_READAHEAD] = {"readahead", "load: start reading all weights into the page cache at once (madvise WILLNEED)", true, false},
     [MOE_FLAG_REPACK] = {"repack", "load: copy block-format matrices into the 4-row interleaved x4 layout (one memory stream per 4 rows)", true, false},
+    [MOE_FLAG_ACT_Q8] = {"act_q8", "NUMERICS: quantize matrix inputs to 8-bit blocks (llama.cpp's Q8_0 activations) for Q8_0 weights and use integer dot products; changes the logits", false, false, true},
     [MOE_FLAG_TEST_PERTURB] = {"test_perturb", "TEST ONLY: from position 20 on, reverse the last layer's expert weights (changes results)", false, true},
     [MOE_FLAG_TEST_SLOW] = {"test_slow", "TEST ONLY: sleep 2 ms for every token forwarded (changes timing)", false, true},
 };
 
 const moe_flag_info *moe_flag_get(int id) {
     return id >= 0 && id < MOE_FLAG_COUNT ? &FLAGS[id] : NULL;
+}
+
+uint64_t moe_flags_numerics(uint64_t mask) {
+    uint64_t m = 0;
+    for (int i = 0; i < MOE_FLAG_COUNT; i++)
+        if (FLAGS[i].numerics) m |= 1ull << i;
+    return mask & m;
 }
 
 uint64_t moe_flags_default(void) {
@@ -49,7 +57,7 @@ int moe_flags_parse(const char *spec, uint64_t base, uint64_t *out, char *err, s
         if (n == 7 && !strncmp(s, "default", 7)) { m = moe_flags_default(); continue; }
         if (n == 3 && !strncmp(s, "all", 3)) {
             m = 0;
-            for (int i = 0; i < MOE_FLAG_COUNT; i++) if (!FLAGS[i].test_only) m |= 1ull << i;
+            for (int i = 0; i < MOE_FLAG_COUNT; i++) if (!FLAGS[i].test_only && !FLAGS[i].numerics) m |= 1ull << i;
             continue;
         }
         int on = 1;

@@ -9,7 +9,12 @@
  *   "+name,-name,..." start from the default set (or from the set already
  *                     named earlier in the spec: "none,+gemm_batch") and toggle.
  * Test-only flags (perturb, slow) deliberately change results or timing;
- * they exist to prove the instruments can fail and are never on by default. */
+ * they exist to prove the instruments can fail and are never on by default.
+ * Numerics flags (act_q8) select a different arithmetic, so they change the
+ * logits on purpose: never on by default, not part of "all", and kept by the
+ * differential twin (which checks the speed flags *within* a numerics). A
+ * trace records the flags it was made with; gate a numerics flag's run
+ * against a trace recorded with it. */
 #ifndef MOE_FLAGS_H
 #define MOE_FLAGS_H
 
@@ -24,6 +29,7 @@ typedef enum moe_flag {
     MOE_FLAG_FUSED_GATE_UP,   /* experts: gate and up rows in one pass, SiLU fused */
     MOE_FLAG_READAHEAD,       /* load: ask the kernel to read the weights ahead (madvise WILLNEED) */
     MOE_FLAG_REPACK,          /* load: repack block-format matrices into the x4 layout */
+    MOE_FLAG_ACT_Q8,          /* NUMERICS: 8-bit activation blocks for Q8_0 weights (act8_ref.c) */
     MOE_FLAG_TEST_PERTURB,    /* TEST ONLY: from position 20 on, reverse the last layer's expert weights */
     MOE_FLAG_TEST_SLOW,       /* TEST ONLY: sleep 2 ms per token forwarded */
     MOE_FLAG_COUNT
@@ -34,10 +40,13 @@ typedef struct moe_flag_info {
     const char *desc;
     bool default_on;
     bool test_only;
+    bool numerics;           /* changes the arithmetic (see above) */
 } moe_flag_info;
 
 const moe_flag_info *moe_flag_get(int id); /* NULL when out of range */
 uint64_t moe_flags_default(void);
+/* The numerics flags of a mask (what the differential twin keeps). */
+uint64_t moe_flags_numerics(uint64_t mask);
 /* Parses spec on top of base; MOE_OK or MOE_EINVAL naming the unknown flag. */
 int moe_flags_parse(const char *spec, uint64_t base, uint64_t *out, char *err, size_t errlen);
 /* "+a,+b,-c" style description of a mask relative to "none" (all on flags listed). */

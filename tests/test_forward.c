@@ -60,15 +60,82 @@ static void same(const float *a, const float *b, size_t n, const char *what, con
               (double)a[first], (double)b[first]);
 }
 
+/* spec = numerics + rest ("none" / "" / "-name" ...), e.g. "+act_q8,-simd" */
+static const char *spec2(char *buf, size_t len, const char *numerics, const char *rest) {
+    if (!*numerics) return rest;                     /* NULL rest: the defaults */
+    snprintf(buf, len, "%s%s%s", rest ? rest : "", rest ? "," : "", numerics);
+    return buf;
+}
+
+/* Every exactness property, within one numerics ("" = FP32, "+act_q8"). */
+static void check_model(const char *path, const char *model, const char *num, size_t n) {
+    char b1[96], b2[96];
+    float *ref = run(path, spec2(b1, sizeof b1, num, "none"), 1, 512, 1, NULL); /* plain path, token by token */
+    float *pre = run(path, spec2(b1, sizeof b1, num, NULL), 2, 512, 0, NULL);  /* default flags, one prefill */
+    char what[96];
+    snprintf(what, sizeof what, "%s prefill vs decode (none vs default flags)", num);
+    same(ref, pre, n, what, model);
+    int chunks[] = {1, 7, 64};
+    for (int c = 0; c < 3; c++) {
+        float *x = run(path, spec2(b1, sizeof b1, num, NULL), 2, chunks[c], 0, NULL);
+        snprintf(what, sizeof what, "%s prefill chunk %d", num, chunks[c]);
+        same(ref, x, n, what, model);
+        free(x);
+    }
+    int threads[] = {1, 3, 5};
+    for (int t = 0; t < 3; t++) {
+        float *x = run(path, spec2(b1, sizeof b1, num, NULL), threads[t], 512, t == 1, NULL);
+        snprintf(what, sizeof what, "%s %d threads", num, threads[t]);
+        same(ref, x, n, what, model);
+        free(x);
+    }
+    const char *isas[] = {"scalar", "avx2", "avx512"};
+    for (int k = 0; k < 3; k++) {
+        char err[MOE_ERR_LEN];
+        if (moe_set_isa(isas[k], err, sizeof err) != MOE_OK) { fprintf(stderr, "skip ISA %s: %s\n", isas[k], err); continue; }
+        moe_set_isa("auto", err, sizeof err);
+        float *x = run(path, spec2(b1, sizeof b1, num, NULL), 2, 7, 0, isas[k]);
+        snprintf(what, sizeof what, "%s ISA %s", num, isas[k]);
+        same(ref, x, n, what, model);
+        free(x);
+    }
+    /* every single default flag off in turn */
+    for (int fi = 0; fi < moe_flag_count(); fi++) {
+        const char *name; bool def, test_only;
+        moe_flag_describe(fi, &name, NULL, &def, &test_only);
+        if (test_only || !def) continue;
+        char spec[64]; snprintf(spec, sizeof spec, "-%s", name);
+        float *x = run(path, spec2(b2, sizeof b2, num, spec), 2, 7, 0, NULL);
+        snprintf(what, sizeof what, "%s %s", num, spec);
+        same(ref, x, n, what, model);
+        free(x);
+    }
+    /* a perturbed run must give different logits (the comparisons above are not vacuous) */
+    float *pert = run(path, spec2(b1, sizeof b1, num, "+test_perturb"), 2, 512, 0, NULL);
+    if (pert && ref) {
+        size_t diff = 0;
+        for (size_t i = 0; i < n; i++) diff += memcmp(&pert[i], &ref[i], 4) != 0;
+        CHECK_MSG(diff > 0, "%s%s: test_perturb changed nothing", model, num);
+    }
+    free(pert);
+    free(ref);
+    free(pre);
+}
+
 int main(void) {
     __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free);
-    const char *models[] = {"laguna-tiny-f32.gguf", "qwen3moe-tiny-q8_0.gguf", "laguna-tiny-bf16-nvfp4.gguf",
-                            "qwen3moe-tiny-q8_0-nvfp4-scale2.gguf", "qwen3moe-tiny-q4_k.gguf"};
+    /* act: also checked with the act_q8 numerics (models with Q8_0 matrices:
+     * all-a8, and a8 attention next to NVFP4 experts) */
+    static const struct { const char *file; bool act; } models[] = {
+        {"laguna-tiny-f32.gguf", false}, {"qwen3moe-tiny-q8_0.gguf", true}, {"laguna-tiny-bf16-nvfp4.gguf", false},
+        {"qwen3moe-tiny-q8_0-nvfp4-scale2.gguf", true}, {"qwen3moe-tiny-q4_k.gguf", false},
+        {"laguna-tiny-q8_0.gguf", true},
+    };
     for (int i = 0; i < NTOK; i++) toks[i] = (int32_t)((i * 7919 + 13) % 997);
     char path[512];
     int ran = 0;
     for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
-        snprintf(path, sizeof path, "%s/oracle/%s", check_shared_dir(), models[mi]);
+        snprintf(path, sizeof path, "%s/oracle/%s", check_shared_dir(), models[mi].file);
         FILE *f = fopen(path, "rb");
         if (!f) { fprintf(stderr, "skip %s (not found)\n", path); continue; }
         fclose(f);
@@ -80,53 +147,18 @@ int main(void) {
         }
         CHECK_MSG(n > 0, "cannot load %s", path);
         if (!n) continue;
-        float *ref = run(path, "none", 1, 512, 1, NULL);    /* the plain reference path, token by token */
-        float *pre = run(path, NULL, 2, 512, 0, NULL);      /* default flags, one prefill */
-        same(ref, pre, n, "prefill vs decode (none vs default flags)", models[mi]);
-        int chunks[] = {1, 7, 64};
-        for (int c = 0; c < 3; c++) {
-            float *x = run(path, NULL, 2, chunks[c], 0, NULL);
-            char what[64]; snprintf(what, sizeof what, "prefill chunk %d", chunks[c]);
-            same(ref, x, n, what, models[mi]);
-            free(x);
-        }
-        int threads[] = {1, 3, 5};
-        for (int t = 0; t < 3; t++) {
-            float *x = run(path, NULL, threads[t], 512, t == 1, NULL);
-            char what[64]; snprintf(what, sizeof what, "%d threads", threads[t]);
-            same(ref, x, n, what, models[mi]);
-            free(x);
-        }
-        const char *isas[] = {"scalar", "avx2", "avx512"};
-        for (int k = 0; k < 3; k++) {
-            char err[MOE_ERR_LEN];
-            if (moe_set_isa(isas[k], err, sizeof err) != MOE_OK) { fprintf(stderr, "skip ISA %s: %s\n", isas[k], err); continue; }
-            moe_set_isa("auto", err, sizeof err);
-            float *x = run(path, NULL, 2, 7, 0, isas[k]);
-            char what[64]; snprintf(what, sizeof what, "ISA %s", isas[k]);
-            same(ref, x, n, what, models[mi]);
-            free(x);
-        }
-        /* every single flag off in turn */
-        for (int fi = 0; fi < moe_flag_count(); fi++) {
-            const char *name; bool def, test_only;
-            moe_flag_describe(fi, &name, NULL, &def, &test_only);
-            if (test_only || !def) continue;
-            char spec[64]; snprintf(spec, sizeof spec, "-%s", name);
-            float *x = run(path, spec, 2, 7, 0, NULL);
-            same(ref, x, n, spec, models[mi]);
-            free(x);
-        }
-        /* a different prompt must give different logits (the comparisons above are not vacuous) */
-        float *pert = run(path, "+test_perturb", 2, 512, 0, NULL);
-        if (pert && ref) {
+        if (strcmp(models[mi].file, "laguna-tiny-q8_0.gguf") != 0) check_model(path, models[mi].file, "", n);
+        if (!models[mi].act) continue;
+        check_model(path, models[mi].file, "+act_q8", n);
+        /* the numerics really differ (act_q8 is not silently off) */
+        float *a = run(path, "none", 1, 512, 0, NULL), *b = run(path, "none,+act_q8", 1, 512, 0, NULL);
+        if (a && b) {
             size_t diff = 0;
-            for (size_t i = 0; i < n; i++) diff += memcmp(&pert[i], &ref[i], 4) != 0;
-            CHECK_MSG(diff > 0, "%s: test_perturb changed nothing", models[mi]);
+            for (size_t i = 0; i < n; i++) diff += memcmp(&a[i], &b[i], 4) != 0;
+            CHECK_MSG(diff > n / 2, "%s: act_q8 changed only %zu of %zu logits", models[mi].file, diff, n);
         }
-        free(pert);
-        free(ref);
-        free(pre);
+        free(a);
+        free(b);
     }
     CHECK_MSG(ran > 0, "no shared models found under %s/oracle", check_shared_dir());
     return check_report("test_forward");

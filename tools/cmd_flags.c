@@ -25,11 +25,13 @@ int cmd_flags(int argc, char **argv) {
     printf("\nSpec (--flags=SPEC on model-loading commands, or MOEFAST_FLAGS when --flags is absent):\n"
            "  none            every flag off: the plain reference path\n"
            "  default         the default set (flags marked on above)\n"
-           "  all             every flag that is not test-only\n"
+           "  all             every flag that is neither test-only nor a NUMERICS flag\n"
            "  +name,-name     toggle flags on top of the default set, or of a set named\n"
            "                  earlier in the spec (\"none,+simd\")\n"
            "Test-only flags change results or timing on purpose: they exist to prove that\n"
-           "the gate, bisect and the benchmarks can fail. See docs/EXACTNESS.md.\n");
+           "the gate, bisect and the benchmarks can fail. NUMERICS flags select another\n"
+           "arithmetic (its own golden traces; every exactness guarantee holds within it).\n"
+           "See docs/EXACTNESS.md.\n");
     const char *env = getenv("MOEFAST_FLAGS");
     if (env && *env) printf("\nMOEFAST_FLAGS is set: \"%s\"\n", env);
     return 0;

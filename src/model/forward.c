@@ -25,17 +25,24 @@ static void par(moe_session *s, moe_task_fn fn, void *ctx) {
     else fn(ctx, 0, 1);
 }
 
-/* Rows [r0, r1) of Y[t][r] = W_mat . X[t] (+ second-level scale). */
-static void matmul_rows(const moe_kernels *k, const moe_weight *w, int64_t mat, const float *x,
-                        size_t x_stride, int n, float *y, size_t y_stride, int64_t r0, int64_t r1) {
+/* Rows [r0, r1) of Y[t][r] = W_mat . X[t] (+ second-level scale). Weights in
+ * the a8 layout (flag act_q8) read the inputs as A8 rows xa (xa_stride bytes
+ * apart), every other weight the float rows x. */
+static void matmul_rows(const moe_kernels *k, const moe_weight *w, int64_t mat, const float *x, size_t x_stride,
+                        const uint8_t *xa, size_t xa_stride, int n, float *y, size_t y_stride, int64_t r0,
+                        int64_t r1) {
     if (r0 >= r1) return;
     /* x4 data: r0 is a multiple of 8 (every split is 8-aligned) and r1 is a
      * multiple of 8 or the matrix end, as the layout requires */
     const uint8_t *base = w->data + (size_t)mat * w->mat_bytes + (size_t)r0 * w->row_bytes;
-    if (n == 1)
+    if (w->a8) {
+        if (n == 1) k->gemv_a8[w->type](base, w->row_bytes, r1 - r0, xa, y + r0, w->n_in);
+        else k->gemm_a8[w->type](base, w->row_bytes, r1 - r0, xa, xa_stride, n, y + r0, y_stride, w->n_in);
+    } else if (n == 1) {
         (w->x4 ? k->gemv_x4 : k->gemv)[w->type](base, w->row_bytes, r1 - r0, x, y + r0, w->n_in);
-    else
+    } else {
         (w->x4 ? k->gemm_x4 : k->gemm)[w->type](base, w->row_bytes, r1 - r0, x, x_stride, n, y + r0, y_stride, w->n_in);
+    }
     if (w->scale) {
         float sc = w->scale[w->n_scale == 1 ? 0 : mat];
         for (int t = 0; t < n; t++)
@@ -43,11 +50,40 @@ static void matmul_rows(const moe_kernels *k, const moe_weight *w, int64_t mat, 
     }
 }
 
+/* ---- act_q8: float rows -> A8 rows (one implementation, so one result) ---- */
+
+typedef struct {
+    const float *x;
+    size_t xs;               /* floats between input rows */
+    int rows, n;
+    uint8_t *dst;            /* rows moe_act8_row_bytes(n) apart */
+} q8_task;
+
+static void q8_worker(void *ctx, int ith, int nth) {
+    const q8_task *t = ctx;
+    int64_t b, e;
+    moe_split(t->rows, ith, nth, 1, &b, &e);
+    const size_t ds = (size_t)moe_act8_row_bytes(t->n);
+    for (int64_t r = b; r < e; r++) moe_quantize_act8(t->x + (size_t)r * t->xs, t->dst + (size_t)r * ds, t->n);
+}
+
+/* Quantizes rows when weight w reads A8 rows; returns dst, or NULL when w
+ * reads floats. One row (decode) is done here; more are spread over the pool. */
+static const uint8_t *act_rows(moe_session *s, const moe_weight *w, const float *x, size_t xs, int rows,
+                               uint8_t *dst) {
+    if (!w->a8) return NULL;
+    q8_task t = {x, xs, rows, (int)w->n_in, dst};
+    if (rows == 1 || s->n_threads == 1) q8_worker(&t, 0, 1);
+    else moe_pool_run(s->pool, q8_worker, &t);
+    return dst;
+}
+
 typedef struct {
     moe_session *s;
     const moe_weight *w;
     int64_t mat;
     const float *x;
+    const uint8_t *xa;
     int n;
     float *y;
 } mm_task;
@@ -56,12 +92,13 @@ static void mm_worker(void *ctx, int ith, int nth) {
     mm_task *t = ctx;
     int64_t r0, r1;
     moe_split(t->w->n_out, ith, nth, 8, &r0, &r1);
-    matmul_rows(t->s->kern, t->w, t->mat, t->x, (size_t)t->w->n_in, t->n, t->y, (size_t)t->w->n_out, r0, r1);
+    matmul_rows(t->s->kern, t->w, t->mat, t->x, (size_t)t->w->n_in, t->xa, (size_t)moe_act8_row_bytes(t->w->n_in),
+                t->n, t->y, (size_t)t->w->n_out, r0, r1);
 }
 
 /* Y[n][n_out] = X[n][n_in] W^T */
 static void matmul(moe_session *s, const moe_weight *w, const float *x, int n, float *y) {
-    mm_task t = {s, w, 0, x, n, y};
+    mm_task t = {s, w, 0, x, act_rows(s, w, x, (size_t)w->n_in, n, s->xa), n, y};
     par(s, mm_worker, &t);
 }
 
@@ -73,6 +110,7 @@ typedef struct {
     const moe_weight *const *w;
     float *const *y;
     const float *x;
+    const uint8_t *xa;       /* the input as A8 rows, when some w[i] is a8 */
 } mm_multi_task;
 
 static void mm_multi_worker(void *ctx, int ith, int nth) {
@@ -88,14 +126,18 @@ static void mm_multi_worker(void *ctx, int ith, int nth) {
         if (r0 < w->n_out && r1 > 0) {
             if (r0 < 0) r0 = 0;
             if (r1 > w->n_out) r1 = w->n_out;
-            matmul_rows(t->s->kern, w, 0, t->x, (size_t)w->n_in, t->n, t->y[i], (size_t)w->n_out, r0, r1);
+            matmul_rows(t->s->kern, w, 0, t->x, (size_t)w->n_in, t->xa, (size_t)moe_act8_row_bytes(w->n_in), t->n,
+                        t->y[i], (size_t)w->n_out, r0, r1);
         }
         base += (w->n_out + 7) & ~(int64_t)7;
     }
 }
 
+/* w[i] all have the same n_in */
 static void matmul_multi(moe_session *s, const moe_weight *const *w, float *const *y, int count, const float *x, int n) {
-    mm_multi_task t = {s, count, n, w, y, x};
+    const uint8_t *xa = NULL;
+    for (int i = 0; i < count && !xa; i++) xa = act_rows(s, w[i], x, (size_t)w[i]->n_in, n, s->xa);
+    mm_multi_task t = {s, count, n, w, y, x, xa};
     par(s, mm_multi_worker, &t);
 }
 
@@ -278,12 +320,34 @@ static void jobs_worker(void *ctx, int ith, int nth) {
         const int64_t real = ph == 4 ? j->wd->n_out : j->wg->n_out;
         if (r1 > real) r1 = real;                    /* padding rows do not exist */
         if (r0 >= r1) continue;
-        if (ph == 0 || ph == 1) matmul_rows(k, j->wg, j->mat, j->x, En, j->nr, j->hg, F, r0, r1);
-        if (ph == 0 || ph == 2) matmul_rows(k, j->wu, j->mat, j->x, En, j->nr, j->hu, F, r0, r1);
+        const size_t aEn = (size_t)moe_act8_row_bytes((int64_t)En), aF = (size_t)moe_act8_row_bytes((int64_t)F);
+        if (ph == 0 || ph == 1) matmul_rows(k, j->wg, j->mat, j->x, En, j->xa, aEn, j->nr, j->hg, F, r0, r1);
+        if (ph == 0 || ph == 2) matmul_rows(k, j->wu, j->mat, j->x, En, j->xa, aEn, j->nr, j->hu, F, r0, r1);
         if (ph == 0 || ph == 3)
             for (int t = 0; t < j->nr; t++)
                 jt->s->attn->silu_mul(j->hg + (size_t)t * F + (size_t)r0, j->hu + (size_t)t * F + (size_t)r0, r1 - r0);
-        if (ph == 4) matmul_rows(k, j->wd, j->mat, j->hg, F, j->nr, j->out, (size_t)j->wd->n_out, r0, r1);
+        if (ph == 4) matmul_rows(k, j->wd, j->mat, j->hg, F, j->ha, aF, j->nr, j->out, (size_t)j->wd->n_out, r0, r1);
+    }
+}
+
+/* act_q8: the hidden rows of all jobs (hg after SiLU*up) quantized for the
+ * down projections; rows numbered across jobs, split evenly over threads. */
+typedef struct {
+    const moe_ffn_job *jobs;
+    int n_jobs, rows;
+} hidden_q8_task;
+
+static void hidden_q8_worker(void *ctx, int ith, int nth) {
+    const hidden_q8_task *t = ctx;
+    int64_t b, e, r = 0;
+    moe_split(t->rows, ith, nth, 1, &b, &e);
+    for (int i = 0; i < t->n_jobs && r < e; i++) {
+        const moe_ffn_job *j = &t->jobs[i];
+        if (!j->wd->a8) { r += j->nr; continue; }
+        const int64_t F = j->wd->n_in;
+        const size_t aF = (size_t)moe_act8_row_bytes(F);
+        for (int q = 0; q < j->nr; q++, r++)
+            if (r >= b && r < e) moe_quantize_act8(j->hg + (size_t)q * (size_t)F, j->ha + (size_t)q * aF, F);
     }
 }
 
@@ -300,6 +364,14 @@ static void run_ffn_jobs(moe_session *s, const moe_ffn_job *jobs, int n_jobs) {
         par(s, jobs_worker, &jt);
     } else {
         for (jt.phase = 1; jt.phase <= 3; jt.phase++) par(s, jobs_worker, &jt);
+    }
+    bool any_a8 = false;
+    for (int i = 0; i < n_jobs; i++) any_a8 |= jobs[i].wd->a8;
+    if (any_a8) {                                    /* act_q8: hidden rows -> A8, in parallel */
+        hidden_q8_task hq = {jobs, n_jobs, 0};
+        for (int i = 0; i < n_jobs; i++) hq.rows += jobs[i].nr;
+        if (hq.rows == 1 || s->n_threads == 1) hidden_q8_worker(&hq, 0, 1);
+        else moe_pool_run(s->pool, hidden_q8_worker, &hq);
     }
     for (int i = 0; i < n_jobs; i++) {
         pre[i + 1] = pre[i] + ((jobs[i].wd->n_out + 7) & ~(int64_t)7);
@@ -362,7 +434,10 @@ static void ffn_block(moe_session *s, int il, int n) {
     moe_ffn_job *jobs = s->jobs;
 
     if (L->dense) {                                               /* dense SwiGLU over all n tokens */
-        jobs[0] = (moe_ffn_job){&L->ffn_gate, &L->ffn_up, &L->ffn_down, 0, s->xn, n, s->hg, s->hu, s->ffn_out};
+        const uint8_t *xa = act_rows(s, &L->ffn_gate, s->xn, (size_t)E, n, s->xa);
+        if (!xa) xa = act_rows(s, &L->ffn_up, s->xn, (size_t)E, n, s->xa);
+        jobs[0] = (moe_ffn_job){.wg = &L->ffn_gate, .wu = &L->ffn_up, .wd = &L->ffn_down, .mat = 0, .x = s->xn,
+                                .xa = xa, .nr = n, .ha = s->ha, .hg = s->hg, .hu = s->hu, .out = s->ffn_out};
         run_ffn_jobs(s, jobs, 1);
         for (size_t i = 0; i < (size_t)n * E; i++) s->x[i] += s->ffn_out[i];
         return;
@@ -379,6 +454,12 @@ static void ffn_block(moe_session *s, int il, int n) {
      * chunk; without it, token by token. Either way every output row is the
      * same dot products. */
     bool batch = moe_flag_on(s->flags, MOE_FLAG_GEMM_BATCH);
+    /* act_q8: xn as A8 rows, once; expert jobs gather these rows like xg */
+    const uint8_t *xa = act_rows(s, &L->gate_exps, s->xn, (size_t)E, n, s->xa);
+    if (!xa) xa = act_rows(s, &L->up_exps, s->xn, (size_t)E, n, s->xa);
+    if (!xa && L->has_shexp) xa = act_rows(s, &L->gate_sh, s->xn, (size_t)E, n, s->xa);
+    if (!xa && L->has_shexp) xa = act_rows(s, &L->up_sh, s->xn, (size_t)E, n, s->xa);
+    const size_t aE = (size_t)moe_act8_row_bytes(E), aFx = (size_t)moe_act8_row_bytes((int64_t)Fx);
     int rows = 0;                                                 /* gathered rows [n*K][E] in s->xg */
     for (int t_begin = 0; t_begin < n;) {
         int t_end = batch ? n : t_begin + 1, n_jobs = 0;
@@ -388,19 +469,24 @@ static void ffn_block(moe_session *s, int il, int n) {
                 for (int k = 0; k < K; k++)
                     if (s->sel[(size_t)t * K + k] == e) {
                         memcpy(s->xg + (size_t)rows * E, s->xn + (size_t)t * E, (size_t)E * sizeof(float));
+                        if (xa) memcpy(s->xga + (size_t)rows * aE, xa + (size_t)t * aE, aE);
                         s->ex_slot[(size_t)t * K + k] = rows;
                         rows++;
                     }
             if (rows > start)
-                jobs[n_jobs++] = (moe_ffn_job){&L->gate_exps, &L->up_exps, &L->down_exps, e,
-                                               s->xg + (size_t)start * E, rows - start, s->hg + (size_t)start * Fx,
-                                               s->hu + (size_t)start * Fx, s->eout + (size_t)start * E};
+                jobs[n_jobs++] = (moe_ffn_job){.wg = &L->gate_exps, .wu = &L->up_exps, .wd = &L->down_exps, .mat = e,
+                                               .x = s->xg + (size_t)start * E,
+                                               .xa = xa ? s->xga + (size_t)start * aE : NULL, .nr = rows - start,
+                                               .ha = s->ha ? s->ha + (size_t)start * aFx : NULL,
+                                               .hg = s->hg + (size_t)start * Fx, .hu = s->hu + (size_t)start * Fx,
+                                               .out = s->eout + (size_t)start * E};
         }
         bool last = t_end == n;
         if (L->has_shexp && last) {                               /* shared expert: all n tokens, same phases */
             size_t off = (size_t)n * K * Fx;
-            jobs[n_jobs++] = (moe_ffn_job){&L->gate_sh, &L->up_sh, &L->down_sh, 0, s->xn, n, s->hg + off,
-                                           s->hu + off, s->proj};
+            jobs[n_jobs++] = (moe_ffn_job){.wg = &L->gate_sh, .wu = &L->up_sh, .wd = &L->down_sh, .mat = 0, .x = s->xn,
+                                           .xa = xa, .nr = n, .ha = s->ha ? s->ha + (size_t)n * K * aFx : NULL,
+                                           .hg = s->hg + off, .hu = s->hu + off, .out = s->proj};
         }
         run_ffn_jobs(s, jobs, n_jobs);
         t_begin = t_end;

@@ -183,10 +183,29 @@ static int collect_weights(moe_model *m, moe_weight **out) {
     return n;
 }
 
+/* Which formats are worth repacking: measured with bench_quant (2 threads,
+ * 512x2048 / lm-head, GB/s plain -> x4): Q8_0 27 -> 35-38, MXFP4 15-22 -> 22,
+ * NVFP4 19-21 -> 21-22, Q4_0 21-23 -> 22-23, but Q4_K 19-21 -> 15-17 and
+ * Q6_K 17-19 -> 15-18: the K-quants' super-block state costs more there than
+ * the single stream saves, so they keep the file's layout. */
+static bool repack_helps(uint32_t type) {
+    return moe_type_has_x4(type) && type != MOE_T_Q4_K && type != MOE_T_Q6_K;
+}
+
+/* The layout weight w gets at load: 'a' (a8: flag act_q8 and a type with
+ * 8-bit-activation kernels; required, since those kernels read only it),
+ * 'x' (x4: flag repack, where it pays) or 0 (the file's). */
+static char load_layout(const moe_model *m, const moe_weight *w) {
+    if (moe_flag_on(m->flags, MOE_FLAG_ACT_Q8) && moe_type_has_a8(w->type) && w->n_in % 32 == 0) return 'a';
+    if (moe_flag_on(m->flags, MOE_FLAG_REPACK) && repack_helps(w->type) && w->n_out >= 4) return 'x';
+    return 0;
+}
+
 typedef struct {
     moe_weight **ws;
     int nw;
     uint8_t **dst;      /* per weight: destination in the arena, NULL if not repacked */
+    char *layout;       /* per weight: load_layout() */
     int64_t n_units;    /* (weight, matrix) pairs to repack */
     uintptr_t page;
 } repack_job;
@@ -201,7 +220,9 @@ static void repack_worker(void *ctx, int ith, int nth) {
         for (int64_t m = 0; m < w->n_mat; m++, u++)
             if (u >= b && u < e) {
                 const uint8_t *src = w->data + (size_t)m * w->mat_bytes;
-                moe_repack_x4(w->type, src, rj->dst[i] + (size_t)m * w->mat_bytes, w->n_out, w->n_in);
+                uint8_t *dst = rj->dst[i] + (size_t)m * w->mat_bytes;
+                if (rj->layout[i] == 'a') moe_repack_a8(w->type, src, dst, w->n_out, w->n_in);
+                else moe_repack_x4(w->type, src, dst, w->n_out, w->n_in);
                 /* release the source pages right away (the page cache keeps
                  * them), so peak memory stays near one copy of the weights */
                 uintptr_t pb = ((uintptr_t)src + rj->page - 1) & ~(rj->page - 1);
@@ -211,30 +232,25 @@ static void repack_worker(void *ctx, int ith, int nth) {
     }
 }
 
-/* Which formats are worth repacking: measured with bench_quant (2 threads,
- * 512x2048 / lm-head, GB/s plain -> x4): Q8_0 27 -> 35-38, MXFP4 15-22 -> 22,
- * NVFP4 19-21 -> 21-22, Q4_0 21-23 -> 22-23, but Q4_K 19-21 -> 15-17 and
- * Q6_K 17-19 -> 15-18: the K-quants' super-block state costs more there than
- * the single stream saves, so they keep the file's layout. */
-static bool repack_helps(uint32_t type) {
-    return moe_type_has_x4(type) && type != MOE_T_Q4_K && type != MOE_T_Q6_K;
-}
-
-/* Load-time repack into the x4 layout (flag `repack`): one anonymous mapping
- * for all block-format matrices; the file pages they came from are released.
- * Kernel results are identical in either layout. */
+/* Load-time repack (flags repack and act_q8): one anonymous mapping for all
+ * matrices that change layout; the file pages they came from are released.
+ * x4 kernel results are identical to the plain layout's; a8 is the only
+ * layout the act_q8 kernels read. */
 static int repack_weights(moe_model *m, char *err, size_t errlen) {
     int nw = collect_weights(m, NULL);
     moe_weight **ws = malloc((size_t)(nw ? nw : 1) * sizeof *ws);
-    if (!ws) return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", m->path);
+    char *layout = malloc((size_t)(nw ? nw : 1));
+    if (!ws || !layout) { free(ws); free(layout); return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", m->path); }
     collect_weights(m, ws);
     size_t total = 0;
-    for (int i = 0; i < nw; i++)
-        if (repack_helps(ws[i]->type) && ws[i]->n_out >= 4) total += (ws[i]->mat_bytes * (size_t)ws[i]->n_mat + 63) & ~(size_t)63;
-    if (total == 0) { free(ws); return MOE_OK; }
+    for (int i = 0; i < nw; i++) {
+        layout[i] = load_layout(m, ws[i]);
+        if (layout[i]) total += (ws[i]->mat_bytes * (size_t)ws[i]->n_mat + 63) & ~(size_t)63;
+    }
+    if (total == 0) { free(ws); free(layout); return MOE_OK; }
     void *arena = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (arena == MAP_FAILED) {
-        free(ws);
+        free(ws); free(layout);
         return moe_errf(err, errlen, MOE_ENOMEM, "%s: cannot map %zu bytes for repacked weights (try --flags=-repack)",
                         m->path, total);
     }
@@ -242,13 +258,16 @@ static int repack_weights(moe_model *m, char *err, size_t errlen) {
     (void)madvise(arena, total, MADV_HUGEPAGE); /* fewer TLB misses while streaming; advisory */
 #endif
     /* assign destinations, then repack all (weight, matrix) units in parallel */
-    repack_job rj = {ws, nw, NULL, 0, (uintptr_t)sysconf(_SC_PAGESIZE)};
+    repack_job rj = {ws, nw, NULL, layout, 0, (uintptr_t)sysconf(_SC_PAGESIZE)};
     rj.dst = malloc((size_t)nw * sizeof *rj.dst);
-    if (!rj.dst) { munmap(arena, total); free(ws); return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", m->path); }
+    if (!rj.dst) {
+        munmap(arena, total); free(ws); free(layout);
+        return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", m->path);
+    }
     uint8_t *dst = arena;
     for (int i = 0; i < nw; i++) {
         rj.dst[i] = NULL;
-        if (!repack_helps(ws[i]->type) || ws[i]->n_out < 4) continue;
+        if (!layout[i]) continue;
         rj.dst[i] = dst;
         rj.n_units += ws[i]->n_mat;
         dst += (ws[i]->mat_bytes * (size_t)ws[i]->n_mat + 63) & ~(size_t)63;
@@ -261,10 +280,12 @@ static int repack_weights(moe_model *m, char *err, size_t errlen) {
         moe_weight *w = ws[i];
         if (!rj.dst[i]) continue;
         w->data = rj.dst[i];
-        w->x4 = true;
+        w->x4 = layout[i] == 'x';
+        w->a8 = layout[i] == 'a';
     }
     free(rj.dst);
     free(ws);
+    free(layout);
     m->repacked = arena;
     m->repacked_bytes = total;
     return MOE_OK;
@@ -347,7 +368,9 @@ int moe_model_load(const char *path, const moe_load_params *params, moe_model **
         goto fail;
     }
     compute_bytes_per_token(m);
-    if (moe_flag_on(m->flags, MOE_FLAG_REPACK) && (rc = repack_weights(m, err, errlen))) goto fail;
+    if ((moe_flag_on(m->flags, MOE_FLAG_REPACK) || moe_flag_on(m->flags, MOE_FLAG_ACT_Q8)) &&
+        (rc = repack_weights(m, err, errlen)))
+        goto fail;
     if (moe_flag_on(m->flags, MOE_FLAG_READAHEAD) && !m->repacked && m->gf->size > m->gf->data_offset) {
         /* Start paging the weights in now (asynchronously) instead of one
          * fault at a time during the first forward; advisory only. */

@@ -25,6 +25,7 @@ typedef struct moe_weight {
     int64_t n_in, n_out, n_mat;
     size_t row_bytes, mat_bytes;
     bool x4;                 /* data is in the x4 layout (quant.h), repacked at load */
+    bool a8;                 /* data is in the a8 layout (act8_ref.c): flag act_q8, 8-bit activations */
     const float *scale;      /* optional second-level scale: [1] or [n_mat]; NULL if none */
     int64_t n_scale;
 } moe_weight;
@@ -105,7 +106,9 @@ typedef struct moe_ffn_job {
     const moe_weight *wg, *wu, *wd;
     int64_t mat;             /* expert index (0 for dense / shared) */
     const float *x;          /* [nr][n_in] inputs */
+    const uint8_t *xa;       /* act_q8: the inputs as A8 rows (moe_act8_row_bytes(n_in) apart), or NULL */
     int nr;                  /* rows (tokens) */
+    uint8_t *ha;             /* act_q8: room for the hidden rows as A8 rows (input of wd), or NULL */
     float *hg, *hu;          /* [nr][F] hidden */
     float *out;              /* [nr][n_out] */
 } moe_ffn_job;
@@ -128,6 +131,10 @@ struct moe_session {
     float *scores;              /* [n_threads][n_head_max][n_ctx] */
     float *attn_sum;            /* [n_threads][n_head_max] */
     float *logits_tmp;          /* differential twin only: [n_batch][n_vocab] */
+    /* flag act_q8 only (NULL otherwise): 8-bit activation rows (act8_ref.c) */
+    uint8_t *xa;                /* [n_batch] rows of max(n_embd, n_head_max*head_dim_v) */
+    uint8_t *xga;               /* [n_batch*n_expert_used] rows of n_embd: gathered expert inputs */
+    uint8_t *ha;                /* hidden rows of the FFN jobs (input of the down projections) */
     struct moe_session *shadow; /* differential mode: the all-flags-off twin */
     char err[MOE_ERR_LEN];
 };

@@ -128,6 +128,16 @@ static int session_create(moe_model *m, const moe_session_params *p, uint64_t fl
     s->scores = xcalloc((size_t)n_threads * Hm * C, sizeof(float), &ok);
     s->attn_sum = xcalloc((size_t)n_threads * Hm, sizeof(float), &ok);
     if (shadow) s->logits_tmp = xcalloc(B * (size_t)hp->n_vocab, sizeof(float), &ok); /* the twin's logits */
+    if (moe_flag_on(flags, MOE_FLAG_ACT_Q8)) {
+        const size_t in_max = E > Hm * Dv ? E : Hm * Dv;
+        const size_t aE = (size_t)moe_act8_row_bytes((int64_t)E);
+        const size_t aX = (size_t)moe_act8_row_bytes((int64_t)in_max);
+        const size_t aFx = (size_t)moe_act8_row_bytes(hp->n_ff_exp), aFs = (size_t)moe_act8_row_bytes(hp->n_ff_shexp);
+        const size_t aF = (size_t)moe_act8_row_bytes(hp->n_ff);
+        s->xa = xcalloc(B, aX, &ok);
+        s->xga = xcalloc(B * K, aE, &ok);
+        s->ha = xcalloc(max3(B * K * aFx + B * aFs, B * aF, 1), 1, &ok);
+    }
     if (!ok) {
         moe_session_free(s);
         return moe_errf(err, errlen, MOE_ENOMEM, "session: out of memory for n_ctx %d, n_batch %d", n_ctx, n_batch);
@@ -142,7 +152,7 @@ int moe_session_new(moe_model *m, const moe_session_params *p, moe_session **out
     int rc = session_create(m, p, m ? m->flags : 0, false, out, err, errlen);
     if (rc || !m->diff) return rc;
     moe_session_params sp = {(*out)->n_ctx, 1, (*out)->n_batch};
-    rc = session_create(m, &sp, 0, true, &(*out)->shadow, err, errlen);
+    rc = session_create(m, &sp, moe_flags_numerics(m->flags), true, &(*out)->shadow, err, errlen);
     if (rc) { moe_session_free(*out); *out = NULL; }
     return rc;
 }
@@ -158,6 +168,9 @@ void moe_session_free(moe_session *s) {
     free(s->ex_slot);
     free(s->jobs);
     free(s->job_pre);
+    free(s->xa);
+    free(s->xga);
+    free(s->ha);
     moe_session_free(s->shadow);
     free(s);
 }

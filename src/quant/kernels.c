@@ -20,13 +20,14 @@ static bool cpu_has(moe_isa isa) {
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                __builtin_cpu_supports("f16c");
     case MOE_ISA_AVX512:
-        /* quant_avx512.c uses F/BW/VL/DQ plus F16C and FMA; it contains no
-         * VBMI, VNNI or BF16 instructions (checked with objdump), although the
-         * Makefile's AVX-512 flags would allow them. */
+        /* quant_avx512.c and attn_avx512.c use F/BW/VL/DQ plus F16C and FMA;
+         * act8_avx512.c also VNNI (vpdpbusd). No VBMI or BF16 instructions,
+         * although the Makefile's AVX-512 flags would allow them. */
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+               __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
 #endif
     default: return false;
     }

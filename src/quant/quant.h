@@ -75,6 +75,14 @@ typedef void (*moe_gemm_fn)(const void *w, size_t row_bytes, int64_t nrows,
                             const float *x, size_t x_stride, int64_t ntok,
                             float *y, size_t y_stride, int64_t n);
 
+/* The same products with 8-bit activation blocks (act8_ref.c): xa is one
+ * A8 row (moe_quantize_act8), w is in the a8 layout (moe_repack_a8). */
+typedef void (*moe_gemv_a8_fn)(const void *w, size_t row_bytes, int64_t nrows,
+                               const void *xa, float *y, int64_t n);
+typedef void (*moe_gemm_a8_fn)(const void *w, size_t row_bytes, int64_t nrows,
+                               const void *xa, size_t xa_stride, int64_t ntok,
+                               float *y, size_t y_stride, int64_t n);
+
 typedef struct moe_kernels {
     moe_isa isa;
     const char *name;                 /* "scalar", "avx2", "avx512" */
@@ -88,6 +96,11 @@ typedef struct moe_kernels {
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     /* y[i] += a * x[i] (elementwise fmaf, order irrelevant); used by attention. */
     void (*axpy_f32)(float a, const float *x, float *y, int64_t n);
+    /* The 8-bit activation path (flag act_q8, act8_ref.c): weights in the a8
+     * layout, activations from moe_quantize_act8 (x_stride in bytes of A8
+     * rows). NULL for types without it (moe_type_has_a8). */
+    moe_gemv_a8_fn gemv_a8[MOE_T_COUNT];
+    moe_gemm_a8_fn gemm_a8[MOE_T_COUNT];
 } moe_kernels;
 
 /* ---- the x4 layout (load-time repack, flag `repack`) ----------------------
@@ -100,6 +113,23 @@ typedef struct moe_kernels {
 bool moe_type_has_x4(uint32_t type);
 /* Repacks nrows rows of n values from src (plain) to dst (x4); no overlap. */
 void moe_repack_x4(uint32_t type, const void *src, void *dst, int64_t nrows, int64_t n);
+
+/* ---- 8-bit activations (flag act_q8; contract and layouts in act8_ref.c) -- */
+#define A8_G 16               /* blocks of 32 per group */
+#define A8_GROUP_BYTES 640    /* one activation group: q[512], corr[16], da[16] */
+/* Weight types with an act_q8 kernel (Q8_0). */
+bool moe_type_has_a8(uint32_t type);
+/* Bytes of one A8 activation row of n values (n a multiple of 32); a
+ * multiple of 64, so rows laid end to end stay 64-byte aligned. */
+int64_t moe_act8_row_bytes(int64_t n);
+/* Quantizes n values (n % 32 == 0) into one A8 row; the same bits on every
+ * ISA (there is one implementation). */
+void moe_quantize_act8(const float *x, void *dst, int64_t n);
+/* Repacks nrows plain rows of n values into the a8 layout; no overlap. */
+void moe_repack_a8(uint32_t type, const void *src, void *dst, int64_t nrows, int64_t n);
+/* The contract on one plain (file-layout) row: the specification the a8
+ * kernels are tested against. */
+float moe_a8_dot_ref(uint32_t type, const void *row, const void *xa, int64_t n);
 
 /* The table for a level, or NULL when this CPU cannot run it. */
 const moe_kernels *moe_kernels_for(moe_isa isa);

@@ -82,6 +82,18 @@ static inline uint16_t moe_rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2)
         gemm_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 1, QBYTES);                          \
     }
 
+/* act8_ref.c: the scalar a8 kernels (every table without a SIMD one uses them). */
+void moe_gemv_a8_q8_0_ref(const void *w, size_t rb, int64_t nrows, const void *xa, float *y, int64_t n);
+void moe_gemm_a8_q8_0_ref(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs, int64_t ntok,
+                          float *y, size_t ys, int64_t n);
+/* act8_avx512.c (AVX-512 VNNI) and act8_avx2.c. */
+void moe_gemv_a8_q8_0_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, float *y, int64_t n);
+void moe_gemm_a8_q8_0_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs, int64_t ntok,
+                             float *y, size_t ys, int64_t n);
+void moe_gemv_a8_q8_0_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, float *y, int64_t n);
+void moe_gemm_a8_q8_0_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs, int64_t ntok,
+                           float *y, size_t ys, int64_t n);
+
 /* The kernel tables, filled in by each ISA file. */
 extern const moe_kernels moe_kernels_scalar_tab;
 extern const moe_kernels moe_kernels_avx2_tab;
