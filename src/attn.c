@@ -33,6 +33,35 @@ static void accum_scalar(const float *p, size_t ps, int G, const float *v, size_
     }
 }
 
+/* kv_f16: the same loops over exactly converted halves */
+static void scores_h_scalar(const float *q, size_t qs, int G, const uint16_t *k, size_t ks, int nk, int D, float scale,
+                            float *sc, size_t scs) {
+    for (int j = 0; j < nk; j++)
+        for (int h = 0; h < G; h++) {
+            const float *qh = q + (size_t)h * qs;
+            const uint16_t *kj = k + (size_t)j * ks;
+            float acc[16] = {0};
+            for (int d = 0; d < D; d++) acc[d & 15] = fmaf(qh[d], moe_f16_to_f32(kj[d]), acc[d & 15]);
+            for (int l = 0; l < 8; l++) acc[l] += acc[l + 8];
+            for (int l = 0; l < 4; l++) acc[l] += acc[l + 4];
+            for (int l = 0; l < 2; l++) acc[l] += acc[l + 2];
+            sc[(size_t)h * scs + (size_t)j] = (acc[0] + acc[1]) * scale;
+        }
+}
+
+static void accum_h_scalar(const float *p, size_t ps, int G, const uint16_t *v, size_t vs, int nk, int Dv, float *out,
+                           size_t os) {
+    for (int h = 0; h < G; h++) {
+        float *o = out + (size_t)h * os;
+        memset(o, 0, (size_t)Dv * sizeof *o);
+        for (int j = 0; j < nk; j++) {
+            const float a = p[(size_t)h * ps + (size_t)j];
+            const uint16_t *vj = v + (size_t)j * vs;
+            for (int d = 0; d < Dv; d++) o[d] = fmaf(a, moe_f16_to_f32(vj[d]), o[d]);
+        }
+    }
+}
+
 static void exp_shift_scalar(float *r, int n, float mx) {
     for (int j = 0; j < n; j++) r[j] = moe_expf(r[j] - mx);
 }
@@ -41,7 +70,8 @@ static void silu_mul_scalar(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + moe_expf(-g[i])) * u[i];
 }
 
-const moe_attn_kernels moe_attn_scalar = {scores_scalar, accum_scalar, exp_shift_scalar, silu_mul_scalar};
+const moe_attn_kernels moe_attn_scalar = {scores_scalar, accum_scalar, scores_h_scalar, accum_h_scalar,
+                                          exp_shift_scalar, silu_mul_scalar};
 
 const moe_attn_kernels *moe_attn_for(moe_isa isa) {
     switch (isa) {

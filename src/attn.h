@@ -9,11 +9,15 @@
  *         in increasing order, each step one fmaf starting from +0.0f.
  * Processing the heads of a group together loads each key and value row
  * once instead of G times; the arithmetic per output is unchanged, so every
- * ISA level gives the same bits. */
+ * ISA level gives the same bits.
+ * scores_h / accum_h: the same with keys / values stored as IEEE half (the
+ * kv_f16 numerics): each element is converted to float exactly, then the
+ * arithmetic is the one above. */
 #ifndef MOE_ATTN_H
 #define MOE_ATTN_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "quant/quant.h"
 
 typedef struct moe_attn_kernels {
@@ -21,6 +25,10 @@ typedef struct moe_attn_kernels {
                    int D, float scale, float *sc, size_t sc_stride);
     void (*accum)(const float *p, size_t p_stride, int G, const float *v, size_t v_stride, int n_keys,
                   int Dv, float *out, size_t out_stride);
+    void (*scores_h)(const float *q, size_t q_stride, int G, const uint16_t *k, size_t k_stride, int n_keys,
+                     int D, float scale, float *sc, size_t sc_stride);
+    void (*accum_h)(const float *p, size_t p_stride, int G, const uint16_t *v, size_t v_stride, int n_keys,
+                    int Dv, float *out, size_t out_stride);
     /* r[j] = moe_expf(r[j] - mx) for j < n: elementwise, the same bits as the
      * scalar moe_expf (src/util.h) on every ISA. */
     void (*exp_shift)(float *r, int n, float mx);

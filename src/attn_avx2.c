@@ -21,15 +21,26 @@ static inline __m256 load8(const float *p, int left) {
     return left >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tail_mask8(left));
 }
 
-static void scores_avx2(const float *q, size_t qs, int G, const float *k, size_t ks, int nk, int D, float scale,
-                        float *sc, size_t scs) {
+/* 8 keys/values from float or (h16) half storage; lanes past left are 0 */
+static inline __attribute__((always_inline)) __m256 ldkv8(const void *base, size_t idx, int left, const int h16) {
+    if (!h16) return load8((const float *)base + idx, left);
+    const uint16_t *p = (const uint16_t *)base + idx;
+    if (left >= 8) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    uint16_t t[8] = {0};
+    for (int i = 0; i < left; i++) t[i] = p[i];
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)t));
+}
+
+static inline __attribute__((always_inline)) void scores_impl(const float *q, size_t qs, int G, const void *k,
+                                                              size_t ks, int nk, int D, float scale, float *sc,
+                                                              size_t scs, const int h16) {
     for (int j = 0; j < nk; j++) {
-        const float *kj = k + (size_t)j * ks;
+        const size_t kj = (size_t)j * ks;
         for (int h0 = 0; h0 < G; h0 += 2) {
             const int hn = G - h0 < 2 ? G - h0 : 2;
             __m256 lo[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, hi[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
             for (int d = 0; d < D; d += 16) {
-                const __m256 k0 = load8(kj + d, D - d), k1 = load8(kj + d + 8, D - d - 8);
+                const __m256 k0 = ldkv8(k, kj + (size_t)d, D - d, h16), k1 = ldkv8(k, kj + (size_t)d + 8, D - d - 8, h16);
                 for (int hh = 0; hh < hn; hh++) {
                     const float *qh = q + (size_t)(h0 + hh) * qs + d;
                     lo[hh] = _mm256_fmadd_ps(load8(qh, D - d), k0, lo[hh]);
@@ -41,17 +52,18 @@ static void scores_avx2(const float *q, size_t qs, int G, const float *k, size_t
     }
 }
 
-static void accum_avx2(const float *p, size_t ps, int G, const float *v, size_t vs, int nk, int Dv, float *out,
-                       size_t os) {
+static inline __attribute__((always_inline)) void accum_impl(const float *p, size_t ps, int G, const void *v, size_t vs,
+                                                             int nk, int Dv, float *out, size_t os, const int h16) {
     for (int h = 0; h < G; h++) {
         for (int d0 = 0; d0 < Dv; d0 += 64) {
             const int nv = (Dv - d0 + 7) / 8 < 8 ? (Dv - d0 + 7) / 8 : 8;
             __m256 o[8];
             for (int c = 0; c < 8; c++) o[c] = _mm256_setzero_ps();
             for (int j = 0; j < nk; j++) {
-                const float *vj = v + (size_t)j * vs + d0;
+                const size_t vj = (size_t)j * vs + (size_t)d0;
                 const __m256 a = _mm256_set1_ps(p[(size_t)h * ps + (size_t)j]);
-                for (int c = 0; c < nv; c++) o[c] = _mm256_fmadd_ps(a, load8(vj + 8 * c, Dv - d0 - 8 * c), o[c]);
+                for (int c = 0; c < nv; c++)
+                    o[c] = _mm256_fmadd_ps(a, ldkv8(v, vj + 8 * (size_t)c, Dv - d0 - 8 * c, h16), o[c]);
             }
             float *oh = out + (size_t)h * os + d0;
             for (int c = 0; c < nv; c++) {
@@ -63,10 +75,28 @@ static void accum_avx2(const float *p, size_t ps, int G, const float *v, size_t 
     }
 }
 
+static void scores_avx2(const float *q, size_t qs, int G, const float *k, size_t ks, int nk, int D, float scale,
+                        float *sc, size_t scs) {
+    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 0);
+}
+static void scores_h_avx2(const float *q, size_t qs, int G, const uint16_t *k, size_t ks, int nk, int D, float scale,
+                          float *sc, size_t scs) {
+    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 1);
+}
+static void accum_avx2(const float *p, size_t ps, int G, const float *v, size_t vs, int nk, int Dv, float *out,
+                       size_t os) {
+    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 0);
+}
+static void accum_h_avx2(const float *p, size_t ps, int G, const uint16_t *v, size_t vs, int nk, int Dv, float *out,
+                         size_t os) {
+    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 1);
+}
+
 /* exp: the scalar reference's loop (the compiler may vectorize it; the
  * operations, and so the bits, are the same either way) */
 static void exp_shift_avx2(float *r, int n, float mx) { moe_attn_scalar.exp_shift(r, n, mx); }
 
 static void silu_mul_avx2(float *g, const float *u, int64_t n) { moe_attn_scalar.silu_mul(g, u, n); }
 
-const moe_attn_kernels moe_attn_avx2 = {scores_avx2, accum_avx2, exp_shift_avx2, silu_mul_avx2};
+const moe_attn_kernels moe_attn_avx2 = {scores_avx2, accum_avx2, scores_h_avx2, accum_h_avx2, exp_shift_avx2,
+                                        silu_mul_avx2};

@@ -36,8 +36,15 @@ static inline __m512 hsum16x16(const __m512 a[16]) {
     return _mm512_permutexvar_ps(idx, s);
 }
 
-static void scores_avx512(const float *q, size_t qs, int G, const float *k, size_t ks, int nk, int D, float scale,
-                          float *sc, size_t scs) {
+/* 16 keys/values from float or (h16) half storage, masked lanes 0 */
+static inline __attribute__((always_inline)) __m512 ldkv(const void *base, size_t idx, __mmask16 m, const int h16) {
+    if (!h16) return _mm512_maskz_loadu_ps(m, (const float *)base + idx);
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)base + idx));
+}
+
+static inline __attribute__((always_inline)) void scores_impl(const float *q, size_t qs, int G, const void *k,
+                                                              size_t ks, int nk, int D, float scale, float *sc,
+                                                              size_t scs, const int h16) {
     int j = 0;
     if (D % 16 == 0 && D <= 256) {
         /* 16 keys per head at a time: one wide reduction instead of 16 */
@@ -50,19 +57,19 @@ static void scores_avx512(const float *q, size_t qs, int G, const float *k, size
                 for (int d = 0; d < D; d += 16) {
                     const __m512 qv = _mm512_loadu_ps(qh + d);
                     for (int u = 0; u < 16; u++)
-                        acc[u] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k + (size_t)(j + u) * ks + d), acc[u]);
+                        acc[u] = _mm512_fmadd_ps(qv, ldkv(k, (size_t)(j + u) * ks + (size_t)d, 0xFFFF, h16), acc[u]);
                 }
                 _mm512_storeu_ps(sc + (size_t)h * scs + (size_t)j, _mm512_mul_ps(hsum16x16(acc), vs));
             }
     }
     for (; j < nk; j++) {
-        const float *kj = k + (size_t)j * ks;
+        const size_t kj = (size_t)j * ks;
         for (int h0 = 0; h0 < G; h0 += 4) {
             const int hn = G - h0 < 4 ? G - h0 : 4;
             __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
             for (int d = 0; d < D; d += 16) {
                 const __mmask16 mk = tail_mask(D - d);
-                const __m512 kv = _mm512_maskz_loadu_ps(mk, kj + d);
+                const __m512 kv = ldkv(k, kj + (size_t)d, mk, h16);
                 for (int hh = 0; hh < hn; hh++)
                     acc[hh] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q + (size_t)(h0 + hh) * qs + d), kv, acc[hh]);
             }
@@ -71,8 +78,8 @@ static void scores_avx512(const float *q, size_t qs, int G, const float *k, size
     }
 }
 
-static void accum_avx512(const float *p, size_t ps, int G, const float *v, size_t vs, int nk, int Dv, float *out,
-                         size_t os) {
+static inline __attribute__((always_inline)) void accum_impl(const float *p, size_t ps, int G, const void *v, size_t vs,
+                                                             int nk, int Dv, float *out, size_t os, const int h16) {
     for (int h0 = 0; h0 < G; h0 += 2) {
         const int hn = G - h0 < 2 ? G - h0 : 2;
         for (int d0 = 0; d0 < Dv; d0 += 128) {
@@ -81,11 +88,11 @@ static void accum_avx512(const float *p, size_t ps, int G, const float *v, size_
             for (int hh = 0; hh < 2; hh++)
                 for (int c = 0; c < 8; c++) o[hh][c] = _mm512_setzero_ps();
             for (int j = 0; j < nk; j++) {
-                const float *vj = v + (size_t)j * vs + d0;
+                const size_t vj = (size_t)j * vs + (size_t)d0;
                 const __m512 a0 = _mm512_set1_ps(p[(size_t)h0 * ps + (size_t)j]);
                 const __m512 a1 = _mm512_set1_ps(hn > 1 ? p[(size_t)(h0 + 1) * ps + (size_t)j] : 0.0f);
                 for (int c = 0; c < nv; c++) {
-                    const __m512 vv = _mm512_maskz_loadu_ps(tail_mask(Dv - d0 - 16 * c), vj + 16 * c);
+                    const __m512 vv = ldkv(v, vj + 16 * (size_t)c, tail_mask(Dv - d0 - 16 * c), h16);
                     o[0][c] = _mm512_fmadd_ps(a0, vv, o[0][c]);
                     if (hn > 1) o[1][c] = _mm512_fmadd_ps(a1, vv, o[1][c]);
                 }
@@ -95,6 +102,23 @@ static void accum_avx512(const float *p, size_t ps, int G, const float *v, size_
                     _mm512_mask_storeu_ps(out + (size_t)(h0 + hh) * os + d0 + 16 * c, tail_mask(Dv - d0 - 16 * c), o[hh][c]);
         }
     }
+}
+
+static void scores_avx512(const float *q, size_t qs, int G, const float *k, size_t ks, int nk, int D, float scale,
+                          float *sc, size_t scs) {
+    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 0);
+}
+static void scores_h_avx512(const float *q, size_t qs, int G, const uint16_t *k, size_t ks, int nk, int D,
+                            float scale, float *sc, size_t scs) {
+    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 1);
+}
+static void accum_avx512(const float *p, size_t ps, int G, const float *v, size_t vs, int nk, int Dv, float *out,
+                         size_t os) {
+    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 0);
+}
+static void accum_h_avx512(const float *p, size_t ps, int G, const uint16_t *v, size_t vs, int nk, int Dv,
+                           float *out, size_t os) {
+    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 1);
 }
 
 /* moe_expf (src/util.h) 16 lanes at a time, operation for operation: the
@@ -154,4 +178,5 @@ static void silu_mul_avx512(float *g, const float *u, int64_t n) {
     }
 }
 
-const moe_attn_kernels moe_attn_avx512 = {scores_avx512, accum_avx512, exp_shift_avx512, silu_mul_avx512};
+const moe_attn_kernels moe_attn_avx512 = {scores_avx512, accum_avx512, scores_h_avx512, accum_h_avx512,
+                                          exp_shift_avx512, silu_mul_avx512};

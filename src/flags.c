@@ -13,6 +13,7 @@ static const moe_flag_info FLAGS[MOE_FLAG_COUNT] = {
     [MOE_FLAG_READAHEAD] = {"readahead", "load: start reading all weights into the page cache at once (madvise WILLNEED)", true, false},
     [MOE_FLAG_REPACK] = {"repack", "load: copy block-format matrices into the 4-row interleaved x4 layout (one memory stream per 4 rows)", true, false},
     [MOE_FLAG_ACT_Q8] = {"act_q8", "NUMERICS: quantize matrix inputs to 8-bit blocks (llama.cpp's Q8_0 activations) for Q8_0 weights and use integer dot products; changes the logits", false, false, true},
+    [MOE_FLAG_KV_F16] = {"kv_f16", "NUMERICS: store the KV cache as IEEE half (llama.cpp's default): half the cache memory and half the bytes attention reads; changes the logits", false, false, true},
     [MOE_FLAG_TEST_PERTURB] = {"test_perturb", "TEST ONLY: from position 20 on, reverse the last layer's expert weights (changes results)", false, true},
     [MOE_FLAG_TEST_SLOW] = {"test_slow", "TEST ONLY: sleep 2 ms for every token forwarded (changes timing)", false, true},
 };

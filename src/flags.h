@@ -10,7 +10,7 @@
  *                     named earlier in the spec: "none,+gemm_batch") and toggle.
  * Test-only flags (perturb, slow) deliberately change results or timing;
  * they exist to prove the instruments can fail and are never on by default.
- * Numerics flags (act_q8) select a different arithmetic, so they change the
+ * Numerics flags (act_q8, kv_f16) select a different arithmetic, so they change the
  * logits on purpose: never on by default, not part of "all", and kept by the
  * differential twin (which checks the speed flags *within* a numerics). A
  * trace records the flags it was made with; gate a numerics flag's run
@@ -30,6 +30,7 @@ typedef enum moe_flag {
     MOE_FLAG_READAHEAD,       /* load: ask the kernel to read the weights ahead (madvise WILLNEED) */
     MOE_FLAG_REPACK,          /* load: repack block-format matrices into the x4 layout */
     MOE_FLAG_ACT_Q8,          /* NUMERICS: 8-bit activation blocks for Q8_0 weights (act8_ref.c) */
+    MOE_FLAG_KV_F16,          /* NUMERICS: KV cache stored as IEEE half */
     MOE_FLAG_TEST_PERTURB,    /* TEST ONLY: from position 20 on, reverse the last layer's expert weights */
     MOE_FLAG_TEST_SLOW,       /* TEST ONLY: sleep 2 ms per token forwarded */
     MOE_FLAG_COUNT

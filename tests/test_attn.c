@@ -38,6 +38,24 @@ int main(void) {
                     CHECK_MSG(!memcmp(o0, o1, sizeof(float) * (size_t)Dv * G), "accum differs: isa %d Dv %d G %d nk %d", (int)isas[ii], Dv, G, nk);
                     compared++;
                 }
+                /* kv_f16: half keys/values; every level equals the scalar
+                 * float kernels fed with the exactly converted values */
+                uint16_t *kh = malloc(sizeof(uint16_t) * ks * nk), *vh = malloc(sizeof(uint16_t) * vs * nk);
+                for (size_t i = 0; i < ks * nk; i++) { kh[i] = moe_f32_to_f16(k[i]); k[i] = moe_f16_to_f32(kh[i]); }
+                for (size_t i = 0; i < vs * nk; i++) { vh[i] = moe_f32_to_f16(v[i]); v[i] = moe_f16_to_f32(vh[i]); }
+                moe_attn_scalar.scores(q, qs, G, k, ks, nk, D, 0.125f, s0, scs);
+                moe_attn_scalar.accum(p, scs, G, v, vs, nk, Dv, o0, (size_t)Dv);
+                const moe_isa all[] = {MOE_ISA_SCALAR, MOE_ISA_AVX2, MOE_ISA_AVX512};
+                for (size_t ii = 0; ii < 3; ii++) {
+                    if (!moe_kernels_for(all[ii])) continue;
+                    const moe_attn_kernels *a = moe_attn_for(all[ii]);
+                    memset(s1, 0, sizeof(float) * scs * G);
+                    a->scores_h(q, qs, G, kh, ks, nk, D, 0.125f, s1, scs);
+                    a->accum_h(p, scs, G, vh, vs, nk, Dv, o1, (size_t)Dv);
+                    CHECK_MSG(!memcmp(s0, s1, sizeof(float) * scs * G), "half scores differ: isa %d D %d G %d nk %d", (int)all[ii], D, G, nk);
+                    CHECK_MSG(!memcmp(o0, o1, sizeof(float) * (size_t)Dv * G), "half accum differs: isa %d Dv %d G %d nk %d", (int)all[ii], Dv, G, nk);
+                }
+                free(kh); free(vh);
                 free(q); free(k); free(v); free(p); free(s0); free(s1); free(o0); free(o1);
             }
     /* exp_shift: every ISA equals the scalar moe_expf bit for bit, edge values included */

@@ -124,12 +124,16 @@ static void check_model(const char *path, const char *model, const char *num, si
 
 int main(void) {
     __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free);
-    /* act: also checked with the act_q8 numerics (models with Q8_0 matrices:
-     * all-a8, and a8 attention next to NVFP4 experts) */
-    static const struct { const char *file; bool act; } models[] = {
-        {"laguna-tiny-f32.gguf", false}, {"qwen3moe-tiny-q8_0.gguf", true}, {"laguna-tiny-bf16-nvfp4.gguf", false},
-        {"qwen3moe-tiny-q8_0-nvfp4-scale2.gguf", true}, {"qwen3moe-tiny-q4_k.gguf", false},
-        {"laguna-tiny-q8_0.gguf", true},
+    /* fp32: the default numerics; extra: other numerics checked the same way
+     * (act_q8 on models with Q8_0 matrices: all-a8, and a8 attention next to
+     * NVFP4 experts; kv_f16 alone and with act_q8) */
+    static const struct { const char *file; bool fp32; const char *extra[2]; } models[] = {
+        {"laguna-tiny-f32.gguf", true, {"+kv_f16", NULL}},
+        {"qwen3moe-tiny-q8_0.gguf", true, {"+act_q8", "+act_q8,+kv_f16"}},
+        {"laguna-tiny-bf16-nvfp4.gguf", true, {NULL, NULL}},
+        {"qwen3moe-tiny-q8_0-nvfp4-scale2.gguf", true, {"+act_q8", NULL}},
+        {"qwen3moe-tiny-q4_k.gguf", true, {NULL, NULL}},
+        {"laguna-tiny-q8_0.gguf", false, {"+act_q8", NULL}},
     };
     for (int i = 0; i < NTOK; i++) toks[i] = (int32_t)((i * 7919 + 13) % 997);
     char path[512];
@@ -147,18 +151,22 @@ int main(void) {
         }
         CHECK_MSG(n > 0, "cannot load %s", path);
         if (!n) continue;
-        if (strcmp(models[mi].file, "laguna-tiny-q8_0.gguf") != 0) check_model(path, models[mi].file, "", n);
-        if (!models[mi].act) continue;
-        check_model(path, models[mi].file, "+act_q8", n);
-        /* the numerics really differ (act_q8 is not silently off) */
-        float *a = run(path, "none", 1, 512, 0, NULL), *b = run(path, "none,+act_q8", 1, 512, 0, NULL);
-        if (a && b) {
-            size_t diff = 0;
-            for (size_t i = 0; i < n; i++) diff += memcmp(&a[i], &b[i], 4) != 0;
-            CHECK_MSG(diff > n / 2, "%s: act_q8 changed only %zu of %zu logits", models[mi].file, diff, n);
+        if (models[mi].fp32) check_model(path, models[mi].file, "", n);
+        for (int x = 0; x < 2 && models[mi].extra[x]; x++) {
+            const char *num = models[mi].extra[x];
+            check_model(path, models[mi].file, num, n);
+            /* the numerics really differ (the flag is not silently off) */
+            char spec[64];
+            snprintf(spec, sizeof spec, "none,%s", num);
+            float *a = run(path, "none", 1, 512, 0, NULL), *b = run(path, spec, 1, 512, 0, NULL);
+            if (a && b) {
+                size_t diff = 0;
+                for (size_t i = 0; i < n; i++) diff += memcmp(&a[i], &b[i], 4) != 0;
+                CHECK_MSG(diff > n / 2, "%s: %s changed only %zu of %zu logits", models[mi].file, num, diff, n);
+            }
+            free(a);
+            free(b);
         }
-        free(a);
-        free(b);
     }
     CHECK_MSG(ran > 0, "no shared models found under %s/oracle", check_shared_dir());
     return check_report("test_forward");

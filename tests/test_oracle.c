@@ -49,6 +49,12 @@ static const oracle_case CASES[] = {
      * so what remains is the F16 KV cache + flash attention of the reference */
     {"qwen3moe-tiny-q8_0", NULL, 0.35f, "+act_q8"},
     {"laguna-tiny-q8_0", NULL, 0.8f, "+act_q8"},
+    /* flag kv_f16: an F16 KV cache like the reference's (its flash attention
+     * also rounds Q to F16, which we do not) */
+    {"qwen3moe-tiny-f32", NULL, 0.012f, "+kv_f16"},
+    {"laguna-tiny-f32", NULL, 0.012f, "+kv_f16"},
+    {"qwen3moe-tiny-q8_0", NULL, 0.1f, "+act_q8,+kv_f16"},
+    {"laguna-tiny-q8_0", NULL, 0.8f, "+act_q8,+kv_f16"},
 };
 
 /* n little-endian floats, or NULL when the file is missing or not that size */

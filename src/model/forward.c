@@ -189,8 +189,8 @@ static void attn_worker(void *ctx, int ith, int nth) {
     const int H = L->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, Dv = hp->head_dim_v;
     const int G = H / Hkv;
     /* cache layout [layer][kv head][position][dim]: the keys of one KV head are contiguous */
-    const float *kc = s->k_cache + (size_t)at->il * (size_t)Hkv * (size_t)s->n_ctx * (size_t)D;
-    const float *vc = s->v_cache + (size_t)at->il * (size_t)Hkv * (size_t)s->n_ctx * (size_t)Dv;
+    const size_t koff = (size_t)at->il * (size_t)Hkv * (size_t)s->n_ctx * (size_t)D;
+    const size_t voff = (size_t)at->il * (size_t)Hkv * (size_t)s->n_ctx * (size_t)Dv;
     const float kq_scale = 1.0f / sqrtf((float)D);
     const size_t C = (size_t)s->n_ctx;
     float *sc = s->scores + (size_t)ith * (size_t)hp->n_head_max * C;  /* [G][n_ctx] */
@@ -205,9 +205,10 @@ static void attn_worker(void *ctx, int ith, int nth) {
         if (j0 < 0) j0 = 0;
         const int nk = pos - j0 + 1;
         const float *q = s->q + ((size_t)t * H + (size_t)g * G) * D;      /* heads g*G .. g*G+G-1 */
-        const float *kg = kc + ((size_t)g * C + (size_t)j0) * (size_t)D;   /* [nk][D] */
-        const float *vg = vc + ((size_t)g * C + (size_t)j0) * (size_t)Dv;  /* [nk][Dv] */
-        s->attn->scores(q, (size_t)D, G, kg, (size_t)D, nk, D, kq_scale, sc, C);
+        const size_t kg = koff + ((size_t)g * C + (size_t)j0) * (size_t)D;   /* keys [nk][D] */
+        const size_t vg = voff + ((size_t)g * C + (size_t)j0) * (size_t)Dv;  /* values [nk][Dv] */
+        if (s->kv_half) s->attn->scores_h(q, (size_t)D, G, (const uint16_t *)s->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
+        else s->attn->scores(q, (size_t)D, G, (const float *)s->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
         for (int h = 0; h < G; h++) {                                     /* softmax per head */
             float *r = sc + (size_t)h * C, mx = -INFINITY, sum = 0.0f;
             for (int j = 0; j < nk; j++) if (r[j] > mx) mx = r[j];
@@ -216,7 +217,8 @@ static void attn_worker(void *ctx, int ith, int nth) {
             sums[h] = sum;
         }
         float *o = s->att + ((size_t)t * H + (size_t)g * G) * Dv;
-        s->attn->accum(sc, C, G, vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
+        if (s->kv_half) s->attn->accum_h(sc, C, G, (const uint16_t *)s->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
+        else s->attn->accum(sc, C, G, (const float *)s->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
         for (int h = 0; h < G; h++) {
             float inv = 1.0f / sums[h];
             for (int d = 0; d < Dv; d++) o[(size_t)h * Dv + d] *= inv;
@@ -240,8 +242,8 @@ static void attention_block(moe_session *s, int il, int n) {
     matmul_multi(s, ws, ys, L->has_gate ? 4 : 3, s->xn, n);
 
     const size_t C = (size_t)s->n_ctx;
-    float *kc = s->k_cache + (size_t)il * (size_t)Hkv * C * (size_t)D;      /* [Hkv][n_ctx][D] */
-    float *vc = s->v_cache + (size_t)il * (size_t)Hkv * C * (size_t)Dv;     /* [Hkv][n_ctx][Dv] */
+    const size_t koff = (size_t)il * (size_t)Hkv * C * (size_t)D;          /* cache [Hkv][n_ctx][D] */
+    const size_t voff = (size_t)il * (size_t)Hkv * C * (size_t)Dv;         /* cache [Hkv][n_ctx][Dv] */
     for (int t = 0; t < n; t++) {
         int pos = s->n_past + t;
         const float *cs = rope_tab + (size_t)pos * (size_t)rp->n_rot;
@@ -256,8 +258,15 @@ static void attention_block(moe_session *s, int il, int n) {
             rope_apply(k, cs, rp->n_rot);
         }
         for (int g = 0; g < Hkv; g++) {
-            memcpy(kc + ((size_t)g * C + (size_t)pos) * D, s->k + ((size_t)t * Hkv + g) * D, (size_t)D * sizeof(float));
-            memcpy(vc + ((size_t)g * C + (size_t)pos) * Dv, s->v + ((size_t)t * Hkv + g) * Dv, (size_t)Dv * sizeof(float));
+            const float *kt = s->k + ((size_t)t * Hkv + g) * D, *vt = s->v + ((size_t)t * Hkv + g) * Dv;
+            const size_t kp = koff + ((size_t)g * C + (size_t)pos) * D, vp = voff + ((size_t)g * C + (size_t)pos) * Dv;
+            if (s->kv_half) {                                     /* kv_f16: round to nearest even */
+                for (int d = 0; d < D; d++) ((uint16_t *)s->k_cache)[kp + d] = moe_f32_to_f16(kt[d]);
+                for (int d = 0; d < Dv; d++) ((uint16_t *)s->v_cache)[vp + d] = moe_f32_to_f16(vt[d]);
+            } else {
+                memcpy((float *)s->k_cache + kp, kt, (size_t)D * sizeof(float));
+                memcpy((float *)s->v_cache + vp, vt, (size_t)Dv * sizeof(float));
+            }
         }
     }
     attn_task at = {s, il, n};

@@ -120,7 +120,8 @@ struct moe_session {
     moe_pool *pool;
     int n_threads, n_ctx, n_batch, n_past;
     uint64_t flags;
-    float *k_cache, *v_cache;   /* [n_layer][n_head_kv][n_ctx][head_dim] */
+    void *k_cache, *v_cache;    /* [n_layer][n_head_kv][n_ctx][head_dim]: float, or IEEE half (kv_half) */
+    bool kv_half;               /* flag kv_f16 */
     float *rope_full, *rope_swa;/* [n_ctx][n_rot/2][2] cos, sin */
     /* scratch, sized for n_batch tokens */
     float *x, *xn, *q, *k, *v, *att, *gate, *proj, *ffn_out;

@@ -101,8 +101,10 @@ static int session_create(moe_model *m, const moe_session_params *p, uint64_t fl
     const size_t K = (size_t)hp->n_expert_used, NE = (size_t)hp->n_expert, L = (size_t)hp->n_layer;
     const size_t C = (size_t)n_ctx;
     bool ok = true;
-    s->k_cache = xcalloc(L * C * Hkv * D, sizeof(float), &ok);
-    s->v_cache = xcalloc(L * C * Hkv * Dv, sizeof(float), &ok);
+    s->kv_half = moe_flag_on(flags, MOE_FLAG_KV_F16);
+    const size_t kv_elem = s->kv_half ? sizeof(uint16_t) : sizeof(float);
+    s->k_cache = xcalloc(L * C * Hkv * D, kv_elem, &ok);
+    s->v_cache = xcalloc(L * C * Hkv * Dv, kv_elem, &ok);
     s->rope_full = xcalloc(C * (size_t)hp->rope_full.n_rot, sizeof(float), &ok);
     if (hp->swa_window > 0) s->rope_swa = xcalloc(C * (size_t)hp->rope_swa.n_rot, sizeof(float), &ok);
     s->x = xcalloc(B * E, sizeof(float), &ok);
@@ -160,7 +162,9 @@ int moe_session_new(moe_model *m, const moe_session_params *p, moe_session **out
 void moe_session_free(moe_session *s) {
     if (!s) return;
     moe_pool_free(s->pool);
-    float *fs[] = {s->k_cache, s->v_cache, s->rope_full, s->rope_swa, s->x, s->xn, s->proj, s->ffn_out, s->q,
+    free(s->k_cache);
+    free(s->v_cache);
+    float *fs[] = {s->rope_full, s->rope_swa, s->x, s->xn, s->proj, s->ffn_out, s->q,
                    s->k, s->v, s->att, s->gate, s->router, s->selw, s->xg, s->eout, s->hg, s->hu, s->scores, s->attn_sum,
                    s->logits_tmp};
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) free(fs[i]);
