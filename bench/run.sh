@@ -7,7 +7,8 @@
 #      token check against the trace), `moefast price --noise` on one model;
 #   4. a summary table. JSON and SVG output stay in build/bench/.
 # Environment: BENCH_THREADS (2), BENCH_REPEAT (3: medians of 3 runs), PRICE_PAIRS (5), BENCH_MODELS (space-
-# separated subset of the model names below).
+# separated subset of the model names below), BENCH_NUMERICS ("fp32 q8": fp32 = the default exact FP32
+# numerics, q8 = the numerics flags +act_q8,+kv_f16 (docs/EXACTNESS.md); each has its own golden trace).
 set -u
 B=${1:-build/rel}
 BIN=$B/moefast
@@ -18,6 +19,10 @@ PAIRS=${PRICE_PAIRS:-5}
 REPEAT=${BENCH_REPEAT:-3}
 ALL="qwen3moe-bench-q8_0 laguna-bench-q8_0 laguna-bench-bf16-nvfp4"
 SEL=${BENCH_MODELS:-$ALL}
+NUMS=${BENCH_NUMERICS:-fp32 q8}
+# flags of a numerics; suffix of its trace and result files
+num_flags() { case $1 in fp32) echo default ;; q8) echo "+act_q8,+kv_f16" ;; *) return 1 ;; esac; }
+num_sfx() { case $1 in fp32) echo "" ;; *) echo ".$1" ;; esac; }
 [ -x "$BIN" ] || { echo "bench/run.sh: $BIN is missing (run: make bench)" >&2; exit 2; }
 mkdir -p "$MODELS" "$OUT"
 status=0
@@ -56,28 +61,35 @@ for m in $SEL; do
     # shellcheck disable=SC2086
     "$BIN" gen $args -o "$f" || { echo "bench/run.sh: gen $m failed" >&2; status=1; continue; }
   fi
-  t=$MODELS/$m.trace.json
-  if [ ! -f "$t" ] || [ "$t" -ot "$f" ]; then
-    # ids spread over the vocabulary ("vocab N," in `moefast info`); 1000 is
-    # below every preset's vocabulary if that line ever changes
-    nv=$("$BIN" info "$f" 2>/dev/null | awk '{ for (i = 1; i < NF; i++) if ($i == "vocab") {
-           v = $(i + 1); sub(/,$/, "", v); if (v ~ /^[0-9]+$/) { print v; exit } } }')
-    [ -n "$nv" ] || nv=1000
-    echo "-- recording $t (512 prompt ids below $nv, 129 greedy steps)"
-    "$BIN" trace record -m "$f" --tokens "$(prompt_ids "$nv")" --steps 129 -o "$t" ||
-      { echo "bench/run.sh: trace record for $m failed: benchmarking without a token check" >&2; rm -f "$t"; }
-  fi
+  # ids spread over the vocabulary ("vocab N," in `moefast info`); 1000 is
+  # below every preset's vocabulary if that line ever changes
+  nv=$("$BIN" info "$f" 2>/dev/null | awk '{ for (i = 1; i < NF; i++) if ($i == "vocab") {
+         v = $(i + 1); sub(/,$/, "", v); if (v ~ /^[0-9]+$/) { print v; exit } } }')
+  [ -n "$nv" ] || nv=1000
+  for nm in $NUMS; do
+    fl=$(num_flags "$nm") || { echo "bench/run.sh: unknown numerics '$nm'" >&2; status=1; continue; }
+    t=$MODELS/$m$(num_sfx "$nm").trace.json
+    if [ ! -f "$t" ] || [ "$t" -ot "$f" ]; then
+      echo "-- recording $t (flags $fl; 512 prompt ids below $nv, 129 greedy steps)"
+      "$BIN" trace record -m "$f" --flags "$fl" --tokens "$(prompt_ids "$nv")" --steps 129 -o "$t" ||
+        { echo "bench/run.sh: trace record for $m ($nm) failed: benchmarking without a token check" >&2; rm -f "$t"; }
+    fi
+  done
 done
 
 echo "== moefast bench (-t $T, prompt 512, decode 128)"
 for m in $SEL; do
-  f=$MODELS/$m.gguf; t=$MODELS/$m.trace.json
+  f=$MODELS/$m.gguf
   [ -f "$f" ] || continue
-  tr=""; [ -f "$t" ] && tr="--trace $t"
-  echo "-- $m"
-  # shellcheck disable=SC2086
-  "$BIN" bench -m "$f" -t "$T" --repeat "$REPEAT" $tr --json >"$OUT/$m.bench.json"; rc=$?
-  [ $rc -eq 0 ] || { echo "bench/run.sh: bench $m exited $rc" >&2; status=1; }
+  for nm in $NUMS; do
+    fl=$(num_flags "$nm") || continue
+    sx=$(num_sfx "$nm"); t=$MODELS/$m$sx.trace.json
+    tr=""; [ -f "$t" ] && tr="--trace $t"
+    echo "-- $m ($nm: flags $fl)"
+    # shellcheck disable=SC2086
+    "$BIN" bench -m "$f" -t "$T" --flags "$fl" --repeat "$REPEAT" $tr --json >"$OUT/$m$sx.bench.json"; rc=$?
+    [ $rc -eq 0 ] || { echo "bench/run.sh: bench $m ($nm) exited $rc" >&2; status=1; }
+  done
 done
 
 first=""
@@ -94,22 +106,23 @@ fi
 
 echo
 echo "== summary (threads $T; build/bench/*.json)"
-printf "%-26s %7s %9s %9s %9s %9s %7s %8s %6s %8s %6s\n" model "load s" "prefill/s" "decode/s" "steps/s" \
+printf "%-26s %-5s %7s %9s %9s %9s %9s %7s %8s %6s %8s %6s\n" model num "load s" "prefill/s" "decode/s" "steps/s" \
   "MB/token" "GB/s" "bw GB/s" "% bw" "peak MB" tokens
-for m in $SEL; do
-  j=$OUT/$m.bench.json
-  [ -s "$j" ] || { printf "%-26s (no result)\n" "$m"; continue; }
+for m in $SEL; do for nm in $NUMS; do
+  j=$OUT/$m$(num_sfx "$nm").bench.json
+  [ -s "$j" ] || { printf "%-26s %-5s (no result)\n" "$m" "$nm"; continue; }
   tok=$(jget "$j" token_check.ok); [ "$tok" = true ] && tok=ok; [ "$tok" = false ] && tok=FAIL
   [ -z "$tok" ] || [ "$tok" = null ] && tok=none
-  awk -v m="$m" -v l="$(jget "$j" load_seconds)" -v p="$(jget "$j" prefill.tokens_per_second)" \
+  awk -v m="$m" -v nm="$nm" -v l="$(jget "$j" load_seconds)" -v p="$(jget "$j" prefill.tokens_per_second)" \
       -v d="$(jget "$j" decode.tokens_per_second)" -v s="$(jget "$j" decode.steps_tokens_per_second)" \
       -v b="$(jget "$j" decode.bytes_per_token)" -v g="$(jget "$j" decode.achieved_gb_per_second)" \
       -v w="$(jget "$j" decode.pct_of_bandwidth_limit)" -v r="$(jget "$j" peak_rss_bytes)" -v t="$tok" \
       -v bw="$(jget "$j" decode.bandwidth_gb_per_second)" \
-      'BEGIN { printf "%-26s %7.2f %9.1f %9.2f %9.2f %9.1f %7.2f %8s %6s %8.0f %6s\n", m, l, p, d, s, b / 1e6, g,
+      'BEGIN { printf "%-26s %-5s %7.2f %9.1f %9.2f %9.2f %9.1f %7.2f %8s %6s %8.0f %6s\n", m, nm, l, p, d, s, b / 1e6, g,
                (bw == "null" ? "-" : sprintf("%.1f", bw)), (w == "null" ? "-" : sprintf("%.1f", w)), r / 1e6, t }'
-done
-echo "(prefill/s: prefill window tokens/s; decode/s: decode window incl. the 512-token seed, per decoded token;"
+done; done
+echo "(num: fp32 = default exact FP32 numerics, q8 = +act_q8,+kv_f16; prefill/s: prefill window tokens/s;"
+echo " decode/s: decode window incl. the 512-token seed, per decoded token;"
 echo " steps/s: the 128 steps alone; bw GB/s: read bandwidth measured by that run; tokens: trace check)"
 j=$OUT/noise.json
 if [ -s "$j" ]; then
