@@ -10,7 +10,7 @@
  *   - a 512-token batched GEMM on a 512x2048 matrix in GFLOP/s;
  * next to the measured memory read bandwidth (moe_measure_read_bandwidth).
  * For the formats with an 8-bit-activation kernel (flag act_q8, act8_ref.c:
- * Q8_0), rows labelled "a8" time the same shapes with those kernels: weights
+ * moe_type_has_a8), rows labelled "a8" time the same shapes with those kernels: weights
  * repacked by moe_repack_a8, activations quantized by moe_quantize_act8; the
  * GEMM in GOP/s (2*rows*n*tokens integer multiply-adds counted like flops).
  * Also the lm-head on 1 thread (no pool) in GB/s per second of that thread's
@@ -18,7 +18,8 @@
  * a machine shared with other jobs.
  * Median of 7 repetitions, with min..max, and "cpu": the CPU time the
  * process got over wall time x threads (well below 100% means other
- * processes took the cores and the figures understate the kernels). */
+ * processes took the cores and the figures understate the kernels).
+ * Arguments, if any, name the formats to run (e.g. `bench_quant NVFP4 Q8_0`). */
 #include "moefast.h"
 #include "quant/quant.h"
 #include "threads.h"
@@ -161,7 +162,7 @@ static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_
     const size_t rb2048 = (size_t)moe_row_bytes(type, 2048);
     const int64_t rows = (int64_t)(filled / rb2048);
     uint8_t *wa = buf + (filled + 4095) / 4096 * 4096;
-    if (wa + (size_t)rows * rb2048 > buf + cap) { printf("%-7s (no room to repack)\n", name); return; }
+    if (wa + (size_t)rows * rb2048 > buf + cap) { printf("%-8s (no room to repack)\n", name); return; }
     moe_repack_a8(type, buf, wa, rows, 2048);
     /* Activations are quantized once, outside the timed region: in the engine
      * it is one pass over each token's n floats per matrix input (not per
@@ -180,7 +181,7 @@ static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_
         a.copies = sh == 2 ? 1 : (int64_t)(CYCLE_BYTES / a.mat_bytes);
         double lo, hi, med = time_reps(decode_rep, &a, &lo, &hi);
         const double bytes = (double)a.mat_bytes * (double)a.copies;
-        printf("%-7s %-14s %9.1f %8.1f..%-8.1f %5.0f%% %4.0f%%\n", name, shapes[sh].label, bytes / med * 1e-9,
+        printf("%-8s %-14s %9.1f %8.1f..%-8.1f %5.0f%% %4.0f%%\n", name, shapes[sh].label, bytes / med * 1e-9,
                bytes / hi * 1e-9, bytes / lo * 1e-9, 100.0 * bytes / med * 1e-9 / g_bw, 100 * g_cpu_share);
     }
     {
@@ -192,7 +193,7 @@ static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_
         }
         qsort(c, REPS, sizeof c[0], cmpd);
         const double bytes = (double)rb2048 * LMHEAD_ROWS;
-        printf("%-7s %-14s %9.1f %8.1f..%-8.1f GB/s per CPU-second, 1 thread\n", name, "100352x2048",
+        printf("%-8s %-14s %9.1f %8.1f..%-8.1f GB/s per CPU-second, 1 thread\n", name, "100352x2048",
                bytes / c[REPS / 2] * 1e-9, bytes / c[REPS - 1] * 1e-9, bytes / c[0] * 1e-9);
     }
     {
@@ -201,14 +202,14 @@ static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_
                     .xa = xa};
         double lo, hi, med = time_reps(gemm_rep, &a, &lo, &hi);
         const double op = 2.0 * 512 * 2048 * (double)ntok;
-        printf("%-7s %-14s %9.1f %8.1f..%-8.1f GOP/s   %4.0f%%\n", name, "gemm 512tok", op / med * 1e-9,
+        printf("%-8s %-14s %9.1f %8.1f..%-8.1f GOP/s   %4.0f%%\n", name, "gemm 512tok", op / med * 1e-9,
                op / hi * 1e-9, op / lo * 1e-9, 100 * g_cpu_share);
     }
     free(xa512);
     free(xa);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     static const uint32_t types[] = {MOE_T_Q8_0, MOE_T_Q4_0, MOE_T_Q4_K, MOE_T_NVFP4, MOE_T_MXFP4,
                                      MOE_T_Q6_K, MOE_T_BF16, MOE_T_F16, MOE_T_F32};
     char err[MOE_ERR_LEN];
@@ -217,7 +218,7 @@ int main(void) {
     const moe_kernels *k = moe_kernels_active();
     const double bw = g_bw = moe_measure_read_bandwidth(THREADS);
     printf("bench_quant: ISA %s, %d threads, measured read bandwidth %.1f GB/s\n", k->name, THREADS, bw);
-    printf("%-7s %-14s %9s %17s %6s %5s\n", "format", "shape", "GB/s", "min..max", "%bw", "cpu");
+    printf("%-8s %-14s %9s %17s %6s %5s\n", "format", "shape", "GB/s", "min..max", "%bw", "cpu");
 
     const size_t cap = (size_t)LMHEAD_ROWS * 2048 * 4; /* F32 lm-head, the largest */
     uint8_t *buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -234,6 +235,9 @@ int main(void) {
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t type = types[ti];
         const char *name = moe_type_get(type)->name;
+        bool wanted = argc < 2;
+        for (int a = 1; a < argc; a++) wanted |= moe_type_by_name(argv[a]) == (int)type;
+        if (!wanted) continue;
         static const struct { int64_t rows, n; const char *label; } shapes[] = {
             {512, 2048, "512x2048"}, {2048, 512, "2048x512"}, {LMHEAD_ROWS, 2048, "100352x2048"}};
         const size_t lm_bytes = (size_t)moe_row_bytes(type, 2048) * LMHEAD_ROWS;
@@ -253,7 +257,7 @@ int main(void) {
             const double bytes = (double)a.mat_bytes * (double)a.copies;
             char label[32];
             snprintf(label, sizeof label, "%s%s", shapes[sh].label, s >= 3 ? " x4" : "");
-            printf("%-7s %-14s %9.1f %8.1f..%-8.1f %5.0f%% %4.0f%%\n", name, label, bytes / med * 1e-9,
+            printf("%-8s %-14s %9.1f %8.1f..%-8.1f %5.0f%% %4.0f%%\n", name, label, bytes / med * 1e-9,
                    bytes / hi * 1e-9, bytes / lo * 1e-9, 100.0 * bytes / med * 1e-9 / bw, 100 * g_cpu_share);
         }
         {
@@ -266,7 +270,7 @@ int main(void) {
             }
             qsort(c, REPS, sizeof c[0], cmpd);
             const double bytes = (double)rb * LMHEAD_ROWS;
-            printf("%-7s %-14s %9.1f %8.1f..%-8.1f GB/s per CPU-second, 1 thread\n", name, "100352x2048",
+            printf("%-8s %-14s %9.1f %8.1f..%-8.1f GB/s per CPU-second, 1 thread\n", name, "100352x2048",
                    bytes / c[REPS / 2] * 1e-9, bytes / c[REPS - 1] * 1e-9, bytes / c[0] * 1e-9);
         }
         {
@@ -275,7 +279,7 @@ int main(void) {
                         .nrows = 512, .n = 2048, .ntok = ntok, .x = x, .y = y};
             double lo, hi, med = time_reps(gemm_rep, &a, &lo, &hi);
             const double flop = 2.0 * 512 * 2048 * (double)ntok;
-            printf("%-7s %-14s %9.1f %8.1f..%-8.1f GFLOP/s %4.0f%%\n", name, "gemm 512tok", flop / med * 1e-9,
+            printf("%-8s %-14s %9.1f %8.1f..%-8.1f GFLOP/s %4.0f%%\n", name, "gemm 512tok", flop / med * 1e-9,
                    flop / hi * 1e-9, flop / lo * 1e-9, 100 * g_cpu_share);
         }
         if (moe_type_has_a8(type) && k->gemv_a8[type]) bench_a8(pool, k, type, buf, filled < cap ? filled : cap, cap, x, y, ntok);

@@ -30,8 +30,9 @@
  * The float steps are the contract's, lane by lane: S = dw * da (vcvtph2ps
  * is the exact f16 conversion), acc = fma((float)isum, S, acc), then the
  * fixed tree (lo + hi, +4, +2, +1). In a row's last, partial group (gn < 16
- * blocks) the weight slabs are read with dword-masked loads (vpmaskmovd: the
- * group is 34*gn bytes, and a plain 32-byte load would run past the row) and
+ * blocks) the weight slabs are read with load_run (plain loads inside the
+ * slab where gn >= 8, dword-masked ones below: the group is 34*gn bytes, and
+ * a plain 32-byte load could run past the row) and
  * the new accumulator values are blended in only for lanes j < gn, so an
  * absent lane keeps its bits, and garbage scales read past d[gn-1] (the
  * 16-byte scale load stays inside the group: 16 <= 34*gn) cannot leak in.
@@ -80,10 +81,28 @@ ALWAYS_INLINE __m256i live_lanes(int gn, int h) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(gn - 8 * h), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* 32 weight bytes at p (masked to the live dwords when PARTIAL) as their
- * even (ue) and odd (uo) bytes in 16-bit words. */
-ALWAYS_INLINE void load_w(const uint8_t *p, __m256i live, __m256i *ue, __m256i *uo, const int PARTIAL) {
-    const __m256i u = PARTIAL ? _mm256_maskload_epi32((const int *)p, live) : _mm256_loadu_si256((const __m256i *)p);
+/* Lane half h of a partial group's run of 4 gn bytes at p (4 bytes per
+ * block: a Q8_0 slab, a 4-bit slab pair), blocks 8h.. in dwords 0..: with
+ * gn >= 8, a plain load (h = 0: the run's first 32 bytes) or the run's last
+ * 32 bytes moved down by vpermd (h = 1); only for gn < 8 a dword-masked
+ * load (vpmaskmovd), which is slow when it misses the caches (measured on
+ * this machine, 1024x256 Q8_0 from DRAM, 1 core: 8.6 GB/s with masked
+ * loads for every row, 24 GB/s with plain ones). Lanes past gn hold other
+ * bytes of the run; the callers blend them away. */
+ALWAYS_INLINE __m256i load_run(const uint8_t *p, int gn, int h, __m256i live) {
+    if (gn >= 8) {
+        if (!h) return _mm256_loadu_si256((const __m256i *)p);
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 4 * gn - 32));
+        return _mm256_permutevar8x32_epi32(v, _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                                                _mm256_set1_epi32(16 - gn)));
+    }
+    return _mm256_maskload_epi32((const int *)p, live);
+}
+
+/* 32 weight bytes of lane half h of the slab at p (a partial group's: see
+ * load_run) as their even (ue) and odd (uo) bytes in 16-bit words. */
+ALWAYS_INLINE void load_w(const uint8_t *p, int gn, int h, __m256i live, __m256i *ue, __m256i *uo, const int PARTIAL) {
+    const __m256i u = PARTIAL ? load_run(p, gn, h, live) : _mm256_loadu_si256((const __m256i *)(p + 32 * h));
     *ue = _mm256_and_si256(u, _mm256_set1_epi16(0x00FF));
     *uo = _mm256_srli_epi16(u, 8);
 }
@@ -127,7 +146,7 @@ ALWAYS_INLINE void half_group(const uint8_t *G, size_t rs, const uint8_t *A, siz
         __m256i ae[2], ao[2], ue, uo;
         UNROLL for (int t = 0; t < T; t++) load_a(A + (size_t)t * xs + 64 * s + 32 * h, &ae[t], &ao[t]);
         UNROLL for (int r = 0; r < R; r++) {
-            load_w(G + (size_t)r * rs + 2 * gn + 4 * gn * s + 32 * h, live, &ue, &uo, PARTIAL);
+            load_w(G + (size_t)r * rs + 2 * gn + 4 * gn * s, gn, h, live, &ue, &uo, PARTIAL);
             UNROLL for (int t = 0; t < T; t++) is[r][t] = dot_half(is[r][t], ue, uo, ae[t], ao[t]);
         }
     }
@@ -148,7 +167,7 @@ ALWAYS_INLINE void full_group_1tok(const uint8_t *G, size_t rs, const uint8_t *A
         __m256i ae, ao, ue, uo;
         load_a(A + 64 * s + 32 * h, &ae, &ao);
         UNROLL for (int r = 0; r < R; r++) {
-            load_w(G + (size_t)r * rs + 32 + 64 * s + 32 * h, all, &ue, &uo, 0);
+            load_w(G + (size_t)r * rs + 32 + 64 * s, A8_G, h, all, &ue, &uo, 0);
             is[r][h] = dot_half(is[r][h], ue, uo, ae, ao);
         }
     }
@@ -211,3 +230,208 @@ void moe_gemm_a8_q8_0_avx2(const void *w, size_t rb, int64_t nrows, const void *
         for (int64_t t = 0; t < ntok; t++)
             tile_q8_0(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 1, 1);
 }
+
+/* ---- the 4-bit formats (NVFP4, MXFP4, Q4_0) --------------------------------
+ * Codes become unsigned bytes u (act8_ref.c: vpshufb of the table kv + 12
+ * for NVFP4 / MXFP4, the code itself for Q4_0), and vpmaddubsw (u8 x s8,
+ * pairs summed to int16) is exact here: |u * q| <= 24 * 128, a pair <= 6144,
+ * and 4 slabs of pairs summed in int16 (vpaddw) <= 24576 < 32767, for any
+ * activation byte (-128 included). After 4 slabs vpmaddwd with ones widens
+ * to the int32 block sums, which start from the correction (act8_ref.c).
+ * Lane halves as for Q8_0: L = 0 covers blocks 0..7, L = 1 blocks 8..15. A
+ * full group's slab t (32 bytes) gives lanes 0..7 in its low nibbles and
+ * 8..15 in its high ones; a partial group's slab pair p gives, for lane half
+ * L (its bytes 32L.., dword-masked to the live blocks), slab 2p in the low
+ * nibbles and 2p + 1 in the high ones. Each lane half is done on its own
+ * (the weight bytes of a full slab are loaded once per half: an L1 hit, and
+ * half the live registers). */
+enum { FMT_Q4_0, FMT_MXFP4, FMT_NVFP4 };
+
+/* moe_ue4m3_half of 8 bytes (see act8_avx512.c: (b & 0x7F) << 20 as a float
+ * times 2^119, 0 for the byte 0x7F). */
+ALWAYS_INLINE __m256 ue4m3_half8(__m128i bytes) {
+    const __m256i v = _mm256_cvtepu8_epi32(bytes), x7f = _mm256_set1_epi32(0x7F);
+    const __m256 f = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(v, x7f), 20)),
+                                   _mm256_set1_ps(0x1p119f));
+    return _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, x7f)), f);
+}
+/* moe_e8m0_half of 8 bytes: (e - 1) << 23 for e >= 2, 0x00200000 << e for e < 2. */
+ALWAYS_INLINE __m256 e8m0_half8(__m128i bytes) {
+    const __m256i e = _mm256_cvtepu8_epi32(bytes);
+    const __m256i big = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i small = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(big, small, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
+}
+
+/* The weight scales of lane half L of a group of gn blocks (NVFP4: of half
+ * h). Reads 8 (16 for Q4_0) bytes; in a partial group the dead lanes hold
+ * other bytes of the group (never past it) and are blended away. */
+ALWAYS_INLINE __m256 w_scales(const uint8_t *G, int gn, int h, int L, const int FMT) {
+    if (FMT == FMT_Q4_0) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(G + 16 * L)));
+    const __m128i b = _mm_loadl_epi64((const __m128i *)(G + (size_t)(h * gn) + 8 * L));
+    return FMT == FMT_NVFP4 ? ue4m3_half8(b) : e8m0_half8(b);
+}
+
+/* Where the sums of part h (NVFP4: half h; others: the block) start, lane half L. */
+ALWAYS_INLINE __m256i corr4(const uint8_t *A, int h, int L, const int FMT) {
+    if (FMT == FMT_Q4_0) return _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)(A + 512 + 32 * L)), 4);
+    const __m256i m12 = _mm256_set1_epi32(-12);
+    if (FMT == FMT_NVFP4) return _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(A + 640 + 64 * h + 32 * L)), m12);
+    return _mm256_mullo_epi32(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(A + 640 + 32 * L)),
+                                               _mm256_loadu_si256((const __m256i *)(A + 704 + 32 * L))), m12);
+}
+
+ALWAYS_INLINE __m256i to_u(__m256i codes, __m256i tab, const int FMT) {
+    return FMT == FMT_Q4_0 ? codes : _mm256_shuffle_epi8(tab, codes);
+}
+
+/* p16 += the products of slabs s0 .. s0+3 (a partial group: pairs s0/2,
+ * s0/2 + 1), lane half L, R rows (codes at C + r*rs) x T tokens. */
+ALWAYS_INLINE void chunk4(const uint8_t *C, size_t rs, int gn, const uint8_t *A, size_t xs, int L, int s0,
+                          __m256i live, __m256i p16[4][4], const int R, const int T, const int FMT, const int PARTIAL) {
+    const __m256i tab = _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (!PARTIAL) {
+        UNROLL for (int i = 0; i < 4; i++) {
+            const int s = s0 + i;
+            __m256i a[4];
+            UNROLL for (int t = 0; t < T; t++) a[t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 64 * s + 32 * L));
+            UNROLL for (int r = 0; r < R; r++) {
+                __m256i z = _mm256_loadu_si256((const __m256i *)(C + (size_t)r * rs + 32 * s));
+                if (L) z = _mm256_srli_epi16(z, 4);
+                const __m256i u = to_u(_mm256_and_si256(z, m4), tab, FMT);
+                UNROLL for (int t = 0; t < T; t++) {
+                    p16[r][t] = _mm256_add_epi16(p16[r][t], _mm256_maddubs_epi16(u, a[t]));
+                    KEEP(p16[r][t]);
+                }
+            }
+        }
+    } else {
+        UNROLL for (int i = 0; i < 2; i++) {
+            const int p = s0 / 2 + i;
+            __m256i a0[4], a1[4];
+            UNROLL for (int t = 0; t < T; t++) {
+                a0[t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 128 * p + 32 * L));
+                a1[t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 128 * p + 64 + 32 * L));
+            }
+            UNROLL for (int r = 0; r < R; r++) {
+                const __m256i z = load_run(C + (size_t)r * rs + (size_t)(4 * gn * p), gn, L, live);
+                const __m256i u0 = to_u(_mm256_and_si256(z, m4), tab, FMT);
+                const __m256i u1 = to_u(_mm256_and_si256(_mm256_srli_epi16(z, 4), m4), tab, FMT);
+                UNROLL for (int t = 0; t < T; t++) {
+                    p16[r][t] = _mm256_add_epi16(p16[r][t], _mm256_maddubs_epi16(u0, a0[t]));
+                    KEEP(p16[r][t]);
+                    p16[r][t] = _mm256_add_epi16(p16[r][t], _mm256_maddubs_epi16(u1, a1[t]));
+                    KEEP(p16[r][t]);
+                }
+            }
+        }
+    }
+}
+
+/* acc = fma((float)is, sc * da, acc) for lane half L (blended into the live lanes of a partial group). */
+ALWAYS_INLINE __m256 fold4(__m256 acc, __m256i is, __m256 sc, const uint8_t *A, int L, __m256i live, const int PARTIAL) {
+    const __m256 S = _mm256_mul_ps(sc, _mm256_loadu_ps((const float *)(A + 576 + 32 * L)));
+    const __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), S, acc);
+    return PARTIAL ? _mm256_blendv_ps(acc, v, _mm256_castsi256_ps(live)) : v;
+}
+
+/* Lane half L of one group (gn blocks) for R rows (group at G + r*rs) x T
+ * tokens (A8 group at A + t*xs). */
+ALWAYS_INLINE void group4(const uint8_t *G, size_t rs, const uint8_t *A, size_t xs, int gn, int L,
+                          __m256 acc[4][4][2], const int R, const int T, const int FMT, const int PARTIAL) {
+    const int SB = FMT == FMT_MXFP4 ? 1 : 2;
+    const uint8_t *C = G + (size_t)(SB * gn);
+    const __m256i live = PARTIAL ? live_lanes(gn, L) : _mm256_set1_epi32(-1), ones = _mm256_set1_epi16(1);
+    __m256i p16[4][4];
+    if (FMT == FMT_NVFP4) {
+        UNROLL for (int h = 0; h < 2; h++) {
+            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) p16[r][t] = _mm256_setzero_si256();
+            chunk4(C, rs, gn, A, xs, L, 4 * h, live, p16, R, T, FMT, PARTIAL);
+            UNROLL for (int r = 0; r < R; r++) {
+                const __m256 sc = w_scales(G + (size_t)r * rs, gn, h, L, FMT);
+                UNROLL for (int t = 0; t < T; t++) {
+                    const __m256i is = _mm256_add_epi32(corr4(A + (size_t)t * xs, h, L, FMT), _mm256_madd_epi16(p16[r][t], ones));
+                    acc[r][t][L] = fold4(acc[r][t][L], is, sc, A + (size_t)t * xs, L, live, PARTIAL);
+                }
+            }
+        }
+    } else {
+        __m256i is[4][4];
+        UNROLL for (int t = 0; t < T; t++) {
+            const __m256i c = corr4(A + (size_t)t * xs, 0, L, FMT);
+            UNROLL for (int r = 0; r < R; r++) is[r][t] = c;
+        }
+        UNROLL for (int c = 0; c < 2; c++) {
+            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) p16[r][t] = _mm256_setzero_si256();
+            chunk4(C, rs, gn, A, xs, L, 4 * c, live, p16, R, T, FMT, PARTIAL);
+            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
+                is[r][t] = _mm256_add_epi32(is[r][t], _mm256_madd_epi16(p16[r][t], ones));
+        }
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m256 sc = w_scales(G + (size_t)r * rs, gn, 0, L, FMT);
+            UNROLL for (int t = 0; t < T; t++)
+                acc[r][t][L] = fold4(acc[r][t][L], is[r][t], sc, A + (size_t)t * xs, L, live, PARTIAL);
+        }
+    }
+}
+
+/* R rows x T tokens of a 4-bit format (a8 layout), as tile_q8_0. */
+ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rs, const uint8_t *xa, size_t xs, float *y, size_t ys,
+                             size_t yr, int64_t n, const int R, const int T, const int FMT) {
+    const int64_t nb = n / 32;
+    const size_t BPB = FMT == FMT_MXFP4 ? 17 : 18;
+    __m256 acc[4][4][2];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) {
+        acc[r][t][0] = _mm256_setzero_ps();
+        acc[r][t][1] = _mm256_setzero_ps();
+    }
+    int64_t g0 = 0;
+    for (; g0 + A8_G <= nb; g0 += A8_G) {
+        const uint8_t *G = w + (size_t)g0 * BPB, *A = xa + (size_t)(g0 / A8_G) * A8_GROUP_BYTES;
+        group4(G, rs, A, xs, A8_G, 0, acc, R, T, FMT, 0);
+        group4(G, rs, A, xs, A8_G, 1, acc, R, T, FMT, 0);
+    }
+    if (g0 < nb) {                       /* the row's last, partial group */
+        const int gn = (int)(nb - g0);
+        const uint8_t *G = w + (size_t)g0 * BPB, *A = xa + (size_t)(g0 / A8_G) * A8_GROUP_BYTES;
+        group4(G, rs, A, xs, gn, 0, acc, R, T, FMT, 1);
+        if (gn > 8) group4(G, rs, A, xs, gn, 1, acc, R, T, FMT, 1);
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
+        y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t][0], acc[r][t][1]);
+}
+
+/* gemv (rows r and r + nrows/2 paired, as for Q8_0) and gemm (4 rows x 2
+ * tokens) of each 4-bit format. The gemm tile, measured (bench_quant, AVX2, 512x2048 x 512 tokens, 2
+ * threads, GOP/s, Q4_0 / NVFP4 / MXFP4): 4x2 323 / 235 / 252, 3x2 297 / 220
+ * / 248, 4x3 262 / 219 / 216, 4x1 317 / 176 / 227, 2x2 235 / 186 / 198. */
+#define GEMM_R 4
+#define GEMM_T 2
+#define A8_4BIT_KERNELS(name, FMT)                                                                             \
+    void moe_gemv_a8_##name##_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, float *y,        \
+                                   int64_t n) {                                                              \
+        const uint8_t *W = w;                                                                                \
+        const int64_t h = nrows / 2;                                                                         \
+        for (int64_t r = 0; r < h; r++)                                                                      \
+            tile_4bit(W + (size_t)r * rb, (size_t)h * rb, xa, 0, y + r, 0, (size_t)h, n, 2, 1, FMT);         \
+        if (nrows & 1) tile_4bit(W + (size_t)(nrows - 1) * rb, rb, xa, 0, y + nrows - 1, 0, 1, n, 1, 1, FMT); \
+    }                                                                                                        \
+    void moe_gemm_a8_##name##_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,       \
+                                   int64_t ntok, float *y, size_t ys, int64_t n) {                           \
+        const uint8_t *W = w, *X = xa;                                                                       \
+        int64_t r = 0;                                                                                       \
+        for (; r + GEMM_R <= nrows; r += GEMM_R) {                                                                     \
+            int64_t t = 0;                                                                                   \
+            for (; t + GEMM_T <= ntok; t += GEMM_T)                                                                    \
+                tile_4bit(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, GEMM_R, GEMM_T, FMT); \
+            for (; t < ntok; t++)                                                                            \
+                tile_4bit(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, GEMM_R, 1, FMT); \
+        }                                                                                                    \
+        for (; r < nrows; r++)                                                                               \
+            for (int64_t t = 0; t < ntok; t++)                                                               \
+                tile_4bit(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 1, 1, FMT); \
+    }
+A8_4BIT_KERNELS(nvfp4, FMT_NVFP4)
+A8_4BIT_KERNELS(mxfp4, FMT_MXFP4)
+A8_4BIT_KERNELS(q4_0, FMT_Q4_0)

@@ -7,7 +7,9 @@
  * starting from the activation's correction vector; the exact int32 block
  * sums are then converted and folded into the 16 float lanes with one FMA per
  * group, as the contract says. A tile does R rows x T tokens (compile-time
- * constants) so weight slabs are reused across tokens in prefill. */
+ * constants) so weight slabs are reused across tokens in prefill. The 4-bit
+ * formats (NVFP4, MXFP4, Q4_0) follow below. Only F/BW/VL/DQ + VNNI
+ * instructions (no VBMI: no vpermb; the nibble tables are vpshufb). */
 #include "quant/quant_internal.h"
 
 #include <immintrin.h>
@@ -109,3 +111,234 @@ void moe_gemm_a8_q8_0_avx512(const void *w, size_t rb, int64_t nrows, const void
         for (int64_t t = 0; t < ntok; t++)
             tile_q8_0(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 1, 1);
 }
+
+/* ---- the 4-bit formats (NVFP4, MXFP4, Q4_0) --------------------------------
+ * Codes become unsigned bytes u (act8_ref.c): a vpshufb of a 16-entry table
+ * kv + 12 (NVFP4, MXFP4) or the code itself (Q4_0), and each sum starts
+ * from the activation's correction. A full group's slab t (32 bytes) is
+ * broadcast to both halves of a zmm, the upper half shifted by 4 bits, then
+ * masked to nibbles: lanes 0..7 get the low nibbles (blocks 0..7), lanes
+ * 8..15 the high ones (blocks 8..15), against the 64-byte activation slab t.
+ * A partial group's slab pair p (4 gn bytes, one masked load) gives slab 2p
+ * (low nibbles) and 2p+1 (high nibbles) with block j at bytes 4j..4j+3.
+ * A partial group of gn <= 8 blocks (n = 256: the experts' down projections
+ * of the laguna bench model) would leave half of every zmm idle, so tiles
+ * with an even row count put two rows in one zmm (lanes 0..7 and 8..15);
+ * each row's float lanes still take exactly its own blocks' FMAs, in order.
+ * Per block the float steps are the contract's: S = scale * da (vcvtph2ps
+ * and the conversions below are exact), one FMA per part (NVFP4: half 0,
+ * then half 1), lanes in the fixed tree. */
+enum { FMT_Q4_0, FMT_MXFP4, FMT_NVFP4 };
+
+/* moe_ue4m3_half of 16 bytes: (byte & 0x7F) << 20 is a float whose exponent
+ * field is the UE4M3 exponent and whose top 3 mantissa bits its mantissa;
+ * times 2^119 (exact, a power of two; subnormal inputs become normal) it is
+ * (8 + m) * 2^(e - 11) or m * 2^-10 for e = 0. Byte 0x7F alone gives 0
+ * (0xFF decodes as e = 15, m = 7, as in the table). */
+ALWAYS_INLINE __m512 ue4m3_half16(__m128i bytes) {
+    const __m512i v = _mm512_cvtepu8_epi32(bytes);
+    const __m512i f = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x7F)), 20);
+    return _mm512_maskz_mul_ps(_mm512_cmpneq_epi32_mask(v, _mm512_set1_epi32(0x7F)), _mm512_castsi512_ps(f),
+                               _mm512_set1_ps(0x1p119f));
+}
+/* moe_e8m0_half of 16 bytes: (e - 1) << 23 for e >= 2, 0x00200000 << e for e < 2. */
+ALWAYS_INLINE __m512 e8m0_half16(__m128i bytes) {
+    const __m512i e = _mm512_cvtepu8_epi32(bytes);
+    const __m512i big = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i small = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), big, small));
+}
+
+/* The weight scales of a group's lanes (NVFP4: of half h), gn blocks. */
+ALWAYS_INLINE __m512 w_scales(const uint8_t *G, int gn, int h, const int FMT, const int PARTIAL) {
+    const __mmask16 ml = (__mmask16)((1u << gn) - 1);
+    if (FMT == FMT_Q4_0)
+        return _mm512_cvtph_ps(PARTIAL ? _mm256_maskz_loadu_epi16(ml, G) : _mm256_loadu_si256((const __m256i *)G));
+    const uint8_t *p = G + (size_t)(h * gn);
+    const __m128i b = PARTIAL ? _mm_maskz_loadu_epi8(ml, p) : _mm_loadu_si128((const __m128i *)p);
+    return FMT == FMT_NVFP4 ? ue4m3_half16(b) : e8m0_half16(b);
+}
+
+/* The same for two rows of a partial group of gn <= 8 blocks: row 0's
+ * scales in lanes 0..7, row 1's in lanes 8..15 (one conversion for both). */
+ALWAYS_INLINE __m512 w_scales_pair(const uint8_t *G0, const uint8_t *G1, int gn, int h, const int FMT) {
+    const __mmask8 ml = (__mmask8)((1u << gn) - 1);
+    if (FMT == FMT_Q4_0)
+        return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_maskz_loadu_epi16(ml, G0)),
+                                                       _mm_maskz_loadu_epi16(ml, G1), 1));
+    const __m128i b = _mm_unpacklo_epi64(_mm_maskz_loadu_epi8(ml, G0 + (size_t)(h * gn)),
+                                         _mm_maskz_loadu_epi8(ml, G1 + (size_t)(h * gn)));
+    return FMT == FMT_NVFP4 ? ue4m3_half16(b) : e8m0_half16(b);
+}
+
+/* Where part h's sums start (NVFP4: half h; the others: the whole block). */
+ALWAYS_INLINE __m512i corr4(const uint8_t *A, int h, const int FMT) {
+    if (FMT == FMT_Q4_0) return _mm512_srai_epi32(_mm512_loadu_si512(A + 512), 4); /* -8 * sum q */
+    const __m512i m12 = _mm512_set1_epi32(-12);
+    if (FMT == FMT_NVFP4) return _mm512_mullo_epi32(_mm512_loadu_si512(A + 640 + 64 * h), m12);
+    return _mm512_mullo_epi32(_mm512_add_epi32(_mm512_loadu_si512(A + 640), _mm512_loadu_si512(A + 704)), m12);
+}
+
+ALWAYS_INLINE __m512i to_u(__m512i codes, __m512i tab, const int FMT) {
+    return FMT == FMT_Q4_0 ? codes : _mm512_shuffle_epi8(tab, codes);
+}
+
+/* R rows x T tokens of a 4-bit format (a8 layout), as tile_q8_0. */
+ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, size_t xs, float *y, size_t ys,
+                             size_t yr, int64_t n, const int R, const int T, const int FMT) {
+    const int64_t nb = n / 32;
+    const size_t BPB = FMT == FMT_MXFP4 ? 17 : 18;
+    const int SB = FMT == FMT_MXFP4 ? 1 : 2;
+    const int NP = FMT == FMT_NVFP4 ? 2 : 1;    /* parts (FMAs) per block */
+    const int SPP = FMT == FMT_NVFP4 ? 4 : 8;   /* slabs per part */
+    const __m512i tab = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[4][4];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < nb; g0 += A8_G) {
+        const int gn = (int)(nb - g0 < A8_G ? nb - g0 : A8_G);
+        const uint8_t *G = w + (size_t)g0 * BPB;
+        const uint8_t *A = xa + (size_t)(g0 / A8_G) * A8_GROUP_BYTES;
+        const uint8_t *C = G + (size_t)(SB * gn);
+        if (gn == A8_G) {
+            UNROLL for (int h = 0; h < NP; h++) {
+                __m512i is[4][4];
+                UNROLL for (int t = 0; t < T; t++) {
+                    const __m512i c = corr4(A + (size_t)t * xs, h, FMT);
+                    UNROLL for (int r = 0; r < R; r++) is[r][t] = c;
+                }
+                UNROLL for (int i = 0; i < SPP; i++) {
+                    const int s = SPP * h + i;
+                    __m512i a[4];
+                    UNROLL for (int t = 0; t < T; t++) a[t] = _mm512_loadu_si512(A + (size_t)t * xs + 64 * s);
+                    UNROLL for (int r = 0; r < R; r++) {
+                        __m512i z = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(C + (size_t)r * rb + 32 * s)));
+                        z = _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFFFF0000u, z, 4), m4);
+                        const __m512i u = to_u(z, tab, FMT);
+                        UNROLL for (int t = 0; t < T; t++) is[r][t] = _mm512_dpbusd_epi32(is[r][t], u, a[t]);
+                    }
+                }
+                UNROLL for (int r = 0; r < R; r++) {
+                    const __m512 sc = w_scales(G + (size_t)r * rb, A8_G, h, FMT, 0);
+                    UNROLL for (int t = 0; t < T; t++) {
+                        const __m512 S = _mm512_mul_ps(sc, _mm512_loadu_ps((const float *)(A + (size_t)t * xs + 576)));
+                        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), S, acc[r][t]);
+                    }
+                }
+            }
+        } else if (R % 2 == 0 && gn <= 8) {
+            /* a partial group of <= 8 blocks fills half a zmm: two rows share
+             * one (row 2q in lanes 0..7, row 2q+1 in lanes 8..15) against
+             * the activation's blocks 0..7 broadcast to both halves */
+            const __mmask32 mb = (__mmask32)(((uint64_t)1 << (4 * gn)) - 1);
+            const __mmask16 ml = (__mmask16)((1u << gn) - 1), ml2 = (__mmask16)(ml | ml << 8);
+            UNROLL for (int h = 0; h < NP; h++) {
+                __m512i is[2][4];
+                UNROLL for (int t = 0; t < T; t++) {
+                    const __m512i c = corr4(A + (size_t)t * xs, h, FMT);
+                    UNROLL for (int q = 0; q < R / 2; q++) is[q][t] = _mm512_shuffle_i64x2(c, c, 0x44);
+                }
+                UNROLL for (int i = 0; i < SPP / 2; i++) {
+                    const int p = SPP / 2 * h + i;
+                    __m512i a0[4], a1[4];
+                    UNROLL for (int t = 0; t < T; t++) {
+                        a0[t] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 128 * p)));
+                        a1[t] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 128 * p + 64)));
+                    }
+                    UNROLL for (int q = 0; q < R / 2; q++) {
+                        const uint8_t *c0 = C + (size_t)(2 * q) * rb + (size_t)(4 * gn * p);
+                        const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi8(mb, c0)),
+                                                             _mm256_maskz_loadu_epi8(mb, c0 + rb), 1);
+                        const __m512i u0 = to_u(_mm512_and_si512(z, m4), tab, FMT);
+                        const __m512i u1 = to_u(_mm512_and_si512(_mm512_srli_epi16(z, 4), m4), tab, FMT);
+                        UNROLL for (int t = 0; t < T; t++) {
+                            is[q][t] = _mm512_dpbusd_epi32(is[q][t], u0, a0[t]);
+                            is[q][t] = _mm512_dpbusd_epi32(is[q][t], u1, a1[t]);
+                        }
+                    }
+                }
+                UNROLL for (int q = 0; q < R / 2; q++) {
+                    const __m512 sc = w_scales_pair(G + (size_t)(2 * q) * rb, G + (size_t)(2 * q + 1) * rb, gn, h, FMT);
+                    UNROLL for (int t = 0; t < T; t++) {
+                        const __m512 S = _mm512_mul_ps(sc, _mm512_broadcast_f32x8(_mm256_loadu_ps((const float *)(A + (size_t)t * xs + 576))));
+                        __m512 c = _mm512_shuffle_f32x4(acc[2 * q][t], acc[2 * q + 1][t], 0x44);
+                        c = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(is[q][t]), S, c, ml2);
+                        acc[2 * q][t] = _mm512_mask_mov_ps(acc[2 * q][t], 0x00FF, c);
+                        acc[2 * q + 1][t] = _mm512_mask_mov_ps(acc[2 * q + 1][t], 0x00FF, _mm512_shuffle_f32x4(c, c, 0xEE));
+                    }
+                }
+            }
+        } else {                       /* the row's last, partial group: slab pairs */
+            const __mmask64 mb = ((__mmask64)1 << (4 * gn)) - 1;
+            const __mmask16 ml = (__mmask16)((1u << gn) - 1);
+            UNROLL for (int h = 0; h < NP; h++) {
+                __m512i is[4][4];
+                UNROLL for (int t = 0; t < T; t++) {
+                    const __m512i c = corr4(A + (size_t)t * xs, h, FMT);
+                    UNROLL for (int r = 0; r < R; r++) is[r][t] = c;
+                }
+                UNROLL for (int i = 0; i < SPP / 2; i++) {
+                    const int p = SPP / 2 * h + i;
+                    __m512i a0[4], a1[4];
+                    UNROLL for (int t = 0; t < T; t++) {
+                        a0[t] = _mm512_loadu_si512(A + (size_t)t * xs + 128 * p);
+                        a1[t] = _mm512_loadu_si512(A + (size_t)t * xs + 128 * p + 64);
+                    }
+                    UNROLL for (int r = 0; r < R; r++) {
+                        const __m512i z = _mm512_maskz_loadu_epi8(mb, C + (size_t)r * rb + (size_t)(4 * gn * p));
+                        const __m512i u0 = to_u(_mm512_and_si512(z, m4), tab, FMT);
+                        const __m512i u1 = to_u(_mm512_and_si512(_mm512_srli_epi16(z, 4), m4), tab, FMT);
+                        UNROLL for (int t = 0; t < T; t++) {
+                            is[r][t] = _mm512_dpbusd_epi32(is[r][t], u0, a0[t]);
+                            is[r][t] = _mm512_dpbusd_epi32(is[r][t], u1, a1[t]);
+                        }
+                    }
+                }
+                UNROLL for (int r = 0; r < R; r++) {
+                    const __m512 sc = w_scales(G + (size_t)r * rb, gn, h, FMT, 1);
+                    UNROLL for (int t = 0; t < T; t++) {
+                        const __m512 S = _mm512_mul_ps(sc, _mm512_loadu_ps((const float *)(A + (size_t)t * xs + 576)));
+                        acc[r][t] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), S, acc[r][t], ml);
+                    }
+                }
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
+        y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t]);
+}
+
+/* gemv (rows r and r + nrows/2 paired, as for Q8_0) and gemm of each 4-bit
+ * format. The gemm tile, measured (bench_quant, 512x2048 x 512 tokens, 2
+ * threads, GOP/s, Q4_0 / NVFP4 / MXFP4): 4x3 513-531 / 341 / 382-413, 3x4
+ * 446 / 338, 4x4 454 / 337 / 307 (spills), 4x2 427 / 299, 2x4 336 / 294,
+ * 2x3 316 / 285. */
+#define GEMM_R 4
+#define GEMM_T 3
+#define A8_4BIT_KERNELS(name, FMT)                                                                             \
+    void moe_gemv_a8_##name##_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, float *y,      \
+                                     int64_t n) {                                                            \
+        const uint8_t *W = w;                                                                                \
+        const int64_t h = nrows / 2;                                                                         \
+        for (int64_t r = 0; r < h; r++)                                                                      \
+            tile_4bit(W + (size_t)r * rb, (size_t)h * rb, xa, 0, y + r, 0, (size_t)h, n, 2, 1, FMT);         \
+        if (nrows & 1) tile_4bit(W + (size_t)(nrows - 1) * rb, rb, xa, 0, y + nrows - 1, 0, 1, n, 1, 1, FMT); \
+    }                                                                                                        \
+    void moe_gemm_a8_##name##_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,     \
+                                     int64_t ntok, float *y, size_t ys, int64_t n) {                         \
+        const uint8_t *W = w, *X = xa;                                                                       \
+        int64_t r = 0;                                                                                       \
+        for (; r + GEMM_R <= nrows; r += GEMM_R) {                                                           \
+            int64_t t = 0;                                                                                   \
+            for (; t + GEMM_T <= ntok; t += GEMM_T)                                                          \
+                tile_4bit(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, GEMM_R, GEMM_T, FMT); \
+            for (; t < ntok; t++)                                                                            \
+                tile_4bit(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, GEMM_R, 1, FMT); \
+        }                                                                                                    \
+        for (; r < nrows; r++)                                                                               \
+            for (int64_t t = 0; t < ntok; t++)                                                               \
+                tile_4bit(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 1, 1, FMT); \
+    }
+A8_4BIT_KERNELS(nvfp4, FMT_NVFP4)
+A8_4BIT_KERNELS(mxfp4, FMT_MXFP4)
+A8_4BIT_KERNELS(q4_0, FMT_Q4_0)

@@ -17,14 +17,29 @@
  *     id   = amax != 0 ? 127 / amax : 0
  *     q_k  = round_half_even(x_k * id), clamped to [-127, 127], NaN -> 0
  *     da_b = (float)(half)(amax / 127)   (rounded to IEEE half, as ggml stores it)
- * ---- The dot-product contract (Q8_0 weights, dw_b = the block's f16 scale) --
- *     isum_b = sum_{k in block b} qw_k * q_k     (exact, int32)
- *     S_b    = dw_b * da_b                        (one float rounding)
- * Blocks go to 16 lanes: lane j takes blocks j, j+16, j+32, ... in increasing
- * order, acc[j] = fmaf((float)isum_b, S_b, acc[j]) starting from +0; lanes
- * are reduced by quant.h's fixed tree; a second-level scale multiplies after.
- * Because isum_b is an exact integer, a kernel may sum a block's products in
- * any order; only the float steps above are fixed.
+ *
+ * ---- The dot-product contracts ----------------------------------------------
+ * Every weight format splits a row into the same blocks of 32 values, and
+ * block b's terms go to lane b mod 16: lane j takes blocks j, j+16, j+32, ...
+ * in increasing order, acc[j] starts from +0 and takes the block's FMA(s)
+ * below; lanes are reduced by quant.h's fixed tree; a second-level scale
+ * multiplies after. Each isum is an exact int32 (so a kernel may sum a block's
+ * products in any order); only the float steps are fixed.
+ *   Q8_0 (dw_b = the block's f16 scale):
+ *     isum_b = sum_{k in block b} qw_k * q_k,   S_b = dw_b * da_b  (one rounding)
+ *     acc = fmaf((float)isum_b, S_b, acc)
+ *   NVFP4: a 64-value block is two 32-blocks; 32-block b has halves h = 0, 1
+ *   (its values 16h .. 16h+15), each exactly one NVFP4 sub-block with its own
+ *   UE4M3 scale byte sc_{b,h}; kv = moe_kvalues_fp4 (twice the E2M1 values):
+ *     isum_{b,h} = sum_{k in half h} kv[code_k] * q_k
+ *     S_{b,h}    = moe_ue4m3_half[sc_{b,h}] * da_b  (one rounding)
+ *     acc = fmaf((float)isum_{b,0}, S_{b,0}, acc); acc = fmaf((float)isum_{b,1}, S_{b,1}, acc)
+ *   (the FP32 path's weight is w = (float)kv[code] * moe_ue4m3_half[sc]: the
+ *   same value, its scale applied once per half instead of per weight).
+ *   MXFP4 (E8M0 byte e_b per block):
+ *     isum_b = sum kv[code_k] * q_k,   S_b = moe_e8m0_half(e_b) * da_b,   one FMA
+ *   Q4_0 (f16 scale d_b per block):
+ *     isum_b = sum (code_k - 8) * q_k, S_b = d_b * da_b,                  one FMA
  *
  * ---- Memory layouts ---------------------------------------------------------
  * Both sides are cut into groups of G = 16 blocks (512 values; the last group
@@ -32,15 +47,43 @@
  * "slab-transposed": slab t (t = 0..7) holds, for each block j of the group,
  * its values 4t..4t+3. So one 64-byte slab feeds one vpdpbusd whose lane j
  * accumulates block j — exactly the lane assignment above.
- *   activations, per group (A8_GROUP_BYTES = 640):
- *     int8  q[8][16][4]   slab t, block j, value 4t+i (zeros for absent blocks)
- *     int32 corr[16]      -128 * sum of block j's q (0 for absent blocks)
- *     float da[16]        (0 for absent blocks)
- *   Q8_0 weights ("a8 layout", moe_repack_a8; the same bytes per row as the
- *   file, so rows stay row_bytes apart):
- *     uint16 d[nb]        the blocks' f16 scales
- *     uint8  u[8][nb][4]  qw ^ 0x80 (= qw + 128): unsigned, as vpdpbusd wants;
- *                         corr removes the 128 * sum q the bias adds. */
+ *   activations, per group (A8_GROUP_BYTES = 768; the group's fields other
+ *   than q and da are derived from q, and the kernels rely on them):
+ *     @0   int8  q[8][16][4]   slab t, block j, value 4t+i (zeros for absent blocks)
+ *     @512 int32 corr[16]      -128 * sum of block j's q (0 for absent blocks)
+ *     @576 float da[16]        (0 for absent blocks)
+ *     @640 int32 hsum[32]      hsum[j] = sum of block j's q over its values
+ *                              0..15, hsum[16 + j] over values 16..31 (0 for
+ *                              absent blocks): the 4-bit formats' corrections
+ * The a8 weight layouts (moe_repack_a8) keep the file's bytes per block, so
+ * a row keeps its byte count and rows stay row_bytes apart; a group of a
+ * row is self-contained (its scales and codes only).
+ *   Q8_0, per group of gn blocks (34 gn bytes):
+ *     uint16 d[gn]        the blocks' f16 scales
+ *     uint8  u[8][gn][4]  qw ^ 0x80 (= qw + 128): unsigned, as vpdpbusd wants;
+ *                         corr removes the 128 * sum q the bias adds.
+ *   The 4-bit formats (NVFP4 18 gn bytes, MXFP4 17 gn, Q4_0 18 gn): first the
+ *   scales, then 16 gn bytes of codes (code(j, k) = the 4-bit code of value
+ *   k of block j, as in the file: moe_kvalues_fp4 index, or Q4_0's nibble):
+ *     NVFP4: uint8 sc[2][gn]  sc[h][j] = the UE4M3 byte of half h of block j
+ *     MXFP4: uint8 e[gn]      the E8M0 bytes
+ *     Q4_0:  uint16 d[gn]     the f16 scales
+ *   codes of a full group (gn = 16): 8 slabs of 32 bytes; slab t, byte i:
+ *       low nibble = code(i/4, 4t + i%4), high nibble = code(8 + i/4, 4t + i%4)
+ *     so a nibble split of a slab gives lanes 0..7 (low) and 8..15 (high),
+ *     4 codes per lane (NVFP4: slabs 0..3 are half 0, slabs 4..7 half 1);
+ *   codes of a partial group (gn < 16, a row's last; NVFP4: gn even): 4 slab
+ *   pairs of 4 gn bytes; pair p, byte 4j + i (j < gn, i < 4):
+ *       low nibble = code(j, 8p + i) (slab 2p), high nibble = code(j, 8p + 4 + i) (slab 2p+1)
+ *     so a nibble split of a pair gives two slabs, each with block j at
+ *     bytes 4j..4j+3 as in the activation slabs: no lane moves are needed
+ *     for any gn (a full group's arrangement would put lanes gn/2.. at a
+ *     gn-dependent offset), and only the pair's 4 gn bytes are read.
+ *   The kernels turn codes into unsigned bytes u for vpdpbusd and start the
+ *   sums from corrections: NVFP4 / MXFP4 u = kv[code] + 12 (0..24, a
+ *   16-entry table), starting from -12 * hsum (NVFP4 half h: -12 * hsum[16h
+ *   + j]; MXFP4: -12 * (hsum[j] + hsum[16 + j])); Q4_0 u = code, starting
+ *   from corr / 16 = -8 * sum q. Every such sum is the exact isum above. */
 #include "quant/quant_internal.h"
 #include "util.h"
 
@@ -51,7 +94,9 @@ int64_t moe_act8_row_bytes(int64_t n) {
     return (nb + A8_G - 1) / A8_G * A8_GROUP_BYTES;
 }
 
-bool moe_type_has_a8(uint32_t type) { return type == MOE_T_Q8_0; }
+bool moe_type_has_a8(uint32_t type) {
+    return type == MOE_T_Q8_0 || type == MOE_T_NVFP4 || type == MOE_T_MXFP4 || type == MOE_T_Q4_0;
+}
 
 /* ggml's nearest_int: round half to even via the 1.5*2^23 trick (|v| <= 127 here). */
 static inline int a8_round(float v) {
@@ -75,22 +120,78 @@ void moe_quantize_act8(const float *x, void *dst, int64_t n) {
             if (a > amax) amax = a;
         }
         const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        int32_t sum = 0;
+        int32_t hs[2] = {0, 0};
         for (int k = 0; k < 32; k++) {
             const float v = xb[k] * id;
             int q = v >= 127.0f ? 127 : v <= -127.0f ? -127 : v == v ? a8_round(v) : 0;
             g[(k / 4) * 64 + j * 4 + (k % 4)] = (uint8_t)(int8_t)q;
-            sum += q;
+            hs[k / 16] += q;
         }
-        const int32_t corr = -128 * sum;
+        const int32_t corr = -128 * (hs[0] + hs[1]);
         const float da = moe_f16_to_f32(moe_f32_to_f16(amax / 127.0f));
         memcpy(g + 512 + 4 * j, &corr, 4);
         memcpy(g + 576 + 4 * j, &da, 4);
+        memcpy(g + 640 + 4 * j, &hs[0], 4);
+        memcpy(g + 704 + 4 * j, &hs[1], 4);
     }
 }
 
-void moe_repack_a8(uint32_t type, const void *src, void *dst, int64_t nrows, int64_t n) {
-    (void)type; /* Q8_0 only (moe_type_has_a8) */
+/* ---- the 4-bit formats on the file's layout ----------------------------- */
+
+/* Bytes per 32 values in the file (and so in the a8 layout). */
+static size_t a8_bpb(uint32_t type) { return type == MOE_T_MXFP4 ? 17 : 18; }
+/* Bytes of scale per block in the a8 layout's scale area. */
+static int a8_sb(uint32_t type) { return type == MOE_T_MXFP4 ? 1 : 2; }
+
+/* The 32 codes of 32-block b of a plain row, in value order. */
+static void plain_codes(uint32_t type, const uint8_t *row, int64_t b, uint8_t c[32]) {
+    if (type == MOE_T_NVFP4) {
+        const uint8_t *blk = row + (size_t)(b / 2) * QB_NVFP4;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *qs = blk + 4 + 8 * (2 * (b % 2) + h);
+            for (int j = 0; j < 8; j++) {
+                c[16 * h + j] = qs[j] & 15;
+                c[16 * h + j + 8] = qs[j] >> 4;
+            }
+        }
+    } else {
+        const uint8_t *qs = type == MOE_T_Q4_0 ? row + (size_t)b * QB_Q4_0 + 2 : row + (size_t)b * QB_MXFP4 + 1;
+        for (int j = 0; j < 16; j++) {
+            c[j] = qs[j] & 15;
+            c[j + 16] = qs[j] >> 4;
+        }
+    }
+}
+
+/* The scale bytes of 32-block b of a plain row, as the a8 layout stores
+ * them: NVFP4 s[h] = half h's UE4M3 byte; MXFP4 s[0] = e; Q4_0 s = the f16. */
+static void plain_scales(uint32_t type, const uint8_t *row, int64_t b, uint8_t s[2]) {
+    if (type == MOE_T_NVFP4) {
+        const uint8_t *blk = row + (size_t)(b / 2) * QB_NVFP4;
+        s[0] = blk[2 * (b % 2)];
+        s[1] = blk[2 * (b % 2) + 1];
+    } else if (type == MOE_T_MXFP4) {
+        s[0] = row[(size_t)b * QB_MXFP4];
+        s[1] = 0;
+    } else {
+        memcpy(s, row + (size_t)b * QB_Q4_0, 2);
+    }
+}
+
+/* Where code(j, k) lives in a group's code area (gn blocks): byte, and
+ * whether in the high nibble (the layouts above). */
+static inline size_t a8_code_pos(int gn, int j, int k, int *hi) {
+    if (gn == A8_G) {
+        *hi = j >= 8;
+        return (size_t)(32 * (k / 4) + 4 * (j % 8) + k % 4);
+    }
+    *hi = (k % 8) >= 4;
+    return (size_t)(4 * gn * (k / 8) + 4 * j + k % 4);
+}
+
+/* ---- moe_repack_a8 -------------------------------------------------------- */
+
+static void repack_q8_0(const void *src, void *dst, int64_t nrows, int64_t n) {
     const int64_t nb = n / 32;
     const size_t rb = (size_t)nb * QB_Q8_0;
     for (int64_t r = 0; r < nrows; r++) {
@@ -108,6 +209,40 @@ void moe_repack_a8(uint32_t type, const void *src, void *dst, int64_t nrows, int
         }
     }
 }
+
+static void repack_4bit(uint32_t type, const void *src, void *dst, int64_t nrows, int64_t n) {
+    const int64_t nb = n / 32;
+    const size_t bpb = a8_bpb(type), rb = (size_t)nb * bpb;
+    const int sb = a8_sb(type);
+    for (int64_t r = 0; r < nrows; r++) {
+        const uint8_t *S = (const uint8_t *)src + (size_t)r * rb;
+        uint8_t *D = (uint8_t *)dst + (size_t)r * rb;
+        for (int64_t g0 = 0; g0 < nb; g0 += A8_G) {
+            const int gn = (int)(nb - g0 < A8_G ? nb - g0 : A8_G);
+            uint8_t *G = D + (size_t)g0 * bpb, *C = G + sb * gn;
+            memset(C, 0, (size_t)(16 * gn));
+            for (int j = 0; j < gn; j++) {
+                uint8_t s[2], c[32];
+                plain_scales(type, S, g0 + j, s);
+                plain_codes(type, S, g0 + j, c);
+                if (type == MOE_T_NVFP4) { G[j] = s[0]; G[gn + j] = s[1]; }
+                else memcpy(G + sb * j, s, (size_t)sb);
+                for (int k = 0; k < 32; k++) {
+                    int hi;
+                    const size_t p = a8_code_pos(gn, j, k, &hi);
+                    C[p] |= (uint8_t)(c[k] << (hi ? 4 : 0));
+                }
+            }
+        }
+    }
+}
+
+void moe_repack_a8(uint32_t type, const void *src, void *dst, int64_t nrows, int64_t n) {
+    if (type == MOE_T_Q8_0) repack_q8_0(src, dst, nrows, n);
+    else repack_4bit(type, src, dst, nrows, n);
+}
+
+/* ---- the contract on plain rows (moe_a8_dot_ref) ------------------------- */
 
 /* The fixed tree of quant.h. */
 static float a8_reduce16(const float a[16]) {
@@ -127,25 +262,48 @@ static void a8_block(const uint8_t *xa, int64_t b, int8_t q[32], float *da) {
 }
 
 float moe_a8_dot_ref(uint32_t type, const void *row, const void *xa, int64_t n) {
-    (void)type; /* Q8_0, plain ggml layout */
     const uint8_t *R = row;
     float acc[16] = {0};
     for (int64_t b = 0; b < n / 32; b++) {
         int8_t q[32];
         float da;
         a8_block(xa, b, q, &da);
-        const uint8_t *blk = R + b * QB_Q8_0;
-        int32_t isum = 0;
-        for (int k = 0; k < 32; k++) isum += (int32_t)(int8_t)blk[2 + k] * q[k];
-        const float S = moe_f16_to_f32(moe_rd16(blk)) * da;
-        acc[b % 16] = fmaf((float)isum, S, acc[b % 16]);
+        float *a = &acc[b % 16];
+        if (type == MOE_T_Q8_0) {
+            const uint8_t *blk = R + b * QB_Q8_0;
+            int32_t isum = 0;
+            for (int k = 0; k < 32; k++) isum += (int32_t)(int8_t)blk[2 + k] * q[k];
+            const float S = moe_f16_to_f32(moe_rd16(blk)) * da;
+            *a = fmaf((float)isum, S, *a);
+            continue;
+        }
+        uint8_t c[32], s[2];
+        plain_codes(type, R, b, c);
+        plain_scales(type, R, b, s);
+        if (type == MOE_T_NVFP4) {
+            for (int h = 0; h < 2; h++) {
+                int32_t isum = 0;
+                for (int k = 16 * h; k < 16 * h + 16; k++) isum += (int32_t)moe_kvalues_fp4[c[k]] * q[k];
+                const float S = moe_ue4m3_half[s[h]] * da;
+                *a = fmaf((float)isum, S, *a);
+            }
+        } else {
+            int32_t isum = 0;
+            for (int k = 0; k < 32; k++)
+                isum += (type == MOE_T_Q4_0 ? (int32_t)c[k] - 8 : (int32_t)moe_kvalues_fp4[c[k]]) * q[k];
+            const float dw = type == MOE_T_Q4_0 ? moe_f16_to_f32(moe_rd16(s)) : moe_e8m0_half(s[0]);
+            const float S = dw * da;
+            *a = fmaf((float)isum, S, *a);
+        }
     }
     return a8_reduce16(acc);
 }
 
-/* The same over one row in the a8 layout: the scalar kernel of every table
- * without a SIMD one. */
-static float a8_row_dot(const uint8_t *row, const uint8_t *xa, int64_t n) {
+/* ---- the scalar kernels on the a8 layout ---------------------------------
+ * The same contract over rows in the a8 layout, computed as the SIMD kernels
+ * do (unsigned bytes and corrections): the kernels of every table without a
+ * SIMD one. */
+static float a8_row_dot_q8_0(const uint8_t *row, const uint8_t *xa, int64_t n) {
     const int64_t nb = n / 32;
     float acc[16] = {0};
     for (int64_t g0 = 0; g0 < nb; g0 += A8_G) {
@@ -167,12 +325,58 @@ static float a8_row_dot(const uint8_t *row, const uint8_t *xa, int64_t n) {
     return a8_reduce16(acc);
 }
 
-void moe_gemv_a8_q8_0_ref(const void *w, size_t rb, int64_t nrows, const void *xa, float *y, int64_t n) {
-    for (int64_t r = 0; r < nrows; r++) y[r] = a8_row_dot((const uint8_t *)w + (size_t)r * rb, xa, n);
+static float a8_row_dot_4bit(uint32_t type, const uint8_t *row, const uint8_t *xa, int64_t n) {
+    const int64_t nb = n / 32;
+    const size_t bpb = a8_bpb(type);
+    const int sb = a8_sb(type);
+    float acc[16] = {0};
+    for (int64_t g0 = 0; g0 < nb; g0 += A8_G) {
+        const int gn = (int)(nb - g0 < A8_G ? nb - g0 : A8_G);
+        const uint8_t *G = row + (size_t)g0 * bpb, *C = G + sb * gn;
+        const uint8_t *A = xa + (g0 / A8_G) * A8_GROUP_BYTES;
+        for (int j = 0; j < gn; j++) {
+            int32_t hs[2], corr, isum[2];
+            float da;
+            memcpy(&hs[0], A + 640 + 4 * j, 4);
+            memcpy(&hs[1], A + 704 + 4 * j, 4);
+            memcpy(&corr, A + 512 + 4 * j, 4);
+            memcpy(&da, A + 576 + 4 * j, 4);
+            if (type == MOE_T_NVFP4) { isum[0] = -12 * hs[0]; isum[1] = -12 * hs[1]; }
+            else if (type == MOE_T_MXFP4) { isum[0] = -12 * (hs[0] + hs[1]); isum[1] = 0; }
+            else { isum[0] = corr / 16; isum[1] = 0; }  /* -8 * sum q (corr = -128 * sum q) */
+            for (int k = 0; k < 32; k++) {
+                int hi;
+                const size_t pos = a8_code_pos(gn, j, k, &hi);
+                const uint8_t code = (C[pos] >> (hi ? 4 : 0)) & 15;
+                const int32_t u = type == MOE_T_Q4_0 ? code : moe_kvalues_fp4[code] + 12;
+                isum[type == MOE_T_NVFP4 ? k / 16 : 0] += u * (int8_t)A[(k / 4) * 64 + j * 4 + k % 4];
+            }
+            if (type == MOE_T_NVFP4) {
+                acc[j] = fmaf((float)isum[0], moe_ue4m3_half[G[j]] * da, acc[j]);
+                acc[j] = fmaf((float)isum[1], moe_ue4m3_half[G[gn + j]] * da, acc[j]);
+            } else {
+                const float dw = type == MOE_T_Q4_0 ? moe_f16_to_f32(moe_rd16(G + 2 * j)) : moe_e8m0_half(G[j]);
+                acc[j] = fmaf((float)isum[0], dw * da, acc[j]);
+            }
+        }
+    }
+    return a8_reduce16(acc);
 }
 
-void moe_gemm_a8_q8_0_ref(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs, int64_t ntok,
-                          float *y, size_t ys, int64_t n) {
-    for (int64_t t = 0; t < ntok; t++)
-        moe_gemv_a8_q8_0_ref(w, rb, nrows, (const uint8_t *)xa + (size_t)t * xs, y + (size_t)t * ys, n);
+static float a8_row_dot(uint32_t type, const uint8_t *row, const uint8_t *xa, int64_t n) {
+    return type == MOE_T_Q8_0 ? a8_row_dot_q8_0(row, xa, n) : a8_row_dot_4bit(type, row, xa, n);
 }
+
+#define A8_REF_KERNELS(name, type)                                                                           \
+    void moe_gemv_a8_##name##_ref(const void *w, size_t rb, int64_t nrows, const void *xa, float *y, int64_t n) { \
+        for (int64_t r = 0; r < nrows; r++) y[r] = a8_row_dot(type, (const uint8_t *)w + (size_t)r * rb, xa, n); \
+    }                                                                                                        \
+    void moe_gemm_a8_##name##_ref(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,        \
+                                  int64_t ntok, float *y, size_t ys, int64_t n) {                            \
+        for (int64_t t = 0; t < ntok; t++)                                                                   \
+            moe_gemv_a8_##name##_ref(w, rb, nrows, (const uint8_t *)xa + (size_t)t * xs, y + (size_t)t * ys, n); \
+    }
+A8_REF_KERNELS(q8_0, MOE_T_Q8_0)
+A8_REF_KERNELS(nvfp4, MOE_T_NVFP4)
+A8_REF_KERNELS(mxfp4, MOE_T_MXFP4)
+A8_REF_KERNELS(q4_0, MOE_T_Q4_0)

@@ -352,5 +352,6 @@ const moe_kernels moe_kernels_avx2_tab = {
     ENTRY_X4(MOE_T_Q8_0, q8_0), ENTRY_X4(MOE_T_Q4_0, q4_0), ENTRY_X4(MOE_T_Q4_K, q4_k),
     ENTRY_X4(MOE_T_Q6_K, q6_k), ENTRY_X4(MOE_T_MXFP4, mxfp4), ENTRY_X4(MOE_T_NVFP4, nvfp4),
     .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
-    .gemv_a8[MOE_T_Q8_0] = moe_gemv_a8_q8_0_avx2, .gemm_a8[MOE_T_Q8_0] = moe_gemm_a8_q8_0_avx2,
+    A8_ENTRY(MOE_T_Q8_0, q8_0, avx2), A8_ENTRY(MOE_T_NVFP4, nvfp4, avx2),
+    A8_ENTRY(MOE_T_MXFP4, mxfp4, avx2), A8_ENTRY(MOE_T_Q4_0, q4_0, avx2),
 };

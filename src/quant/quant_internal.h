@@ -82,17 +82,21 @@ static inline uint16_t moe_rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2)
         gemm_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 1, QBYTES);                          \
     }
 
-/* act8_ref.c: the scalar a8 kernels (every table without a SIMD one uses them). */
-void moe_gemv_a8_q8_0_ref(const void *w, size_t rb, int64_t nrows, const void *xa, float *y, int64_t n);
-void moe_gemm_a8_q8_0_ref(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs, int64_t ntok,
-                          float *y, size_t ys, int64_t n);
-/* act8_avx512.c (AVX-512 VNNI) and act8_avx2.c. */
-void moe_gemv_a8_q8_0_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, float *y, int64_t n);
-void moe_gemm_a8_q8_0_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs, int64_t ntok,
-                             float *y, size_t ys, int64_t n);
-void moe_gemv_a8_q8_0_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, float *y, int64_t n);
-void moe_gemm_a8_q8_0_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs, int64_t ntok,
-                           float *y, size_t ys, int64_t n);
+/* act8_ref.c: the scalar a8 kernels (every table without a SIMD one uses
+ * them); act8_avx512.c (AVX-512 VNNI) and act8_avx2.c: the SIMD ones. */
+#define A8_DECL(name, isa)                                                                                   \
+    void moe_gemv_a8_##name##_##isa(const void *w, size_t rb, int64_t nrows, const void *xa, float *y, int64_t n); \
+    void moe_gemm_a8_##name##_##isa(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,        \
+                                    int64_t ntok, float *y, size_t ys, int64_t n);
+#define A8_DECL_ALL(name) A8_DECL(name, ref) A8_DECL(name, avx512) A8_DECL(name, avx2)
+A8_DECL_ALL(q8_0)
+A8_DECL_ALL(nvfp4)
+A8_DECL_ALL(mxfp4)
+A8_DECL_ALL(q4_0)
+#undef A8_DECL_ALL
+#undef A8_DECL
+/* A table's a8 entries for one format. */
+#define A8_ENTRY(id, name, isa) .gemv_a8[id] = moe_gemv_a8_##name##_##isa, .gemm_a8[id] = moe_gemm_a8_##name##_##isa
 
 /* The kernel tables, filled in by each ISA file. */
 extern const moe_kernels moe_kernels_scalar_tab;
