@@ -55,6 +55,9 @@ static const oracle_case CASES[] = {
     {"laguna-tiny-f32", NULL, 0.012f, "+kv_f16"},
     {"qwen3moe-tiny-q8_0", NULL, 0.1f, "+act_q8,+kv_f16"},
     {"laguna-tiny-q8_0", NULL, 0.8f, "+act_q8,+kv_f16"},
+    {"qwen3moe-tiny-q4_0", NULL, 0.1f, "+act_q8,+kv_f16"},
+    {"qwen3moe-tiny-q8_0-nvfp4-scale2", NULL, 0.15f, "+act_q8,+kv_f16"},
+    {"laguna-tiny-bf16-nvfp4", NULL, 0.12f, "+act_q8,+kv_f16"},
 };
 
 /* n little-endian floats, or NULL when the file is missing or not that size */
