@@ -137,6 +137,11 @@ bool moe_flag_describe(int i, const char **name, const char **desc, bool *defaul
 const char *moe_model_kernels(const moe_model *m);
 /* The model's active flag set, formatted "+a,+b" ("none" when empty). */
 void moe_model_flags(const moe_model *m, char *buf, size_t len);
+/* The numerics flags (act_q8, kv_f16: a different arithmetic, docs/EXACTNESS.md)
+ * of a flag set written as moe_model_flags writes it (relative to "none"),
+ * formatted the same way ("none" when there are none). MOE_EINVAL when the
+ * spec names an unknown flag. */
+int  moe_flags_numerics_of(const char *spec, char *buf, size_t len, char *err, size_t errlen);
 
 /* ---- chat (src/chat.c) ---------------------------------------------------- */
 
@@ -179,6 +184,9 @@ int  moe_trace_load(const char *path, moe_trace **out, char *err, size_t errlen)
 void moe_trace_free(moe_trace *t);
 int  moe_trace_n_cases(const moe_trace *t);
 const moe_trace_case *moe_trace_case_at(const moe_trace *t, int i);
+/* Case i's free-form "recorded_with" note ("flags=... isa=... threads=..."
+ * when moe_trace_record wrote it), or NULL. */
+const char *moe_trace_recorded_with(const moe_trace *t, int i);
 int   moe_trace_steps(const moe_trace *t);          /* gate setting: steps to check */
 float moe_trace_tie_tolerance(const moe_trace *t);  /* gate setting */
 /* MOE_OK when the trace's provenance (file name, sha256, architecture) matches m. */

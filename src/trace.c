@@ -76,6 +76,9 @@ int moe_trace_n_cases(const moe_trace *t) { return t ? t->n : 0; }
 const moe_trace_case *moe_trace_case_at(const moe_trace *t, int i) {
     return t && i >= 0 && i < t->n ? &t->cases[i].c : NULL;
 }
+const char *moe_trace_recorded_with(const moe_trace *t, int i) {
+    return t && i >= 0 && i < t->n ? t->cases[i].recorded_with : NULL;
+}
 int moe_trace_steps(const moe_trace *t) { return t ? t->steps : 0; }
 float moe_trace_tie_tolerance(const moe_trace *t) { return t ? t->tie : 0.0f; }
 

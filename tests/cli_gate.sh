@@ -195,5 +195,31 @@ out=$("$BIN" flags)
 echo "$out" | grep -q "^test_perturb .*off .*\[test-only\]" || fail "flags listing: $out"
 echo "$out" | grep -q "^simd .*on " || fail "flags listing lacks simd: $out"
 
+
+# ---- numerics flags: own traces; a mismatch fails with a note, bisect names the flag -----
+Q=$SH/oracle/qwen3moe-tiny-q8_0.gguf
+P14=588,418,515,478,560,429,258,462,489,13,573,552,259,377   # the oracle prompt
+if "$BIN" trace record -m "$Q" --tokens "$P14" --steps 64 -o "$T/q8.json" --flags=none,+act_q8,+kv_f16 \
+     >/dev/null 2>&1; then
+  "$REL" gate -m "$Q" "$T/q8.json" --flags=+act_q8,+kv_f16 -t 2 >/dev/null 2>&1 ||
+    fail "act_q8,kv_f16 trace does not pass with the same numerics and default speed flags"
+  out=$("$REL" gate -m "$Q" "$T/q8.json" 2>&1)
+  [ $? -eq 1 ] && echo "$out" | grep -q "note: the trace was recorded with numerics flags +act_q8,+kv_f16, this run uses none" ||
+    fail "gate of an act_q8 trace in FP32: $out"
+  out=$("$REL" bisect -m "$Q" "$T/q8.json" --flags=-act_q8,+kv_f16 2>&1)
+  echo "$out" | grep -q "no flag" ||
+    fail "bisect without act_q8 should find that no flag (of those on) is responsible: $out"
+else
+  fail "trace record --flags=none,+act_q8,+kv_f16"
+fi
+# an FP32 trace gated with act_q8 on: bisect names the numerics flag
+if "$BIN" trace record -m "$Q" --tokens "$P14" --steps 64 -o "$T/f32.json" --flags=none >/dev/null 2>&1; then
+  out=$("$REL" bisect -m "$Q" "$T/f32.json" --flags=+act_q8 2>&1)
+  echo "$out" | grep -q "^culprit: +act_q8 " || fail "bisect of act_q8 against an FP32 trace: $out"
+else
+  fail "trace record --flags=none"
+fi
+"$BIN" flags | grep -q "^act_q8 .*off .*NUMERICS" || fail "flags listing lacks act_q8 as NUMERICS"
+
 echo "$nfail failures"
 [ $nfail -eq 0 ]

@@ -36,6 +36,22 @@ static void print_piece(FILE *f, const moe_model *m, int32_t id) {
     fputc('"', f);
 }
 
+/* A failing gate whose trace was recorded in another numerics (act_q8,
+ * kv_f16) says so: that divergence is expected, not a bug. */
+static void note_numerics(const moe_trace *t, int ci, const char *run_flags) {
+    const char *rec = moe_trace_recorded_with(t, ci), *p = rec ? strstr(rec, "flags=") : NULL;
+    if (!p) return;
+    char spec[256], want[128], have[128], err[MOE_ERR_LEN];
+    size_t n = strcspn(p + 6, " ");
+    snprintf(spec, sizeof spec, "%.*s", (int)(n < sizeof spec ? n : sizeof spec - 1), p + 6);
+    if (moe_flags_numerics_of(spec, want, sizeof want, err, sizeof err) ||
+        moe_flags_numerics_of(run_flags, have, sizeof have, err, sizeof err) || !strcmp(want, have))
+        return;
+    printf("  note: the trace was recorded with numerics flags %s, this run uses %s: a different arithmetic,\n"
+           "        so divergence is expected (docs/EXACTNESS.md); gate with --flags matching the trace\n",
+           want, have);
+}
+
 int cmd_gate(int argc, char **argv) {
     const char *model = NULL, *trace_path = NULL, *flags = NULL;
     moe_gate_params gp = {0};
@@ -124,6 +140,7 @@ int cmd_gate(int argc, char **argv) {
         printf("\n  %s mode, flags %s, isa %s, threads %s: %d of %d steps checked diverge%s\n",
                gp.free_run ? "free" : "teacher", fl, moe_model_kernels(m), threads, r.n_fail, r.n_steps,
                gp.free_run ? " (free mode stops at the first)" : "");
+        note_numerics(t, r.case_index, fl);
         status = 1;
     }
     moe_model_free(m);

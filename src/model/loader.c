@@ -431,6 +431,14 @@ void moe_model_flags(const moe_model *m, char *buf, size_t len) { moe_flags_form
 
 int moe_flag_count(void) { return MOE_FLAG_COUNT; }
 
+int moe_flags_numerics_of(const char *spec, char *buf, size_t len, char *err, size_t errlen) {
+    uint64_t mask;
+    int rc = moe_flags_parse(spec, 0, &mask, err, errlen);
+    if (rc) return rc;
+    moe_flags_format(moe_flags_numerics(mask), buf, len);
+    return MOE_OK;
+}
+
 int moe_flags_check(const char *spec, char *err, size_t errlen) {
     uint64_t m;
     return moe_flags_parse(spec, moe_flags_default(), &m, err, errlen);
