@@ -27,7 +27,7 @@ static int run(const char *path, const char *flags, int n_batch, char *msg, size
 }
 
 int main(void) {
-    const char *models[] = {"laguna-tiny-bf16-nvfp4.gguf", "qwen3moe-tiny-q4_k.gguf"};
+    const char *models[] = {"laguna-tiny-bf16-nvfp4.gguf", "qwen3moe-tiny-q4_k.gguf"}; /* NVFP4 experts: a8 under act_q8 */
     char path[512], msg[MOE_ERR_LEN];
     int ran = 0;
     for (int i = 0; i < 2; i++) {
@@ -42,6 +42,12 @@ int main(void) {
         CHECK_MSG(rc == MOE_EDIVERGE, "%s: test_perturb not caught (rc %d)", models[i], rc);
         CHECK_STR_CONTAINS(msg, "layer 3 ffn output differs at position 20");
         CHECK_STR_CONTAINS(msg, "with flags none");
+        /* within a numerics: the twin keeps act_q8/kv_f16 and drops the rest */
+        rc = run(path, "all,+act_q8,+kv_f16", 7, msg, sizeof msg);
+        CHECK_MSG(rc == MOE_OK, "%s: all flags vs none within act_q8,kv_f16 diverged: %s", models[i], msg);
+        rc = run(path, "+act_q8,+kv_f16,+test_perturb", 512, msg, sizeof msg);
+        CHECK_MSG(rc == MOE_EDIVERGE, "%s: test_perturb not caught under act_q8 (rc %d)", models[i], rc);
+        CHECK_STR_CONTAINS(msg, "with flags +act_q8,+kv_f16");
     }
     CHECK_MSG(ran > 0, "no shared models");
     return check_report("test_diff");

@@ -545,14 +545,15 @@ static bool diff_check(moe_session *s, const float *a, const float *b, size_t ro
         uint32_t ua, ub;
         memcpy(&ua, &a[i], 4);
         memcpy(&ub, &b[i], 4);
-        char fl[128];
+        char fl[128], tw[64];
         moe_flags_format(s->flags, fl, sizeof fl);
+        moe_flags_format(s->shadow ? s->shadow->flags : 0, tw, sizeof tw);  /* "none" or the numerics kept */
         char where[32] = "final";
         if (il >= 0) snprintf(where, sizeof where, "layer %d", il);
         moe_errf(s->err, sizeof s->err, MOE_EDIVERGE,
                  "differential mode: %s %s differs at position %zu, element %zu: %.9g (0x%08x) with flags %s "
-                 "vs %.9g (0x%08x) with flags none",
-                 where, what, (size_t)s->n_past + i / cols, i % cols, (double)a[i], ua, fl, (double)b[i], ub);
+                 "vs %.9g (0x%08x) with flags %s",
+                 where, what, (size_t)s->n_past + i / cols, i % cols, (double)a[i], ua, fl, (double)b[i], ub, tw);
         return false;
     }
     return true;
