@@ -154,7 +154,8 @@ static void gemm_rep(void *p) {
  * 2048); they are repacked with moe_repack_a8 into the space after them (the
  * a8 layout keeps each row's bytes and size, and a group of 16 blocks is
  * self-contained, so rows of n = 2048 repacked once are also valid n = 512
- * rows, four per 2048-row: one repack serves all three shapes). */
+ * rows, four per 2048-row: one repack serves all three shapes; for Q4_K and
+ * Q6_K a group is two whole super-blocks, so the same holds). */
 static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_t *buf, size_t filled, size_t cap,
                      const float *x, float *y, int64_t ntok) {
     char name[16];

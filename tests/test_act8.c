@@ -1,26 +1,31 @@
 /* test_act8.c — the 8-bit activation path (flag act_q8; contract and
  * layouts in src/quant/act8_ref.c), for every weight format with it
- * (moe_type_has_a8: Q8_0, NVFP4, MXFP4, Q4_0).
+ * (moe_type_has_a8: Q8_0, NVFP4, MXFP4, Q4_0, Q4_K, Q6_K).
  *  (a) every ISA level this CPU runs: gemv_a8 / gemm_a8 on a8-repacked rows
  *      give the same bits as moe_a8_dot_ref on the plain rows (a NaN must be
  *      matched by a NaN, whose payload is not part of the contract: see
  *      same_out), over row lengths with partial last groups of 1..15 blocks
- *      (NVFP4: 2..14), whole groups and whole groups + a partial one, 1..8
- *      rows, 1..5 tokens, odd strides, with random weights from
- *      moe_quantize_row plus crafted blocks (Q8_0: qw = -128; 4-bit: all 16
- *      codes, the extreme codes +-12 / 0 / 15 everywhere, code 8 = "-0";
- *      zero blocks; scales: subnormal / Inf / NaN / -0 f16, every UE4M3 and
- *      E8M0 byte including 0x00, 0x7F, 0x80, 0xFF) and activations with
+ *      (NVFP4: 2..14; K-quants: 8, one super-block), whole groups and whole
+ *      groups + a partial one, 1..8 rows, 1..5 tokens, odd strides, with
+ *      random weights from moe_quantize_row plus crafted blocks (Q8_0: qw =
+ *      -128; 4-bit: all 16 codes, the extreme codes +-12 / 0 / 15
+ *      everywhere, code 8 = "-0"; Q6_K: codes 0, 63, 32, all 64; zero
+ *      blocks; scales: subnormal / Inf / NaN / -0 f16 (Q4_K: d and dmin),
+ *      every UE4M3 and E8M0 byte including 0x00, 0x7F, 0x80, 0xFF, any
+ *      Q4_K scale/min bytes, Q6_K scales -128 / 127 / 0 / any) and activations with
  *      zero, Inf, NaN, huge and tiny blocks and all-zero tokens (and A8 rows
  *      edited past what the quantizer writes: NaN / -Inf / negative /
  *      subnormal scales, q = -128); nothing written past nrows; every UE4M3
  *      and E8M0 scale byte on its own (a row whose scales are all that byte,
- *      so a wrong conversion of one byte cannot hide); the largest products;
+ *      so a wrong conversion of one byte cannot hide), every 6-bit Q4_K scale
+ *      and min and every int8 Q6_K scale at every sub-block position (and on
+ *      its own); the largest products;
  *  (b) moe_a8_dot_ref itself: against a direct evaluation of the contract
  *      (this file's own decoding of the formats), and against the FP32 path
  *      (moe_dequant_row, then a double-precision dot with the dequantized
  *      activations q*da) within a rounding bound: the integer sums use the
- *      same weight values;
+ *      same weight values (Q4_K: the same d1 c - m1, up to the FP32 path's
+ *      rounding of that difference);
  *  (c) moe_quantize_act8 against the specification recomputed here (its own
  *      code: fmaxf, rintf, _Float16), byte for byte, and its error bound;
  *  (d) moe_repack_a8: rows stay row_bytes apart, each row depends only on
@@ -55,7 +60,7 @@ static bool same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0; }
  * and which operand that is in the scalar reference is the compiler's choice
  * (it treats + and * as commutative), as it is for fmaf in libm. */
 static int g_nan_payload_diffs; /* counted and printed, not failures */
-static long g_outputs[3];       /* reference outputs compared: finite, infinite, NaN */
+static long g_outputs[MOE_T_COUNT][3]; /* reference outputs compared, per format: finite, infinite, NaN */
 static bool same_out(float got, float want) {
     if (same_bits(got, want)) return true;
     if (isnan(got) && isnan(want)) { g_nan_payload_diffs++; return true; }
@@ -66,7 +71,7 @@ static const moe_kernels *g_isa[MOE_ISA_COUNT]; /* NULL: this CPU lacks the leve
 
 #define COUNT(a) (int)(sizeof(a) / sizeof((a)[0]))
 /* The formats of the act_q8 path. */
-static const uint32_t FORMATS[] = {MOE_T_Q8_0, MOE_T_NVFP4, MOE_T_MXFP4, MOE_T_Q4_0};
+static const uint32_t FORMATS[] = {MOE_T_Q8_0, MOE_T_NVFP4, MOE_T_MXFP4, MOE_T_Q4_0, MOE_T_Q4_K, MOE_T_Q6_K};
 static const char *tname(uint32_t type) { return moe_type_get(type)->name; }
 static size_t rbytes(uint32_t type, int64_t n) { return (size_t)moe_row_bytes(type, (uint64_t)n); }
 
@@ -82,10 +87,67 @@ static float ue4m3_half(uint8_t b) {
 }
 static float e8m0_half(uint8_t e) { return ldexpf(1.0f, (int)e - 128); }
 
+/* ggml's get_scale_min_k4: 6-bit scale and min of Q4_K sub-block j from the 12 packed bytes. */
+static void k4_scale_min(int j, const uint8_t *q, int *sc, int *m) {
+    if (j < 4) { *sc = q[j] & 63; *m = q[j + 4] & 63; }
+    else { *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4); *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4); }
+}
+/* The inverse (ggml's packing in quantize_row_q4_K): sc[8], m[8] (0..63) -> 12 bytes. */
+static void k4_pack(const int sc[8], const int m[8], uint8_t q[12]) {
+    memset(q, 0, 12);
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) { q[j] = (uint8_t)sc[j]; q[j + 4] = (uint8_t)m[j]; }
+        else {
+            q[j + 4] = (uint8_t)((sc[j] & 0xF) | ((m[j] & 0xF) << 4));
+            q[j - 4] |= (uint8_t)((sc[j] >> 4) << 6);
+            q[j] |= (uint8_t)((m[j] >> 4) << 6);
+        }
+    }
+}
+
+/* Q6_K: the 6-bit code (0..63) of value v (0..255) of a super-block, as
+ * quant_ref.c documents the layout: half f = v / 128 uses ql[64f..], qh[32f..];
+ * g = (v % 128) / 32, l = v % 32: low 4 bits from ql[64f + l] (g = 0 low
+ * nibble, g = 2 high) or ql[64f + l + 32] (g = 1 low, g = 3 high), high 2
+ * bits (qh[32f + l] >> 2g) & 3. */
+static int k6_code(const uint8_t *sb, int v) {
+    const int f = v / 128, g = (v % 128) / 32, l = v % 32;
+    const uint8_t byte = sb[64 * f + l + (g % 2 ? 32 : 0)];
+    const int lo = g < 2 ? byte & 15 : byte >> 4;
+    return lo | ((sb[128 + 32 * f + l] >> (2 * g)) & 3) << 4;
+}
+/* ... and the inverse: sets value v's code to c in ql/qh. */
+static void k6_set(uint8_t *sb, int v, int c) {
+    const int f = v / 128, g = (v % 128) / 32, l = v % 32;
+    uint8_t *byte = &sb[64 * f + l + (g % 2 ? 32 : 0)], *hb = &sb[128 + 32 * f + l];
+    *byte = g < 2 ? (uint8_t)((*byte & 0xF0) | (c & 15)) : (uint8_t)((*byte & 0x0F) | (c & 15) << 4);
+    *hb = (uint8_t)((*hb & ~(3 << (2 * g))) | ((c >> 4) & 3) << (2 * g));
+}
+
 /* Block b (32 values) of a plain row: integer weights wq[k] and the scale of
- * each part (NVFP4: 2 halves of 16 values; the others: 1 part). */
-static int spec_block(uint32_t type, const uint8_t *row, int64_t b, int wq[32], float sc[2]) {
+ * each part (NVFP4: 2 halves of 16 values; the others: 1 part). Q4_K: wq =
+ * the codes 0..15, sc[0] = d1 = d * sc_j, *mn = m1 = dmin * m_j (the weight
+ * is d1 * c - m1); *mn = 0 for the other formats. */
+static int spec_block_m(uint32_t type, const uint8_t *row, int64_t b, int wq[32], float sc[2], float *mn) {
+    *mn = 0.0f;
     switch (type) {
+    case MOE_T_Q6_K: { /* halves h = sub-blocks 2j + h; w = (d * sc) * (code - 32) */
+        const uint8_t *sb = row + (b / 8) * 210;
+        const int j = (int)(b % 8);
+        for (int k = 0; k < 32; k++) wq[k] = k6_code(sb, 32 * j + k) - 32;
+        for (int h = 0; h < 2; h++) sc[h] = f16(sb + 208) * (float)(int8_t)sb[192 + 2 * j + h];
+        return 2;
+    }
+    case MOE_T_Q4_K: {
+        const uint8_t *sb = row + (b / 8) * 144;
+        const int j = (int)(b % 8);
+        int s6, m6;
+        k4_scale_min(j, sb + 4, &s6, &m6);
+        for (int k = 0; k < 32; k++) wq[k] = (sb[16 + 32 * (j / 2) + k] >> (4 * (j % 2))) & 15;
+        sc[0] = f16(sb) * (float)s6;
+        *mn = f16(sb + 2) * (float)m6;
+        return 1;
+    }
     case MOE_T_Q8_0: {
         const uint8_t *blk = row + b * 34;
         for (int k = 0; k < 32; k++) wq[k] = (int8_t)blk[2 + k];
@@ -102,7 +164,7 @@ static int spec_block(uint32_t type, const uint8_t *row, int64_t b, int wq[32], 
         sc[0] = type == MOE_T_Q4_0 ? f16(blk) : e8m0_half(blk[0]);
         return 1;
     }
-    default: { /* NVFP4: sub-block s of the 64-block: qs[8s + j] = values 16s + j (low), 16s + j + 8 (high) */
+    case MOE_T_NVFP4: { /* sub-block s of the 64-block: qs[8s + j] = values 16s + j (low), 16s + j + 8 (high) */
         const uint8_t *blk = row + (b / 2) * 36;
         for (int h = 0; h < 2; h++) {
             const int s = 2 * (int)(b % 2) + h;
@@ -114,6 +176,7 @@ static int spec_block(uint32_t type, const uint8_t *row, int64_t b, int wq[32], 
         }
         return 2;
     }
+    default: return 0;
     }
 }
 
@@ -209,6 +272,41 @@ static void make_row(uint32_t type, uint8_t *row, int64_t n, bool edges) {
             if (rnd32() % 30 == 0) memset(blk, 0, 36);
         }
         break;
+    case MOE_T_Q4_K:
+        for (int64_t b = 0; b < n / 256; b++) {
+            uint8_t *blk = row + b * 144;
+            uint32_t r = rnd32() % 10;
+            /* scale/min bytes: any 12 bytes (every 6-bit value of every sub-block
+             * over the rows), all ones (sc = m = 63), zeros, one of sc / m 0 */
+            if (r < 3) for (int i = 0; i < 12; i++) blk[4 + i] = (uint8_t)rnd32();
+            else if (r < 4) memset(blk + 4, 0xFF, 12);
+            else if (r < 5) memset(blk + 4, 0, 12);
+            else if (r < 6) { int sc[8], m[8]; for (int j = 0; j < 8; j++) { sc[j] = rnd32() % 64; m[j] = j % 2 ? 0 : (int)(rnd32() % 64); } k4_pack(sc, m, blk + 4); }
+            for (int c = 0; c < 4; c++) edge_codes(blk + 16 + 32 * c, 32, rnd32() % 10);
+            if (rnd32() % 30 == 0) memset(blk, 0, 144);
+            edge_f16(blk, rnd32() % 100, n / 32);       /* d */
+            edge_f16(blk + 2, rnd32() % 100, n / 32);   /* dmin */
+        }
+        break;
+    case MOE_T_Q6_K:
+        for (int64_t b = 0; b < n / 256; b++) {
+            uint8_t *blk = row + b * 210;
+            uint32_t r = rnd32() % 10;
+            /* codes: any (all 64), all 0 (-32), all 63 (+31), 32 (0), alternating extremes */
+            if (r < 2) for (int i = 0; i < 192; i++) blk[i] = (uint8_t)rnd32();
+            else if (r < 3) memset(blk, 0x00, 192);
+            else if (r < 4) memset(blk, 0xFF, 192);
+            else if (r < 5) for (int v = 0; v < 256; v++) k6_set(blk, v, 32);
+            else if (r < 6) for (int v = 0; v < 256; v++) k6_set(blk, v, v % 3 ? 63 : 0);
+            /* scales: any int8 (-128 included), the extremes, 0 */
+            r = rnd32() % 10;
+            if (r < 3) for (int i = 0; i < 16; i++) blk[192 + i] = (uint8_t)rnd32();
+            else if (r < 4) for (int i = 0; i < 16; i++) blk[192 + i] = i % 2 ? 0x80 : 0x7F;
+            else if (r < 5) blk[192 + rnd32() % 16] = 0;
+            if (rnd32() % 30 == 0) memset(blk, 0, 210);
+            edge_f16(blk + 208, rnd32() % 100, n / 32);
+        }
+        break;
     default: break;
     }
 }
@@ -279,7 +377,13 @@ static const int64_t NS32[] = {32, 64, 96, 256, 288, 480, 512, 544, 800, 1024, 2
 static const int64_t NS64[] = {64, 128, 192, 256, 448, 512, 576, 768, 960, 1024, 2048};
 static const int64_t ROWS[] = {1, 2, 3, 5, 8};
 static const int64_t TOKS[] = {1, 2, 3, 5};
-static const int64_t *ns_for(uint32_t type) { return type == MOE_T_NVFP4 ? NS64 : NS32; }
+/* Q4_K, Q6_K (n % 256 == 0): a partial group of 8 blocks alone, whole groups, whole + 8 */
+static const int64_t NS256[] = {256, 512, 768, 1024, 1280, 1536, 1792, 2048};
+static const int64_t *ns_for(uint32_t type, int *count) {
+    if (type == MOE_T_Q4_K || type == MOE_T_Q6_K) { *count = COUNT(NS256); return NS256; }
+    *count = COUNT(NS32);
+    return type == MOE_T_NVFP4 ? NS64 : NS32;
+}
 
 static int g_mismatch_reports;
 static void report(uint32_t type, const char *isa, const char *kind, int64_t n, int64_t nrows, int64_t ntok,
@@ -309,7 +413,7 @@ static void compare_all(uint32_t type, const uint8_t *plain, int64_t nrows, cons
         for (int64_t r = 0; r < nrows; r++) {
             const float v = moe_a8_dot_ref(type, plain + r * rb0, xa + t * xs, n);
             want[t * ys + r] = v;
-            g_outputs[isfinite(v) ? 0 : isinf(v) ? 1 : 2]++;
+            g_outputs[type][isfinite(v) ? 0 : isinf(v) ? 1 : 2]++;
         }
     for (int l = 0; l < MOE_ISA_COUNT; l++) {
         const moe_kernels *k = g_isa[l];
@@ -404,13 +508,92 @@ static void check_scale_bytes(uint32_t type) {
     free(plain); free(xa);
 }
 
+/* Q4_K: every 6-bit scale and min value at every sub-block position, and
+ * the packing's high bits. Rows 64v + r (r < 64): super-block s has sc_j =
+ * (r + 9j + 17s) % 64 and m_j = (r + 5j + 11s) % 64; variant v = 0: d = 1,
+ * dmin = 0 (the scales alone: with positive codes and activations every
+ * block's term is positive, so a wrong scale shows), v = 1: d = 0, dmin = 1
+ * (the mins alone, every term negative), v = 2: both (d = 1, dmin = 0.5).
+ * n = 768: a whole group (two super-blocks in one vector) and a partial one;
+ * da = 1 and 2^-20. */
+static void check_q4k_scales(void) {
+    const uint32_t type = MOE_T_Q4_K;
+    const int64_t n = 768, nrows = 192, ntok = 2;
+    const size_t rb = rbytes(type, n), ab = (size_t)moe_act8_row_bytes(n);
+    uint8_t *plain = malloc(rb * nrows), *xa = malloc(ab * ntok);
+    float x[768];
+    for (int64_t r = 0; r < nrows; r++) {
+        const int v = (int)(r / 64), rr = (int)(r % 64);
+        for (int s8 = 0; s8 < 3; s8++) {
+            uint8_t *blk = plain + r * rb + s8 * 144;
+            int sc[8], m[8];
+            for (int j = 0; j < 8; j++) { sc[j] = (rr + 9 * j + 17 * s8) % 64; m[j] = (rr + 5 * j + 11 * s8) % 64; }
+            put16(blk, v == 1 ? 0x0000 : 0x3C00);
+            put16(blk + 2, v == 0 ? 0x0000 : v == 1 ? 0x3C00 : 0x3800);
+            k4_pack(sc, m, blk + 4);
+            for (int i = 0; i < 128; i++) blk[16 + i] = (uint8_t)(0x11 * (1 + rnd32() % 15)); /* codes 1..15 */
+            int s6, m6;                                                                       /* the packing round-trips */
+            for (int j = 0; j < 8; j++) {
+                k4_scale_min(j, blk + 4, &s6, &m6);
+                CHECK_MSG(s6 == sc[j] && m6 == m[j], "k4_pack sub-block %d: %d %d != %d %d", j, s6, m6, sc[j], m[j]);
+            }
+        }
+    }
+    for (int t = 0; t < ntok; t++) {
+        for (int i = 0; i < n; i++) x[i] = (float)(1 + (i * 7 + t) % 127);
+        for (int b = 0; b < n / 32; b++) x[b * 32 + b % 32] = 127.0f;             /* amax 127: da = 1 */
+        if (t == 1) for (int i = 0; i < n; i++) x[i] *= 0x1p-20f;                   /* da = 2^-20 */
+        moe_quantize_act8(x, xa + t * ab, n);
+    }
+    compare_all(type, plain, nrows, xa, ab, ntok, n, rb, 0, "every Q4_K scale and min");
+    for (int64_t r = 0; r < nrows; r++) {
+        const float v = moe_a8_dot_ref(type, plain + r * rb, xa, n);
+        CHECK_MSG(r < 64 ? v > 0.0f : r < 128 ? v < 0.0f : isfinite(v), "Q4_K scale row %lld: %a", (long long)r, v);
+    }
+    free(plain); free(xa);
+}
+
+/* Q6_K: every int8 scale, on its own (rows r < 256: every scale of the row
+ * is the byte r, so the result has the sign of (int8)r, 0 for r = 0) and
+ * at every sub-block position (rows 256 + r: sc_i of super-block s is
+ * (r + 37 i + 101 s) & 255); codes 33..63 (values 1..31), d = 1, positive
+ * activations with da = 1 and 2^-20; n = 768 (a whole group and a partial one). */
+static void check_q6k_scales(void) {
+    const uint32_t type = MOE_T_Q6_K;
+    const int64_t n = 768, nrows = 512, ntok = 2;
+    const size_t rb = rbytes(type, n), ab = (size_t)moe_act8_row_bytes(n);
+    uint8_t *plain = malloc(rb * nrows), *xa = malloc(ab * ntok);
+    float x[768];
+    for (int64_t r = 0; r < nrows; r++)
+        for (int s8 = 0; s8 < 3; s8++) {
+            uint8_t *blk = plain + r * rb + s8 * 210;
+            for (int v = 0; v < 256; v++) k6_set(blk, v, 33 + (int)(rnd32() % 31));
+            for (int i = 0; i < 16; i++) blk[192 + i] = (uint8_t)(r < 256 ? r : (r + 37 * i + 101 * s8) & 255);
+            put16(blk + 208, 0x3C00);
+        }
+    for (int t = 0; t < ntok; t++) {
+        for (int i = 0; i < n; i++) x[i] = (float)(1 + (i * 7 + t) % 127);
+        for (int b = 0; b < n / 32; b++) x[b * 32 + b % 32] = 127.0f;             /* amax 127: da = 1 */
+        if (t == 1) for (int i = 0; i < n; i++) x[i] *= 0x1p-20f;                   /* da = 2^-20 */
+        moe_quantize_act8(x, xa + t * ab, n);
+    }
+    compare_all(type, plain, nrows, xa, ab, ntok, n, rb, 0, "every Q6_K scale");
+    for (int64_t r = 0; r < 256; r++) {
+        const float v = moe_a8_dot_ref(type, plain + r * rb, xa, n);
+        const int sc = (int8_t)r;
+        CHECK_MSG(sc == 0 ? v == 0.0f : sc > 0 ? v > 0.0f : v < 0.0f, "Q6_K scale byte 0x%02x: %a", (unsigned)r, v);
+    }
+    free(plain); free(xa);
+}
+
 /* The largest products: the extreme weights against every q = -127 / +127
- * (and the edited -128), n = 544 / 576 (a whole group and a partial one). */
+ * (and the edited -128), n = 544 / 576 / 768 (a whole group and a partial
+ * one). */
 static void check_extremes(uint32_t type) {
-    const int64_t n = type == MOE_T_NVFP4 ? 576 : 544;
+    const int64_t n = type == MOE_T_Q4_K || type == MOE_T_Q6_K ? 768 : type == MOE_T_NVFP4 ? 576 : 544;
     const size_t rb = rbytes(type, n), ab = (size_t)moe_act8_row_bytes(n);
     uint8_t *row = malloc(rb), *xa = malloc(ab);
-    float x[576];
+    float x[768];
     for (int variant = 0; variant < 2; variant++) {
         /* variant 0: the weight of largest magnitude; 1: the most negative */
         switch (type) {
@@ -422,6 +605,21 @@ static void check_extremes(uint32_t type) {
             break;
         case MOE_T_MXFP4:
             for (int64_t b = 0; b < n / 32; b++) { row[b * 17] = 127; memset(row + b * 17 + 1, variant ? 0xFF : 0x77, 16); }
+            break;
+        case MOE_T_Q4_K: /* d = dmin = 1, sc = m = 63; codes 15 (the largest isum), or 0 (the min term alone) */
+            for (int64_t b = 0; b < n / 256; b++) {
+                put16(row + b * 144, 0x3C00);
+                put16(row + b * 144 + 2, 0x3C00);
+                memset(row + b * 144 + 4, 0xFF, 12);
+                memset(row + b * 144 + 16, variant ? 0x00 : 0xFF, 128);
+            }
+            break;
+        case MOE_T_Q6_K: /* d = 1, sc = -128; codes 0 (-32) or 63 (+31, the largest u = 63 of the kernels) */
+            for (int64_t b = 0; b < n / 256; b++) {
+                memset(row + b * 210, variant ? 0xFF : 0x00, 192);
+                memset(row + b * 210 + 192, 0x80, 16);
+                put16(row + b * 210 + 208, 0x3C00);
+            }
             break;
         default:
             for (int64_t b = 0; b < n / 64; b++) { memset(row + b * 36, 0x38, 4); memset(row + b * 36 + 4, variant ? 0xFF : 0x77, 32); }
@@ -452,8 +650,9 @@ static void test_kernels_match(void) {
     for (int fi = 0; fi < COUNT(FORMATS); fi++) {
         const uint32_t type = FORMATS[fi];
         if (!moe_type_has_a8(type)) continue;
-        const int64_t *NS = ns_for(type);
-        for (int ni = 0; ni < 11; ni++)
+        int nns;
+        const int64_t *NS = ns_for(type, &nns);
+        for (int ni = 0; ni < nns; ni++)
             for (int ri = 0; ri < COUNT(ROWS); ri++)
                 for (int ti = 0; ti < COUNT(TOKS); ti++)
                     for (int mode = 0; mode < 8; mode++) {
@@ -461,11 +660,17 @@ static void test_kernels_match(void) {
                         shapes++;
                     }
         check_scale_bytes(type);
+        if (type == MOE_T_Q4_K) check_q4k_scales();
+        if (type == MOE_T_Q6_K) check_q6k_scales();
         check_extremes(type);
     }
-    printf("act8 kernels: %d shape/mode combinations, reference outputs %ld finite, %ld infinite, %ld NaN; "
-           "%d NaN outputs of a kernel with another payload than the reference (not part of the contract)\n",
-           shapes, g_outputs[0], g_outputs[1], g_outputs[2], g_nan_payload_diffs);
+    printf("act8 kernels: %d shape/mode combinations; reference outputs finite / infinite / NaN:", shapes);
+    for (int fi = 0; fi < COUNT(FORMATS); fi++) {
+        const long *o = g_outputs[FORMATS[fi]];
+        printf(" %s %ld / %ld / %ld%s", tname(FORMATS[fi]), o[0], o[1], o[2], fi + 1 < COUNT(FORMATS) ? "," : ";");
+    }
+    printf(" %d NaN outputs of a kernel with another payload than the reference (not part of the contract)\n",
+           g_nan_payload_diffs);
 }
 
 /* ---- (b) the reference: its contract, and the FP32 path's weights ------------------ */
@@ -478,14 +683,19 @@ static float direct_contract(uint32_t type, const uint8_t *row, const uint8_t *x
         const uint8_t *g = xa + (b / 16) * GB;
         const int j = (int)(b % 16);
         int wq[32];
-        float sc[2], da;
-        const int parts = spec_block(type, row, b, wq, sc);
+        float sc[2], mn, da;
+        const int parts = spec_block_m(type, row, b, wq, sc, &mn);
         memcpy(&da, g + 576 + 4 * j, 4);
         for (int p = 0; p < parts; p++) {
             int32_t isum = 0;
             for (int k = 32 / parts * p; k < 32 / parts * (p + 1); k++) isum += wq[k] * (int8_t)g[(k / 4) * 64 + j * 4 + k % 4];
             const float S = sc[p] * da;
             acc[j] = fmaf((float)isum, S, acc[j]);
+        }
+        if (type == MOE_T_Q4_K) { /* then the min term: fmaf(-qsum, m1 * da, acc) */
+            int32_t qsum = 0;
+            for (int k = 0; k < 32; k++) qsum += (int8_t)g[(k / 4) * 64 + j * 4 + k % 4];
+            acc[j] = fmaf(-(float)qsum, mn * da, acc[j]);
         }
     }
     for (int l = 0; l < 8; l++) acc[l] += acc[l + 8];
@@ -496,12 +706,13 @@ static float direct_contract(uint32_t type, const uint8_t *row, const uint8_t *x
 
 static void test_ref_contract(void) {
     int fp32_rows = 0;
-    double worst = 0;
+    double worst_of[MOE_T_COUNT] = {0};
     for (int fi = 0; fi < COUNT(FORMATS); fi++) {
         const uint32_t type = FORMATS[fi];
         if (!moe_type_has_a8(type)) continue;
-        const int64_t *NS = ns_for(type);
-        for (int ni = 0; ni < 11; ni++) {
+        int nns;
+        const int64_t *NS = ns_for(type, &nns);
+        for (int ni = 0; ni < nns; ni++) {
             const int64_t n = NS[ni], nb = n / 32;
             static uint8_t row[NMAX / 32 * 34], xa[NMAX / 512 * GB];
             static float x[NMAX], w[NMAX];
@@ -519,39 +730,53 @@ static void test_ref_contract(void) {
                  * contract's float steps, u = 2^-24: per block part one rounding of
                  * S (u |isum S|) and one of the FMA (u |lane sum so far|), then 4
                  * tree additions: |got - exact| <= u (F + 6) sum |w q da| with F the
-                 * FMAs per lane, plus absolute terms where S or a sum is subnormal. */
+                 * FMAs per lane, plus absolute terms where S or a sum is subnormal.
+                 * Q4_K: the terms are d1 c q da and -m1 q da (two FMAs per block,
+                 * so mag sums (|d1 c| + |m1|) |q| da, which cancellation between
+                 * them can make much larger than |w q da|), and the FP32 weight
+                 * w = fl(d1 c - m1) is itself rounded: + u sum |w q da|. */
                 moe_dequant_row(type, row, w, n);
-                double exact = 0, mag = 0, iabs = 0;
+                double exact = 0, mag = 0, wmag = 0, iabs = 0;
                 int parts = 1;
                 for (int64_t b = 0; b < nb; b++) {
                     const uint8_t *g = xa + (b / 16) * GB;
                     const int j = (int)(b % 16);
                     int wq[32];
-                    float da, sc[2];
-                    parts = spec_block(type, row, b, wq, sc);
+                    float da, sc[2], mn;
+                    parts = spec_block_m(type, row, b, wq, sc, &mn);
                     memcpy(&da, g + 576 + 4 * j, 4);
                     for (int k = 0; k < 32; k++) {
                         const int q = (int8_t)g[(k / 4) * 64 + j * 4 + k % 4];
                         const double t = (double)w[b * 32 + k] * ((double)q * da);
                         exact += t;
-                        mag += fabs(t);
-                        iabs += abs(wq[k] * q);
+                        wmag += fabs(t);
+                        if (type == MOE_T_Q4_K) {
+                            mag += (fabs((double)sc[0] * wq[k]) + fabs((double)mn)) * fabs((double)q * da);
+                            iabs += abs(wq[k] * q) + abs(q);
+                        } else {
+                            mag += fabs(t);
+                            iabs += abs(wq[k] * q);
+                        }
                     }
                 }
+                if (type == MOE_T_Q4_K) parts = 2;  /* FMAs per block */
                 if (!isfinite(mag) || !isfinite(got)) continue;
                 const double F = (double)((nb + 15) / 16 * parts);
                 /* absolute: a subnormal S is rounded to 2^-150, which |isum| multiplies */
-                const double bound = 0x1p-24 * (F + 6) * mag + 0x1p-149 * (iabs + 4.0 * (double)nb * parts);
+                const double bound = 0x1p-24 * (F + 6) * mag + (type == MOE_T_Q4_K ? 0x1p-24 * wmag : 0.0) +
+                                     0x1p-149 * (iabs + 4.0 * (double)nb * parts);
                 const double err = fabs((double)got - exact);
                 CHECK_MSG(err <= bound, "%s a8 ref vs FP32 weights n=%lld rep %d: %a vs %a (err %g, bound %g)",
                           tname(type), (long long)n, rep, got, exact, err, bound);
-                if (bound > 0 && err / bound > worst) worst = err / bound;
+                if (bound > 0 && err / bound > worst_of[type]) worst_of[type] = err / bound;
                 fp32_rows++;
             }
         }
     }
     printf("act8 reference: = the contract evaluated directly; = the FP32 weights' dot within the bound "
-           "(%d rows, worst error / bound %.3f)\n", fp32_rows, worst);
+           "(%d rows; worst error / bound:", fp32_rows);
+    for (int fi = 0; fi < COUNT(FORMATS); fi++) printf(" %s %.3f", tname(FORMATS[fi]), worst_of[FORMATS[fi]]);
+    printf(")\n");
 }
 
 /* ---- (c) moe_quantize_act8 follows its specification ------------------------------ */
@@ -704,7 +929,7 @@ static void test_quantize_spec(void) {
  * G = the group's start): Q8_0 byte (qw ^ 0x80); 4-bit: byte and nibble. */
 static size_t layout_code(uint32_t type, int gn, int j, int k, int *hi) {
     if (type == MOE_T_Q8_0) { *hi = 0; return (size_t)(2 * gn + (k / 4) * gn * 4 + j * 4 + k % 4); }
-    const size_t scales = (size_t)((type == MOE_T_MXFP4 ? 1 : 2) * gn);
+    const size_t scales = (size_t)((type == MOE_T_MXFP4 ? 1 : 2) * gn);   /* Q4_K: gn/8 headers of 16 bytes */
     if (gn == 16) {               /* slab k/4, byte 4 (j % 8) + k % 4; blocks 8.. in the high nibble */
         *hi = j >= 8;
         return scales + (size_t)(32 * (k / 4) + 4 * (j % 8) + k % 4);
@@ -725,6 +950,11 @@ static void plain_codes(uint32_t type, const uint8_t *row, int64_t b, int c[32])
             }
         return;
     }
+    if (type == MOE_T_Q4_K) {
+        float sc[2], mn;
+        spec_block_m(type, row, b, c, sc, &mn);
+        return;
+    }
     const uint8_t *qs = type == MOE_T_Q4_0 ? row + b * 18 + 2 : row + b * 17 + 1;
     for (int k = 0; k < 16; k++) { c[k] = qs[k] & 15; c[k + 16] = qs[k] >> 4; }
 }
@@ -741,6 +971,23 @@ static int layout_diffs(uint32_t type, const uint8_t *G, int gn, int j, const ui
         }
         return bad;
     }
+    if (type == MOE_T_Q6_K) {
+        /* d[gn/8], sc[2][gn], then the nibbles where the 4-bit layout puts
+         * them, then hi chunk h (4 gn bytes), byte 4j + k%4, bits 2 ((k%16)/4) */
+        const uint8_t *sb = plain + (b / 8) * 210;
+        const int nsb = gn / 8;
+        bad += memcmp(G + 2 * (j / 8), sb + 208, 2) != 0;
+        bad += G[2 * nsb + j] != sb[192 + 2 * (j % 8)] || G[2 * nsb + gn + j] != sb[192 + 2 * (j % 8) + 1];
+        for (int k = 0; k < 32; k++) {
+            const int code = k6_code(sb, 32 * (j % 8) + k);
+            int hi;
+            const size_t pos = layout_code(MOE_T_Q4_0, gn, j, k, &hi) - 2 * (size_t)gn + 18 * (size_t)nsb;
+            bad += ((hi ? G[pos] >> 4 : G[pos] & 15)) != (code & 15);
+            const uint8_t hb = G[18 * nsb + 16 * gn + 4 * gn * (k / 16) + 4 * j + k % 4];
+            bad += ((hb >> (2 * ((k % 16) / 4))) & 3) != code >> 4;
+        }
+        return bad;
+    }
     switch (type) {
     case MOE_T_NVFP4: { /* sc[h][j]: half h's UE4M3 byte */
         const uint8_t *blk = plain + (b / 2) * 36;
@@ -748,6 +995,9 @@ static int layout_diffs(uint32_t type, const uint8_t *G, int gn, int j, const ui
         break;
     }
     case MOE_T_MXFP4: bad += G[j] != plain[b * 17]; break;
+    case MOE_T_Q4_K: /* the super-block's 16-byte header, at 16 * (j / 8) */
+        bad += memcmp(G + 16 * (j / 8), plain + (b / 8) * 144, 16) != 0;
+        break;
     default: bad += G[2 * j] != plain[b * 18] || G[2 * j + 1] != plain[b * 18 + 1]; break;
     }
     int c[32];
@@ -762,12 +1012,14 @@ static int layout_diffs(uint32_t type, const uint8_t *G, int gn, int j, const ui
 
 static void test_repack(void) {
     static const int64_t RN32[] = {32, 96, 512, 544, 1056}, RN64[] = {64, 448, 512, 576, 1088};
+    static const int64_t RN256[] = {256, 512, 768, 1280, 2048};
     for (int fi = 0; fi < COUNT(FORMATS); fi++) {
         const uint32_t type = FORMATS[fi];
         if (!moe_type_has_a8(type)) continue;
         for (int ni = 0; ni < 5; ni++) {
-            const int64_t n = type == MOE_T_NVFP4 ? RN64[ni] : RN32[ni], nb = n / 32, nrows = 5;
-            const size_t rb = rbytes(type, n), bpb = rb / (size_t)nb;
+            const int64_t n = type == MOE_T_Q4_K || type == MOE_T_Q6_K ? RN256[ni] : type == MOE_T_NVFP4 ? RN64[ni] : RN32[ni];
+            const int64_t nb = n / 32, nrows = 5;
+            const size_t rb = rbytes(type, n);
             uint8_t *plain = malloc(rb * nrows), *all = malloc(rb * nrows + 64), *one = malloc(rb);
             uint8_t *xa = malloc((size_t)moe_act8_row_bytes(n));
             float *x = malloc(sizeof(float) * (size_t)n), y[5];
@@ -787,7 +1039,8 @@ static void test_repack(void) {
                 for (int64_t b = 0; b < nb; b++) {
                     const int64_t g0 = b / 16 * 16;
                     const int gn = (int)(nb - g0 < 16 ? nb - g0 : 16), j = (int)(b - g0);
-                    layout_bad += layout_diffs(type, R + (size_t)g0 * bpb, gn, j, plain + r * rb, b);
+                    /* a group of 16 blocks at rb * g0 / nb (Q6_K: 210 bytes per 8 blocks) */
+                    layout_bad += layout_diffs(type, R + rb * (size_t)g0 / (size_t)nb, gn, j, plain + r * rb, b);
                 }
             }
             CHECK_MSG(row_bad == 0, "%s repack n=%lld: %d rows differ when repacked alone", tname(type), (long long)n, row_bad);
@@ -819,10 +1072,10 @@ static bool same_run(const float *a, const float *b, int64_t len) {
 }
 
 static void test_splits(uint32_t type) {
-    const int64_t n = type == MOE_T_NVFP4 ? 576 : 544, nrows = 11, ntok = 5;
+    const int64_t n = type == MOE_T_Q4_K || type == MOE_T_Q6_K ? 768 : type == MOE_T_NVFP4 ? 576 : 544, nrows = 11, ntok = 5;
     const size_t rb = rbytes(type, n), xs = (size_t)moe_act8_row_bytes(n);
     uint8_t *plain = malloc(rb * nrows), *wa = malloc(rb * nrows), *xa = malloc(xs * ntok);
-    float x[576], yall[5 * 11], ypart[5 * 11], yv[11];
+    float x[768], yall[5 * 11], ypart[5 * 11], yv[11];
     for (int64_t r = 0; r < nrows; r++) make_row(type, plain + r * rb, n, r % 3 == 0);
     moe_repack_a8(type, plain, wa, nrows, n);
     for (int64_t t = 0; t < ntok; t++) { make_x(x, n, t & 1); moe_quantize_act8(x, xa + t * xs, n); }
@@ -865,7 +1118,7 @@ static void test_splits(uint32_t type) {
 int main(void) {
     moe_rng_seed(&g_rng, 0xac78);
     /* the formats with the path; every table has their kernels */
-    static const uint32_t WITH[] = {MOE_T_Q8_0, MOE_T_NVFP4, MOE_T_MXFP4, MOE_T_Q4_0};
+    static const uint32_t WITH[] = {MOE_T_Q8_0, MOE_T_NVFP4, MOE_T_MXFP4, MOE_T_Q4_0, MOE_T_Q4_K, MOE_T_Q6_K};
     for (int i = 0; i < COUNT(WITH); i++) CHECK_MSG(moe_type_has_a8(WITH[i]), "%s lacks act_q8", tname(WITH[i]));
     for (uint32_t t = 0; t < MOE_T_COUNT; t++) {
         bool listed = false;

@@ -133,7 +133,7 @@ int main(void) {
         {"qwen3moe-tiny-q8_0.gguf", true, {"+act_q8", "+act_q8,+kv_f16"}},
         {"laguna-tiny-bf16-nvfp4.gguf", true, {"+act_q8", NULL}},
         {"qwen3moe-tiny-q8_0-nvfp4-scale2.gguf", true, {"+act_q8", NULL}},
-        {"qwen3moe-tiny-q4_k.gguf", true, {NULL, NULL}},
+        {"qwen3moe-tiny-q4_k.gguf", true, {"+act_q8", NULL}},
         {"laguna-tiny-q8_0.gguf", false, {"+act_q8", NULL}},
     };
     for (int i = 0; i < NTOK; i++) toks[i] = (int32_t)((i * 7919 + 13) % 997);

@@ -231,7 +231,7 @@ void moe_gemm_a8_q8_0_avx2(const void *w, size_t rb, int64_t nrows, const void *
             tile_q8_0(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 1, 1);
 }
 
-/* ---- the 4-bit formats (NVFP4, MXFP4, Q4_0) --------------------------------
+/* ---- the 4-bit formats (NVFP4, MXFP4, Q4_0) and Q4_K -----------------------
  * Codes become unsigned bytes u (act8_ref.c: vpshufb of the table kv + 12
  * for NVFP4 / MXFP4, the code itself for Q4_0), and vpmaddubsw (u8 x s8,
  * pairs summed to int16) is exact here: |u * q| <= 24 * 128, a pair <= 6144,
@@ -244,8 +244,14 @@ void moe_gemm_a8_q8_0_avx2(const void *w, size_t rb, int64_t nrows, const void *
  * L (its bytes 32L.., dword-masked to the live blocks), slab 2p in the low
  * nibbles and 2p + 1 in the high ones. Each lane half is done on its own
  * (the weight bytes of a full slab are loaded once per half: an L1 hit, and
- * half the live registers). */
-enum { FMT_Q4_0, FMT_MXFP4, FMT_NVFP4 };
+ * half the live registers).
+ * Q4_K: u = the nibble (0..15), so all 8 slabs fit in int16 (8 * 2 * 15 *
+ * 128 = 30720) before one widening; sums start from 0. In a full group lane
+ * half L is super-block L (its 16-byte header unpacked by q4k_scales8), a
+ * partial group is one super-block (gn = 8, L = 0, plain loads). Each block
+ * then takes the contract's two FMAs, the second -qsum * (m1 * da). Q6_K
+ * follows after these. */
+enum { FMT_Q4_0, FMT_MXFP4, FMT_NVFP4, FMT_Q4_K, FMT_Q6_K };
 
 /* moe_ue4m3_half of 8 bytes (see act8_avx512.c: (b & 0x7F) << 20 as a float
  * times 2^119, 0 for the byte 0x7F). */
@@ -282,7 +288,27 @@ ALWAYS_INLINE __m256i corr4(const uint8_t *A, int h, int L, const int FMT) {
 }
 
 ALWAYS_INLINE __m256i to_u(__m256i codes, __m256i tab, const int FMT) {
-    return FMT == FMT_Q4_0 ? codes : _mm256_shuffle_epi8(tab, codes);
+    return FMT == FMT_Q4_0 || FMT == FMT_Q4_K ? codes : _mm256_shuffle_epi8(tab, codes);
+}
+
+/* Q4_K: d1 = d * sc and m1 = dmin * m (act8_ref.c) of the 8 lanes of one
+ * super-block from its 16-byte header X (dwords: d | dmin << 16, then the
+ * packed bytes u0, u1, u2), moe_q4k_unpack16 on dwords: sc0..3 = u0 & 0x3f,
+ * sc4..7 = (u2 & 0xf) | (u0 >> 6) << 4, m0..3 = u1 & 0x3f, m4..7 = (u2 >> 4
+ * & 0xf) | (u1 >> 6) << 4 ((x >> 6 & 3) << 4 = x >> 2 & 0x30 bytewise).
+ * Exact products (11 x 6 bits), exact conversions. */
+ALWAYS_INLINE void q4k_scales8(__m128i X, __m256 *d1, __m256 *m1) {
+    const __m128i Xp = _mm_shuffle_epi32(X, _MM_SHUFFLE(3, 2, 3, 1)); /* u0 u2 u1 u2 */
+    const __m128i Xq = _mm_shuffle_epi32(X, _MM_SHUFFLE(2, 2, 1, 1)); /* u0 u0 u1 u1 */
+    const __m128i lo = _mm_and_si128(Xp, _mm_set1_epi8(0x3F));
+    const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srlv_epi32(Xp, _mm_setr_epi32(0, 0, 0, 4)), _mm_set1_epi8(0x0F)),
+                                    _mm_and_si128(_mm_srli_epi32(Xq, 2), _mm_set1_epi8(0x30)));
+    const __m128i v = _mm_blend_epi32(lo, hi, 0xA); /* sc0..7, m0..7 */
+    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+    const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(v, v)));
+    const __m128 dd = _mm_cvtph_ps(X);              /* d, dmin, ... */
+    *d1 = _mm256_mul_ps(_mm256_broadcastss_ps(dd), sc);
+    *m1 = _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), m);
 }
 
 /* p16 += the products of slabs s0 .. s0+3 (a partial group: pairs s0/2,
@@ -344,7 +370,29 @@ ALWAYS_INLINE void group4(const uint8_t *G, size_t rs, const uint8_t *A, size_t 
     const uint8_t *C = G + (size_t)(SB * gn);
     const __m256i live = PARTIAL ? live_lanes(gn, L) : _mm256_set1_epi32(-1), ones = _mm256_set1_epi16(1);
     __m256i p16[4][4];
-    if (FMT == FMT_NVFP4) {
+    if (FMT == FMT_Q4_K) {
+        /* all 8 slabs in int16: |sum| <= 8 * 2 * 15 * 128 = 30720 */
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) p16[r][t] = _mm256_setzero_si256();
+        chunk4(C, rs, gn, A, xs, L, 0, live, p16, R, T, FMT, PARTIAL);
+        chunk4(C, rs, gn, A, xs, L, 4, live, p16, R, T, FMT, PARTIAL);
+        __m256 da[4], qs[4];
+        UNROLL for (int t = 0; t < T; t++) {
+            const uint8_t *At = A + (size_t)t * xs;
+            da[t] = _mm256_loadu_ps((const float *)(At + 576 + 32 * L));
+            qs[t] = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(At + 640 + 32 * L)),
+                                                        _mm256_loadu_si256((const __m256i *)(At + 704 + 32 * L))));
+        }
+        UNROLL for (int r = 0; r < R; r++) {
+            __m256 d1, m1;    /* lane half L is super-block L of the group */
+            q4k_scales8(_mm_loadu_si128((const __m128i *)(G + (size_t)r * rs + 16 * L)), &d1, &m1);
+            UNROLL for (int t = 0; t < T; t++) {
+                __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p16[r][t], ones)), _mm256_mul_ps(d1, da[t]),
+                                           acc[r][t][L]);
+                v = _mm256_fnmadd_ps(qs[t], _mm256_mul_ps(m1, da[t]), v);
+                acc[r][t][L] = PARTIAL ? _mm256_blendv_ps(acc[r][t][L], v, _mm256_castsi256_ps(live)) : v;
+            }
+        }
+    } else if (FMT == FMT_NVFP4) {
         UNROLL for (int h = 0; h < 2; h++) {
             UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) p16[r][t] = _mm256_setzero_si256();
             chunk4(C, rs, gn, A, xs, L, 4 * h, live, p16, R, T, FMT, PARTIAL);
@@ -376,6 +424,75 @@ ALWAYS_INLINE void group4(const uint8_t *G, size_t rs, const uint8_t *A, size_t 
     }
 }
 
+/* ---- Q6_K -----------------------------------------------------------------
+ * Lane half L of a group as for the 4-bit formats, the 6-bit codes u = the
+ * nibbles | (hi >> 2s & 3) << 4 (act8_ref.c). vpmaddubsw is exact: |u * q| <=
+ * 63 * 128, a pair <= 16128, two slabs summed in int16 <= 32256 (any
+ * activation byte, -128 included); widened with vpmaddwd every two slabs.
+ * Each half h of the blocks (slabs 4h .. 4h+3) starts from -32 hsum and
+ * takes its own scale d * sc. */
+
+/* The codes of slab 4h + s from its nibbles z (bits 4..7 undefined) and hi chunk h. */
+ALWAYS_INLINE __m256i q6k_u8(__m256i z, __m256i H, const int s) {
+    const __m256i hb = s == 0 ? _mm256_slli_epi16(H, 4) : s == 1 ? _mm256_slli_epi16(H, 2) : s == 2 ? H : _mm256_srli_epi16(H, 2);
+    return _mm256_or_si256(_mm256_and_si256(z, _mm256_set1_epi8(0x0F)), _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
+}
+
+/* d * sc (exact) of half h of lane half L (= super-block L of the group). */
+ALWAYS_INLINE __m256 q6k_scales8(const uint8_t *G, int gn, int h, int L) {
+    const __m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short)moe_rd16(G + 2 * L)));
+    const __m128i sc = _mm_loadl_epi64((const __m128i *)(G + 2 * (gn / 8) + gn * h + 8 * L));
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+}
+
+/* Lane half L of one Q6_K group (gn = 16, or 8 when PARTIAL) for R rows x T tokens. */
+ALWAYS_INLINE void group_q6k(const uint8_t *G, size_t rs, const uint8_t *A, size_t xs, int gn, int L,
+                             __m256 acc[4][4][2], const int R, const int T, const int PARTIAL) {
+    const uint8_t *C = G + (size_t)(18 * (gn / 8)), *HI = C + 16 * gn;
+    const __m256i live = PARTIAL ? live_lanes(gn, L) : _mm256_set1_epi32(-1), ones = _mm256_set1_epi16(1);
+    UNROLL for (int h = 0; h < 2; h++) {
+        __m256i is[4][4], H[4];
+        UNROLL for (int t = 0; t < T; t++) {
+            const __m256i hs = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 640 + 64 * h + 32 * L));
+            const __m256i c = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(hs, 5)); /* -32 hsum */
+            UNROLL for (int r = 0; r < R; r++) is[r][t] = c;
+        }
+        UNROLL for (int r = 0; r < R; r++)
+            H[r] = PARTIAL ? load_run(HI + (size_t)r * rs + (size_t)(4 * gn * h), gn, L, live)
+                           : _mm256_loadu_si256((const __m256i *)(HI + (size_t)r * rs + 64 * h + 32 * L));
+        UNROLL for (int i = 0; i < 2; i++) {          /* slabs 4h + 2i, 4h + 2i + 1 */
+            const int s0 = 4 * h + 2 * i;
+            __m256i a0[4], a1[4];
+            UNROLL for (int t = 0; t < T; t++) {      /* a partial group's pair s0/2: the same activation slabs */
+                a0[t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 64 * s0 + 32 * L));
+                a1[t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 64 * s0 + 64 + 32 * L));
+            }
+            UNROLL for (int r = 0; r < R; r++) {
+                __m256i z0, z1;
+                if (PARTIAL) {
+                    z0 = load_run(C + (size_t)r * rs + (size_t)(2 * gn * s0), gn, L, live);
+                    z1 = _mm256_srli_epi16(z0, 4);
+                } else {
+                    z0 = _mm256_loadu_si256((const __m256i *)(C + (size_t)r * rs + 32 * s0));
+                    z1 = _mm256_loadu_si256((const __m256i *)(C + (size_t)r * rs + 32 * s0 + 32));
+                    if (L) { z0 = _mm256_srli_epi16(z0, 4); z1 = _mm256_srli_epi16(z1, 4); }
+                }
+                const __m256i u0 = q6k_u8(z0, H[r], 2 * i), u1 = q6k_u8(z1, H[r], 2 * i + 1);
+                UNROLL for (int t = 0; t < T; t++) {
+                    const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(u0, a0[t]), _mm256_maddubs_epi16(u1, a1[t]));
+                    is[r][t] = _mm256_add_epi32(is[r][t], _mm256_madd_epi16(p16, ones));
+                    KEEP(is[r][t]);
+                }
+            }
+        }
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m256 sc = q6k_scales8(G + (size_t)r * rs, gn, h, L);
+            UNROLL for (int t = 0; t < T; t++)
+                acc[r][t][L] = fold4(acc[r][t][L], is[r][t], sc, A + (size_t)t * xs, L, live, PARTIAL);
+        }
+    }
+}
+
 /* R rows x T tokens of a 4-bit format (a8 layout), as tile_q8_0. */
 ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rs, const uint8_t *xa, size_t xs, float *y, size_t ys,
                              size_t yr, int64_t n, const int R, const int T, const int FMT) {
@@ -388,15 +505,26 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rs, const uint8_t *xa, siz
     }
     int64_t g0 = 0;
     for (; g0 + A8_G <= nb; g0 += A8_G) {
-        const uint8_t *G = w + (size_t)g0 * BPB, *A = xa + (size_t)(g0 / A8_G) * A8_GROUP_BYTES;
+        const uint8_t *A = xa + (size_t)(g0 / A8_G) * A8_GROUP_BYTES;
+        if (FMT == FMT_Q6_K) {           /* 210 bytes per 8 blocks */
+            const uint8_t *G = w + (size_t)(g0 / 8) * QB_Q6_K;
+            group_q6k(G, rs, A, xs, A8_G, 0, acc, R, T, 0);
+            group_q6k(G, rs, A, xs, A8_G, 1, acc, R, T, 0);
+            continue;
+        }
+        const uint8_t *G = w + (size_t)g0 * BPB;
         group4(G, rs, A, xs, A8_G, 0, acc, R, T, FMT, 0);
         group4(G, rs, A, xs, A8_G, 1, acc, R, T, FMT, 0);
     }
     if (g0 < nb) {                       /* the row's last, partial group */
         const int gn = (int)(nb - g0);
-        const uint8_t *G = w + (size_t)g0 * BPB, *A = xa + (size_t)(g0 / A8_G) * A8_GROUP_BYTES;
-        group4(G, rs, A, xs, gn, 0, acc, R, T, FMT, 1);
-        if (gn > 8) group4(G, rs, A, xs, gn, 1, acc, R, T, FMT, 1);
+        const uint8_t *A = xa + (size_t)(g0 / A8_G) * A8_GROUP_BYTES;
+        if (FMT == FMT_Q6_K) group_q6k(w + (size_t)(g0 / 8) * QB_Q6_K, rs, A, xs, gn, 0, acc, R, T, 1); /* gn = 8 */
+        else {
+            const uint8_t *G = w + (size_t)g0 * BPB;
+            group4(G, rs, A, xs, gn, 0, acc, R, T, FMT, 1);
+            if (gn > 8) group4(G, rs, A, xs, gn, 1, acc, R, T, FMT, 1);
+        }
     }
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
         y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t][0], acc[r][t][1]);
@@ -405,10 +533,11 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rs, const uint8_t *xa, siz
 /* gemv (rows r and r + nrows/2 paired, as for Q8_0) and gemm (4 rows x 2
  * tokens) of each 4-bit format. The gemm tile, measured (bench_quant, AVX2, 512x2048 x 512 tokens, 2
  * threads, GOP/s, Q4_0 / NVFP4 / MXFP4): 4x2 323 / 235 / 252, 3x2 297 / 220
- * / 248, 4x3 262 / 219 / 216, 4x1 317 / 176 / 227, 2x2 235 / 186 / 198. */
-#define GEMM_R 4
-#define GEMM_T 2
-#define A8_4BIT_KERNELS(name, FMT)                                                                             \
+ * / 248, 4x3 262 / 219 / 216, 4x1 317 / 176 / 227, 2x2 235 / 186 / 198.
+ * K-quants (1 thread, 256x2048 x 48 tokens from L2, GOP/s, Q4_K / Q6_K,
+ * interleaved runs): 4x2 135-145 / 100-101, 4x3 142 / -, 3x2 138 / 98,
+ * 2x3 120 / 100-101, 2x2 117 / 98-99, 4x1 101 / 75, 2x1 - / 80. */
+#define A8_4BIT_KERNELS(name, FMT, GEMM_R, GEMM_T)                                                                             \
     void moe_gemv_a8_##name##_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, float *y,        \
                                    int64_t n) {                                                              \
         const uint8_t *W = w;                                                                                \
@@ -432,6 +561,8 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rs, const uint8_t *xa, siz
             for (int64_t t = 0; t < ntok; t++)                                                               \
                 tile_4bit(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 1, 1, FMT); \
     }
-A8_4BIT_KERNELS(nvfp4, FMT_NVFP4)
-A8_4BIT_KERNELS(mxfp4, FMT_MXFP4)
-A8_4BIT_KERNELS(q4_0, FMT_Q4_0)
+A8_4BIT_KERNELS(nvfp4, FMT_NVFP4, 4, 2)
+A8_4BIT_KERNELS(mxfp4, FMT_MXFP4, 4, 2)
+A8_4BIT_KERNELS(q4_0, FMT_Q4_0, 4, 2)
+A8_4BIT_KERNELS(q4_k, FMT_Q4_K, 4, 2)
+A8_4BIT_KERNELS(q6_k, FMT_Q6_K, 4, 2)

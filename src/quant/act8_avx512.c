@@ -8,7 +8,7 @@
  * sums are then converted and folded into the 16 float lanes with one FMA per
  * group, as the contract says. A tile does R rows x T tokens (compile-time
  * constants) so weight slabs are reused across tokens in prefill. The 4-bit
- * formats (NVFP4, MXFP4, Q4_0) follow below. Only F/BW/VL/DQ + VNNI
+ * formats (NVFP4, MXFP4, Q4_0) and the K-quants (Q4_K, Q6_K) follow below. Only F/BW/VL/DQ + VNNI
  * instructions (no VBMI: no vpermb; the nibble tables are vpshufb). */
 #include "quant/quant_internal.h"
 
@@ -127,8 +127,18 @@ void moe_gemm_a8_q8_0_avx512(const void *w, size_t rb, int64_t nrows, const void
  * each row's float lanes still take exactly its own blocks' FMAs, in order.
  * Per block the float steps are the contract's: S = scale * da (vcvtph2ps
  * and the conversions below are exact), one FMA per part (NVFP4: half 0,
- * then half 1), lanes in the fixed tree. */
-enum { FMT_Q4_0, FMT_MXFP4, FMT_NVFP4 };
+ * then half 1), lanes in the fixed tree.
+ * The K-quants share this tile (a group of 16 blocks = two super-blocks, a
+ * partial group = one, gn = 8, so it takes the two-rows-per-zmm path):
+ * Q4_K's codes are the nibbles themselves (sums from 0), its scales come
+ * from the two 16-byte super-block headers (q4k_scales: the 6-bit unpack of
+ * both in one ymm, d1 = d * sc and m1 = dmin * m per lane), and each block
+ * takes a second FMA, -qsum * (m1 * da), with qsum = hsum lo + hi. Q6_K is
+ * NVFP4's shape (two halves, 4 slabs each, sums from -32 hsum): its codes
+ * are the nibbles with the 2 high bits of the hi chunk (one 64-byte load
+ * per half and row) put in by a shift, an AND and a vpternlogd, and its
+ * scales are d * sc (int8). */
+enum { FMT_Q4_0, FMT_MXFP4, FMT_NVFP4, FMT_Q4_K, FMT_Q6_K };
 
 /* moe_ue4m3_half of 16 bytes: (byte & 0x7F) << 20 is a float whose exponent
  * field is the UE4M3 exponent and whose top 3 mantissa bits its mantissa;
@@ -149,9 +159,23 @@ ALWAYS_INLINE __m512 e8m0_half16(__m128i bytes) {
     return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), big, small));
 }
 
+/* Q6_K: d * sc (exact: 11 x 7 bits) of half h's 16 lanes, from the f16 d
+ * of lanes 0..7 (at d0) and of lanes 8..15 (at d1) and 8 int8 scales each
+ * (at s0, s1). */
+ALWAYS_INLINE __m512 q6k_scales(const uint8_t *d0, const uint8_t *d1, const uint8_t *s0, const uint8_t *s1) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)moe_rd16(d0))),
+                                                             _mm_set1_epi16((short)moe_rd16(d1)), 1));
+    const __m128i sc = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)s0), _mm_loadl_epi64((const __m128i *)s1));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
+}
+
 /* The weight scales of a group's lanes (NVFP4: of half h), gn blocks. */
 ALWAYS_INLINE __m512 w_scales(const uint8_t *G, int gn, int h, const int FMT, const int PARTIAL) {
     const __mmask16 ml = (__mmask16)((1u << gn) - 1);
+    if (FMT == FMT_Q6_K) {      /* a full group: d[2], sc[2][16]; a partial one (gn = 8): d, sc[2][8] */
+        if (!PARTIAL) return q6k_scales(G, G + 2, G + 4 + 16 * h, G + 12 + 16 * h);
+        return q6k_scales(G, G, G + 2 + 8 * h, G + 2 + 8 * h);
+    }
     if (FMT == FMT_Q4_0)
         return _mm512_cvtph_ps(PARTIAL ? _mm256_maskz_loadu_epi16(ml, G) : _mm256_loadu_si256((const __m256i *)G));
     const uint8_t *p = G + (size_t)(h * gn);
@@ -163,6 +187,7 @@ ALWAYS_INLINE __m512 w_scales(const uint8_t *G, int gn, int h, const int FMT, co
  * scales in lanes 0..7, row 1's in lanes 8..15 (one conversion for both). */
 ALWAYS_INLINE __m512 w_scales_pair(const uint8_t *G0, const uint8_t *G1, int gn, int h, const int FMT) {
     const __mmask8 ml = (__mmask8)((1u << gn) - 1);
+    if (FMT == FMT_Q6_K) return q6k_scales(G0, G1, G0 + 2 + 8 * h, G1 + 2 + 8 * h); /* gn = 8 */
     if (FMT == FMT_Q4_0)
         return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_maskz_loadu_epi16(ml, G0)),
                                                        _mm_maskz_loadu_epi16(ml, G1), 1));
@@ -171,8 +196,42 @@ ALWAYS_INLINE __m512 w_scales_pair(const uint8_t *G0, const uint8_t *G1, int gn,
     return FMT == FMT_NVFP4 ? ue4m3_half16(b) : e8m0_half16(b);
 }
 
-/* Where part h's sums start (NVFP4: half h; the others: the whole block). */
+/* Q4_K: d1 = d * sc and m1 = dmin * m (act8_ref.c) of 16 lanes from two
+ * super-block headers, X = [the header of lanes 0..7 | that of lanes 8..15]
+ * (per 128-bit half, dwords: d | dmin << 16, then the packed bytes u0, u1,
+ * u2). moe_q4k_unpack16 per half: sc0..3 = u0 & 0x3f, sc4..7 = (u2 & 0xf) |
+ * (u0 >> 6) << 4, m0..3 = u1 & 0x3f, m4..7 = (u2 >> 4 & 0xf) | (u1 >> 6) << 4
+ * (bytewise; (x >> 6 & 3) << 4 is x >> 2 & 0x30 on dwords). The products
+ * are exact (11 x 6 bits), vcvtph2ps is the exact conversion. */
+ALWAYS_INLINE void q4k_scales(__m256i X, __m512 *d1, __m512 *m1) {
+    const __m256i Xp = _mm256_shuffle_epi32(X, _MM_SHUFFLE(3, 2, 3, 1)); /* u0 u2 u1 u2 */
+    const __m256i Xq = _mm256_shuffle_epi32(X, _MM_SHUFFLE(2, 2, 1, 1)); /* u0 u0 u1 u1 */
+    const __m256i lo = _mm256_and_si256(Xp, _mm256_set1_epi8(0x3F));
+    const __m256i hi = _mm256_ternarylogic_epi32(_mm256_srlv_epi32(Xp, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
+                                                 _mm256_set1_epi8(0x0F),
+                                                 _mm256_and_si256(_mm256_srli_epi32(Xq, 2), _mm256_set1_epi8(0x30)),
+                                                 0xEA); /* (a & b) | c */
+    /* per half [sc0..7, m0..7]; qwords reordered to [sc lanes 0..15 | m lanes 0..15] */
+    const __m256i v = _mm256_permute4x64_epi64(_mm256_blend_epi32(lo, hi, 0xAA), _MM_SHUFFLE(3, 1, 2, 0));
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(v)));
+    const __m512 m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(v, 1)));
+    /* d, dmin of both headers: [d0, dmin0, d1, dmin1] */
+    const __m512 dd = _mm512_castps128_ps512(
+        _mm_cvtph_ps(_mm_unpacklo_epi32(_mm256_castsi256_si128(X), _mm256_extracti128_si256(X, 1))));
+    *d1 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), dd), sc);
+    *m1 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3), dd), m);
+}
+
+/* Q4_K: qsum of the 16 blocks (hsum lo + hi) as floats (exact). */
+ALWAYS_INLINE __m512 q4k_qsum(const uint8_t *A) {
+    return _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_loadu_si512(A + 640), _mm512_loadu_si512(A + 704)));
+}
+
+/* Where part h's sums start (NVFP4, Q6_K: half h; the others: the whole block). */
 ALWAYS_INLINE __m512i corr4(const uint8_t *A, int h, const int FMT) {
+    if (FMT == FMT_Q4_K) return _mm512_setzero_si512();
+    if (FMT == FMT_Q6_K) /* -32 * hsum */
+        return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_loadu_si512(A + 640 + 64 * h), 5));
     if (FMT == FMT_Q4_0) return _mm512_srai_epi32(_mm512_loadu_si512(A + 512), 4); /* -8 * sum q */
     const __m512i m12 = _mm512_set1_epi32(-12);
     if (FMT == FMT_NVFP4) return _mm512_mullo_epi32(_mm512_loadu_si512(A + 640 + 64 * h), m12);
@@ -180,7 +239,14 @@ ALWAYS_INLINE __m512i corr4(const uint8_t *A, int h, const int FMT) {
 }
 
 ALWAYS_INLINE __m512i to_u(__m512i codes, __m512i tab, const int FMT) {
-    return FMT == FMT_Q4_0 ? codes : _mm512_shuffle_epi8(tab, codes);
+    return FMT == FMT_Q4_0 || FMT == FMT_Q4_K ? codes : _mm512_shuffle_epi8(tab, codes);
+}
+
+/* Q6_K: the 6-bit codes of slab 4h + s from its unpacked nibbles z (bits
+ * 4..7 of each byte undefined) and hi chunk h: (z & 0xf) | (H >> 2s & 3) << 4. */
+ALWAYS_INLINE __m512i q6k_u(__m512i z, __m512i H, const int s) {
+    const __m512i hb = s == 0 ? _mm512_slli_epi16(H, 4) : s == 1 ? _mm512_slli_epi16(H, 2) : s == 2 ? H : _mm512_srli_epi16(H, 2);
+    return _mm512_ternarylogic_epi32(z, _mm512_set1_epi8(0x0F), _mm512_and_si512(hb, _mm512_set1_epi8(0x30)), 0xEA);
 }
 
 /* R rows x T tokens of a 4-bit format (a8 layout), as tile_q8_0. */
@@ -189,17 +255,19 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, siz
     const int64_t nb = n / 32;
     const size_t BPB = FMT == FMT_MXFP4 ? 17 : 18;
     const int SB = FMT == FMT_MXFP4 ? 1 : 2;
-    const int NP = FMT == FMT_NVFP4 ? 2 : 1;    /* parts (FMAs) per block */
-    const int SPP = FMT == FMT_NVFP4 ? 4 : 8;   /* slabs per part */
+    const int NP = FMT == FMT_NVFP4 || FMT == FMT_Q6_K ? 2 : 1; /* parts (FMAs) per block */
+    const int SPP = 8 / NP;                                      /* slabs per part */
     const __m512i tab = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[4][4];
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
     for (int64_t g0 = 0; g0 < nb; g0 += A8_G) {
         const int gn = (int)(nb - g0 < A8_G ? nb - g0 : A8_G);
-        const uint8_t *G = w + (size_t)g0 * BPB;
+        /* Q6_K: 210 bytes per 8 blocks; its codes after d[gn/8] and sc[2][gn] */
+        const uint8_t *G = FMT == FMT_Q6_K ? w + (size_t)(g0 / 8) * QB_Q6_K : w + (size_t)g0 * BPB;
         const uint8_t *A = xa + (size_t)(g0 / A8_G) * A8_GROUP_BYTES;
-        const uint8_t *C = G + (size_t)(SB * gn);
+        const uint8_t *C = FMT == FMT_Q6_K ? G + (size_t)(18 * (gn / 8)) : G + (size_t)(SB * gn);
+        const uint8_t *HI = C + 16 * gn; /* Q6_K: the high bits, chunk h at HI + 4 gn h */
         if (gn == A8_G) {
             UNROLL for (int h = 0; h < NP; h++) {
                 __m512i is[4][4];
@@ -207,22 +275,40 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, siz
                     const __m512i c = corr4(A + (size_t)t * xs, h, FMT);
                     UNROLL for (int r = 0; r < R; r++) is[r][t] = c;
                 }
+                __m512i H[4];
+                if (FMT == FMT_Q6_K) UNROLL for (int r = 0; r < R; r++) H[r] = _mm512_loadu_si512(HI + (size_t)r * rb + 64 * h);
                 UNROLL for (int i = 0; i < SPP; i++) {
                     const int s = SPP * h + i;
                     __m512i a[4];
                     UNROLL for (int t = 0; t < T; t++) a[t] = _mm512_loadu_si512(A + (size_t)t * xs + 64 * s);
                     UNROLL for (int r = 0; r < R; r++) {
                         __m512i z = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(C + (size_t)r * rb + 32 * s)));
-                        z = _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFFFF0000u, z, 4), m4);
-                        const __m512i u = to_u(z, tab, FMT);
+                        z = _mm512_mask_srli_epi16(z, 0xFFFF0000u, z, 4);
+                        const __m512i u = FMT == FMT_Q6_K ? q6k_u(z, H[r], i) : to_u(_mm512_and_si512(z, m4), tab, FMT);
                         UNROLL for (int t = 0; t < T; t++) is[r][t] = _mm512_dpbusd_epi32(is[r][t], u, a[t]);
                     }
                 }
-                UNROLL for (int r = 0; r < R; r++) {
-                    const __m512 sc = w_scales(G + (size_t)r * rb, A8_G, h, FMT, 0);
+                if (FMT == FMT_Q4_K) {    /* acc = fma(isum, d1 da, acc); acc = fma(-qsum, m1 da, acc) */
+                    __m512 da[4], qs[4];
                     UNROLL for (int t = 0; t < T; t++) {
-                        const __m512 S = _mm512_mul_ps(sc, _mm512_loadu_ps((const float *)(A + (size_t)t * xs + 576)));
-                        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), S, acc[r][t]);
+                        da[t] = _mm512_loadu_ps((const float *)(A + (size_t)t * xs + 576));
+                        qs[t] = q4k_qsum(A + (size_t)t * xs);
+                    }
+                    UNROLL for (int r = 0; r < R; r++) {
+                        __m512 d1, m1;
+                        q4k_scales(_mm256_loadu_si256((const __m256i *)(G + (size_t)r * rb)), &d1, &m1);
+                        UNROLL for (int t = 0; t < T; t++) {
+                            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), _mm512_mul_ps(d1, da[t]), acc[r][t]);
+                            acc[r][t] = _mm512_fnmadd_ps(qs[t], _mm512_mul_ps(m1, da[t]), acc[r][t]);
+                        }
+                    }
+                } else {
+                    UNROLL for (int r = 0; r < R; r++) {
+                        const __m512 sc = w_scales(G + (size_t)r * rb, A8_G, h, FMT, 0);
+                        UNROLL for (int t = 0; t < T; t++) {
+                            const __m512 S = _mm512_mul_ps(sc, _mm512_loadu_ps((const float *)(A + (size_t)t * xs + 576)));
+                            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), S, acc[r][t]);
+                        }
                     }
                 }
             }
@@ -238,6 +324,13 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, siz
                     const __m512i c = corr4(A + (size_t)t * xs, h, FMT);
                     UNROLL for (int q = 0; q < R / 2; q++) is[q][t] = _mm512_shuffle_i64x2(c, c, 0x44);
                 }
+                __m512i H[2];
+                if (FMT == FMT_Q6_K)  /* gn = 8: both rows' chunk h (32 bytes each) */
+                    UNROLL for (int q = 0; q < R / 2; q++) {
+                        const uint8_t *h0 = HI + (size_t)(2 * q) * rb + 32 * h;
+                        H[q] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)h0)),
+                                                  _mm256_loadu_si256((const __m256i *)(h0 + rb)), 1);
+                    }
                 UNROLL for (int i = 0; i < SPP / 2; i++) {
                     const int p = SPP / 2 * h + i;
                     __m512i a0[4], a1[4];
@@ -249,8 +342,14 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, siz
                         const uint8_t *c0 = C + (size_t)(2 * q) * rb + (size_t)(4 * gn * p);
                         const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi8(mb, c0)),
                                                              _mm256_maskz_loadu_epi8(mb, c0 + rb), 1);
-                        const __m512i u0 = to_u(_mm512_and_si512(z, m4), tab, FMT);
-                        const __m512i u1 = to_u(_mm512_and_si512(_mm512_srli_epi16(z, 4), m4), tab, FMT);
+                        __m512i u0, u1;
+                        if (FMT == FMT_Q6_K) {   /* slabs 2p, 2p + 1 = slabs 2i, 2i + 1 of half h */
+                            u0 = q6k_u(z, H[q], 2 * i);
+                            u1 = q6k_u(_mm512_srli_epi16(z, 4), H[q], 2 * i + 1);
+                        } else {
+                            u0 = to_u(_mm512_and_si512(z, m4), tab, FMT);
+                            u1 = to_u(_mm512_and_si512(_mm512_srli_epi16(z, 4), m4), tab, FMT);
+                        }
                         UNROLL for (int t = 0; t < T; t++) {
                             is[q][t] = _mm512_dpbusd_epi32(is[q][t], u0, a0[t]);
                             is[q][t] = _mm512_dpbusd_epi32(is[q][t], u1, a1[t]);
@@ -258,11 +357,22 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, siz
                     }
                 }
                 UNROLL for (int q = 0; q < R / 2; q++) {
-                    const __m512 sc = w_scales_pair(G + (size_t)(2 * q) * rb, G + (size_t)(2 * q + 1) * rb, gn, h, FMT);
+                    __m512 sc, m1 = _mm512_setzero_ps();
+                    if (FMT == FMT_Q4_K)
+                        q4k_scales(_mm256_inserti128_si256(
+                                       _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(G + (size_t)(2 * q) * rb))),
+                                       _mm_loadu_si128((const __m128i *)(G + (size_t)(2 * q + 1) * rb)), 1),
+                                   &sc, &m1);
+                    else sc = w_scales_pair(G + (size_t)(2 * q) * rb, G + (size_t)(2 * q + 1) * rb, gn, h, FMT);
                     UNROLL for (int t = 0; t < T; t++) {
-                        const __m512 S = _mm512_mul_ps(sc, _mm512_broadcast_f32x8(_mm256_loadu_ps((const float *)(A + (size_t)t * xs + 576))));
+                        const __m512 da = _mm512_broadcast_f32x8(_mm256_loadu_ps((const float *)(A + (size_t)t * xs + 576)));
+                        const __m512 S = _mm512_mul_ps(sc, da);
                         __m512 c = _mm512_shuffle_f32x4(acc[2 * q][t], acc[2 * q + 1][t], 0x44);
                         c = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(is[q][t]), S, c, ml2);
+                        if (FMT == FMT_Q4_K) {
+                            const __m512 qs = q4k_qsum(A + (size_t)t * xs);
+                            c = _mm512_mask3_fnmadd_ps(_mm512_shuffle_f32x4(qs, qs, 0x44), _mm512_mul_ps(m1, da), c, ml2);
+                        }
                         acc[2 * q][t] = _mm512_mask_mov_ps(acc[2 * q][t], 0x00FF, c);
                         acc[2 * q + 1][t] = _mm512_mask_mov_ps(acc[2 * q + 1][t], 0x00FF, _mm512_shuffle_f32x4(c, c, 0xEE));
                     }
@@ -277,6 +387,9 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, siz
                     const __m512i c = corr4(A + (size_t)t * xs, h, FMT);
                     UNROLL for (int r = 0; r < R; r++) is[r][t] = c;
                 }
+                __m512i H[4];
+                if (FMT == FMT_Q6_K)
+                    UNROLL for (int r = 0; r < R; r++) H[r] = _mm512_maskz_loadu_epi8(mb, HI + (size_t)r * rb + (size_t)(4 * gn * h));
                 UNROLL for (int i = 0; i < SPP / 2; i++) {
                     const int p = SPP / 2 * h + i;
                     __m512i a0[4], a1[4];
@@ -286,8 +399,14 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, siz
                     }
                     UNROLL for (int r = 0; r < R; r++) {
                         const __m512i z = _mm512_maskz_loadu_epi8(mb, C + (size_t)r * rb + (size_t)(4 * gn * p));
-                        const __m512i u0 = to_u(_mm512_and_si512(z, m4), tab, FMT);
-                        const __m512i u1 = to_u(_mm512_and_si512(_mm512_srli_epi16(z, 4), m4), tab, FMT);
+                        __m512i u0, u1;
+                        if (FMT == FMT_Q6_K) {
+                            u0 = q6k_u(z, H[r], 2 * i);
+                            u1 = q6k_u(_mm512_srli_epi16(z, 4), H[r], 2 * i + 1);
+                        } else {
+                            u0 = to_u(_mm512_and_si512(z, m4), tab, FMT);
+                            u1 = to_u(_mm512_and_si512(_mm512_srli_epi16(z, 4), m4), tab, FMT);
+                        }
                         UNROLL for (int t = 0; t < T; t++) {
                             is[r][t] = _mm512_dpbusd_epi32(is[r][t], u0, a0[t]);
                             is[r][t] = _mm512_dpbusd_epi32(is[r][t], u1, a1[t]);
@@ -295,10 +414,17 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, siz
                     }
                 }
                 UNROLL for (int r = 0; r < R; r++) {
-                    const __m512 sc = w_scales(G + (size_t)r * rb, gn, h, FMT, 1);
+                    __m512 sc, m1 = _mm512_setzero_ps();
+                    /* Q4_K: gn = 8, one header (lanes 8..15 compute from a copy, masked off) */
+                    if (FMT == FMT_Q4_K)
+                        q4k_scales(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(G + (size_t)r * rb))), &sc, &m1);
+                    else sc = w_scales(G + (size_t)r * rb, gn, h, FMT, 1);
                     UNROLL for (int t = 0; t < T; t++) {
-                        const __m512 S = _mm512_mul_ps(sc, _mm512_loadu_ps((const float *)(A + (size_t)t * xs + 576)));
+                        const __m512 da = _mm512_loadu_ps((const float *)(A + (size_t)t * xs + 576));
+                        const __m512 S = _mm512_mul_ps(sc, da);
                         acc[r][t] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), S, acc[r][t], ml);
+                        if (FMT == FMT_Q4_K)
+                            acc[r][t] = _mm512_mask3_fnmadd_ps(q4k_qsum(A + (size_t)t * xs), _mm512_mul_ps(m1, da), acc[r][t], ml);
                     }
                 }
             }
@@ -312,10 +438,10 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, siz
  * format. The gemm tile, measured (bench_quant, 512x2048 x 512 tokens, 2
  * threads, GOP/s, Q4_0 / NVFP4 / MXFP4): 4x3 513-531 / 341 / 382-413, 3x4
  * 446 / 338, 4x4 454 / 337 / 307 (spills), 4x2 427 / 299, 2x4 336 / 294,
- * 2x3 316 / 285. */
-#define GEMM_R 4
-#define GEMM_T 3
-#define A8_4BIT_KERNELS(name, FMT)                                                                             \
+ * 2x3 316 / 285. K-quants (1 thread, 256x2048 x 48 tokens from L2, GOP/s,
+ * Q4_K / Q6_K, interleaved runs): 4x3 210-213 / 184-188, 3x4 222 / 183-186,
+ * 3x3 205 / 180-184, 4x4 190 / -, 2x4 - / 175, 4x2 171 / 155. */
+#define A8_4BIT_KERNELS(name, FMT, GEMM_R, GEMM_T)                                                                             \
     void moe_gemv_a8_##name##_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, float *y,      \
                                      int64_t n) {                                                            \
         const uint8_t *W = w;                                                                                \
@@ -339,6 +465,8 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, siz
             for (int64_t t = 0; t < ntok; t++)                                                               \
                 tile_4bit(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 1, 1, FMT); \
     }
-A8_4BIT_KERNELS(nvfp4, FMT_NVFP4)
-A8_4BIT_KERNELS(mxfp4, FMT_MXFP4)
-A8_4BIT_KERNELS(q4_0, FMT_Q4_0)
+A8_4BIT_KERNELS(nvfp4, FMT_NVFP4, 4, 3)
+A8_4BIT_KERNELS(mxfp4, FMT_MXFP4, 4, 3)
+A8_4BIT_KERNELS(q4_0, FMT_Q4_0, 4, 3)
+A8_4BIT_KERNELS(q4_k, FMT_Q4_K, 4, 3)
+A8_4BIT_KERNELS(q6_k, FMT_Q6_K, 4, 3)

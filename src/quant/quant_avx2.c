@@ -353,5 +353,6 @@ const moe_kernels moe_kernels_avx2_tab = {
     ENTRY_X4(MOE_T_Q6_K, q6_k), ENTRY_X4(MOE_T_MXFP4, mxfp4), ENTRY_X4(MOE_T_NVFP4, nvfp4),
     .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
     A8_ENTRY(MOE_T_Q8_0, q8_0, avx2), A8_ENTRY(MOE_T_NVFP4, nvfp4, avx2),
-    A8_ENTRY(MOE_T_MXFP4, mxfp4, avx2), A8_ENTRY(MOE_T_Q4_0, q4_0, avx2),
+    A8_ENTRY(MOE_T_MXFP4, mxfp4, avx2), A8_ENTRY(MOE_T_Q4_0, q4_0, avx2), A8_ENTRY(MOE_T_Q4_K, q4_k, avx2),
+    A8_ENTRY(MOE_T_Q6_K, q6_k, avx2),
 };

@@ -93,6 +93,8 @@ A8_DECL_ALL(q8_0)
 A8_DECL_ALL(nvfp4)
 A8_DECL_ALL(mxfp4)
 A8_DECL_ALL(q4_0)
+A8_DECL_ALL(q4_k)
+A8_DECL_ALL(q6_k)
 #undef A8_DECL_ALL
 #undef A8_DECL
 /* A table's a8 entries for one format. */
