@@ -53,6 +53,7 @@ static void matmul_rows(const moe_kernels *k, const moe_weight *w, int64_t mat, 
 /* ---- act_q8: float rows -> A8 rows (one implementation, so one result) ---- */
 
 typedef struct {
+    const moe_kernels *k;    /* its quantize_act8: the spec's bytes at this ISA */
     const float *x;
     size_t xs;               /* floats between input rows */
     int rows, n;
@@ -64,7 +65,7 @@ static void q8_worker(void *ctx, int ith, int nth) {
     int64_t b, e;
     moe_split(t->rows, ith, nth, 1, &b, &e);
     const size_t ds = (size_t)moe_act8_row_bytes(t->n);
-    for (int64_t r = b; r < e; r++) moe_quantize_act8(t->x + (size_t)r * t->xs, t->dst + (size_t)r * ds, t->n);
+    for (int64_t r = b; r < e; r++) t->k->quantize_act8(t->x + (size_t)r * t->xs, t->dst + (size_t)r * ds, t->n);
 }
 
 /* Quantizes rows when weight w reads A8 rows; returns dst, or NULL when w
@@ -72,7 +73,7 @@ static void q8_worker(void *ctx, int ith, int nth) {
 static const uint8_t *act_rows(moe_session *s, const moe_weight *w, const float *x, size_t xs, int rows,
                                uint8_t *dst) {
     if (!w->a8) return NULL;
-    q8_task t = {x, xs, rows, (int)w->n_in, dst};
+    q8_task t = {s->kern, x, xs, rows, (int)w->n_in, dst};
     if (rows == 1 || s->n_threads == 1) q8_worker(&t, 0, 1);
     else moe_pool_run(s->pool, q8_worker, &t);
     return dst;
@@ -342,6 +343,7 @@ static void jobs_worker(void *ctx, int ith, int nth) {
 /* act_q8: the hidden rows of all jobs (hg after SiLU*up) quantized for the
  * down projections; rows numbered across jobs, split evenly over threads. */
 typedef struct {
+    const moe_kernels *k;
     const moe_ffn_job *jobs;
     int n_jobs, rows;
 } hidden_q8_task;
@@ -356,7 +358,7 @@ static void hidden_q8_worker(void *ctx, int ith, int nth) {
         const int64_t F = j->wd->n_in;
         const size_t aF = (size_t)moe_act8_row_bytes(F);
         for (int q = 0; q < j->nr; q++, r++)
-            if (r >= b && r < e) moe_quantize_act8(j->hg + (size_t)q * (size_t)F, j->ha + (size_t)q * aF, F);
+            if (r >= b && r < e) t->k->quantize_act8(j->hg + (size_t)q * (size_t)F, j->ha + (size_t)q * aF, F);
     }
 }
 
@@ -377,7 +379,7 @@ static void run_ffn_jobs(moe_session *s, const moe_ffn_job *jobs, int n_jobs) {
     bool any_a8 = false;
     for (int i = 0; i < n_jobs; i++) any_a8 |= jobs[i].wd->a8;
     if (any_a8) {                                    /* act_q8: hidden rows -> A8, in parallel */
-        hidden_q8_task hq = {jobs, n_jobs, 0};
+        hidden_q8_task hq = {s->kern, jobs, n_jobs, 0};
         for (int i = 0; i < n_jobs; i++) hq.rows += jobs[i].nr;
         if (hq.rows == 1 || s->n_threads == 1) hidden_q8_worker(&hq, 0, 1);
         else moe_pool_run(s->pool, hidden_q8_worker, &hq);

@@ -101,6 +101,8 @@ typedef struct moe_kernels {
      * rows). NULL for types without it (moe_type_has_a8). */
     moe_gemv_a8_fn gemv_a8[MOE_T_COUNT];
     moe_gemm_a8_fn gemm_a8[MOE_T_COUNT];
+    /* moe_quantize_act8 at this level: the same bytes (act8q_*.c) */
+    void (*quantize_act8)(const float *x, void *dst, int64_t n);
 } moe_kernels;
 
 /* ---- the x4 layout (load-time repack, flag `repack`) ----------------------
@@ -122,8 +124,8 @@ bool moe_type_has_a8(uint32_t type);
 /* Bytes of one A8 activation row of n values (n a multiple of 32); a
  * multiple of 64, so rows laid end to end stay 64-byte aligned. */
 int64_t moe_act8_row_bytes(int64_t n);
-/* Quantizes n values (n % 32 == 0) into one A8 row; the same bits on every
- * ISA (there is one implementation). */
+/* Quantizes n values (n % 32 == 0) into one A8 row: the specification.
+ * Each kernel table's quantize_act8 gives the same bytes, faster. */
 void moe_quantize_act8(const float *x, void *dst, int64_t n);
 /* Repacks nrows plain rows of n values into the a8 layout; no overlap. */
 void moe_repack_a8(uint32_t type, const void *src, void *dst, int64_t nrows, int64_t n);

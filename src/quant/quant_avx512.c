@@ -325,4 +325,5 @@ const moe_kernels moe_kernels_avx512_tab = {
     A8_ENTRY(MOE_T_Q8_0, q8_0, avx512), A8_ENTRY(MOE_T_NVFP4, nvfp4, avx512),
     A8_ENTRY(MOE_T_MXFP4, mxfp4, avx512), A8_ENTRY(MOE_T_Q4_0, q4_0, avx512), A8_ENTRY(MOE_T_Q4_K, q4_k, avx512),
     A8_ENTRY(MOE_T_Q6_K, q6_k, avx512),
+    .quantize_act8 = moe_quantize_act8_avx512,
 };

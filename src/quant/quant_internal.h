@@ -97,6 +97,9 @@ A8_DECL_ALL(q4_k)
 A8_DECL_ALL(q6_k)
 #undef A8_DECL_ALL
 #undef A8_DECL
+/* act8q_avx512.c, act8q_avx2.c: moe_quantize_act8, byte for byte. */
+void moe_quantize_act8_avx512(const float *x, void *dst, int64_t n);
+void moe_quantize_act8_avx2(const float *x, void *dst, int64_t n);
 /* A table's a8 entries for one format. */
 #define A8_ENTRY(id, name, isa) .gemv_a8[id] = moe_gemv_a8_##name##_##isa, .gemm_a8[id] = moe_gemm_a8_##name##_##isa
 

@@ -644,4 +644,5 @@ const moe_kernels moe_kernels_scalar_tab = {
     A8_ENTRY(MOE_T_Q8_0, q8_0, ref), A8_ENTRY(MOE_T_NVFP4, nvfp4, ref),
     A8_ENTRY(MOE_T_MXFP4, mxfp4, ref), A8_ENTRY(MOE_T_Q4_0, q4_0, ref), A8_ENTRY(MOE_T_Q4_K, q4_k, ref),
     A8_ENTRY(MOE_T_Q6_K, q6_k, ref),
+    .quantize_act8 = moe_quantize_act8,
 };
