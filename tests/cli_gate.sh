@@ -206,6 +206,11 @@ if "$BIN" trace record -m "$Q" --tokens "$P14" --steps 64 -o "$T/q8.json" --flag
   out=$("$REL" gate -m "$Q" "$T/q8.json" 2>&1)
   [ $? -eq 1 ] && echo "$out" | grep -q "note: the trace was recorded with numerics flags +act_q8,+kv_f16, this run uses none" ||
     fail "gate of an act_q8 trace in FP32: $out"
+  # a recorded_with naming flags this build does not know: still a plain FAIL, no note, no crash
+  sed 's/"recorded_with": "flags=[^ "]*/"recorded_with": "flags=+no_such_flag,+act_q8/' "$T/q8.json" >"$T/q8odd.json"
+  grep -q 'flags=+no_such_flag' "$T/q8odd.json" || fail "could not edit recorded_with"
+  out=$("$REL" gate -m "$Q" "$T/q8odd.json" 2>&1)
+  [ $? -eq 1 ] && ! echo "$out" | grep -q "note:" || fail "gate with an unknown flag in recorded_with: $out"
   out=$("$REL" bisect -m "$Q" "$T/q8.json" --flags=-act_q8,+kv_f16 2>&1)
   echo "$out" | grep -q "no flag" ||
     fail "bisect without act_q8 should find that no flag (of those on) is responsible: $out"
