@@ -50,7 +50,7 @@ static void matmul_rows(const moe_kernels *k, const moe_weight *w, int64_t mat, 
     }
 }
 
-/* ---- act_q8: float rows -> A8 rows (one implementation, so one result) ---- */
+/* ---- act_q8: float rows -> A8 rows (every ISA gives the spec's bytes) ---------- */
 
 typedef struct {
     const moe_kernels *k;    /* its quantize_act8: the spec's bytes at this ISA */
