@@ -164,8 +164,9 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m256 *v, float *st, 
                             int64_t n) {                                                           \
         const uint8_t *W = w;                                                                      \
         int64_t r = 0;                                                                             \
-        for (; r + 4 <= nrows; r += 4) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 4, 1);       \
-        for (; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, n, 1, 1);               \
+        const int64_t q = nrows / 4;     /* far-apart rows per tile: see quant_avx512.c */       \
+        for (; r < q; r++) tile_##NAME(W + r * rb, (size_t)q * rb, x, 0, y + r, 0, (size_t)q, n, 4, 1); \
+        for (r = 4 * q; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, 1, n, 1, 1);  \
     }                                                                                              \
     static void gemm_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs,   \
                             int64_t ntok, float *y, size_t ys, int64_t n) {                        \
@@ -176,16 +177,16 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m256 *v, float *st, 
             for (; r + 2 <= nrows; r += 2) {                                                       \
                 int64_t t = t0;                                                                    \
                 for (; t + 2 <= t1; t += 2)                                                        \
-                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 2, 2);      \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 2, 2);      \
                 for (; t < t1; t++)                                                                \
-                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 2, 1);      \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 2, 1);      \
             }                                                                                      \
             for (; r < nrows; r++) {                                                               \
                 int64_t t = t0;                                                                    \
                 for (; t + 2 <= t1; t += 2)                                                        \
-                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 1, 2);      \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 1, 2);      \
                 for (; t < t1; t++)                                                                \
-                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, n, 1, 1);      \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 1, 1);      \
             }                                                                                      \
         }                                                                                          \
     }
@@ -267,7 +268,8 @@ ALWAYS_INLINE __m256 lane_mask(int64_t cnt /* lanes < cnt are on */) {
 
 #define DEF_PLAIN_KERNELS(NAME, TYPE, LD)                                                          \
     ALWAYS_INLINE void tile_##NAME(const uint8_t *w, size_t rb, const float *x, size_t xs,         \
-                                   float *y, size_t ys, int64_t n, const int R, const int T) {     \
+                                   float *y, size_t ys, size_t yr, int64_t n, const int R,         \
+                                   const int T) {                                                  \
         __m256 acc[4][4][2];                                                                       \
         UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
             acc[rr][tt][0] = acc[rr][tt][1] = _mm256_setzero_ps();                                 \
@@ -302,7 +304,7 @@ ALWAYS_INLINE __m256 lane_mask(int64_t cnt /* lanes < cnt are on */) {
             }                                                                                      \
         }                                                                                          \
         UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
-            y[tt * ys + rr] = hsum16(acc[rr][tt][0], acc[rr][tt][1]);                              \
+            y[tt * ys + rr * yr] = hsum16(acc[rr][tt][0], acc[rr][tt][1]);                              \
     }                                                                                              \
     DEF_DRIVERS(NAME)
 
