@@ -84,9 +84,10 @@ ALWAYS_INLINE void tile_q8_0(const uint8_t *w, size_t rb, const uint8_t *xa, siz
 /* Decode: rows r and r + h in one tile (h = nrows/2), the odd row left over
  * alone. Measured on the lm-head from DRAM, 1 thread: adjacent rows in one
  * tile (two streams 2 KB apart) ~12 GB/s, one row at a time ~22-30 GB/s,
- * distant pairs ~30-33 GB/s: this machine's hardware prefetcher loses track
- * of streams that close, but follows two far-apart ones. A row's value does
- * not depend on its partner. */
+ * distant pairs ~30-33 GB/s (best of 5 in a throwaway harness, while choosing;
+ * docs/KERNELS.md): this machine's hardware prefetcher loses track of
+ * streams that close, but follows two far-apart ones. A row's value does not
+ * depend on its partner. */
 void moe_gemv_a8_q8_0_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, float *y, int64_t n) {
     const uint8_t *W = w;
     const int64_t h = nrows / 2;
@@ -250,6 +251,19 @@ ALWAYS_INLINE __m512i q6k_u(__m512i z, __m512i H, const int s) {
 }
 
 /* R rows x T tokens of a 4-bit format (a8 layout), as tile_q8_0. */
+/* The two activation-aligned slabs of a partial group's slab pair: low and
+ * high nibbles of z (Q6_K: plus the high bits of the pair's slabs from H). */
+ALWAYS_INLINE void pair_u(__m512i z, __m512i H, int i, __m512i tab, const int FMT, __m512i *u0, __m512i *u1) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    if (FMT == FMT_Q6_K) {
+        *u0 = q6k_u(z, H, 2 * i);
+        *u1 = q6k_u(_mm512_srli_epi16(z, 4), H, 2 * i + 1);
+    } else {
+        *u0 = to_u(_mm512_and_si512(z, m4), tab, FMT);
+        *u1 = to_u(_mm512_and_si512(_mm512_srli_epi16(z, 4), m4), tab, FMT);
+    }
+}
+
 ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, size_t xs, float *y, size_t ys,
                              size_t yr, int64_t n, const int R, const int T, const int FMT) {
     const int64_t nb = n / 32;
@@ -342,14 +356,8 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, siz
                         const uint8_t *c0 = C + (size_t)(2 * q) * rb + (size_t)(4 * gn * p);
                         const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi8(mb, c0)),
                                                              _mm256_maskz_loadu_epi8(mb, c0 + rb), 1);
-                        __m512i u0, u1;
-                        if (FMT == FMT_Q6_K) {   /* slabs 2p, 2p + 1 = slabs 2i, 2i + 1 of half h */
-                            u0 = q6k_u(z, H[q], 2 * i);
-                            u1 = q6k_u(_mm512_srli_epi16(z, 4), H[q], 2 * i + 1);
-                        } else {
-                            u0 = to_u(_mm512_and_si512(z, m4), tab, FMT);
-                            u1 = to_u(_mm512_and_si512(_mm512_srli_epi16(z, 4), m4), tab, FMT);
-                        }
+                        __m512i u0, u1;  /* Q6_K: slabs 2p, 2p + 1 = slabs 2i, 2i + 1 of half h */
+                        pair_u(z, FMT == FMT_Q6_K ? H[q] : z, i, tab, FMT, &u0, &u1);
                         UNROLL for (int t = 0; t < T; t++) {
                             is[q][t] = _mm512_dpbusd_epi32(is[q][t], u0, a0[t]);
                             is[q][t] = _mm512_dpbusd_epi32(is[q][t], u1, a1[t]);
@@ -400,13 +408,7 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, siz
                     UNROLL for (int r = 0; r < R; r++) {
                         const __m512i z = _mm512_maskz_loadu_epi8(mb, C + (size_t)r * rb + (size_t)(4 * gn * p));
                         __m512i u0, u1;
-                        if (FMT == FMT_Q6_K) {
-                            u0 = q6k_u(z, H[r], 2 * i);
-                            u1 = q6k_u(_mm512_srli_epi16(z, 4), H[r], 2 * i + 1);
-                        } else {
-                            u0 = to_u(_mm512_and_si512(z, m4), tab, FMT);
-                            u1 = to_u(_mm512_and_si512(_mm512_srli_epi16(z, 4), m4), tab, FMT);
-                        }
+                        pair_u(z, FMT == FMT_Q6_K ? H[r] : z, i, tab, FMT, &u0, &u1);
                         UNROLL for (int t = 0; t < T; t++) {
                             is[r][t] = _mm512_dpbusd_epi32(is[r][t], u0, a0[t]);
                             is[r][t] = _mm512_dpbusd_epi32(is[r][t], u1, a1[t]);
