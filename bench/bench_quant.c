@@ -156,6 +156,29 @@ static void gemm_rep(void *p) {
  * self-contained, so rows of n = 2048 repacked once are also valid n = 512
  * rows, four per 2048-row: one repack serves all three shapes; for Q4_K and
  * Q6_K a group is two whole super-blocks, so the same holds). */
+/* One core's compute limit: a 128x2048 matrix that stays in L2, 200 gemvs
+ * per repetition, GB/s of weights per second of this thread's CPU time
+ * (median of REPS). a8: the matrix and x are in the act_q8 layouts. */
+#define L2_ROWS 128
+#define L2_ITERS 200
+static void bench_l2(const moe_kernels *k, uint32_t type, const uint8_t *w, const float *x, const uint8_t *xa,
+                     float *y, const char *name) {
+    const size_t rb = (size_t)moe_row_bytes(type, 2048);
+    double c[REPS];
+    for (int r = 0; r < REPS; r++) {
+        const double c0 = thread_cpu();
+        for (int i = 0; i < L2_ITERS; i++) {
+            if (xa) k->gemv_a8[type](w, rb, L2_ROWS, xa, y, 2048);
+            else k->gemv[type](w, rb, L2_ROWS, x, y, 2048);
+        }
+        c[r] = thread_cpu() - c0;
+    }
+    qsort(c, REPS, sizeof c[0], cmpd);
+    const double bytes = (double)rb * L2_ROWS * L2_ITERS;
+    printf("%-8s %-14s %9.1f %8.1f..%-8.1f GB/s per CPU-second, 1 thread, weights in L2\n", name, "128x2048",
+           bytes / c[REPS / 2] * 1e-9, bytes / c[REPS - 1] * 1e-9, bytes / c[0] * 1e-9);
+}
+
 static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_t *buf, size_t filled, size_t cap,
                      const float *x, float *y, int64_t ntok) {
     char name[16];
@@ -206,6 +229,7 @@ static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_
         printf("%-8s %-14s %9.1f %8.1f..%-8.1f GOP/s   %4.0f%%\n", name, "gemm 512tok", op / med * 1e-9,
                op / hi * 1e-9, op / lo * 1e-9, 100 * g_cpu_share);
     }
+    bench_l2(k, type, wa, NULL, xa, y, name);
     free(xa512);
     free(xa);
 }
@@ -274,6 +298,7 @@ int main(int argc, char **argv) {
             printf("%-8s %-14s %9.1f %8.1f..%-8.1f GB/s per CPU-second, 1 thread\n", name, "100352x2048",
                    bytes / c[REPS / 2] * 1e-9, bytes / c[REPS - 1] * 1e-9, bytes / c[0] * 1e-9);
         }
+        bench_l2(k, type, buf, x, NULL, y, name);
         {
             decode_arg a = {.pool = pool};
             a.j = (job){.k = k, .type = type, .w = buf, .rb = (size_t)moe_row_bytes(type, 2048),
@@ -285,6 +310,27 @@ int main(int argc, char **argv) {
         }
         if (moe_type_has_a8(type) && k->gemv_a8[type]) bench_a8(pool, k, type, buf, filled < cap ? filled : cap, cap, x, y, ntok);
         fflush(stdout);
+    }
+    /* act_q8's activation quantizer (one pass per matrix input per token):
+     * the scalar specification and the active level, ns per value */
+    if (argc < 2) {
+        uint8_t *qa = malloc((size_t)moe_act8_row_bytes(2048));
+        for (int lvl = 0; lvl < 2; lvl++) {
+            double c[REPS];
+            for (int r = 0; r < REPS; r++) {
+                const double c0 = thread_cpu();
+                for (int64_t t = 0; t < ntok; t++) {
+                    if (lvl) k->quantize_act8(x + t * 2048, qa, 2048);
+                    else moe_quantize_act8(x + t * 2048, qa, 2048);
+                }
+                c[r] = thread_cpu() - c0;
+            }
+            qsort(c, REPS, sizeof c[0], cmpd);
+            const double v = 2048.0 * (double)ntok;
+            printf("%-8s %-14s %9.2f %8.2f..%-8.2f ns per value, 1 thread CPU time\n", "act8 q",
+                   lvl ? k->name : "spec", c[REPS / 2] / v * 1e9, c[0] / v * 1e9, c[REPS - 1] / v * 1e9);
+        }
+        free(qa);
     }
     munmap(buf, cap);
     free(x); free(y);

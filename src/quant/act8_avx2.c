@@ -44,7 +44,8 @@
  *     for n = 2048) interleaved defeats the hardware stream prefetcher of
  *     the Zen 4 VM this was measured on: a 100352x2048 matrix from DRAM, one
  *     core, went at 9 GB/s with neighbour pairs, 26 GB/s one row at a time
- *     and 30 GB/s with distant pairs (software prefetch did not recover it).
+ *     and 30 GB/s with distant pairs (software prefetch did not recover it;
+ *     one-off measurements while choosing, not reproducible from the tree).
  *     A row's value does not depend on its partner, so the pairing is free
  *     to choose. Each slab is done whole (lo and hi halves) per row: 4 int32
  *     sums + 4 float accumulators + 4 shifted halves + the constant = 13 ymm.
@@ -87,7 +88,8 @@ ALWAYS_INLINE __m256i live_lanes(int gn, int h) {
  * 32 bytes moved down by vpermd (h = 1); only for gn < 8 a dword-masked
  * load (vpmaskmovd), which is slow when it misses the caches (measured on
  * this machine, 1024x256 Q8_0 from DRAM, 1 core: 8.6 GB/s with masked
- * loads for every row, 24 GB/s with plain ones). Lanes past gn hold other
+ * loads for every row, 24 GB/s with plain ones; a one-off measurement).
+ * Lanes past gn hold other
  * bytes of the run; the callers blend them away. */
 ALWAYS_INLINE __m256i load_run(const uint8_t *p, int gn, int h, __m256i live) {
     if (gn >= 8) {

@@ -3,7 +3,8 @@
  *
  * Why: decode quantizes ~140k activation values per token (every matrix
  * input) on the main thread between parallel phases; the scalar routine
- * takes ~3.2 ns per value (~4 % of a decode step), this one ~0.4 ns.
+ * takes ~3.5 ns per value (~4 % of a decode step), this one ~0.5 ns
+ * (bench_quant's "act8 q" rows, thread CPU time, medians of 7).
  * Bit-identity with the scalar spec: |x| with NaN lanes zeroed, then a max
  * (order-free for non-NaN values) gives amax; id is the same scalar
  * expression; x*id is one rounding per lane; clamping to +-127 before a
