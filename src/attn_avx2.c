@@ -31,48 +31,82 @@ static inline __attribute__((always_inline)) __m256 ldkv8(const void *base, size
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)t));
 }
 
+/* Loops over register arrays must be fully unrolled, or GCC keeps the array
+ * in memory (a store and reload per FMA). */
+#define UNROLL _Pragma("GCC unroll 16")
+
+/* One tile of scores: HN heads x KB keys, each dot two ymm accumulators
+ * (lanes 0-7 and 8-15) kept in registers; each key vector is converted once
+ * and serves HN heads. The query is read as a memory operand (16 ymm
+ * registers do not hold more). */
+static inline __attribute__((always_inline)) void scores_tile(const float *q, size_t qs, int h0, const void *k,
+                                                              size_t ks, int j, int D, float scale, float *sc,
+                                                              size_t scs, const int HN, const int KB, const int h16) {
+    __m256 lo[6], hi[6];
+    UNROLL for (int i = 0; i < HN * KB; i++) lo[i] = hi[i] = _mm256_setzero_ps();
+    for (int d = 0; d < D; d += 16) {
+        UNROLL for (int u = 0; u < KB; u++) {
+            const size_t kj = (size_t)(j + u) * ks + (size_t)d;
+            const __m256 k0 = ldkv8(k, kj, D - d, h16), k1 = ldkv8(k, kj + 8, D - d - 8, h16);
+            UNROLL for (int hh = 0; hh < HN; hh++) {
+                const float *qh = q + (size_t)(h0 + hh) * qs + d;
+                lo[hh * KB + u] = _mm256_fmadd_ps(load8(qh, D - d), k0, lo[hh * KB + u]);
+                hi[hh * KB + u] = _mm256_fmadd_ps(load8(qh + 8, D - d - 8), k1, hi[hh * KB + u]);
+            }
+        }
+    }
+    UNROLL for (int hh = 0; hh < HN; hh++)
+        UNROLL for (int u = 0; u < KB; u++)
+            sc[(size_t)(h0 + hh) * scs + (size_t)(j + u)] = hsum16(lo[hh * KB + u], hi[hh * KB + u]) * scale;
+}
+
 static inline __attribute__((always_inline)) void scores_impl(const float *q, size_t qs, int G, const void *k,
                                                               size_t ks, int nk, int D, float scale, float *sc,
                                                               size_t scs, const int h16) {
+    int j = 0;
+    for (; j + 3 <= nk; j += 3) {                 /* heads in pairs x 3 keys, then a last head */
+        int h0 = 0;
+        for (; h0 + 2 <= G; h0 += 2) scores_tile(q, qs, h0, k, ks, j, D, scale, sc, scs, 2, 3, h16);
+        if (h0 < G) scores_tile(q, qs, h0, k, ks, j, D, scale, sc, scs, 1, 3, h16);
+    }
+    for (; j < nk; j++)
+        for (int h = 0; h < G; h++) scores_tile(q, qs, h, k, ks, j, D, scale, sc, scs, 1, 1, h16);
+}
+
+/* One tile of the weighted sum: HN heads x NC vectors of 8 dims from d0,
+ * over all keys in order, accumulators in registers; each value vector is
+ * converted once and serves HN heads. */
+static inline __attribute__((always_inline)) void accum_tile(const float *p, size_t ps, int h0, const void *v,
+                                                             size_t vs, int nk, int d0, int Dv, float *out, size_t os,
+                                                             const int HN, const int NC, const int h16) {
+    __m256 o[8];
+    UNROLL for (int i = 0; i < HN * NC; i++) o[i] = _mm256_setzero_ps();
     for (int j = 0; j < nk; j++) {
-        const size_t kj = (size_t)j * ks;
-        for (int h0 = 0; h0 < G; h0 += 2) {
-            const int hn = G - h0 < 2 ? G - h0 : 2;
-            __m256 lo[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, hi[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-            for (int d = 0; d < D; d += 16) {
-                const __m256 k0 = ldkv8(k, kj + (size_t)d, D - d, h16), k1 = ldkv8(k, kj + (size_t)d + 8, D - d - 8, h16);
-                for (int hh = 0; hh < hn; hh++) {
-                    const float *qh = q + (size_t)(h0 + hh) * qs + d;
-                    lo[hh] = _mm256_fmadd_ps(load8(qh, D - d), k0, lo[hh]);
-                    hi[hh] = _mm256_fmadd_ps(load8(qh + 8, D - d - 8), k1, hi[hh]);
-                }
-            }
-            for (int hh = 0; hh < hn; hh++) sc[(size_t)(h0 + hh) * scs + (size_t)j] = hsum16(lo[hh], hi[hh]) * scale;
+        const size_t vj = (size_t)j * vs + (size_t)d0;
+        __m256 a[2];
+        UNROLL for (int hh = 0; hh < HN; hh++) a[hh] = _mm256_set1_ps(p[(size_t)(h0 + hh) * ps + (size_t)j]);
+        UNROLL for (int c = 0; c < NC; c++) {
+            const __m256 vv = ldkv8(v, vj + 8 * (size_t)c, Dv - d0 - 8 * c, h16);
+            UNROLL for (int hh = 0; hh < HN; hh++) o[hh * NC + c] = _mm256_fmadd_ps(a[hh], vv, o[hh * NC + c]);
+        }
+    }
+    UNROLL for (int hh = 0; hh < HN; hh++) {
+        float *oh = out + (size_t)(h0 + hh) * os + d0;
+        UNROLL for (int c = 0; c < NC; c++) {
+            const int left = Dv - d0 - 8 * c;
+            if (left >= 8) _mm256_storeu_ps(oh + 8 * c, o[hh * NC + c]);
+            else if (left > 0) _mm256_maskstore_ps(oh + 8 * c, tail_mask8(left), o[hh * NC + c]);
         }
     }
 }
 
 static inline __attribute__((always_inline)) void accum_impl(const float *p, size_t ps, int G, const void *v, size_t vs,
                                                              int nk, int Dv, float *out, size_t os, const int h16) {
-    for (int h = 0; h < G; h++) {
-        for (int d0 = 0; d0 < Dv; d0 += 64) {
-            const int nv = (Dv - d0 + 7) / 8 < 8 ? (Dv - d0 + 7) / 8 : 8;
-            __m256 o[8];
-            for (int c = 0; c < 8; c++) o[c] = _mm256_setzero_ps();
-            for (int j = 0; j < nk; j++) {
-                const size_t vj = (size_t)j * vs + (size_t)d0;
-                const __m256 a = _mm256_set1_ps(p[(size_t)h * ps + (size_t)j]);
-                for (int c = 0; c < nv; c++)
-                    o[c] = _mm256_fmadd_ps(a, ldkv8(v, vj + 8 * (size_t)c, Dv - d0 - 8 * c, h16), o[c]);
-            }
-            float *oh = out + (size_t)h * os + d0;
-            for (int c = 0; c < nv; c++) {
-                int left = Dv - d0 - 8 * c;
-                if (left >= 8) _mm256_storeu_ps(oh + 8 * c, o[c]);
-                else _mm256_maskstore_ps(oh + 8 * c, tail_mask8(left), o[c]);
-            }
-        }
-    }
+    int h0 = 0;
+    for (; h0 + 2 <= G; h0 += 2)
+        for (int d0 = 0; d0 < Dv; d0 += 32) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, 2, 4, h16);
+    if (h0 < G)
+        for (int d0 = 0; d0 < Dv; d0 += 64) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, 1, 8, h16);
 }
 
 static void scores_avx2(const float *q, size_t qs, int G, const float *k, size_t ks, int nk, int D, float scale,

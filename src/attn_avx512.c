@@ -4,6 +4,10 @@
 
 #include "attn.h"
 
+/* Loops over register arrays must be fully unrolled, or GCC keeps the array
+ * in memory (a store and reload per FMA). */
+#define UNROLL _Pragma("GCC unroll 16")
+
 static inline float hsum16(__m512 a) {
     const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
     const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
@@ -19,15 +23,15 @@ static inline __mmask16 tail_mask(int left) { return left >= 16 ? (__mmask16)0xf
  * (+2, +1) inside 128-bit lanes. Every output is the same sum in the same
  * order as hsum16() on its accumulator; only the packing differs. Result i
  * is the reduction of a[i]. */
-static inline __m512 hsum16x16(const __m512 a[16]) {
+static inline __attribute__((always_inline)) __m512 hsum16x16(const __m512 a[16]) {
     __m512 p[8], q[4], r[2];
-    for (int i = 0; i < 8; i++)
+    UNROLL for (int i = 0; i < 8; i++)
         p[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
                              _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
-    for (int i = 0; i < 4; i++)
+    UNROLL for (int i = 0; i < 4; i++)
         q[i] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], 0x88),
                              _mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], 0xDD));
-    for (int i = 0; i < 2; i++)
+    UNROLL for (int i = 0; i < 2; i++)
         r[i] = _mm512_add_ps(_mm512_shuffle_ps(q[2 * i], q[2 * i + 1], 0x44),
                              _mm512_shuffle_ps(q[2 * i], q[2 * i + 1], 0xEE));
     const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], 0x88), _mm512_shuffle_ps(r[0], r[1], 0xDD));
@@ -42,66 +46,110 @@ static inline __attribute__((always_inline)) __m512 ldkv(const void *base, size_
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)base + idx));
 }
 
+/* One tile of scores: HN heads (h0..h0+HN-1) x 16/HN keys (j..), sixteen dot
+ * accumulators acc[hh*KB + u] that stay in registers (the loops are fully
+ * unrolled; a runtime-sized tile ends up in memory, a store-to-load round
+ * trip per FMA, which made this kernel ~7 cycles per FMA). Each key vector
+ * is converted once and serves HN heads. */
+static inline __attribute__((always_inline)) void scores_tile(const float *q, size_t qs, int h0, const void *k,
+                                                              size_t ks, int j, int D, __m512 vs, float *sc,
+                                                              size_t scs, const int HN, const int h16) {
+    const int KB = 16 / HN;
+    __m512 acc[16];
+    UNROLL for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    for (int d = 0; d < D; d += 16) {
+        __m512 qv[4];
+        UNROLL for (int hh = 0; hh < HN; hh++) qv[hh] = _mm512_loadu_ps(q + (size_t)(h0 + hh) * qs + (size_t)d);
+        UNROLL for (int u = 0; u < KB; u++) {
+            const __m512 kv = ldkv(k, (size_t)(j + u) * ks + (size_t)d, 0xFFFF, h16);
+            UNROLL for (int hh = 0; hh < HN; hh++) acc[hh * KB + u] = _mm512_fmadd_ps(qv[hh], kv, acc[hh * KB + u]);
+        }
+    }
+    const __m512 r = _mm512_mul_ps(hsum16x16(acc), vs);     /* lane hh*KB + u: head h0+hh, key j+u */
+    float *o = sc + (size_t)h0 * scs + (size_t)j;
+    if (HN == 1) {
+        _mm512_storeu_ps(o, r);
+    } else if (HN == 2) {
+        _mm256_storeu_ps(o, _mm512_castps512_ps256(r));
+        _mm256_storeu_ps(o + scs, _mm512_extractf32x8_ps(r, 1));
+    } else {
+        _mm_storeu_ps(o, _mm512_castps512_ps128(r));
+        _mm_storeu_ps(o + scs, _mm512_extractf32x4_ps(r, 1));
+        _mm_storeu_ps(o + 2 * scs, _mm512_extractf32x4_ps(r, 2));
+        _mm_storeu_ps(o + 3 * scs, _mm512_extractf32x4_ps(r, 3));
+    }
+}
+
 static inline __attribute__((always_inline)) void scores_impl(const float *q, size_t qs, int G, const void *k,
                                                               size_t ks, int nk, int D, float scale, float *sc,
                                                               size_t scs, const int h16) {
     int j = 0;
-    if (D % 16 == 0 && D <= 256) {
-        /* 16 keys per head at a time: one wide reduction instead of 16 */
+    if (D % 16 == 0) {
+        /* blocks of 16 keys (4 KB of half keys, in L1 for every head group):
+         * heads in groups of 4 (4 tiles of 4 keys), then 2, then 1 */
         const __m512 vs = _mm512_set1_ps(scale);
-        for (; j + 16 <= nk; j += 16)
-            for (int h = 0; h < G; h++) {
-                const float *qh = q + (size_t)h * qs;
-                __m512 acc[16];
-                for (int u = 0; u < 16; u++) acc[u] = _mm512_setzero_ps();
-                for (int d = 0; d < D; d += 16) {
-                    const __m512 qv = _mm512_loadu_ps(qh + d);
-                    for (int u = 0; u < 16; u++)
-                        acc[u] = _mm512_fmadd_ps(qv, ldkv(k, (size_t)(j + u) * ks + (size_t)d, 0xFFFF, h16), acc[u]);
-                }
-                _mm512_storeu_ps(sc + (size_t)h * scs + (size_t)j, _mm512_mul_ps(hsum16x16(acc), vs));
+        for (; j + 16 <= nk; j += 16) {
+            int h0 = 0;
+            for (; h0 + 4 <= G; h0 += 4)
+                for (int u = 0; u < 16; u += 4) scores_tile(q, qs, h0, k, ks, j + u, D, vs, sc, scs, 4, h16);
+            if (h0 + 2 <= G) {
+                for (int u = 0; u < 16; u += 8) scores_tile(q, qs, h0, k, ks, j + u, D, vs, sc, scs, 2, h16);
+                h0 += 2;
             }
+            if (h0 < G) scores_tile(q, qs, h0, k, ks, j, D, vs, sc, scs, 1, h16);
+        }
     }
-    for (; j < nk; j++) {
+    for (; j < nk; j++) {                                    /* the last keys, or D not a multiple of 16 */
         const size_t kj = (size_t)j * ks;
-        for (int h0 = 0; h0 < G; h0 += 4) {
-            const int hn = G - h0 < 4 ? G - h0 : 4;
-            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int h = 0; h < G; h++) {
+            const float *qh = q + (size_t)h * qs;
+            __m512 acc = _mm512_setzero_ps();
             for (int d = 0; d < D; d += 16) {
                 const __mmask16 mk = tail_mask(D - d);
-                const __m512 kv = ldkv(k, kj + (size_t)d, mk, h16);
-                for (int hh = 0; hh < hn; hh++)
-                    acc[hh] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q + (size_t)(h0 + hh) * qs + d), kv, acc[hh]);
+                acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, qh + d), ldkv(k, kj + (size_t)d, mk, h16), acc);
             }
-            for (int hh = 0; hh < hn; hh++) sc[(size_t)(h0 + hh) * scs + (size_t)j] = hsum16(acc[hh]) * scale;
+            sc[(size_t)h * scs + (size_t)j] = hsum16(acc) * scale;
         }
     }
 }
 
-static inline __attribute__((always_inline)) void accum_impl(const float *p, size_t ps, int G, const void *v, size_t vs,
-                                                             int nk, int Dv, float *out, size_t os, const int h16) {
-    for (int h0 = 0; h0 < G; h0 += 2) {
-        const int hn = G - h0 < 2 ? G - h0 : 2;
-        for (int d0 = 0; d0 < Dv; d0 += 128) {
-            const int nv = (Dv - d0 + 15) / 16 < 8 ? (Dv - d0 + 15) / 16 : 8;
-            __m512 o[2][8];
-            for (int hh = 0; hh < 2; hh++)
-                for (int c = 0; c < 8; c++) o[hh][c] = _mm512_setzero_ps();
-            for (int j = 0; j < nk; j++) {
-                const size_t vj = (size_t)j * vs + (size_t)d0;
-                const __m512 a0 = _mm512_set1_ps(p[(size_t)h0 * ps + (size_t)j]);
-                const __m512 a1 = _mm512_set1_ps(hn > 1 ? p[(size_t)(h0 + 1) * ps + (size_t)j] : 0.0f);
-                for (int c = 0; c < nv; c++) {
-                    const __m512 vv = ldkv(v, vj + 16 * (size_t)c, tail_mask(Dv - d0 - 16 * c), h16);
-                    o[0][c] = _mm512_fmadd_ps(a0, vv, o[0][c]);
-                    if (hn > 1) o[1][c] = _mm512_fmadd_ps(a1, vv, o[1][c]);
-                }
-            }
-            for (int hh = 0; hh < hn; hh++)
-                for (int c = 0; c < nv; c++)
-                    _mm512_mask_storeu_ps(out + (size_t)(h0 + hh) * os + d0 + 16 * c, tail_mask(Dv - d0 - 16 * c), o[hh][c]);
+/* One tile of the weighted sum: HN heads x 16/HN vectors of 16 dims
+ * (d0 .. d0 + 256/HN), over all keys in order, sixteen accumulators in
+ * registers; each value vector is converted once and serves HN heads.
+ * Vectors past Dv are masked to nothing. */
+static inline __attribute__((always_inline)) void accum_tile(const float *p, size_t ps, int h0, const void *v,
+                                                             size_t vs, int nk, int d0, int Dv, float *out, size_t os,
+                                                             const int HN, const int h16) {
+    const int NC = 16 / HN;
+    __mmask16 m[16];
+    __m512 acc[16];
+    UNROLL for (int c = 0; c < NC; c++) m[c] = Dv - d0 - 16 * c > 0 ? tail_mask(Dv - d0 - 16 * c) : 0;
+    UNROLL for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    for (int j = 0; j < nk; j++) {
+        const size_t vj = (size_t)j * vs + (size_t)d0;
+        __m512 a[4];
+        UNROLL for (int hh = 0; hh < HN; hh++) a[hh] = _mm512_set1_ps(p[(size_t)(h0 + hh) * ps + (size_t)j]);
+        UNROLL for (int c = 0; c < NC; c++) {
+            const __m512 vv = ldkv(v, vj + 16 * (size_t)c, m[c], h16);
+            UNROLL for (int hh = 0; hh < HN; hh++) acc[hh * NC + c] = _mm512_fmadd_ps(a[hh], vv, acc[hh * NC + c]);
         }
     }
+    UNROLL for (int hh = 0; hh < HN; hh++)
+        UNROLL for (int c = 0; c < NC; c++)
+            _mm512_mask_storeu_ps(out + (size_t)(h0 + hh) * os + (size_t)d0 + 16 * (size_t)c, m[c], acc[hh * NC + c]);
+}
+
+static inline __attribute__((always_inline)) void accum_impl(const float *p, size_t ps, int G, const void *v, size_t vs,
+                                                             int nk, int Dv, float *out, size_t os, const int h16) {
+    int h0 = 0;
+    for (; h0 + 4 <= G; h0 += 4)
+        for (int d0 = 0; d0 < Dv; d0 += 64) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, 4, h16);
+    if (h0 + 2 <= G) {
+        for (int d0 = 0; d0 < Dv; d0 += 128) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, 2, h16);
+        h0 += 2;
+    }
+    if (h0 < G)
+        for (int d0 = 0; d0 < Dv; d0 += 256) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, 1, h16);
 }
 
 static void scores_avx512(const float *q, size_t qs, int G, const float *k, size_t ks, int nk, int D, float scale,
