@@ -70,8 +70,12 @@ static void silu_mul_scalar(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + moe_expf(-g[i])) * u[i];
 }
 
+static void to_half_scalar(const float *x, uint16_t *y, int n) {
+    for (int i = 0; i < n; i++) y[i] = moe_f32_to_f16(x[i]);
+}
+
 const moe_attn_kernels moe_attn_scalar = {scores_scalar, accum_scalar, scores_h_scalar, accum_h_scalar,
-                                          exp_shift_scalar, silu_mul_scalar};
+                                          exp_shift_scalar, silu_mul_scalar, to_half_scalar};
 
 const moe_attn_kernels *moe_attn_for(moe_isa isa) {
     switch (isa) {

@@ -35,6 +35,9 @@ typedef struct moe_attn_kernels {
     /* g[i] = silu(g[i]) * u[i], silu(x) = x / (1 + moe_expf(-x)): elementwise,
      * the same bits on every ISA (SwiGLU of the FFN). */
     void (*silu_mul)(float *g, const float *u, int64_t n);
+    /* y[i] = moe_f32_to_f16(x[i]) for i < n (round to nearest even; NaN
+     * keeps its sign and top payload bits, made quiet): the kv_f16 store. */
+    void (*to_half)(const float *x, uint16_t *y, int n);
 } moe_attn_kernels;
 
 const moe_attn_kernels *moe_attn_for(moe_isa isa);

@@ -132,5 +132,14 @@ static void exp_shift_avx2(float *r, int n, float mx) { moe_attn_scalar.exp_shif
 
 static void silu_mul_avx2(float *g, const float *u, int64_t n) { moe_attn_scalar.silu_mul(g, u, n); }
 
+/* F16C's conversion with round-to-nearest-even is IEEE's, the same bits as
+ * moe_f32_to_f16 for every input, NaN included (test_attn checks) */
+static void to_half_avx2(const float *x, uint16_t *y, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    moe_attn_scalar.to_half(x + i, y + i, n - i);
+}
+
 const moe_attn_kernels moe_attn_avx2 = {scores_avx2, accum_avx2, scores_h_avx2, accum_h_avx2, exp_shift_avx2,
-                                        silu_mul_avx2};
+                                        silu_mul_avx2, to_half_avx2};

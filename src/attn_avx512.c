@@ -226,5 +226,16 @@ static void silu_mul_avx512(float *g, const float *u, int64_t n) {
     }
 }
 
+/* the same bits as moe_f32_to_f16 for every input (see attn_avx2.c) */
+static void to_half_avx512(const float *x, uint16_t *y, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    if (i < n) {
+        const __mmask16 k = tail_mask(n - i);
+        _mm256_mask_storeu_epi16(y + i, k, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(k, x + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+}
+
 const moe_attn_kernels moe_attn_avx512 = {scores_avx512, accum_avx512, scores_h_avx512, accum_h_avx512,
-                                          exp_shift_avx512, silu_mul_avx512};
+                                          exp_shift_avx512, silu_mul_avx512, to_half_avx512};

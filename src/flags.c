@@ -12,6 +12,7 @@ static const moe_flag_info FLAGS[MOE_FLAG_COUNT] = {
     [MOE_FLAG_FUSED_GATE_UP] = {"fused_gate_up", "experts: compute gate and up rows in one pass with SiLU fused", true, false},
     [MOE_FLAG_READAHEAD] = {"readahead", "load: start reading all weights into the page cache at once (madvise WILLNEED)", true, false},
     [MOE_FLAG_REPACK] = {"repack", "load: copy block-format matrices into the 4-row interleaved x4 layout (one memory stream per 4 rows)", true, false},
+    [MOE_FLAG_PARALLEL_GLUE] = {"parallel_glue", "the steps between matrix products run inside the parallel phases: QK-norm, RoPE and the KV-cache store with attention, the expert combine and residual with the down projections (decode) or as phases of their own (prefill); a one-token expert input is read in place, not gathered; off: on the calling thread", true, false},
     [MOE_FLAG_ACT_Q8] = {"act_q8", "NUMERICS: quantize matrix inputs to 8-bit blocks (llama.cpp's Q8_0 activations) for Q8_0, Q4_0, Q4_K, Q6_K, MXFP4 and NVFP4 weights and use integer dot products; changes the logits", false, false, true},
     [MOE_FLAG_KV_F16] = {"kv_f16", "NUMERICS: store the KV cache as IEEE half (llama.cpp's default): half the cache memory and half the bytes attention reads; changes the logits", false, false, true},
     [MOE_FLAG_TEST_PERTURB] = {"test_perturb", "TEST ONLY: from position 20 on, reverse the last layer's expert weights (changes results)", false, true},

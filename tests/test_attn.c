@@ -116,6 +116,57 @@ int main(void) {
         free(b);
     }
 
+    /* to_half (the kv_f16 store): every ISA gives moe_f32_to_f16's bits. The
+     * inputs: every sign/exponent/top-10-mantissa pattern with the low 13
+     * bits at the rounding points (0, 1, half-1, half, half+1, max), which
+     * covers every normal result's ties, overflow to inf, inf and NaN; plus
+     * every low-bit pattern of a stride through the subnormal-result range
+     * (exponents 102..112, where the rounding point moves up to bit 23). */
+    {
+        const uint32_t lows[] = {0, 1, 0xfff, 0x1000, 0x1001, 0x1fff};
+        const size_t NV = (size_t)(1u << 19) * 6 + 11 * 2 * 4096;
+        float *x = malloc(sizeof(float) * NV);
+        uint16_t *h0 = malloc(sizeof(uint16_t) * NV), *h1 = malloc(sizeof(uint16_t) * NV);
+        size_t nv = 0;
+        for (uint32_t hi = 0; hi < (1u << 19); hi++)
+            for (int l = 0; l < 6; l++) {
+                uint32_t u = hi << 13 | lows[l];
+                memcpy(&x[nv++], &u, 4);
+            }
+        for (uint32_t e = 102; e <= 112; e++)
+            for (uint32_t sg = 0; sg < 2; sg++)
+                for (uint32_t m = 0; m < 4096; m++) {
+                    uint32_t man = (m * 2053u) & 0x7fffffu;  /* spread over the mantissa */
+                    if (m < 64) man = (1u << (m % 24)) + (m / 24) - 1;  /* exact ties and their neighbours */
+                    uint32_t u = sg << 31 | e << 23 | (man & 0x7fffffu);
+                    memcpy(&x[nv++], &u, 4);
+                }
+        moe_attn_scalar.to_half(x, h0, (int)nv);
+        int bad = 0;
+        for (size_t i = 0; i < nv; i++) bad += h0[i] != moe_f32_to_f16(x[i]);
+        CHECK_MSG(bad == 0, "scalar to_half: %d values differ from moe_f32_to_f16", bad);
+        CHECK(moe_f32_to_f16(65504.0f) == 0x7bff && moe_f32_to_f16(65520.0f) == 0x7c00 &&
+              moe_f32_to_f16(0x1p-25f) == 0 && moe_f32_to_f16(0x1.8p-25f) == 1 && moe_f32_to_f16(-0x1p-24f) == 0x8001);
+        for (size_t ii = 0; ii < 2; ii++) {
+            if (!moe_kernels_for(isas[ii])) continue;
+            for (int n = 0; n <= 40; n++) {                   /* every tail length */
+                memset(h1, 0xAB, sizeof(uint16_t) * 48);
+                moe_attn_for(isas[ii])->to_half(x + 3 * (size_t)n, h1, n);
+                bad = 0;
+                for (int i = 0; i < n; i++) bad += h1[i] != h0[3 * (size_t)n + (size_t)i];
+                for (int i = n; i < 48; i++) bad += h1[i] != 0xABAB;   /* nothing written past n */
+                CHECK_MSG(bad == 0, "to_half isa %d n %d: %d values differ", (int)isas[ii], n, bad);
+            }
+            moe_attn_for(isas[ii])->to_half(x, h1, (int)nv);
+            bad = 0;
+            for (size_t i = 0; i < nv; i++) bad += h1[i] != h0[i];
+            CHECK_MSG(bad == 0, "to_half isa %d: %d of %zu values differ", (int)isas[ii], bad, nv);
+        }
+        free(x);
+        free(h0);
+        free(h1);
+    }
+
     /* the reference itself: a hand-computed case */
     float q1[17], k1[17];
     for (int i = 0; i < 17; i++) { q1[i] = 1.0f; k1[i] = (float)i; }

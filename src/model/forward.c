@@ -175,7 +175,62 @@ static void rope_apply(float *x, const float *cs, int n_rot) {
 typedef struct {
     moe_session *s;
     int il, n;
+    bool prep;               /* decode with parallel_glue: each item first runs attn_prep */
+    bool gate;               /* parallel_glue: each item applies the output gate to its heads */
 } attn_task;
+
+/* att *= softplus(gate) for token t, query heads h0 .. h1-1 (layers with an
+ * attention output gate) */
+static void attn_gate(moe_session *s, const moe_layer *L, int t, int h0, int h1) {
+    if (!L->has_gate) return;
+    const int H = L->n_head, Dv = s->m->hp.head_dim_v;
+    for (int h = h0; h < h1; h++) {
+        float *o = s->att + ((size_t)t * H + h) * Dv;
+        if (L->gate_per_elem) {
+            const float *gp = s->gate + ((size_t)t * H + h) * Dv;
+            for (int d = 0; d < Dv; d++) o[d] *= softplus(gp[d]);
+        } else {
+            float gv = softplus(s->gate[(size_t)t * H + h]);
+            for (int d = 0; d < Dv; d++) o[d] *= gv;
+        }
+    }
+}
+
+/* Token t, KV head g: QK-norm and RoPE of the query heads g*G .. g*G+G-1 and
+ * of key head g, then key and value row g stored in the cache at position
+ * n_past + t. Items touch disjoint data, so they may run on any thread. */
+static void attn_prep(moe_session *s, const moe_layer *L, int il, int t, int g) {
+    const moe_hparams *hp = &s->m->hp;
+    const int H = L->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, Dv = hp->head_dim_v, G = H / Hkv;
+    const moe_rope *rp = L->rope;
+    const int pos = s->n_past + t;
+    const float *cs = (L->swa ? s->rope_swa : s->rope_full) + (size_t)pos * (size_t)rp->n_rot;
+    for (int h = g * G; h < (g + 1) * G; h++) {
+        float *q = s->q + ((size_t)t * H + h) * D;
+        if (L->q_norm) rms_norm(q, L->q_norm, q, D, hp->rms_eps);
+        rope_apply(q, cs, rp->n_rot);
+    }
+    float *k = s->k + ((size_t)t * Hkv + g) * D;
+    if (L->k_norm) rms_norm(k, L->k_norm, k, D, hp->rms_eps);
+    rope_apply(k, cs, rp->n_rot);
+    const float *v = s->v + ((size_t)t * Hkv + g) * Dv;
+    const size_t C = (size_t)s->n_ctx;                            /* cache [layer][Hkv][n_ctx][D] */
+    const size_t kp = ((size_t)il * Hkv * C + (size_t)g * C + (size_t)pos) * (size_t)D;
+    const size_t vp = ((size_t)il * Hkv * C + (size_t)g * C + (size_t)pos) * (size_t)Dv;
+    if (s->kv_half) {                                             /* kv_f16: round to nearest even */
+        s->attn->to_half(k, (uint16_t *)s->k_cache + kp, D);
+        s->attn->to_half(v, (uint16_t *)s->v_cache + vp, Dv);
+    } else {
+        memcpy((float *)s->k_cache + kp, k, (size_t)D * sizeof(float));
+        memcpy((float *)s->v_cache + vp, v, (size_t)Dv * sizeof(float));
+    }
+}
+
+static void prep_worker(void *ctx, int ith, int nth) {
+    attn_task *at = ctx;
+    const int Hkv = at->s->m->hp.n_head_kv;
+    for (int64_t it = ith; it < (int64_t)at->n * Hkv; it += nth) attn_prep(at->s, &at->s->m->layers[at->il], at->il, (int)(it / Hkv), (int)(it % Hkv));
+}
 
 /* One item = (token t, KV head g) with the G query heads that share it:
  * scores over the visible keys j0..pos in position order, softmax per head,
@@ -201,6 +256,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
      * Which thread runs an item never changes its result. */
     for (int64_t it = ith; it < (int64_t)at->n * Hkv; it += nth) {
         int t = (int)(it / Hkv), g = (int)(it % Hkv);
+        if (at->prep) attn_prep(s, L, at->il, t, g);          /* its own KV head's new row, before reading it */
         int pos = s->n_past + t;
         int j0 = L->swa ? pos - hp->swa_window + 1 : 0;
         if (j0 < 0) j0 = 0;
@@ -224,6 +280,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
             float inv = 1.0f / sums[h];
             for (int d = 0; d < Dv; d++) o[(size_t)h * Dv + d] *= inv;
         }
+        if (at->gate) attn_gate(s, L, t, g * G, (g + 1) * G);
     }
 }
 
@@ -231,9 +288,7 @@ static void attention_block(moe_session *s, int il, int n) {
     const moe_model *m = s->m;
     const moe_hparams *hp = &m->hp;
     const moe_layer *L = &m->layers[il];
-    const int E = hp->n_embd, H = L->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, Dv = hp->head_dim_v;
-    const moe_rope *rp = L->rope;
-    const float *rope_tab = L->swa ? s->rope_swa : s->rope_full;
+    const int E = hp->n_embd;
 
     for (int t = 0; t < n; t++)                                   /* h = RMSNorm(x) * attn_norm  [n][E] */
         rms_norm(s->x + (size_t)t * E, L->attn_norm, s->xn + (size_t)t * E, E, hp->rms_eps);
@@ -242,50 +297,17 @@ static void attention_block(moe_session *s, int il, int n) {
     float *ys[4] = {s->q, s->k, s->v, s->gate};
     matmul_multi(s, ws, ys, L->has_gate ? 4 : 3, s->xn, n);
 
-    const size_t C = (size_t)s->n_ctx;
-    const size_t koff = (size_t)il * (size_t)Hkv * C * (size_t)D;          /* cache [Hkv][n_ctx][D] */
-    const size_t voff = (size_t)il * (size_t)Hkv * C * (size_t)Dv;         /* cache [Hkv][n_ctx][Dv] */
-    for (int t = 0; t < n; t++) {
-        int pos = s->n_past + t;
-        const float *cs = rope_tab + (size_t)pos * (size_t)rp->n_rot;
-        for (int h = 0; h < H; h++) {                             /* QK-norm, then RoPE */
-            float *q = s->q + ((size_t)t * H + h) * D;
-            if (L->q_norm) rms_norm(q, L->q_norm, q, D, hp->rms_eps);
-            rope_apply(q, cs, rp->n_rot);
-        }
-        for (int g = 0; g < Hkv; g++) {
-            float *k = s->k + ((size_t)t * Hkv + g) * D;
-            if (L->k_norm) rms_norm(k, L->k_norm, k, D, hp->rms_eps);
-            rope_apply(k, cs, rp->n_rot);
-        }
-        for (int g = 0; g < Hkv; g++) {
-            const float *kt = s->k + ((size_t)t * Hkv + g) * D, *vt = s->v + ((size_t)t * Hkv + g) * Dv;
-            const size_t kp = koff + ((size_t)g * C + (size_t)pos) * D, vp = voff + ((size_t)g * C + (size_t)pos) * Dv;
-            if (s->kv_half) {                                     /* kv_f16: round to nearest even */
-                for (int d = 0; d < D; d++) ((uint16_t *)s->k_cache)[kp + d] = moe_f32_to_f16(kt[d]);
-                for (int d = 0; d < Dv; d++) ((uint16_t *)s->v_cache)[vp + d] = moe_f32_to_f16(vt[d]);
-            } else {
-                memcpy((float *)s->k_cache + kp, kt, (size_t)D * sizeof(float));
-                memcpy((float *)s->v_cache + vp, vt, (size_t)Dv * sizeof(float));
-            }
-        }
-    }
-    attn_task at = {s, il, n};
+    /* QK-norm, RoPE and the cache store: per (token, KV head) item; with
+     * parallel_glue inside the attention phase (decode: an item reads only its
+     * own KV head) or as a phase of its own (prefill: a token reads the keys
+     * other items store), otherwise here in item order */
+    const bool glue = moe_flag_on(s->flags, MOE_FLAG_PARALLEL_GLUE);
+    attn_task at = {s, il, n, glue && n == 1, glue};
+    if (glue && n > 1) par(s, prep_worker, &at);
+    else if (!glue) prep_worker(&at, 0, 1);
     par(s, attn_worker, &at);                                     /* att [n][H][Dv] */
-
-    if (L->has_gate) {                                            /* att *= softplus(gate) */
-        for (int t = 0; t < n; t++)
-            for (int h = 0; h < H; h++) {
-                float *o = s->att + ((size_t)t * H + h) * Dv;
-                if (L->gate_per_elem) {
-                    const float *gp = s->gate + ((size_t)t * H + h) * Dv;
-                    for (int d = 0; d < Dv; d++) o[d] *= softplus(gp[d]);
-                } else {
-                    float gv = softplus(s->gate[(size_t)t * H + h]);
-                    for (int d = 0; d < Dv; d++) o[d] *= gv;
-                }
-            }
-    }
+    if (!glue)                                                    /* the output gate, here in order */
+        for (int t = 0; t < n; t++) attn_gate(s, L, t, 0, L->n_head);
     matmul(s, &L->wo, s->att, n, s->proj);                        /* proj [n][E] */
     for (size_t i = 0; i < (size_t)n * E; i++) s->x[i] += s->proj[i];
 }
@@ -304,11 +326,60 @@ typedef struct {
     int phase;               /* 0: gate+up with SiLU fused, 1: gate, 2: up, 3: SiLU, 4: down */
     const int64_t *pre;      /* prefix sums of the rows of this phase (each padded to 8), [n_jobs + 1] */
     const int64_t *work;     /* prefix sums of rows x tokens, [n_jobs + 1] */
+    const moe_layer *combine;/* decode with parallel_glue: phase 4 splits the output rows of every job
+                              * alike and combines them (combine_rows); NULL: split by work */
 } jobs_task;
+
+/* ffn_out[t][i] = sum over ranks k of eout[slot(t, k)][i] * w[t][k] (+ the
+ * shared expert's proj[t][i]), then x[t][i] += ffn_out[t][i], for i in
+ * [i0, i1): the router's rank order for every element, whoever runs it. */
+static void combine_rows(moe_session *s, const moe_layer *L, int t, int64_t i0, int64_t i1) {
+    const int64_t E = s->m->hp.n_embd;
+    const int K = s->m->hp.n_expert_used;
+    float *o = s->ffn_out + (size_t)t * (size_t)E, *x = s->x + (size_t)t * (size_t)E;
+    const float *w = s->selw + (size_t)t * K;
+    for (int k = 0; k < K; k++) {
+        const float *y = s->eout + (size_t)s->ex_slot[(size_t)t * K + k] * (size_t)E;
+        if (k == 0)
+            for (int64_t i = i0; i < i1; i++) o[i] = y[i] * w[k];
+        else
+            for (int64_t i = i0; i < i1; i++) o[i] += y[i] * w[k];
+    }
+    if (L->has_shexp) {
+        const float *sh = s->proj + (size_t)t * (size_t)E;
+        for (int64_t i = i0; i < i1; i++) o[i] += sh[i];
+    }
+    for (int64_t i = i0; i < i1; i++) x[i] += o[i];
+}
+
+typedef struct {
+    moe_session *s;
+    const moe_layer *L;
+    int n;
+} combine_task;
+
+static void combine_worker(void *ctx, int ith, int nth) {
+    const combine_task *c = ctx;
+    int64_t b, e;
+    moe_split(c->n, ith, nth, 1, &b, &e);
+    for (int64_t t = b; t < e; t++) combine_rows(c->s, c->L, (int)t, 0, c->s->m->hp.n_embd);
+}
 
 static void jobs_worker(void *ctx, int ith, int nth) {
     jobs_task *jt = ctx;
     const moe_kernels *k = jt->s->kern;
+    if (jt->phase == 4 && jt->combine) {        /* one token: rows [r0, r1) of every job, then combined */
+        int64_t r0, r1;
+        moe_split(jt->jobs[0].wd->n_out, ith, nth, 8, &r0, &r1);
+        for (int ji = 0; ji < jt->n_jobs; ji++) {
+            const moe_ffn_job *j = &jt->jobs[ji];
+            const int64_t F = j->wd->n_in;
+            matmul_rows(k, j->wd, j->mat, j->hg, (size_t)F, j->ha, (size_t)moe_act8_row_bytes(F), 1, j->out,
+                        (size_t)j->wd->n_out, r0, r1);
+        }
+        combine_rows(jt->s, jt->combine, 0, r0, r1);
+        return;
+    }
     /* Each thread gets an equal share of the work (rows x tokens), cut on
      * 8-row boundaries: in a prompt chunk one expert may have 100 tokens and
      * the next one, so equal row counts would be badly unbalanced. */
@@ -362,9 +433,11 @@ static void hidden_q8_worker(void *ctx, int ith, int nth) {
     }
 }
 
-static void run_ffn_jobs(moe_session *s, const moe_ffn_job *jobs, int n_jobs) {
+/* combine: NULL, or (one token, every job one row with n_out = n_embd) the
+ * layer whose expert outputs the down phase combines itself */
+static void run_ffn_jobs(moe_session *s, const moe_ffn_job *jobs, int n_jobs, const moe_layer *combine) {
     int64_t *pre = s->job_pre, *work = s->job_pre + (n_jobs + 1);
-    jobs_task jt = {s, jobs, n_jobs, 0, pre, work};
+    jobs_task jt = {s, jobs, n_jobs, 0, pre, work, combine};
     pre[0] = work[0] = 0;
     /* rows padded to 8 (thread cuts fall on 8-row boundaries, as the x4 layout needs) */
     for (int i = 0; i < n_jobs; i++) {
@@ -435,6 +508,13 @@ static void route_token(const moe_session *s, const moe_layer *L, int t, bool pe
         for (int k = 0; k < K / 2; k++) { float tmp = w[k]; w[k] = w[K - 1 - k]; w[K - 1 - k] = tmp; }
 }
 
+/* Copies token t's normed row (and its A8 row, when xa) into gathered slot r. */
+static void gather_row(moe_session *s, const uint8_t *xa, int t, int r) {
+    const size_t E = (size_t)s->m->hp.n_embd, aE = (size_t)moe_act8_row_bytes((int64_t)E);
+    memcpy(s->xg + (size_t)r * E, s->xn + (size_t)t * E, E * sizeof(float));
+    if (xa) memcpy(s->xga + (size_t)r * aE, xa + (size_t)t * aE, aE);
+}
+
 static void ffn_block(moe_session *s, int il, int n) {
     const moe_model *m = s->m;
     const moe_hparams *hp = &m->hp;
@@ -449,7 +529,7 @@ static void ffn_block(moe_session *s, int il, int n) {
         if (!xa) xa = act_rows(s, &L->ffn_up, s->xn, (size_t)E, n, s->xa);
         jobs[0] = (moe_ffn_job){.wg = &L->ffn_gate, .wu = &L->ffn_up, .wd = &L->ffn_down, .mat = 0, .x = s->xn,
                                 .xa = xa, .nr = n, .ha = s->ha, .hg = s->hg, .hu = s->hu, .out = s->ffn_out};
-        run_ffn_jobs(s, jobs, 1);
+        run_ffn_jobs(s, jobs, 1, NULL);
         for (size_t i = 0; i < (size_t)n * E; i++) s->x[i] += s->ffn_out[i];
         return;
     }
@@ -471,23 +551,32 @@ static void ffn_block(moe_session *s, int il, int n) {
     if (!xa && L->has_shexp) xa = act_rows(s, &L->gate_sh, s->xn, (size_t)E, n, s->xa);
     if (!xa && L->has_shexp) xa = act_rows(s, &L->up_sh, s->xn, (size_t)E, n, s->xa);
     const size_t aE = (size_t)moe_act8_row_bytes(E), aFx = (size_t)moe_act8_row_bytes((int64_t)Fx);
+    const bool glue = moe_flag_on(s->flags, MOE_FLAG_PARALLEL_GLUE);
     int rows = 0;                                                 /* gathered rows [n*K][E] in s->xg */
     for (int t_begin = 0; t_begin < n;) {
         int t_end = batch ? n : t_begin + 1, n_jobs = 0;
         for (int e = 0; e < NE; e++) {
-            int start = rows;
+            int start = rows, t_first = -1;
             for (int t = t_begin; t < t_end; t++)
                 for (int k = 0; k < K; k++)
                     if (s->sel[(size_t)t * K + k] == e) {
-                        memcpy(s->xg + (size_t)rows * E, s->xn + (size_t)t * E, (size_t)E * sizeof(float));
-                        if (xa) memcpy(s->xga + (size_t)rows * aE, xa + (size_t)t * aE, aE);
+                        /* with parallel_glue an expert's first row is copied
+                         * only once a second one shows it is needed */
+                        if (glue && rows == start) {
+                            t_first = t;
+                        } else {
+                            if (glue && rows == start + 1) gather_row(s, xa, t_first, start);
+                            gather_row(s, xa, t, rows);
+                        }
                         s->ex_slot[(size_t)t * K + k] = rows;
                         rows++;
                     }
+            const bool in_place = glue && rows - start == 1;      /* one token: read its row where it is */
             if (rows > start)
                 jobs[n_jobs++] = (moe_ffn_job){.wg = &L->gate_exps, .wu = &L->up_exps, .wd = &L->down_exps, .mat = e,
-                                               .x = s->xg + (size_t)start * E,
-                                               .xa = xa ? s->xga + (size_t)start * aE : NULL, .nr = rows - start,
+                                               .x = in_place ? s->xn + (size_t)t_first * E : s->xg + (size_t)start * E,
+                                               .xa = !xa ? NULL : in_place ? xa + (size_t)t_first * aE : s->xga + (size_t)start * aE,
+                                               .nr = rows - start,
                                                .ha = s->ha ? s->ha + (size_t)start * aFx : NULL,
                                                .hg = s->hg + (size_t)start * Fx, .hu = s->hu + (size_t)start * Fx,
                                                .out = s->eout + (size_t)start * E};
@@ -499,25 +588,15 @@ static void ffn_block(moe_session *s, int il, int n) {
                                            .xa = xa, .nr = n, .ha = s->ha ? s->ha + (size_t)n * K * aFx : NULL,
                                            .hg = s->hg + off, .hu = s->hu + off, .out = s->proj};
         }
-        run_ffn_jobs(s, jobs, n_jobs);
+        /* one token with parallel_glue: the down phase combines (every job
+         * here is one row, and the shared expert's output is n_embd too) */
+        run_ffn_jobs(s, jobs, n_jobs, glue && n == 1 ? L : NULL);
         t_begin = t_end;
     }
-    for (int t = 0; t < n; t++) {                                 /* combine in rank order, + shared */
-        float *o = s->ffn_out + (size_t)t * E;
-        const float *w = s->selw + (size_t)t * K;
-        for (int k = 0; k < K; k++) {
-            const float *y = s->eout + (size_t)s->ex_slot[(size_t)t * K + k] * E;
-            if (k == 0)
-                for (int i = 0; i < E; i++) o[i] = y[i] * w[k];
-            else
-                for (int i = 0; i < E; i++) o[i] += y[i] * w[k];
-        }
-        if (L->has_shexp) {
-            const float *sh = s->proj + (size_t)t * E;
-            for (int i = 0; i < E; i++) o[i] += sh[i];
-        }
-    }
-    for (size_t i = 0; i < (size_t)n * E; i++) s->x[i] += s->ffn_out[i];
+    if (glue && n == 1) return;                                   /* combined and added by the down phase */
+    combine_task ct = {s, L, n};                                  /* rank order, + shared; x += ffn_out */
+    if (glue) par(s, combine_worker, &ct);
+    else combine_worker(&ct, 0, 1);
 }
 
 /* ---- the whole model ------------------------------------------------------------------ */
