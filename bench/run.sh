@@ -127,8 +127,10 @@ echo " steps/s: the 128 steps alone; bw GB/s: read bandwidth measured by that ru
 j=$OUT/noise.json
 if [ -s "$j" ]; then
   awk -v f="$first" -v n="$PAIRS" -v p="$(jget "$j" noise_floor.prefill)" -v d="$(jget "$j" noise_floor.decode)" \
+      -v st="$(jget "$j" noise_floor.steps)" \
       -v s="$(jget "$j" noise_floor.score)" -v v="$(jget "$j" verdict)" -v o="$OUT/noise.svg" \
       'BEGIN { gsub(/"/, "", v); printf "noise floor, %s A against A, %d pairs (95%% interval half-width of the speedup): " \
-               "prefill +-%.3f, decode +-%.3f, score +-%.3f; verdict %s (plot: %s)\n", f, n, p, d, s, v, o }'
+               "prefill +-%.3f, decode +-%.3f, steps +-%.3f (informational), score +-%.3f; verdict %s (plot: %s)\n",
+               f, n, p, d, st, s, v, o }'
 fi
 exit $status

@@ -4,7 +4,11 @@
 # contains 1 and a score near 1; a side slowed by the test-only flag
 # test_slow (2 ms per token, made dominant by a long prompt and few steps) is
 # reported slower with its interval below 1 and rejected; a run that changes
-# a token is rejected and named. No absolute timing is ever asserted.
+# a token is rejected and named. Every output has the informational steps
+# window (the decode steps without the seed prefill), the score stays
+# decode^0.75 x prefill^0.25 of the reported medians, and a change seen only
+# in the steps window is never a rejection (a fake bench with fixed timings).
+# No absolute timing is ever asserted.
 # The timed runs use the release binary ($MOEFAST_BIN_REL) when it exists, so
 # the sanitizer's overhead does not swamp the differences; price itself runs
 # from $MOEFAST_BIN.
@@ -59,6 +63,39 @@ expect_err price -m "$M" --a "threads:x" --b default $NT; expect_msg "--a"
 # a run that fails (a binary that prints no JSON) stops price with exit 2
 expect_err price -m "$M" --a default --b "bin:/bin/true" --pairs 1 $NT; expect_msg "side B"
 
+# A fake bench with fixed timings (the same for every run, so every interval
+# is a point): FAKE_STEPS_X scales the decode steps' seconds only, FAKE_NO_STEPS
+# drops decode.steps_seconds as a bench older than the steps window would.
+cat >"$d/fake" <<'FAKE'
+#!/bin/sh
+awk -v x="${FAKE_STEPS_X:-1}" -v no="${FAKE_NO_STEPS:-0}" 'BEGIN {
+  printf "{\n  \"config\": {\n    \"prompt_len\": 16,\n    \"decode_steps\": 8\n  },\n"
+  printf "  \"prefill\": {\n    \"seconds_per_token\": 0.001\n  },\n"
+  printf "  \"decode\": {\n    \"steps\": 8,\n    \"seconds_per_token\": 0.003"
+  if (!no) printf ",\n    \"steps_seconds\": %.9g", 0.016 * x
+  printf "\n  },\n  \"token_check\": null\n}\n" }'
+FAKE
+chmod +x "$d/fake"
+expect_err price -m "$M" --a "bin:$d/fake" --b "bin:$d/fake;env:FAKE_NO_STEPS=1" --pairs 1 $NT
+expect_msg "side B"; expect_msg "decode.steps_seconds"
+# B's steps twice as slow, prefill and decode unchanged: the steps window says
+# so, and neither the score nor the verdict moves.
+"$BIN" price -m "$M" --a "bin:$d/fake" --b "bin:$d/fake;env:FAKE_STEPS_X=2" --pairs 3 $NT --json \
+  >"$d/f.json" 2>"$d/err"; rc=$?
+[ $rc -eq 0 ] || bad "steps-only slowdown: exit $rc, expected 0 (informational window): $(cat "$d/err")"
+j=$d/f.json
+num_ok $j windows.steps.median_speedup "v == 0.5"
+num_ok $j windows.steps.a_median_s_per_token "v == 0.002"
+num_ok $j windows.steps.b_median_s_per_token "v == 0.004"
+is_val $j windows.steps.verdict '"B slower"'
+num_ok $j windows.decode.median_speedup "v == 1"
+num_ok $j score.value "v == 1"
+is_val $j score.verdict '"within noise"'
+is_val $j verdict '"within noise"'
+is_val $j rejected false
+is_val $j reasons '""'
+num_ok $j runs[2].b.steps "v == 0.004"
+
 SMALL="--prompt-len 16 --decode-steps 8"
 
 # ---- A against A (--noise): interval contains 1, score near 1. A 95%
@@ -90,6 +127,22 @@ is_val $j runs[0].order '"AB"'
 is_val $j runs[1].order '"BA"'
 num_ok $j bootstrap.resamples "v >= 2000"
 [ -n "$(jget $j timing_map.outside)" ] || bad "JSON lacks the timing map"
+[ -n "$(jget $j timing_map.steps)" ] || bad "JSON timing map lacks the steps window"
+num_ok $j noise_floor.steps "v >= 0"
+num_ok $j windows.steps.speedups[4] "v > 0"
+num_ok $j windows.steps.a_median_s_per_token "v > 0"
+num_ok $j runs[0].a.steps "v > 0"
+num_ok $j runs[0].b.steps "v > 0"
+
+# score_ok FILE: score.value = decode^0.75 x prefill^0.25 of the reported
+# median speedups (JSON reals carry 9 significant digits)
+score_ok() {
+  awk -v s="$(jget "$1" score.value)" -v dm="$(jget "$1" windows.decode.median_speedup)" \
+      -v pm="$(jget "$1" windows.prefill.median_speedup)" \
+      'BEGIN { f = exp(0.75 * log(dm) + 0.25 * log(pm)); exit !(s > 0 && (s - f) ^ 2 <= (1e-7 * f) ^ 2) }' ||
+    bad "$1: score.value $(jget "$1" score.value) is not decode^0.75 x prefill^0.25 of the medians"
+}
+score_ok $j
 
 # ---- a deliberately slowed B: 2 ms per token sleep against a tiny model with
 # a 48-token prompt and 4 steps: the delay dominates both windows (B about 5x
@@ -109,6 +162,10 @@ is_val $j score.verdict '"B slower"'
 is_val $j verdict '"rejected"'
 is_val $j rejected true
 jget $j reasons | grep -q "decode median speedup" || bad "reasons do not name the decode window: $(jget $j reasons)"
+jget $j reasons | grep -q "steps" && bad "reasons name the informational steps window: $(jget $j reasons)"
+num_ok $j windows.steps.median_speedup "v < 1"
+is_val $j windows.steps.verdict '"B slower"'
+score_ok $j
 is_val $j b.flags '"+test_slow"'
 
 # ---- env: items reach the child (MOEFAST_FLAGS is read when --flags is absent)
@@ -120,16 +177,32 @@ is_val $d/e.json b.env[1] '"MOEFAST_UNUSED=1"'
 # ---- text, CSV and SVG reports
 $P --a default --b 'threads:1' --pairs 2 $NT $SMALL --svg "$d/p.svg" >"$d/t.txt" 2>"$d/err"; rc=$?
 [ $rc -le 1 ] || bad "text report exited $rc: $(cat "$d/err")"
-for w in "TOKEN CHECK DISABLED" "timing windows" "outside both" "speedup A/B" "score" "per-pair" "verdict:"; do
+for w in "TOKEN CHECK DISABLED" "timing windows" "outside every window" "speedup A/B" "score" "per-pair" \
+         "verdict:" "steps    inside: the decode window's D steps alone"; do
   grep -q "$w" "$d/t.txt" || bad "text report lacks '$w'"
 done
+for w in prefill decode steps; do
+  grep -q "^  $w  *[0-9.]* ms  *[0-9.]* ms  *[0-9.]*   \[" "$d/t.txt" || bad "text table lacks the $w row"
+done
+grep -q "^   pair order    prefill     decode      steps$" "$d/t.txt" || bad "per-pair table lacks the steps column"
+[ "$(grep -c "^      [01]    [AB][AB]  *[0-9][0-9.]*  *[0-9][0-9.]*  *[0-9][0-9.]*$" "$d/t.txt")" -eq 2 ] ||
+  bad "per-pair table should have 2 rows of 3 speedups"
 grep -q "^<svg" "$d/p.svg" && grep -q "</svg>" "$d/p.svg" || bad "--svg did not write an SVG"
-[ "$(grep -c "<circle" "$d/p.svg")" -eq 4 ] || bad "SVG should have 4 points (2 pairs x 2 windows)"
+[ "$(grep -c "<circle" "$d/p.svg")" -eq 6 ] || bad "SVG should have 6 points (2 pairs x 3 windows)"
+grep -q ">steps (informational" "$d/p.svg" || bad "SVG lacks the steps panel"
 $P --a default --b default --pairs 2 $NT $SMALL --csv >"$d/c.csv" 2>"$d/err"
 grep -q "^kind,window,pair,order,a_s_per_token,b_s_per_token,speedup,ci95_lo,ci95_hi,verdict$" "$d/c.csv" ||
   bad "CSV header missing"
-[ "$(grep -c "^pair," "$d/c.csv")" -eq 4 ] || bad "CSV should have 4 pair rows"
+[ "$(grep -c "^pair," "$d/c.csv")" -eq 6 ] || bad "CSV should have 6 pair rows (2 pairs x 3 windows)"
+[ "$(grep -c "^pair,steps," "$d/c.csv")" -eq 2 ] || bad "CSV should have 2 steps pair rows"
+grep -q "^summary,steps,,,[0-9]" "$d/c.csv" || bad "CSV lacks the steps summary row"
+grep -q "^# steps window: " "$d/c.csv" || bad "CSV lacks the steps window's timing comment"
 grep -q "^summary,score," "$d/c.csv" || bad "CSV lacks the score row"
+# the CSV's score (6 significant digits) from its own summary medians
+awk -F, '$1 == "summary" { m[$2] = $7 }
+         END { f = exp(0.75 * log(m["decode"]) + 0.25 * log(m["prefill"]))
+               exit !(m["score"] > 0 && (m["score"] - f) ^ 2 <= (2e-5 * f) ^ 2) }' "$d/c.csv" ||
+  bad "CSV score is not decode^0.75 x prefill^0.25 of the summary medians"
 grep -q "^# .*TOKEN CHECK DISABLED" "$d/c.csv" || bad "CSV does not state the disabled token check"
 expect_err price -m "$M" --a default --b default --pairs 1 $NT $SMALL --svg "$d/no/such/dir.svg"
 expect_msg "dir.svg"

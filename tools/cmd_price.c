@@ -38,7 +38,9 @@ static void usage(FILE *f) {
             "        bin:PATH  default      e.g. --b 'flags:-gemm_batch;threads:1'\n"
             "  --noise: A against A (no --b); reports the noise floor.\n"
             "  Each run is a fresh `bench --json --window both` process; speedup = A time / B time.\n"
-            "  exit: 0 accepted, 1 rejected (a changed token, or a median speedup < 0.95), 2 error\n");
+            "  windows: prefill, decode (score = decode^0.75 x prefill^0.25), steps (the decode window's\n"
+            "  steps without the seed prefill; informational: not in the score, never a rejection)\n"
+            "  exit: 0 accepted, 1 rejected (a changed token, or a prefill or decode median speedup < 0.95), 2 error\n");
 }
 
 /* ---- SPEC parsing ----------------------------------------------------- */
@@ -328,14 +330,30 @@ static int run_bench(const price_opts *o, const price_side *sd, const char *defa
     free(txt);
     if (!root) return cli_fail(CMD, "%s: %s bench printed no valid JSON (line %d: %s)", label, bin, je.line, je.text);
     int rc = 0;
-    const char *wn[PW_COUNT] = {"prefill", "decode"};
-    for (int w = 0; w < PW_COUNT && !rc; w++) {
+    const char *wn[PW_SCORED] = {"prefill", "decode"};
+    for (int w = 0; w < PW_SCORED && !rc; w++) {
         json_t *spt = json_object_get(json_object_get(root, wn[w]), "seconds_per_token");
         if (!json_is_number(spt) || !(json_number_value(spt) > 0)) {
             rc = cli_fail(CMD, "%s: bench JSON lacks a positive %s.seconds_per_token", label, wn[w]);
             break;
         }
         out->s_per_tok[w] = json_number_value(spt);
+    }
+    /* The steps window: the decode window's D steps without the seed prefill.
+     * Required, not skipped when absent: a report whose windows differ from
+     * run to run could not be compared, and a bench without these keys
+     * (an older binary given with bin:) is better named than half-priced. */
+    if (!rc) {
+        json_t *jd = json_object_get(root, "decode");
+        json_t *ss = json_object_get(jd, "steps_seconds"), *sn = json_object_get(jd, "steps");
+        if (!json_is_number(ss) || !(json_number_value(ss) > 0))
+            rc = cli_fail(CMD, "%s: bench JSON lacks a positive decode.steps_seconds (needed for the steps window; "
+                          "is %s an older moefast?)",
+                          label, bin);
+        else if (!json_is_integer(sn) || json_integer_value(sn) < 1)
+            rc = cli_fail(CMD, "%s: bench JSON lacks a positive integer decode.steps", label);
+        else
+            out->s_per_tok[PW_STEPS] = json_number_value(ss) / (double)json_integer_value(sn);
     }
     json_t *cfg = json_object_get(root, "config");
     out->prompt_len = (int)json_integer_value(json_object_get(cfg, "prompt_len"));

@@ -5,7 +5,11 @@
  * percentile bootstrap over pairs (seeded, so a report is reproducible from
  * its runs). The score, decode^0.75 x prefill^0.25, is bootstrapped from the
  * same resampled pairs for both windows, keeping each pair's two windows
- * together. docs/MEASUREMENT.md describes the statistics and the schemas. */
+ * together. A third window, steps (the decode window's D steps without the
+ * seed prefill), is reported beside them from the same resamples, because the
+ * seed drowns small per-step changes in the decode window's noise; it is
+ * informational only: neither the score nor the rejection rule reads it.
+ * docs/MEASUREMENT.md describes the statistics and the schemas. */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -15,13 +19,15 @@
 
 #define REJECT_BELOW 0.95
 
-static const char *const WIN_NAME[PW_COUNT] = {"prefill", "decode"};
+static const char *const WIN_NAME[PW_COUNT] = {"prefill", "decode", "steps"};
 
 /* The timing-window map printed with every report. */
 static const char *const MAP_INSIDE[PW_COUNT] = {
     "one forward of the P-token prompt on an empty KV cache + argmax of the last logits; s/token = seconds / P",
     "seed prefill of the P-token prompt + argmax, then D teacher-forced single-token forwards, each + argmax; "
     "s/token = seconds / D",
+    "the decode window's D steps alone, without the seed prefill; s/token = steps seconds / D; "
+    "informational: not part of the score, never a cause of rejection",
 };
 static const char *const MAP_OUTSIDE =
     "process start, model load, session allocation, tokenization (the ids are given), the untimed warm-up "
@@ -78,9 +84,12 @@ int price_analyse(price_report *r) {
     const int n = r->n_pairs, nb = r->resamples;
     double *tmp = malloc((size_t)n * sizeof *tmp);
     double *tmp2 = malloc((size_t)n * sizeof *tmp2);
-    double *boot[3];
-    for (int k = 0; k < 3; k++) boot[k] = malloc((size_t)nb * sizeof(double));
-    int ok = tmp && tmp2 && boot[0] && boot[1] && boot[2];
+    double *tmp3 = malloc((size_t)n * sizeof *tmp3);
+    /* boot[w] for each window, boot[NB_SCORE] for the score. */
+    enum { NB_SCORE = PW_COUNT, NB = PW_COUNT + 1 };
+    double *boot[NB];
+    int ok = tmp && tmp2 && tmp3;
+    for (int k = 0; k < NB; k++) ok &= (boot[k] = malloc((size_t)nb * sizeof(double))) != NULL;
     for (int w = 0; w < PW_COUNT && ok; w++) {
         price_window *pw = &r->win[w];
         pw->speedup = malloc((size_t)n * sizeof *pw->speedup);
@@ -94,35 +103,42 @@ int price_analyse(price_report *r) {
         pw->med = median_inplace(tmp, n);
     }
     if (ok) {
-        /* Paired bootstrap: one set of pair indices per resample serves both
-         * windows and the score. */
+        /* Paired bootstrap: one set of pair indices per resample serves every
+         * window and the score. The steps window reads the same indices and
+         * draws no random numbers of its own, so the prefill, decode and
+         * score intervals are exactly those of a report without it (same
+         * runs, same seed: same figures). */
         rng_t rng;
         rng_seed(&rng, r->seed);
         const double *sp = r->win[PW_PREFILL].speedup, *sd = r->win[PW_DECODE].speedup;
+        const double *ss = r->win[PW_STEPS].speedup;
         for (int b = 0; b < nb; b++) {
             for (int i = 0; i < n; i++) {
                 int j = rng_below(&rng, n);
                 tmp[i] = sp[j];
                 tmp2[i] = sd[j];
+                tmp3[i] = ss[j];
             }
             double mp = median_inplace(tmp, n), md = median_inplace(tmp2, n);
             boot[PW_PREFILL][b] = mp;
             boot[PW_DECODE][b] = md;
-            boot[2][b] = pow(md, 0.75) * pow(mp, 0.25);
+            boot[PW_STEPS][b] = median_inplace(tmp3, n);
+            boot[NB_SCORE][b] = pow(md, 0.75) * pow(mp, 0.25);
         }
-        for (int k = 0; k < 3; k++) qsort(boot[k], (size_t)nb, sizeof(double), cmp_double);
+        for (int k = 0; k < NB; k++) qsort(boot[k], (size_t)nb, sizeof(double), cmp_double);
         for (int w = 0; w < PW_COUNT; w++) {
             price_window *pw = &r->win[w];
             pw->lo = quantile_sorted(boot[w], nb, 0.025);
             pw->hi = quantile_sorted(boot[w], nb, 0.975);
-            pw->verdict = pw->med < REJECT_BELOW ? "rejected" : interval_verdict(pw->lo, pw->hi);
+            /* Only the scored windows can be rejected; steps is informational. */
+            pw->verdict = w < PW_SCORED && pw->med < REJECT_BELOW ? "rejected" : interval_verdict(pw->lo, pw->hi);
         }
         r->score = pow(r->win[PW_DECODE].med, 0.75) * pow(r->win[PW_PREFILL].med, 0.25);
-        r->score_lo = quantile_sorted(boot[2], nb, 0.025);
-        r->score_hi = quantile_sorted(boot[2], nb, 0.975);
+        r->score_lo = quantile_sorted(boot[NB_SCORE], nb, 0.025);
+        r->score_hi = quantile_sorted(boot[NB_SCORE], nb, 0.975);
         r->score_verdict = interval_verdict(r->score_lo, r->score_hi);
 
-        /* Rejections: any changed token, or a window more than 5% slower. */
+        /* Rejections: any changed token, or a scored window more than 5% slower. */
         size_t off = 0;
         r->reasons[0] = 0;
         if (r->n_fails) {
@@ -134,7 +150,7 @@ int price_analyse(price_report *r) {
                                     "%d run(s) changed a token (first: %s, side %c, %s step %d: expected %d, got %d); ",
                                     r->n_fails, where, f->side, f->window, f->step, f->expected, f->actual);
         }
-        for (int w = 0; w < PW_COUNT && off < sizeof r->reasons; w++)
+        for (int w = 0; w < PW_SCORED && off < sizeof r->reasons; w++)
             if (r->win[w].med < REJECT_BELOW)
                 off += (size_t)snprintf(r->reasons + off, sizeof r->reasons - off,
                                         "%s median speedup %.3f < %.2f; ", WIN_NAME[w], r->win[w].med, REJECT_BELOW);
@@ -144,7 +160,8 @@ int price_analyse(price_report *r) {
     }
     free(tmp);
     free(tmp2);
-    for (int k = 0; k < 3; k++) free(boot[k]);
+    free(tmp3);
+    for (int k = 0; k < NB; k++) free(boot[k]);
     return ok ? 0 : -1;
 }
 
@@ -165,7 +182,7 @@ static void print_ms(FILE *f, double s) { fprintf(f, "%10.4f ms  ", s * 1e3); }
 static void print_map(FILE *f, const char *indent) {
     fprintf(f, "%stiming windows (P = prompt tokens, D = decode steps):\n", indent);
     for (int w = 0; w < PW_COUNT; w++) fprintf(f, "%s  %-8s inside: %s\n", indent, WIN_NAME[w], MAP_INSIDE[w]);
-    fprintf(f, "%s  outside both: %s\n", indent, MAP_OUTSIDE);
+    fprintf(f, "%s  outside every window: %s\n", indent, MAP_OUTSIDE);
 }
 
 void price_print_text(const price_report *r, FILE *f) {
@@ -203,20 +220,25 @@ void price_print_text(const price_report *r, FILE *f) {
     }
     fprintf(f, "  %-8s %31s %12.4f   [%7.4f, %7.4f]  %s\n", "score", "decode^0.75 x prefill^0.25", r->score,
             r->score_lo, r->score_hi, r->score_verdict);
+    fprintf(f, "  (steps: the decode window's D steps alone, without the seed prefill; informational, "
+               "not in the score, never a rejection)\n");
     if (r->noise)
         fprintf(f, "\n  noise floor (half-width of the 95%% interval, A against A): prefill +-%.4f, decode +-%.4f, "
-                   "score +-%.4f\n",
-                (r->win[0].hi - r->win[0].lo) / 2, (r->win[1].hi - r->win[1].lo) / 2,
-                (r->score_hi - r->score_lo) / 2);
-    fprintf(f, "\n  per-pair speedups (A time / B time; > 1: B faster):\n  %5s %5s %10s %10s\n", "pair", "order",
-            "prefill", "decode");
-    for (int i = 0; i < r->n_pairs; i++)
-        fprintf(f, "  %5d %5s %10.4f %10.4f\n", i, r->b_first[i] ? "BA" : "AB", r->win[0].speedup[i],
-                r->win[1].speedup[i]);
+                   "steps +-%.4f, score +-%.4f\n",
+                (r->win[PW_PREFILL].hi - r->win[PW_PREFILL].lo) / 2, (r->win[PW_DECODE].hi - r->win[PW_DECODE].lo) / 2,
+                (r->win[PW_STEPS].hi - r->win[PW_STEPS].lo) / 2, (r->score_hi - r->score_lo) / 2);
+    fprintf(f, "\n  per-pair speedups (A time / B time; > 1: B faster):\n  %5s %5s", "pair", "order");
+    for (int w = 0; w < PW_COUNT; w++) fprintf(f, " %10s", WIN_NAME[w]);
+    fputc('\n', f);
+    for (int i = 0; i < r->n_pairs; i++) {
+        fprintf(f, "  %5d %5s", i, r->b_first[i] ? "BA" : "AB");
+        for (int w = 0; w < PW_COUNT; w++) fprintf(f, " %10.4f", r->win[w].speedup[i]);
+        fputc('\n', f);
+    }
     fprintf(f, "\n  verdict: %s%s%s\n", r->rejected ? "REJECTED" : r->verdict, r->rejected ? ": " : "",
             r->rejected ? r->reasons : "");
     fprintf(f, "  (bootstrap: %d resamples, seed %llu; \"within noise\": the interval contains 1; "
-               "rejected: a changed token or a median speedup < %.2f)\n",
+               "rejected: a changed token or a prefill or decode median speedup < %.2f)\n",
             r->resamples, (unsigned long long)r->seed, REJECT_BELOW);
     if (!r->token_check) fprintf(f, "  *** TOKEN CHECK DISABLED ***\n");
     fputc('\n', f);
@@ -301,8 +323,8 @@ void price_print_json(const price_report *r, FILE *f) {
     json_object_set_new(root, "score", sc);
     if (r->noise) {
         json_t *nf = json_object();
-        json_object_set_new(nf, "prefill", json_real((r->win[0].hi - r->win[0].lo) / 2));
-        json_object_set_new(nf, "decode", json_real((r->win[1].hi - r->win[1].lo) / 2));
+        for (int w = 0; w < PW_COUNT; w++)
+            json_object_set_new(nf, WIN_NAME[w], json_real((r->win[w].hi - r->win[w].lo) / 2));
         json_object_set_new(nf, "score", json_real((r->score_hi - r->score_lo) / 2));
         json_object_set_new(root, "noise_floor", nf);
     } else {
@@ -332,7 +354,7 @@ void price_print_json(const price_report *r, FILE *f) {
     json_object_set_new(bs, "seed", json_integer((json_int_t)r->seed));
     json_object_set_new(bs, "confidence", json_real(0.95));
     json_object_set_new(bs, "method", json_string("percentile bootstrap of the median; pairs resampled, "
-                                                  "both windows together"));
+                                                  "all windows together"));
     json_object_set_new(root, "bootstrap", bs);
 
     json_t *map = json_object();
@@ -354,7 +376,7 @@ void price_print_csv(const price_report *r, FILE *f) {
     else fprintf(f, "# token check: %s (%d failing runs) against %s\n", r->n_fails ? "FAILED" : "ok", r->n_fails,
                  r->trace);
     for (int w = 0; w < PW_COUNT; w++) fprintf(f, "# %s window: %s\n", WIN_NAME[w], MAP_INSIDE[w]);
-    fprintf(f, "# outside both windows: %s\n", MAP_OUTSIDE);
+    fprintf(f, "# outside every window: %s\n", MAP_OUTSIDE);
     fprintf(f, "kind,window,pair,order,a_s_per_token,b_s_per_token,speedup,ci95_lo,ci95_hi,verdict\n");
     for (int w = 0; w < PW_COUNT; w++)
         for (int i = 0; i < r->n_pairs; i++)
@@ -380,8 +402,12 @@ static void svg_text(FILE *f, const char *s) {
 }
 
 int price_write_svg(const price_report *r, FILE *f) {
-    const double W = 900, H = 420, pw_w = 400, top = 70, ph = 280, left0 = 60, gap = 40;
-    /* One y range for both panels so they compare at a glance. */
+    /* One panel per window side by side, each titled in two lines (name;
+     * median, interval, verdict) so that a title stays inside its 380 px
+     * panel; 50 px between panels leave room for the next panel's y labels. */
+    const double pw_w = 380, top = 90, ph = 280, left0 = 60, gap = 50;
+    const double W = left0 + PW_COUNT * pw_w + (PW_COUNT - 1) * gap + 20, H = 440;
+    /* One y range for all panels so they compare at a glance. */
     double lo = 1.0, hi = 1.0;
     for (int w = 0; w < PW_COUNT; w++) {
         const price_window *p = &r->win[w];
@@ -430,15 +456,18 @@ int price_write_svg(const price_report *r, FILE *f) {
                        "</circle>\n",
                     x0 + 20 + i * xs, YPOS(p->speedup[i]), r->b_first[i] ? "#d9822b" : "#2b8a3e", i,
                     r->b_first[i] ? "BA" : "AB", p->speedup[i]);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\">%s: median %.4f, 95%% [%.4f, %.4f] &#8212; %s</text>\n",
-                x0, y0 - 8, WIN_NAME[w], p->med, p->lo, p->hi, p->verdict);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" font-weight=\"bold\">%s%s</text>\n", x0, y0 - 24,
+                WIN_NAME[w], w < PW_SCORED ? "" : " (informational, not in the score)");
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\">median %.4f, 95%% [%.4f, %.4f] &#8212; %s</text>\n",
+                x0, y0 - 8, p->med, p->lo, p->hi, p->verdict);
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#444\">pair (green AB, orange BA)"
                    "</text>\n",
                 x0 + pw_w / 2, y0 + ph + 20);
 #undef YPOS
     }
     fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#444\">blue line: median; band: bootstrap 95%% interval; "
-               "dashed: 1.0</text>\n</svg>\n",
+               "dashed: 1.0; score = decode^0.75 x prefill^0.25; steps = the decode window's steps without "
+               "the seed prefill</text>\n</svg>\n",
             left0, H - 12);
     return fclose(f) == 0 ? 0 : -1;
 }

@@ -7,7 +7,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum { PW_PREFILL = 0, PW_DECODE = 1, PW_COUNT = 2 };
+/* The windows price reports. PW_STEPS (the decode window's D steps alone,
+ * without the seed prefill) is informational: the score and the rejection rule
+ * use only the first PW_SCORED windows. */
+enum { PW_PREFILL = 0, PW_DECODE = 1, PW_STEPS = 2, PW_COUNT = 3, PW_SCORED = 2 };
 
 /* One side of the comparison, parsed from a SPEC (docs/MEASUREMENT.md):
  *   item (';' item)*;  item = flags:SPEC | threads:N | env:NAME=VALUE[,NAME=VALUE] | bin:PATH | default */
@@ -22,7 +25,7 @@ typedef struct price_side {
 
 /* What one bench process reported. */
 typedef struct price_run {
-    double s_per_tok[PW_COUNT];
+    double s_per_tok[PW_COUNT];   /* steps: decode.steps_seconds / decode.steps */
     int prompt_len, decode_steps; /* what the run used (a trace may set them) */
     bool tc_present, tc_ok;
     int tc_step, tc_expected, tc_actual;
