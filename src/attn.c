@@ -74,8 +74,22 @@ static void to_half_scalar(const float *x, uint16_t *y, int n) {
     for (int i = 0; i < n; i++) y[i] = moe_f32_to_f16(x[i]);
 }
 
+static void combine_scalar(const float *eout, const int32_t *slot, const float *w, int K, const float *sh, float *o,
+                           float *x, int n) {
+    for (int k = 0; k < K; k++) {
+        const float *y = eout + (size_t)slot[k] * (size_t)n;
+        if (k == 0)
+            for (int i = 0; i < n; i++) o[i] = y[i] * w[k];
+        else
+            for (int i = 0; i < n; i++) o[i] += y[i] * w[k];
+    }
+    if (sh)
+        for (int i = 0; i < n; i++) o[i] += sh[i];
+    for (int i = 0; i < n; i++) x[i] += o[i];
+}
+
 const moe_attn_kernels moe_attn_scalar = {scores_scalar, accum_scalar, scores_h_scalar, accum_h_scalar,
-                                          exp_shift_scalar, silu_mul_scalar, to_half_scalar};
+                                          exp_shift_scalar, silu_mul_scalar, to_half_scalar, combine_scalar};
 
 const moe_attn_kernels *moe_attn_for(moe_isa isa) {
     switch (isa) {

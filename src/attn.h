@@ -38,6 +38,12 @@ typedef struct moe_attn_kernels {
     /* y[i] = moe_f32_to_f16(x[i]) for i < n (round to nearest even; NaN
      * keeps its sign and top payload bits, made quiet): the kv_f16 store. */
     void (*to_half)(const float *x, uint16_t *y, int n);
+    /* The MoE combine of one token, elementwise for i < n, with y_k = eout +
+     * slot[k] * n: o[i] = y_0[i]*w[0], then o[i] = o[i] + y_k[i]*w[k] for
+     * k = 1 .. K-1 (a multiply, then an add: never fused), then o[i] += sh[i]
+     * when sh, then x[i] += o[i]. */
+    void (*combine)(const float *eout, const int32_t *slot, const float *w, int K, const float *sh, float *o,
+                    float *x, int n);
 } moe_attn_kernels;
 
 const moe_attn_kernels *moe_attn_for(moe_isa isa);

@@ -141,5 +141,28 @@ static void to_half_avx2(const float *x, uint16_t *y, int n) {
     moe_attn_scalar.to_half(x + i, y + i, n - i);
 }
 
+/* 8 elements at a time through all K experts, in registers; the rest by
+ * the scalar kernel (the operations per element are the same) */
+static void combine_avx2(const float *eout, const int32_t *slot, const float *w, int K, const float *sh, float *o,
+                         float *x, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(eout + (size_t)slot[0] * (size_t)n + i), _mm256_set1_ps(w[0]));
+        for (int k = 1; k < K; k++)
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(eout + (size_t)slot[k] * (size_t)n + i),
+                                                   _mm256_set1_ps(w[k])));
+        if (sh) acc = _mm256_add_ps(acc, _mm256_loadu_ps(sh + i));
+        _mm256_storeu_ps(o + i, acc);
+        _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), acc));
+    }
+    for (; i < n; i++) {
+        float a = eout[(size_t)slot[0] * (size_t)n + i] * w[0];
+        for (int k = 1; k < K; k++) a += eout[(size_t)slot[k] * (size_t)n + i] * w[k];
+        if (sh) a += sh[i];
+        o[i] = a;
+        x[i] += a;
+    }
+}
+
 const moe_attn_kernels moe_attn_avx2 = {scores_avx2, accum_avx2, scores_h_avx2, accum_h_avx2, exp_shift_avx2,
-                                        silu_mul_avx2, to_half_avx2};
+                                        silu_mul_avx2, to_half_avx2, combine_avx2};

@@ -237,5 +237,20 @@ static void to_half_avx512(const float *x, uint16_t *y, int n) {
     }
 }
 
+/* 16 elements at a time through all K experts, in registers (attn.h) */
+static void combine_avx512(const float *eout, const int32_t *slot, const float *w, int K, const float *sh, float *o,
+                           float *x, int n) {
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        __m512 acc = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, eout + (size_t)slot[0] * (size_t)n + i), _mm512_set1_ps(w[0]));
+        for (int k = 1; k < K; k++)
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, eout + (size_t)slot[k] * (size_t)n + i),
+                                                   _mm512_set1_ps(w[k])));
+        if (sh) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, sh + i));
+        _mm512_mask_storeu_ps(o + i, m, acc);
+        _mm512_mask_storeu_ps(x + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), acc));
+    }
+}
+
 const moe_attn_kernels moe_attn_avx512 = {scores_avx512, accum_avx512, scores_h_avx512, accum_h_avx512,
-                                          exp_shift_avx512, silu_mul_avx512, to_half_avx512};
+                                          exp_shift_avx512, silu_mul_avx512, to_half_avx512, combine_avx512};

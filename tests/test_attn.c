@@ -167,6 +167,49 @@ int main(void) {
         free(h1);
     }
 
+    /* combine: every ISA gives the scalar kernel's bits (K experts, with and
+     * without a shared expert, every tail length), and the scalar kernel is
+     * the multiply-then-add sequence of attn.h (a fused multiply-add would
+     * round once and differ) */
+    {
+        enum { NMAX = 70, KMAX = 9 };
+        float *eout = malloc(sizeof(float) * NMAX * (KMAX + 3)), sh[NMAX], x0[NMAX], o0[NMAX], x1[NMAX], o1[NMAX], w[KMAX];
+        for (int i = 0; i < NMAX * (KMAX + 3); i++) eout[i] = (float)moe_rng_normal(&r);
+        for (int i = 0; i < NMAX; i++) { sh[i] = (float)moe_rng_normal(&r); x0[i] = (float)moe_rng_normal(&r); }
+        for (int k = 0; k < KMAX; k++) w[k] = (float)moe_rng_uniform(&r);
+        const int32_t slot[KMAX] = {3, 0, 7, 1, 11, 2, 9, 4, 5};
+        for (int n = 1; n <= NMAX; n += (n < 20 ? 1 : 7))
+            for (int K = 1; K <= KMAX; K++)
+                for (int with_sh = 0; with_sh < 2; with_sh++) {
+                    float xr[NMAX];
+                    memcpy(xr, x0, sizeof xr);
+                    moe_attn_scalar.combine(eout, slot, w, K, with_sh ? sh : NULL, o0, xr, n);
+                    int bad = 0;
+                    for (int i = 0; i < n; i++) {                  /* the contract, written out */
+                        float a = eout[(size_t)slot[0] * n + i] * w[0];
+                        for (int k = 1; k < K; k++) {
+                            volatile float p = eout[(size_t)slot[k] * n + i] * w[k];
+                            a = a + p;
+                        }
+                        if (with_sh) a += sh[i];
+                        bad += memcmp(&a, &o0[i], 4) != 0;
+                        float xv = x0[i] + a;
+                        bad += memcmp(&xv, &xr[i], 4) != 0;
+                    }
+                    CHECK_MSG(bad == 0, "scalar combine n %d K %d sh %d: %d values differ", n, K, with_sh, bad);
+                    for (size_t ii = 0; ii < 2; ii++) {
+                        if (!moe_kernels_for(isas[ii])) continue;
+                        memcpy(x1, x0, sizeof x1);
+                        memset(o1, 0xAB, sizeof o1);
+                        moe_attn_for(isas[ii])->combine(eout, slot, w, K, with_sh ? sh : NULL, o1, x1, n);
+                        CHECK_MSG(!memcmp(o0, o1, sizeof(float) * (size_t)n) && !memcmp(xr, x1, sizeof(float) * (size_t)n) &&
+                                      !memcmp(x1 + n, x0 + n, sizeof(float) * (size_t)(NMAX - n)),
+                                  "combine isa %d n %d K %d sh %d differs", (int)isas[ii], n, K, with_sh);
+                    }
+                }
+        free(eout);
+    }
+
     /* the reference itself: a hand-computed case */
     float q1[17], k1[17];
     for (int i = 0; i < 17; i++) { q1[i] = 1.0f; k1[i] = (float)i; }

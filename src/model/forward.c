@@ -338,30 +338,17 @@ typedef struct {
     int phase;               /* 0: gate+up with SiLU fused, 1: gate, 2: up, 3: SiLU, 4: down */
     const int64_t *pre;      /* prefix sums of the rows of this phase (each padded to 8), [n_jobs + 1] */
     const int64_t *work;     /* prefix sums of rows x tokens, [n_jobs + 1] */
-    const moe_layer *combine;/* decode with parallel_glue: phase 4 splits the output rows of every job
-                              * alike and combines them (combine_rows); NULL: split by work */
 } jobs_task;
 
-/* ffn_out[t][i] = sum over ranks k of eout[slot(t, k)][i] * w[t][k] (+ the
- * shared expert's proj[t][i]), then x[t][i] += ffn_out[t][i], for i in
- * [i0, i1): the router's rank order for every element, whoever runs it. */
-static void combine_rows(moe_session *s, const moe_layer *L, int t, int64_t i0, int64_t i1) {
-    const int64_t E = s->m->hp.n_embd;
+/* ffn_out[t] = sum over ranks k of eout[slot(t, k)] * w[t][k] (+ the shared
+ * expert's proj[t]), then x[t] += ffn_out[t]: the router's rank order for
+ * every element (the combine kernel, attn.h: the same bits at every ISA). */
+static void combine_token(moe_session *s, const moe_layer *L, int t) {
+    const size_t E = (size_t)s->m->hp.n_embd;
     const int K = s->m->hp.n_expert_used;
-    float *o = s->ffn_out + (size_t)t * (size_t)E, *x = s->x + (size_t)t * (size_t)E;
-    const float *w = s->selw + (size_t)t * K;
-    for (int k = 0; k < K; k++) {
-        const float *y = s->eout + (size_t)s->ex_slot[(size_t)t * K + k] * (size_t)E;
-        if (k == 0)
-            for (int64_t i = i0; i < i1; i++) o[i] = y[i] * w[k];
-        else
-            for (int64_t i = i0; i < i1; i++) o[i] += y[i] * w[k];
-    }
-    if (L->has_shexp) {
-        const float *sh = s->proj + (size_t)t * (size_t)E;
-        for (int64_t i = i0; i < i1; i++) o[i] += sh[i];
-    }
-    for (int64_t i = i0; i < i1; i++) x[i] += o[i];
+    s->attn->combine(s->eout, s->ex_slot + (size_t)t * K, s->selw + (size_t)t * K, K,
+                     L->has_shexp ? s->proj + (size_t)t * E : NULL, s->ffn_out + (size_t)t * E, s->x + (size_t)t * E,
+                     (int)E);
 }
 
 typedef struct {
@@ -374,24 +361,12 @@ static void combine_worker(void *ctx, int ith, int nth) {
     const combine_task *c = ctx;
     int64_t b, e;
     moe_split(c->n, ith, nth, 1, &b, &e);
-    for (int64_t t = b; t < e; t++) combine_rows(c->s, c->L, (int)t, 0, c->s->m->hp.n_embd);
+    for (int64_t t = b; t < e; t++) combine_token(c->s, c->L, (int)t);
 }
 
 static void jobs_worker(void *ctx, int ith, int nth) {
     jobs_task *jt = ctx;
     const moe_kernels *k = jt->s->kern;
-    if (jt->phase == 4 && jt->combine) {        /* one token: rows [r0, r1) of every job, then combined */
-        int64_t r0, r1;
-        moe_split(jt->jobs[0].wd->n_out, ith, nth, 8, &r0, &r1);
-        for (int ji = 0; ji < jt->n_jobs; ji++) {
-            const moe_ffn_job *j = &jt->jobs[ji];
-            const int64_t F = j->wd->n_in;
-            matmul_rows(k, j->wd, j->mat, j->hg, (size_t)F, j->ha, (size_t)moe_act8_row_bytes(F), 1, j->out,
-                        (size_t)j->wd->n_out, r0, r1);
-        }
-        combine_rows(jt->s, jt->combine, 0, r0, r1);
-        return;
-    }
     /* Each thread gets an equal share of the work (rows x tokens), cut on
      * 8-row boundaries: in a prompt chunk one expert may have 100 tokens and
      * the next one, so equal row counts would be badly unbalanced. */
@@ -445,11 +420,9 @@ static void hidden_q8_worker(void *ctx, int ith, int nth) {
     }
 }
 
-/* combine: NULL, or (one token, every job one row with n_out = n_embd) the
- * layer whose expert outputs the down phase combines itself */
-static void run_ffn_jobs(moe_session *s, const moe_ffn_job *jobs, int n_jobs, const moe_layer *combine) {
+static void run_ffn_jobs(moe_session *s, const moe_ffn_job *jobs, int n_jobs) {
     int64_t *pre = s->job_pre, *work = s->job_pre + (n_jobs + 1);
-    jobs_task jt = {s, jobs, n_jobs, 0, pre, work, combine};
+    jobs_task jt = {s, jobs, n_jobs, 0, pre, work};
     pre[0] = work[0] = 0;
     /* rows padded to 8 (thread cuts fall on 8-row boundaries, as the x4 layout needs) */
     for (int i = 0; i < n_jobs; i++) {
@@ -541,7 +514,7 @@ static void ffn_block(moe_session *s, int il, int n) {
         if (!xa) xa = act_rows(s, &L->ffn_up, s->xn, (size_t)E, n, s->xa);
         jobs[0] = (moe_ffn_job){.wg = &L->ffn_gate, .wu = &L->ffn_up, .wd = &L->ffn_down, .mat = 0, .x = s->xn,
                                 .xa = xa, .nr = n, .ha = s->ha, .hg = s->hg, .hu = s->hu, .out = s->ffn_out};
-        run_ffn_jobs(s, jobs, 1, NULL);
+        run_ffn_jobs(s, jobs, 1);
         for (size_t i = 0; i < (size_t)n * E; i++) s->x[i] += s->ffn_out[i];
         return;
     }
@@ -600,14 +573,16 @@ static void ffn_block(moe_session *s, int il, int n) {
                                            .xa = xa, .nr = n, .ha = s->ha ? s->ha + (size_t)n * K * aFx : NULL,
                                            .hg = s->hg + off, .hu = s->hu + off, .out = s->proj};
         }
-        /* one token with parallel_glue: the down phase combines (every job
-         * here is one row, and the shared expert's output is n_embd too) */
-        run_ffn_jobs(s, jobs, n_jobs, glue && n == 1 ? L : NULL);
+        run_ffn_jobs(s, jobs, n_jobs);
         t_begin = t_end;
     }
-    if (glue && n == 1) return;                                   /* combined and added by the down phase */
-    combine_task ct = {s, L, n};                                  /* rank order, + shared; x += ffn_out */
-    if (glue) par(s, combine_worker, &ct);
+    /* rank order, + shared; x += ffn_out. With parallel_glue a prompt's
+     * tokens are spread over the pool; one token is a few hundred
+     * nanoseconds here (cutting the down phase by output rows to combine
+     * inside it was tried: the short per-expert row ranges streamed at 50-80 %
+     * of the work-split phase's speed). */
+    combine_task ct = {s, L, n};
+    if (glue && n > 1) par(s, combine_worker, &ct);
     else combine_worker(&ct, 0, 1);
 }
 
