@@ -30,7 +30,6 @@ typedef enum moe_flag {
     MOE_FLAG_READAHEAD,       /* load: ask the kernel to read the weights ahead (madvise WILLNEED) */
     MOE_FLAG_REPACK,          /* load: repack block-format matrices into the x4 layout */
     MOE_FLAG_PARALLEL_GLUE,   /* the small steps between matrix products run in the parallel phases */
-    MOE_FLAG_DYNAMIC_SLOTS,   /* matrix phases cut into several slots per thread, claimed by free threads */
     MOE_FLAG_ACT_Q8,          /* NUMERICS: 8-bit activation blocks, integer dot products (act8_ref.c) */
     MOE_FLAG_KV_F16,          /* NUMERICS: KV cache stored as IEEE half */
     MOE_FLAG_TEST_PERTURB,    /* TEST ONLY: from position 20 on, reverse the last layer's expert weights */

@@ -1,7 +1,6 @@
 /* threads.c — persistent pthread pool.
  *
- * A job is nslots "slots" (fn(ctx, ith, nslots) for ith < nslots): one per
- * thread (moe_pool_run), or any number (moe_pool_run_slots). Slots are claimed
+ * A job is nth "slots" (fn(ctx, ith, nth) for ith < nth). Slots are claimed
  * from one atomic word that holds (job generation, next slot), so any thread
  * may run any slot: the caller runs slots too and, when a worker has not been
  * scheduled yet (an oversubscribed machine), runs that worker's slot itself
@@ -41,7 +40,6 @@ struct moe_pool {
     atomic_bool stop;
     moe_task_fn fn;
     void *ctx;
-    int nslots;              /* slots of the current job */
 };
 
 typedef struct { moe_pool *p; } worker_arg;
@@ -50,11 +48,11 @@ typedef struct { moe_pool *p; } worker_arg;
 static void run_slots(moe_pool *p, uint32_t gen) {
     uint64_t v = atomic_load_explicit(&p->state, memory_order_acquire);
     for (;;) {
-        if ((uint32_t)(v >> 32) != gen || (int)(uint32_t)v >= p->nslots) return;
+        if ((uint32_t)(v >> 32) != gen || (int)(uint32_t)v >= p->n) return;
         if (!atomic_compare_exchange_weak_explicit(&p->state, &v, v + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;
-        p->fn(p->ctx, (int)(uint32_t)v, p->nslots);
+        p->fn(p->ctx, (int)(uint32_t)v, p->n);
         atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel);
         v = atomic_load_explicit(&p->state, memory_order_acquire);
     }
@@ -133,17 +131,10 @@ void moe_pool_free(moe_pool *p) {
 
 int moe_pool_size(const moe_pool *p) { return p ? p->n : 1; }
 
-void moe_pool_run(moe_pool *p, moe_task_fn fn, void *ctx) { moe_pool_run_slots(p, fn, ctx, p ? p->n : 1); }
-
-void moe_pool_run_slots(moe_pool *p, moe_task_fn fn, void *ctx, int nslots) {
-    if (nslots < 1) nslots = 1;
-    if (!p || p->n == 1) {
-        for (int i = 0; i < nslots; i++) fn(ctx, i, nslots);
-        return;
-    }
+void moe_pool_run(moe_pool *p, moe_task_fn fn, void *ctx) {
+    if (!p || p->n == 1) { fn(ctx, 0, 1); return; }
     p->fn = fn;
     p->ctx = ctx;
-    p->nslots = nslots;
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     uint32_t gen = (uint32_t)(atomic_load_explicit(&p->state, memory_order_relaxed) >> 32) + 1;
     atomic_store_explicit(&p->state, (uint64_t)gen << 32, memory_order_release);
@@ -156,7 +147,7 @@ void moe_pool_run_slots(moe_pool *p, moe_task_fn fn, void *ctx, int nslots) {
     /* Slots claimed by workers may still be running: spin briefly (the usual
      * case), then yield so an oversubscribed machine can run them. */
     int spins = 0;
-    while (atomic_load_explicit(&p->done, memory_order_acquire) < nslots) {
+    while (atomic_load_explicit(&p->done, memory_order_acquire) < p->n) {
         if (++spins < 2000) CPU_RELAX();
         else sched_yield();
     }

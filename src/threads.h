@@ -4,13 +4,7 @@
  * ith in [0, nth) — thread 0 is the caller — and returns when all are done.
  * Work is split statically (moe_split) so which thread computes an output
  * never changes its value: every output element is produced by exactly one
- * thread in a fixed order, making results independent of the thread count.
- *
- * moe_pool_run_slots(pool, fn, ctx, nslots) is the same with nslots slots
- * (any number >= 1), claimed one at a time by whichever thread is free: a
- * thread that finishes early takes more slots. The slot index alone decides
- * the work, so the results are those of any other slot count; fn must not
- * use the slot index to pick per-thread scratch (two slots may run at once). */
+ * thread in a fixed order, making results independent of the thread count. */
 #ifndef MOE_THREADS_H
 #define MOE_THREADS_H
 
@@ -25,7 +19,6 @@ moe_pool *moe_pool_new(int n_threads, char *err, size_t errlen);
 void moe_pool_free(moe_pool *p);
 int  moe_pool_size(const moe_pool *p);
 void moe_pool_run(moe_pool *p, moe_task_fn fn, void *ctx);
-void moe_pool_run_slots(moe_pool *p, moe_task_fn fn, void *ctx, int nslots);
 
 /* [*begin, *end) of n items for thread ith of nth, in contiguous chunks that
  * are multiples of `align` items where possible. */

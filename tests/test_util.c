@@ -1,7 +1,6 @@
 /* test_util.c — the small pieces: moe_expf accuracy, half/bfloat conversion,
  * static partitioning, flag specs, the sampler. */
 #include <math.h>
-#include <stdatomic.h>
 #include <stdint.h>
 
 #include "check.h"
@@ -64,38 +63,6 @@ static void test_split(void) {
                 }
                 CHECK(next == n);
             }
-}
-
-/* The pool runs every slot of a job exactly once, for any slot count
- * (more or fewer than threads), and each call sees the job's slot count. */
-typedef struct { _Atomic int hits[64]; int nslots; _Atomic int bad_nth; } pool_probe;
-
-static void pool_probe_fn(void *ctx, int ith, int nth) {
-    pool_probe *p = ctx;
-    if (nth != p->nslots || ith < 0 || ith >= nth) atomic_fetch_add(&p->bad_nth, 1);
-    else atomic_fetch_add(&p->hits[ith], 1);
-}
-
-static void test_pool(void) {
-    for (int nt = 1; nt <= 5; nt++) {
-        char err[128];
-        moe_pool *pool = moe_pool_new(nt, err, sizeof err);
-        CHECK_MSG(pool != NULL, "pool of %d: %s", nt, err);
-        if (!pool) continue;
-        for (int rep = 0; rep < 50; rep++)
-            for (int ns = 1; ns <= 64; ns += (ns < 12 ? 1 : 13)) {
-                pool_probe p = {.nslots = ns};
-                moe_pool_run_slots(pool, pool_probe_fn, &p, ns);
-                int wrong = 0;
-                for (int i = 0; i < 64; i++) wrong += atomic_load(&p.hits[i]) != (i < ns);
-                CHECK_MSG(wrong == 0 && atomic_load(&p.bad_nth) == 0, "%d threads, %d slots: %d slots not run once",
-                          nt, ns, wrong);
-            }
-        pool_probe p = {.nslots = nt};                       /* moe_pool_run: one slot per thread */
-        moe_pool_run(pool, pool_probe_fn, &p);
-        for (int i = 0; i < 64; i++) CHECK(atomic_load(&p.hits[i]) == (i < nt));
-        moe_pool_free(pool);
-    }
 }
 
 static void test_flags(void) {
@@ -176,7 +143,6 @@ int main(void) {
     test_expf();
     test_half();
     test_split();
-    test_pool();
     test_flags();
     test_sampler();
     return check_report("test_util");

@@ -25,18 +25,6 @@ static void par(moe_session *s, moe_task_fn fn, void *ctx) {
     else fn(ctx, 0, 1);
 }
 
-/* Memory-bound phases of equal shares still end apart (one thread's streams
- * run slower for a while), and every barrier waits for the slower one. With
- * dynamic_slots a phase is cut into SLOTS_PER_THREAD slots per thread that
- * free threads claim. fn must not keep per-thread scratch. */
-enum { SLOTS_PER_THREAD = 8 };
-
-static void par_slots(moe_session *s, moe_task_fn fn, void *ctx) {
-    if (s->n_threads == 1) fn(ctx, 0, 1);
-    else if (!moe_flag_on(s->flags, MOE_FLAG_DYNAMIC_SLOTS)) moe_pool_run(s->pool, fn, ctx);
-    else moe_pool_run_slots(s->pool, fn, ctx, s->n_threads * SLOTS_PER_THREAD);
-}
-
 /* Rows [r0, r1) of Y[t][r] = W_mat . X[t] (+ second-level scale). Weights in
  * the a8 layout (flag act_q8) read the inputs as A8 rows xa (xa_stride bytes
  * apart), every other weight the float rows x. */
@@ -112,7 +100,7 @@ static void mm_worker(void *ctx, int ith, int nth) {
 /* Y[n][n_out] = X[n][n_in] W^T */
 static void matmul(moe_session *s, const moe_weight *w, const float *x, int n, float *y) {
     mm_task t = {s, w, 0, x, act_rows(s, w, x, (size_t)w->n_in, n, s->xa), n, y};
-    par_slots(s, mm_worker, &t);
+    par(s, mm_worker, &t);
 }
 
 /* Several products of the same input in one parallel phase (Q, K, V and the
@@ -151,7 +139,7 @@ static void matmul_multi(moe_session *s, const moe_weight *const *w, float *cons
     const uint8_t *xa = NULL;
     for (int i = 0; i < count && !xa; i++) xa = act_rows(s, w[i], x, (size_t)w[i]->n_in, n, s->xa);
     mm_multi_task t = {s, count, n, w, y, x, xa};
-    par_slots(s, mm_multi_worker, &t);
+    par(s, mm_multi_worker, &t);
 }
 
 /* ---- elementwise operations (scalar; their order is fixed) ------------------------ */
@@ -430,9 +418,9 @@ static void run_ffn_jobs(moe_session *s, const moe_ffn_job *jobs, int n_jobs) {
         work[i + 1] = work[i] + (pre[i + 1] - pre[i]) * jobs[i].nr;
     }
     if (moe_flag_on(s->flags, MOE_FLAG_FUSED_GATE_UP)) {
-        par_slots(s, jobs_worker, &jt);
+        par(s, jobs_worker, &jt);
     } else {
-        for (jt.phase = 1; jt.phase <= 3; jt.phase++) par_slots(s, jobs_worker, &jt);
+        for (jt.phase = 1; jt.phase <= 3; jt.phase++) par(s, jobs_worker, &jt);
     }
     bool any_a8 = false;
     for (int i = 0; i < n_jobs; i++) any_a8 |= jobs[i].wd->a8;
@@ -447,7 +435,7 @@ static void run_ffn_jobs(moe_session *s, const moe_ffn_job *jobs, int n_jobs) {
         work[i + 1] = work[i] + (pre[i + 1] - pre[i]) * jobs[i].nr;
     }
     jt.phase = 4;
-    par_slots(s, jobs_worker, &jt);
+    par(s, jobs_worker, &jt);
 }
 
 /* Router: chooses experts and weights for token t (rank order = descending score). */
