@@ -137,6 +137,22 @@ bool moe_flag_describe(int i, const char **name, const char **desc, bool *defaul
 const char *moe_model_kernels(const moe_model *m);
 /* The model's active flag set, formatted "+a,+b" ("none" when empty). */
 void moe_model_flags(const moe_model *m, char *buf, size_t len);
+/* A session's current flag set, formatted as moe_model_flags does (it starts
+ * as the model's and changes only through moe_session_set_flags). */
+void moe_session_flags(const moe_session *s, char *buf, size_t len);
+/* Changes a live session's flags between forward calls: spec (the --flags
+ * grammar) is applied on top of the session's CURRENT flags, so "-name"
+ * switches one flag off and "none,+a,+b" names a whole set. Only flags read
+ * while forwarding may change (simd, gemm_batch, fused_gate_up,
+ * parallel_glue and the test flags); every one keeps the logits bit-identical
+ * (except the test flags, by design), so a caller may alternate two
+ * configurations step by step in one token stream (`moefast bench --ab`).
+ * Changing a flag fixed at load or session creation (threads, readahead,
+ * repack, act_q8, kv_f16), or naming an unknown flag, is MOE_EINVAL with a
+ * one-line message naming the flag, and leaves the flags unchanged. In
+ * differential mode the all-flags-off twin is not touched: it keeps checking
+ * the main session whatever its flags. Allocates nothing. */
+int  moe_session_set_flags(moe_session *s, const char *spec, char *err, size_t errlen);
 /* The numerics flags (act_q8, kv_f16: a different arithmetic, docs/EXACTNESS.md)
  * of a flag set written as moe_model_flags writes it (relative to "none"),
  * formatted the same way ("none" when there are none). MOE_EINVAL when the

@@ -43,6 +43,11 @@ typedef struct moe_flag_info {
     bool default_on;
     bool test_only;
     bool numerics;           /* changes the arithmetic (see above) */
+    /* NULL: the flag is read only while forwarding, so a live session may
+     * switch it between forward calls (moe_session_set_flags). Otherwise why
+     * it cannot change (it shaped something built at load or at session
+     * creation); whoever adds a flag must decide which it is. */
+    const char *fixed;
 } moe_flag_info;
 
 const moe_flag_info *moe_flag_get(int id); /* NULL when out of range */

@@ -3,7 +3,9 @@
 # JSON schema moefast.bench/1 has every documented field with sane values
 # (never timing thresholds), windows and lengths are honoured, and the token
 # check passes on a matching golden trace and fails (exit 1, naming the step)
-# on a tampered one.
+# on a tampered one. --ab (in-process A/B of the decode steps): the ab object
+# is sane, the token check runs on both configurations and names the one that
+# failed, and flags that cannot change on a live session are refused.
 BIN=${MOEFAST_BIN:-build/asan/moefast}
 SHARED=${MOEFAST_SHARED:-../shared}
 M=$SHARED/oracle/qwen3moe-tiny-f32.gguf
@@ -35,6 +37,15 @@ expect_err bench -m "$M" --bogus; expect_msg "bogus"
 expect_err bench -m "$M" --trace "$d/missing.json"; expect_msg "missing.json"
 expect_err bench -m "$M" --flags +no_such_flag --prompt-len 4 --decode-steps 2; expect_msg "no_such_flag"
 expect_err bench -m "$M" --flags=+no_such_flag --prompt-len 4 --decode-steps 2; expect_msg "no_such_flag"
+# --ab: an unknown flag, flags fixed at load or session creation, nothing to alternate
+expect_err bench -m "$M" --prompt-len 4 --decode-steps 4 --ab +nosuchflag; expect_msg "nosuchflag"
+expect_err bench -m "$M" --prompt-len 4 --decode-steps 4 --ab -repack; expect_msg "'repack'"
+expect_err bench -m "$M" --prompt-len 4 --decode-steps 4 --ab -threads; expect_msg "'threads'"
+expect_err bench -m "$M" --prompt-len 4 --decode-steps 4 --flags +act_q8 --ab=-act_q8; expect_msg "'act_q8'"
+expect_err bench -m "$M" --prompt-len 4 --decode-steps 4 --ab +kv_f16; expect_msg "'kv_f16'"
+expect_err bench -m "$M" --prompt-len 4 --decode-steps 4 --ab -simd --window prefill; expect_msg "prefill"
+expect_err bench -m "$M" --prompt-len 4 --decode-steps 1 --ab -simd; expect_msg "2 decode steps"
+expect_err bench -m "$M" --ab; expect_msg "--ab"
 "$BIN" bench --help >"$d/out" 2>&1 || bad "bench --help failed"
 grep -q "prompt-len" "$d/out" || bad "bench --help does not mention --prompt-len"
 
@@ -81,6 +92,7 @@ is_val $j decode.bandwidth_gb_per_second null
 is_val $j decode.pct_of_bandwidth_limit null
 num_ok $j decode.runs_seconds[1] "v > 0"
 is_val $j token_check null
+is_val $j ab null
 
 # ---- one window only; the bandwidth measurement
 $B --json --window prefill --no-bandwidth >"$d/p.json" 2>"$d/err" || bad "--window prefill failed: $(cat "$d/err")"
@@ -127,6 +139,48 @@ if "$BIN" trace record -m "$M" --tokens 5,17,300,42,7,999,0,123,55,66,77,88,99,1
   is_val $d/tb.json token_check.window '"decode"'
   exp=$(grep '"expected_tokens"' "$d/bad.json" | tr -d '[],' | awk -v S=$S '{ print $(S + 2) }')
   is_val $d/tb.json token_check.expected "$exp"
+  is_val $d/tb.json token_check.config null
+
+  # ---- --ab: 64 steps = 32 (A, B) pairs, every step checked against the trace
+  "$BIN" trace record -m "$M" --tokens 5,17,300,42,7,999,0,123,55,66,77,88,99,100,200,250 --steps 65 \
+    -o "$d/t65.json" >"$d/out" 2>"$d/err" || bad "trace record --steps 65 failed: $(cat "$d/err")"
+  AB="$BIN bench -m $M -t 2 --no-bandwidth --window decode --decode-steps 64 --trace $d/t65.json"
+  $AB --json --ab -parallel_glue >"$d/ab.json" 2>"$d/err" || bad "bench --ab -parallel_glue failed: $(cat "$d/err")"
+  j=$d/ab.json
+  is_val $j token_check.ok true
+  is_val $j token_check.checked 65   # the seed's step 0 + 64 steps, A and B alike
+  is_val $j token_check.config null
+  is_val $j ab.spec '"-parallel_glue"'
+  jget $j ab.a_flags | grep -q "+parallel_glue" || bad "ab.a_flags lacks +parallel_glue: $(jget $j ab.a_flags)"
+  jget $j ab.b_flags | grep -q "parallel_glue" && bad "ab.b_flags still has parallel_glue: $(jget $j ab.b_flags)"
+  [ "$(jget $j ab.a_flags)" = "\"$(jget $j config.flags | tr -d '"')\"" ] || bad "ab.a_flags is not config.flags"
+  is_val $j ab.pairs 32
+  is_val $j ab.resamples 2000
+  is_val $j ab.seed 20260101
+  num_ok $j ab.a_median_s "v > 0"
+  num_ok $j ab.b_median_s "v > 0"
+  a_m=$(jget $j ab.a_median_s); b_m=$(jget $j ab.b_median_s); sp=$(jget $j ab.speedup)
+  lo=$(jget $j ab.lo); hi=$(jget $j ab.hi); a_t=$(jget $j ab.a_tokens_per_second)
+  awk -v a="$a_m" -v b="$b_m" -v s="$sp" -v l="$lo" -v h="$hi" -v t="$a_t" 'BEGIN {
+    exit !(s > 0 && l > 0 && l <= s && s <= h && s / (a / b) > 0.999999 && s / (a / b) < 1.000001 &&
+           a * t > 0.999999 && a * t < 1.000001) }' ||
+    bad "ab figures insane: A $a_m, B $b_m, speedup $sp [$lo, $hi], A tok/s $a_t"
+  # text: the block after the decode lines; an empty SPEC is the A/A control
+  $AB --ab '' >"$d/ab.txt" 2>"$d/err" || bad "bench --ab '' failed: $(cat "$d/err")"
+  for w in "in-process A/B" "A/A control" "speedup A/B" "token check          ok"; do
+    grep -q "$w" "$d/ab.txt" || bad "--ab text report lacks '$w'"
+  done
+  # the token check names the configuration: step 4 follows input 3, an odd (B) step
+  trace_tamper "$d/t65.json" 4 "$d/bad65.json"
+  "$BIN" bench -m "$M" -t 2 --no-bandwidth --window decode --decode-steps 64 --trace "$d/bad65.json" \
+    --json --ab -fused_gate_up >"$d/abb.json" 2>"$d/err"; rc=$?
+  [ $rc -eq 1 ] || bad "bench --ab with a tampered trace exited $rc, expected 1: $(cat "$d/err")"
+  is_val $d/abb.json token_check.ok false
+  is_val $d/abb.json token_check.first_mismatch_step 4
+  is_val $d/abb.json token_check.config '"B"'
+  "$BIN" bench -m "$M" -t 2 --no-bandwidth --window decode --decode-steps 64 --trace "$d/bad65.json" \
+    --ab -fused_gate_up >"$d/abb.txt" 2>"$d/err"
+  grep -q "FAILED: decode step 4 (run with flags B)" "$d/abb.txt" || bad "text report does not name B: $(grep FAILED "$d/abb.txt")"
 else
   if grep -q "not built" "$d/err"; then
     echo "note: 'moefast trace' is not built into $BIN yet: token-check cases skipped" >&2

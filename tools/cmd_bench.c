@@ -9,9 +9,18 @@
  * Outside both windows: process start, model load, session allocation,
  * tokenization (ids are given), one untimed warm-up forward, the token check
  * and the bandwidth measurement. docs/MEASUREMENT.md documents the windows
- * and the JSON schema ("moefast.bench/1"), which `moefast price` parses. */
+ * and the JSON schema ("moefast.bench/1"), which `moefast price` parses.
+ *
+ * --ab SPEC: the decode steps alternate between the session's flags (A, even
+ * steps) and A changed by SPEC (B, odd steps) in the same process, session
+ * and KV cache, so both see the same memory state, which on a shared VM drifts
+ * far more between minutes than the effects being measured; the exactness
+ * contract (every forward-time flag keeps the logits bit-identical) keeps
+ * both on one token stream. Each step is timed alone; the flag switch is
+ * outside the timer. */
 #include <errno.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,11 +34,14 @@
 #define CMD "bench"
 #define BENCH_SCHEMA "moefast.bench/1"
 #define TIE_TOPK 8 /* the gate's rule: golden token within the top 8 */
+#define AB_SEED 20260101ull /* --ab bootstrap: fixed, so the same steps give the same interval */
+#define AB_RESAMPLES 2000
 
 enum { WIN_PREFILL = 1, WIN_DECODE = 2 };
 
 typedef struct {
     const char *model, *flags, *trace;
+    const char *ab;      /* --ab SPEC: B = A changed by SPEC; NULL: no A/B */
     int threads, windows, repeat, prompt_len, decode_steps;
     bool json, bandwidth;
 } bench_opts;
@@ -40,6 +52,7 @@ typedef struct {
     int checked, ties;
     int step;            /* first failing step (-1: none); 0 = token after the prompt */
     const char *window;  /* where it failed */
+    char config;         /* --ab: 'A' or 'B', the flags that ran the failing step; 0 otherwise */
     int32_t expected, actual;
 } token_check;
 
@@ -80,6 +93,73 @@ static double median(const double *v, int n) {
     return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
 }
 
+/* ---- --ab statistics ------------------------------------------------------
+ * price's bootstrap (tools/price_report.c) is bound to its report structs, so
+ * this is a small one of the same kind: percentile bootstrap, pairs resampled
+ * with replacement, fixed seed. */
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Median of v[0..n) (v is reordered). */
+static double median_inplace(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* q-quantile of sorted v, linear interpolation between order statistics. */
+static double quantile_sorted(const double *v, int n, double q) {
+    double pos = q * (n - 1);
+    int i = (int)pos;
+    if (i >= n - 1) return v[n - 1];
+    return v[i] + (pos - i) * (v[i + 1] - v[i]);
+}
+
+typedef struct {
+    int pairs;
+    double a_med, b_med;  /* median seconds per step */
+    double speedup;       /* a_med / b_med: > 1, B is faster */
+    double lo, hi;        /* bootstrap 95% interval of the speedup */
+} ab_stats;
+
+/* a[i], b[i]: the A and the B step of pair i (adjacent steps, so both saw
+ * the same memory state). A resample draws n pair indices and takes the ratio
+ * of the two medians over them: pairs stay together. -1: out of memory. */
+static int ab_analyse(const double *a, const double *b, int n, ab_stats *st) {
+    double *ta = malloc((size_t)n * sizeof *ta), *tb = malloc((size_t)n * sizeof *tb);
+    double *boot = malloc(AB_RESAMPLES * sizeof *boot);
+    int rc = -1;
+    if (ta && tb && boot) {
+        st->pairs = n;
+        memcpy(ta, a, (size_t)n * sizeof *ta);
+        memcpy(tb, b, (size_t)n * sizeof *tb);
+        st->a_med = median_inplace(ta, n);
+        st->b_med = median_inplace(tb, n);
+        st->speedup = st->a_med / st->b_med;
+        uint64_t x = AB_SEED;
+        for (int k = 0; k < AB_RESAMPLES; k++) {
+            for (int i = 0; i < n; i++) {
+                int j = (int)((splitmix64(&x) >> 11) * 0x1.0p-53 * n);
+                ta[i] = a[j];
+                tb[i] = b[j];
+            }
+            boot[k] = median_inplace(ta, n) / median_inplace(tb, n);
+        }
+        qsort(boot, AB_RESAMPLES, sizeof *boot, cmp_double);
+        st->lo = quantile_sorted(boot, AB_RESAMPLES, 0.025);
+        st->hi = quantile_sorted(boot, AB_RESAMPLES, 0.975);
+        rc = 0;
+    }
+    free(ta);
+    free(tb);
+    free(boot);
+    return rc;
+}
+
 /* Deterministic pseudo-random ids in [0, n_vocab): splitmix64, fixed seed, so
  * every run and every binary times the same token sequence. */
 static void random_ids(int32_t *ids, int n, int n_vocab) {
@@ -106,9 +186,10 @@ static bool tie_tolerated(const float *logits, int n_vocab, int32_t expected, in
     return above < TIE_TOPK;
 }
 
-/* Records one checked step into tc (the argmax was already computed). */
-static void check_step(token_check *tc, const char *window, int step, const float *logits, int n_vocab,
-                       int32_t expected, int32_t actual, float tol) {
+/* Records one checked step into tc (the argmax was already computed); config:
+ * 'A'/'B' under --ab, else 0. */
+static void check_step(token_check *tc, const char *window, int step, char config, const float *logits,
+                       int n_vocab, int32_t expected, int32_t actual, float tol) {
     tc->checked++;
     if (actual == expected) return;
     if (tie_tolerated(logits, n_vocab, expected, actual, tol)) { tc->ties++; return; }
@@ -116,6 +197,7 @@ static void check_step(token_check *tc, const char *window, int step, const floa
         tc->ok = false;
         tc->step = step;
         tc->window = window;
+        tc->config = config;
         tc->expected = expected;
         tc->actual = actual;
     }
@@ -125,11 +207,18 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: moefast bench -m FILE [-t N] [--json] [--flags SPEC] [--trace FILE]\n"
             "                     [--window prefill|decode|both] [--repeat R]\n"
-            "                     [--prompt-len P] [--decode-steps D] [--no-bandwidth]\n"
+            "                     [--prompt-len P] [--decode-steps D] [--no-bandwidth] [--ab SPEC]\n"
             "  prefill window: one forward of a P-token prompt (default 512), seconds / P\n"
             "  decode window:  P-token seed prefill + D teacher-forced steps (default 128), seconds / D\n"
             "  --trace: prompt and teacher-forced tokens from the trace's first case, every\n"
-            "           step's argmax checked against it (see docs/MEASUREMENT.md)\n");
+            "           step's argmax checked against it (see docs/MEASUREMENT.md)\n"
+            "  --ab SPEC: in-process A/B of the decode steps: even steps run the flags A\n"
+            "           (--flags), odd steps A changed by SPEC (B, e.g. -parallel_glue), in one\n"
+            "           session; reports each one's median step and the speedup A/B with a\n"
+            "           bootstrap 95%% interval over adjacent step pairs. Only flags read while\n"
+            "           forwarding can differ (simd, gemm_batch, fused_gate_up, parallel_glue).\n"
+            "           Run the A/A control first: --ab '' (an empty SPEC changes nothing);\n"
+            "           its interval shows the noise and any bias of the step order.\n");
 }
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
@@ -150,6 +239,11 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "--flags")) {
             if (!v) return cli_fail(CMD, "--flags needs a spec"), -1;
             o->flags = v; i++;
+        } else if (!strncmp(a, "--ab=", 5)) {
+            o->ab = a + 5;
+        } else if (!strcmp(a, "--ab")) {
+            if (!v) return cli_fail(CMD, "--ab needs a flag spec (e.g. -parallel_glue; '' for an A/A control)"), -1;
+            o->ab = v; i++;
         } else if (!strcmp(a, "--trace")) {
             if (!v) return cli_fail(CMD, "--trace needs a file"), -1;
             o->trace = v; i++;
@@ -177,6 +271,12 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         }
     }
     if (!o->model) return cli_fail(CMD, "missing -m FILE (see moefast bench --help)"), -1;
+    if (o->ab && !(o->windows & WIN_DECODE))
+        return cli_fail(CMD, "--ab alternates decode steps; --window prefill has none (use decode or both)"), -1;
+    if (o->ab) {
+        char e[MOE_ERR_LEN];
+        if (moe_flags_check(o->ab, e, sizeof e) != MOE_OK) return cli_fail(CMD, "--ab: %s", e), -1;
+    }
     if (access(o->model, R_OK) != 0)
         return cli_fail(CMD, "cannot read model '%s': %s", o->model, strerror(errno)), -1;
     if (o->trace && access(o->trace, R_OK) != 0)
@@ -212,7 +312,13 @@ int cmd_bench(int argc, char **argv) {
     float *logits = NULL;
     timings tm = {0};
     char note[512] = "";
-    token_check tc = {.ok = true, .step = -1, .window = NULL, .expected = -1, .actual = -1};
+    token_check tc = {.ok = true, .step = -1, .window = NULL, .config = 0, .expected = -1, .actual = -1};
+    /* --ab: every decode step's seconds [repeat][D], the paired A and B steps,
+     * and the two flag sets as absolute specs ("none,+a,+b") so that each
+     * switch is one call whatever the step before ran. */
+    double *step_s = NULL, *pair_a = NULL, *pair_b = NULL;
+    char a_flags[256] = "", b_flags[256] = "", a_abs[272] = "", b_abs[272] = "";
+    ab_stats ab = {0};
 
     moe_load_params lp = {.flags = o.flags};
     double t_load = now_s();
@@ -267,8 +373,25 @@ int cmd_bench(int argc, char **argv) {
         random_ids(ids, P + D, n_vocab);
     }
 
+    if (o.ab && D < 2) {
+        cli_fail(CMD, "--ab needs at least 2 decode steps (one A and one B), have %d", D);
+        goto out;
+    }
+
     moe_session_params sp = {.n_ctx = P + D + 1, .n_threads = o.threads, .n_batch = 0};
     if (moe_session_new(m, &sp, &s, err, sizeof err) != MOE_OK) { cli_fail(CMD, "%s", err); goto out; }
+    if (o.ab) {
+        /* B is A changed by the spec; a flag fixed at load or session
+         * creation is refused here, with the library's message. */
+        moe_session_flags(s, a_flags, sizeof a_flags);
+        if (moe_session_set_flags(s, o.ab, err, sizeof err) != MOE_OK) { cli_fail(CMD, "--ab: %s", err); goto out; }
+        moe_session_flags(s, b_flags, sizeof b_flags);
+        snprintf(a_abs, sizeof a_abs, "none,%s", a_flags);
+        snprintf(b_abs, sizeof b_abs, "none,%s", b_flags);
+        if (moe_session_set_flags(s, a_abs, err, sizeof err) != MOE_OK) { cli_fail(CMD, "--ab: %s", err); goto out; }
+        step_s = malloc((size_t)o.repeat * (size_t)D * sizeof *step_s);
+        if (!step_s) { cli_fail(CMD, "out of memory"); goto out; }
+    }
     logits = malloc((size_t)n_vocab * sizeof *logits);
     argmax_ids = malloc((size_t)(D + 1) * sizeof *argmax_ids);
     tm.prefill = calloc((size_t)o.repeat, sizeof(double));
@@ -291,24 +414,50 @@ int cmd_bench(int argc, char **argv) {
             if (moe_session_forward(s, ids, P, logits, false) != MOE_OK) goto fwd_fail;
             int32_t a = moe_argmax(logits, n_vocab);
             tm.prefill[r] = now_s() - t0;
-            if (expected) check_step(&tc, "prefill", 0, logits, n_vocab, expected[0], a, tol);
+            if (expected) check_step(&tc, "prefill", 0, o.ab ? 'A' : 0, logits, n_vocab, expected[0], a, tol);
         }
         if (o.windows & WIN_DECODE) {
             moe_session_truncate(s, 0);
             double t0 = now_s();
             if (moe_session_forward(s, ids, P, logits, false) != MOE_OK) goto fwd_fail;
             argmax_ids[0] = moe_argmax(logits, n_vocab);
-            if (expected) check_step(&tc, "decode", 0, logits, n_vocab, expected[0], argmax_ids[0], tol);
-            double t1 = now_s();
-            for (int i = 0; i < D; i++) {
-                if (moe_session_forward(s, ids + P + i, 1, logits, false) != MOE_OK) goto fwd_fail;
-                argmax_ids[i + 1] = moe_argmax(logits, n_vocab);
-                /* Checked in the loop only because a tie needs this step's
-                 * logits; a match costs one compare. */
-                if (expected && i + 1 < n_expected)
-                    check_step(&tc, "decode", i + 1, logits, n_vocab, expected[i + 1], argmax_ids[i + 1], tol);
+            if (expected) check_step(&tc, "decode", 0, o.ab ? 'A' : 0, logits, n_vocab, expected[0], argmax_ids[0], tol);
+            double t1 = now_s(), t2;
+            if (!o.ab) {
+                for (int i = 0; i < D; i++) {
+                    if (moe_session_forward(s, ids + P + i, 1, logits, false) != MOE_OK) goto fwd_fail;
+                    argmax_ids[i + 1] = moe_argmax(logits, n_vocab);
+                    /* Checked in the loop only because a tie needs this step's
+                     * logits; a match costs one compare. */
+                    if (expected && i + 1 < n_expected)
+                        check_step(&tc, "decode", i + 1, 0, logits, n_vocab, expected[i + 1], argmax_ids[i + 1], tol);
+                }
+                t2 = now_s();
+            } else {
+                /* Each step timed alone (forward + argmax, as above); the
+                 * flag switch and the check stay outside. The window's
+                 * steps figure is then the sum of the timed steps, A and B
+                 * mixed: the ab block is the result. */
+                double sum = 0;
+                for (int i = 0; i < D; i++) {
+                    const char cfg = i % 2 ? 'B' : 'A';
+                    if (moe_session_set_flags(s, i % 2 ? b_abs : a_abs, err, sizeof err) != MOE_OK) {
+                        cli_fail(CMD, "--ab: %s", err);
+                        goto out;
+                    }
+                    double ts = now_s();
+                    if (moe_session_forward(s, ids + P + i, 1, logits, false) != MOE_OK) goto fwd_fail;
+                    argmax_ids[i + 1] = moe_argmax(logits, n_vocab);
+                    double dt = now_s() - ts;
+                    step_s[(size_t)r * (size_t)D + (size_t)i] = dt;
+                    sum += dt;
+                    if (expected && i + 1 < n_expected)
+                        check_step(&tc, "decode", i + 1, cfg, logits, n_vocab, expected[i + 1], argmax_ids[i + 1], tol);
+                }
+                /* the next window (prefill of the next repeat, the seed) runs A */
+                if (moe_session_set_flags(s, a_abs, err, sizeof err) != MOE_OK) { cli_fail(CMD, "--ab: %s", err); goto out; }
+                t2 = t1 + sum;
             }
-            double t2 = now_s();
             tm.seed[r] = t1 - t0;
             tm.steps[r] = t2 - t1;
             tm.decode[r] = t2 - t0;
@@ -339,6 +488,19 @@ int cmd_bench(int argc, char **argv) {
     double steps_tps = steps_s > 0 ? D / steps_s : 0;
     double achieved = (double)bpt * steps_tps / 1e9;
     bool have_bw = have_d && bw > 0;
+    if (o.ab) {
+        /* pairs: steps (2k, 2k+1) of every repeat; an odd D's last step (A) has no partner */
+        const int per = D / 2, n = o.repeat * per;
+        pair_a = malloc((size_t)n * sizeof *pair_a);
+        pair_b = malloc((size_t)n * sizeof *pair_b);
+        if (!pair_a || !pair_b) { cli_fail(CMD, "out of memory"); goto out; }
+        for (int r = 0; r < o.repeat; r++)
+            for (int k = 0; k < per; k++) {
+                pair_a[r * per + k] = step_s[(size_t)r * (size_t)D + 2 * (size_t)k];
+                pair_b[r * per + k] = step_s[(size_t)r * (size_t)D + 2 * (size_t)k + 1];
+            }
+        if (ab_analyse(pair_a, pair_b, n, &ab) != 0) { cli_fail(CMD, "out of memory"); goto out; }
+    }
 
     if (o.json) {
         json_t *root = json_object();
@@ -402,9 +564,30 @@ int cmd_bench(int argc, char **argv) {
             json_object_set_new(jt, "window", tc.window ? json_string(tc.window) : json_null());
             json_object_set_new(jt, "expected", json_integer(tc.expected));
             json_object_set_new(jt, "actual", json_integer(tc.actual));
+            char cfg[2] = {tc.config, 0};
+            json_object_set_new(jt, "config", tc.config ? json_string(cfg) : json_null());
             json_object_set_new(root, "token_check", jt);
         } else {
             json_object_set_new(root, "token_check", json_null());
+        }
+        if (o.ab) {
+            json_t *ja = json_object();
+            json_object_set_new(ja, "spec", json_string(o.ab));
+            json_object_set_new(ja, "a_flags", json_string(a_flags));
+            json_object_set_new(ja, "b_flags", json_string(b_flags));
+            json_object_set_new(ja, "a_median_s", json_real(ab.a_med));
+            json_object_set_new(ja, "b_median_s", json_real(ab.b_med));
+            json_object_set_new(ja, "a_tokens_per_second", json_real(1.0 / ab.a_med));
+            json_object_set_new(ja, "b_tokens_per_second", json_real(1.0 / ab.b_med));
+            json_object_set_new(ja, "speedup", json_real(ab.speedup));
+            json_object_set_new(ja, "lo", json_real(ab.lo));
+            json_object_set_new(ja, "hi", json_real(ab.hi));
+            json_object_set_new(ja, "pairs", json_integer(ab.pairs));
+            json_object_set_new(ja, "resamples", json_integer(AB_RESAMPLES));
+            json_object_set_new(ja, "seed", json_integer((json_int_t)AB_SEED));
+            json_object_set_new(root, "ab", ja);
+        } else {
+            json_object_set_new(root, "ab", json_null());
         }
         char *txt = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
         json_decref(root);
@@ -430,11 +613,22 @@ int cmd_bench(int argc, char **argv) {
             else
                 printf("  (bandwidth not measured)\n");
         }
+        if (o.ab) {
+            printf("  in-process A/B (--ab %s%s): %d pairs of adjacent decode steps, A even, B odd\n",
+                   o.ab[0] ? o.ab : "''", strcmp(a_flags, b_flags) ? "" : ", B = A: an A/A control", ab.pairs);
+            printf("    A %9.3f ms/step %10.2f tok/s   flags %s\n", 1e3 * ab.a_med, 1.0 / ab.a_med, a_flags);
+            printf("    B %9.3f ms/step %10.2f tok/s   flags %s\n", 1e3 * ab.b_med, 1.0 / ab.b_med, b_flags);
+            printf("    speedup A/B of the medians %.4f [%.4f, %.4f] (bootstrap 95%%, %d resamples of the pairs, "
+                   "seed %llu; > 1: B faster)\n", ab.speedup, ab.lo, ab.hi, AB_RESAMPLES, (unsigned long long)AB_SEED);
+        }
         printf("  peak RSS (VmHWM)     %10.1f MB\n", hwm >= 0 ? (double)hwm / 1e6 : -1.0);
         if (o.trace) {
             if (tc.ok)
                 printf("  token check          ok (%d steps checked, %d tolerated ties) against %s\n", tc.checked,
                        tc.ties, o.trace);
+            else if (tc.config)
+                printf("  token check          FAILED: %s step %d (run with flags %c) expected %d, got %d\n",
+                       tc.window, tc.step, tc.config, tc.expected, tc.actual);
             else
                 printf("  token check          FAILED: %s step %d expected %d, got %d\n", tc.window, tc.step,
                        tc.expected, tc.actual);
@@ -450,6 +644,9 @@ fwd_fail:
     cli_fail(CMD, "forward failed: %s", moe_session_error(s));
     rc = 2;
 out:
+    free(step_s);
+    free(pair_a);
+    free(pair_b);
     free(tm.prefill);
     free(tm.decode);
     free(tm.seed);

@@ -117,6 +117,10 @@ struct moe_session {
     moe_model *m;
     const moe_kernels *kern;
     const struct moe_attn_kernels *attn;
+    /* The level the simd flag selects, taken at creation (moe_set_isa affects
+     * sessions created afterwards), so moe_session_set_flags can switch simd
+     * back on without picking up a later moe_set_isa. */
+    const moe_kernels *kern_simd;
     moe_pool *pool;
     int n_threads, n_ctx, n_batch, n_past;
     uint64_t flags;

@@ -90,7 +90,8 @@ static int session_create(moe_model *m, const moe_session_params *p, uint64_t fl
     s->n_ctx = n_ctx;
     s->n_threads = n_threads;
     s->n_batch = n_batch;
-    s->kern = moe_flag_on(s->flags, MOE_FLAG_SIMD) ? moe_kernels_active() : moe_kernels_for(MOE_ISA_SCALAR);
+    s->kern_simd = moe_kernels_active();
+    s->kern = moe_flag_on(s->flags, MOE_FLAG_SIMD) ? s->kern_simd : moe_kernels_for(MOE_ISA_SCALAR);
     s->attn = moe_attn_for(s->kern->isa);
     if (n_threads > 1) {
         s->pool = moe_pool_new(n_threads, err, errlen);
@@ -192,6 +193,36 @@ int moe_session_truncate(moe_session *s, int n_past) {
 }
 
 const char *moe_session_error(const moe_session *s) { return s ? s->err : "no session"; }
+
+void moe_session_flags(const moe_session *s, char *buf, size_t len) { moe_flags_format(s ? s->flags : 0, buf, len); }
+
+/* Only flags that forward.c reads on every call may change here (the
+ * registry's `fixed` is NULL for them); everything else shaped the weights,
+ * the pool or the buffers. The kernel tables are the one thing derived from a
+ * forward-time flag at creation, so simd re-picks them. Every forward-time
+ * flag keeps the logits bit-identical (docs/EXACTNESS.md), which is what lets
+ * a caller alternate configurations inside one token stream. The
+ * differential twin is left alone: it holds only the numerics flags, which
+ * cannot change, so it keeps checking whatever the main session now runs. */
+int moe_session_set_flags(moe_session *s, const char *spec, char *err, size_t errlen) {
+    if (!s) return moe_errf(err, errlen, MOE_EINVAL, "moe_session_set_flags: session is NULL");
+    if (!spec) return moe_errf(err, errlen, MOE_EINVAL, "moe_session_set_flags: spec is NULL");
+    uint64_t next;
+    int rc = moe_flags_parse(spec, s->flags, &next, err, errlen);
+    if (rc) return rc;
+    const uint64_t changed = next ^ s->flags;
+    for (int i = 0; i < MOE_FLAG_COUNT; i++) {
+        const moe_flag_info *f = moe_flag_get(i);
+        if ((changed >> i) & 1u && f->fixed)
+            return moe_errf(err, errlen, MOE_EINVAL,
+                            "flags: '%s' %s; set it when loading the model (--flags), not on a live session",
+                            f->name, f->fixed);
+    }
+    s->flags = next;
+    s->kern = moe_flag_on(next, MOE_FLAG_SIMD) ? s->kern_simd : moe_kernels_for(MOE_ISA_SCALAR);
+    s->attn = moe_attn_for(s->kern->isa);
+    return MOE_OK;
+}
 
 int moe_session_forward(moe_session *s, const int32_t *tokens, int n, float *logits, bool all_logits) {
     if (!s) return MOE_EINVAL;
