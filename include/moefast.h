@@ -159,6 +159,34 @@ int  moe_session_set_flags(moe_session *s, const char *spec, char *err, size_t e
  * spec names an unknown flag. */
 int  moe_flags_numerics_of(const char *spec, char *buf, size_t len, char *err, size_t errlen);
 
+/* ---- phase profile (`moefast bench --phases`, docs/MEASUREMENT.md) ---------- */
+
+/* One phase of the forward pass, summed over the forward calls since the
+ * profile was enabled. Phases are contiguous intervals on the calling thread
+ * (each runs from the previous phase's end to its own), so their sum is the
+ * forward calls' time less the entry checks. weight_bytes: weight rows the
+ * phase streams (each matrix once per pool phase; experts: the selected
+ * ones); kv_bytes: KV-cache bytes attention reads (keys and values of every
+ * visible position of each (token, KV head) item). */
+typedef struct moe_phase_stat {
+    const char *name;        /* static: "embed", "attn_norm", "qkv", ... "lm_head" */
+    long long calls;
+    double seconds;
+    double weight_bytes;
+    double kv_bytes;
+} moe_phase_stat;
+
+/* Switches the session's profile on or off; either way the counters are
+ * reset to zero. Off (the default) costs one branch per phase and no clock
+ * reads; on, one clock read per phase (two more per MoE layer). Allocates
+ * nothing. In differential mode only the main session is profiled, not its
+ * twin. */
+int  moe_session_profile_enable(moe_session *s, bool on);
+/* Copies min(max, count) phases, in data-flow order, to out (NULL allowed
+ * when max is 0) and returns count, the number of phases (every phase, also
+ * those that did not run: calls == 0); MOE_EINVAL on a bad argument. */
+int  moe_session_profile_read(const moe_session *s, moe_phase_stat *out, int max);
+
 /* ---- chat (src/chat.c) ---------------------------------------------------- */
 
 typedef struct moe_chat_msg { const char *role; const char *content; } moe_chat_msg;

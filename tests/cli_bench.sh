@@ -6,6 +6,9 @@
 # on a tampered one. --ab (in-process A/B of the decode steps): the ab object
 # is sane, the token check runs on both configurations and names the one that
 # failed, and flags that cannot change on a live session are refused.
+# --phases (phase profile of the last repeat): the text tables and the JSON
+# phases object (every phase that ran has calls and time, shares sum to at
+# most 1, the per-layer phases run as often as each other), refused with --ab.
 BIN=${MOEFAST_BIN:-build/asan/moefast}
 SHARED=${MOEFAST_SHARED:-../shared}
 M=$SHARED/oracle/qwen3moe-tiny-f32.gguf
@@ -46,6 +49,7 @@ expect_err bench -m "$M" --prompt-len 4 --decode-steps 4 --ab +kv_f16; expect_ms
 expect_err bench -m "$M" --prompt-len 4 --decode-steps 4 --ab -simd --window prefill; expect_msg "prefill"
 expect_err bench -m "$M" --prompt-len 4 --decode-steps 1 --ab -simd; expect_msg "2 decode steps"
 expect_err bench -m "$M" --ab; expect_msg "--ab"
+expect_err bench -m "$M" --prompt-len 4 --decode-steps 4 --phases --ab -simd; expect_msg "--phases"
 "$BIN" bench --help >"$d/out" 2>&1 || bad "bench --help failed"
 grep -q "prompt-len" "$d/out" || bad "bench --help does not mention --prompt-len"
 
@@ -93,6 +97,7 @@ is_val $j decode.pct_of_bandwidth_limit null
 num_ok $j decode.runs_seconds[1] "v > 0"
 is_val $j token_check null
 is_val $j ab null
+is_val $j phases null
 
 # ---- one window only; the bandwidth measurement
 $B --json --window prefill --no-bandwidth >"$d/p.json" 2>"$d/err" || bad "--window prefill failed: $(cat "$d/err")"
@@ -112,6 +117,84 @@ $B --no-bandwidth >"$d/h.txt" 2>"$d/err" || bad "text report failed: $(cat "$d/e
 for w in "prefill" "decode steps alone" "weights per token" "peak RSS" "token check"; do
   grep -q "$w" "$d/h.txt" || bad "text report lacks '$w'"
 done
+
+# ---- --phases: both windows profiled (the last of two repeats)
+# phase_get FILE WINDOW NAME FIELD: FIELD of the entry named NAME (empty: none)
+phase_get() {
+  k=0
+  while :; do
+    nm=$(jget "$1" "phases.$2.entries[$k].name"); [ -n "$nm" ] || return 0
+    if [ "$nm" = "\"$3\"" ]; then jget "$1" "phases.$2.entries[$k].$4"; return 0; fi
+    k=$((k+1))
+  done
+}
+$B --json --no-bandwidth --repeat 2 --phases >"$d/ph.json" 2>"$d/err" || bad "bench --phases --json failed: $(cat "$d/err")"
+j=$d/ph.json
+is_val $j phases.profiled_repeat 2
+is_val $j phases.decode.steps 8
+is_val $j phases.decode.tokens 8
+is_val $j phases.prefill.steps 1
+is_val $j phases.prefill.tokens 16
+for w in decode prefill; do
+  num_ok $j phases.$w.measured_ms_per_step "v > 0"
+  num_ok $j phases.$w.phases_ms_per_step "v > 0"
+  m_ms=$(jget $j phases.$w.measured_ms_per_step); p_ms=$(jget $j phases.$w.phases_ms_per_step)
+  o_ms=$(jget $j phases.$w.outside_ms_per_step)
+  awk -v m="$m_ms" -v p="$p_ms" -v o="$o_ms" 'BEGIN { exit !(p <= m && (p + o) / m > 0.999999 && (p + o) / m < 1.000001) }' ||
+    bad "phases.$w: phases $p_ms + outside $o_ms ms is not the measured $m_ms ms (or exceeds it)"
+  i=0; share=0; names=""
+  while :; do
+    n=$(jget $j "phases.$w.entries[$i].name"); [ -n "$n" ] || break
+    names="$names $n"
+    num_ok $j "phases.$w.entries[$i].calls_per_step" "v > 0"
+    num_ok $j "phases.$w.entries[$i].ms_per_step" "v > 0"
+    num_ok $j "phases.$w.entries[$i].share" "v > 0 && v <= 1"
+    num_ok $j "phases.$w.entries[$i].weight_mb_per_step" "v >= 0"
+    num_ok $j "phases.$w.entries[$i].kv_mb_per_step" "v >= 0"
+    share=$(awk -v a="$share" -v b="$(jget $j "phases.$w.entries[$i].share")" 'BEGIN { printf "%.9f", a + b }')
+    i=$((i+1))
+  done
+  awk -v s="$share" 'BEGIN { exit !(s > 0 && s <= 1.000001) }' || bad "phases.$w: shares sum to $share"
+  for p in embed attn_norm qkv attention wo ffn_norm router route gate_up down combine lm_head; do
+    echo "$names" | grep -q "\"$p\"" || bad "phases.$w lacks $p:$names"
+  done
+  # one of each per-layer phase per layer; one embed and lm head per forward
+  nl=$(phase_get $j $w attn_norm calls_per_step)
+  for p in qkv attention wo ffn_norm router route gate_up down combine; do
+    [ "$(phase_get $j $w $p calls_per_step)" = "$nl" ] || bad "phases.$w: $p calls $(phase_get $j $w $p calls_per_step), attn_norm $nl"
+  done
+  num_ok $j phases.$w.entries[0].calls_per_step "v == 1"
+  [ "$(phase_get $j $w lm_head calls_per_step)" = "$(jget $j phases.$w.entries[0].calls_per_step)" ] || bad "phases.$w: lm_head calls"
+  v=$(phase_get $j $w qkv gb_per_s); awk -v v="$v" 'BEGIN { exit !(v > 0) }' || bad "phases.$w: qkv gb_per_s '$v'"
+  v=$(phase_get $j $w attention kv_gb_per_s); awk -v v="$v" 'BEGIN { exit !(v > 0) }' || bad "phases.$w: attention kv_gb_per_s '$v'"
+  v=$(phase_get $j $w lm_head weight_mb_per_step); awk -v v="$v" 'BEGIN { exit !(v > 0) }' || bad "phases.$w: lm_head MB '$v'"
+  [ "$(phase_get $j $w route gb_per_s)" = null ] || bad "phases.$w: route has a weight GB/s"
+done
+# a decode step's weight MB add up to the model's bytes per token
+wsum=0; i=0
+while [ -n "$(jget $j "phases.decode.entries[$i].name")" ]; do
+  wsum=$(awk -v a="$wsum" -v b="$(jget $j "phases.decode.entries[$i].weight_mb_per_step")" 'BEGIN { printf "%.9f", a + b }')
+  i=$((i+1))
+done
+bpt=$(jget $j model.bytes_per_token)
+awk -v w="$wsum" -v b="$bpt" 'BEGIN { exit !(w * 1e6 / b > 0.999999 && w * 1e6 / b < 1.000001) }' ||
+  bad "phases.decode weight MB sum to $wsum, bytes_per_token is $bpt"
+# the decode steps stream each matrix once per step: qkv MB per step is the
+# prefill's (one forward) too
+[ "$(phase_get $j decode qkv weight_mb_per_step)" = "$(phase_get $j prefill qkv weight_mb_per_step)" ] ||
+  bad "qkv MB per decode step $(phase_get $j decode qkv weight_mb_per_step) != per prefill $(phase_get $j prefill qkv weight_mb_per_step)"
+# one window only: the other is null
+$B --json --no-bandwidth --window prefill --phases >"$d/php.json" 2>"$d/err" || bad "--phases --window prefill failed: $(cat "$d/err")"
+is_val $d/php.json phases.decode null
+is_val $d/php.json phases.profiled_repeat 1
+[ "$(jget $d/php.json phases.prefill.entries[0].name)" = '"embed"' ] || bad "--window prefill --phases: no prefill table"
+# text: a table per window, the sum line, the repeat note
+$B --no-bandwidth --repeat 2 --phases >"$d/ph.txt" 2>"$d/err" || bad "bench --phases (text) failed: $(cat "$d/err")"
+for w in "phase profile, prefill window" "phase profile, decode: the 8 steps" "the last repeat only" "sum of phases" \
+         " qkv " " lm_head " " attention " "KV GB/s"; do
+  grep -q -- "$w" "$d/ph.txt" || bad "--phases text lacks '$w'"
+done
+[ "$(grep -c "sum of phases" "$d/ph.txt")" -eq 2 ] || bad "--phases text: expected two tables"
 
 # ---- token check against a golden trace (needs `moefast trace record`)
 if "$BIN" trace record -m "$M" --tokens 5,17,300,42,7,999,0,123,55,66,77,88,99,100,200,250 --steps 9 \

@@ -17,7 +17,12 @@
  * far more between minutes than the effects being measured; the exactness
  * contract (every forward-time flag keeps the logits bit-identical) keeps
  * both on one token stream. Each step is timed alone; the flag switch is
- * outside the timer. */
+ * outside the timer.
+ *
+ * --phases: the session's phase profile (moe_session_profile_*) is on for the
+ * last repeat's D decode steps (after the seed) and its prefill window, and
+ * printed as a table per window: where a step's time goes, and how fast each
+ * matrix phase streams its weights. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdint.h>
@@ -44,6 +49,7 @@ typedef struct {
     const char *ab;      /* --ab SPEC: B = A changed by SPEC; NULL: no A/B */
     int threads, windows, repeat, prompt_len, decode_steps;
     bool json, bandwidth;
+    bool phases;         /* --phases: profile the last repeat's windows */
 } bench_opts;
 
 /* One token-check failure (or the first tolerated tie, for the record). */
@@ -208,6 +214,7 @@ static void usage(FILE *f) {
             "usage: moefast bench -m FILE [-t N] [--json] [--flags SPEC] [--trace FILE]\n"
             "                     [--window prefill|decode|both] [--repeat R]\n"
             "                     [--prompt-len P] [--decode-steps D] [--no-bandwidth] [--ab SPEC]\n"
+            "                     [--phases]\n"
             "  prefill window: one forward of a P-token prompt (default 512), seconds / P\n"
             "  decode window:  P-token seed prefill + D teacher-forced steps (default 128), seconds / D\n"
             "  --trace: prompt and teacher-forced tokens from the trace's first case, every\n"
@@ -218,7 +225,11 @@ static void usage(FILE *f) {
             "           bootstrap 95%% interval over adjacent step pairs. Only flags read while\n"
             "           forwarding can differ (simd, gemm_batch, fused_gate_up, parallel_glue).\n"
             "           Run the A/A control first: --ab '' (an empty SPEC changes nothing);\n"
-            "           its interval shows the noise and any bias of the step order.\n");
+            "           its interval shows the noise and any bias of the step order.\n"
+            "  --phases: phase profile of the last repeat: per phase of the forward pass\n"
+            "           (embed, attn_norm, qkv, attention, wo, ..., lm_head) the calls, ms and\n"
+            "           share per decode step, weight MB per step and GB/s; the same for the\n"
+            "           prefill window when it runs. Not with --ab.\n");
 }
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
@@ -231,6 +242,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 1; }
         else if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--no-bandwidth")) o->bandwidth = false;
+        else if (!strcmp(a, "--phases")) o->phases = true;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!v) return cli_fail(CMD, "%s needs a file", a), -1;
             o->model = v; i++;
@@ -273,6 +285,10 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
     if (!o->model) return cli_fail(CMD, "missing -m FILE (see moefast bench --help)"), -1;
     if (o->ab && !(o->windows & WIN_DECODE))
         return cli_fail(CMD, "--ab alternates decode steps; --window prefill has none (use decode or both)"), -1;
+    /* A profile over alternating A and B steps would describe neither. */
+    if (o->ab && o->phases)
+        return cli_fail(CMD, "--phases with --ab: a profile of alternating A and B steps describes neither; "
+                        "profile each flag set in its own run"), -1;
     if (o->ab) {
         char e[MOE_ERR_LEN];
         if (moe_flags_check(o->ab, e, sizeof e) != MOE_OK) return cli_fail(CMD, "--ab: %s", e), -1;
@@ -298,6 +314,92 @@ static json_t *runs_array(const double *v, int n) {
     return a;
 }
 
+/* ---- --phases ------------------------------------------------------------- */
+
+#define MAX_PHASES 64
+
+/* One window's profile: the library's phases (summed over the window's
+ * forward calls), the number of steps to divide by (decode: D; prefill: 1,
+ * the whole P-token forward) and the window's measured seconds (the same
+ * run), which also contain what lies outside the phases. */
+typedef struct {
+    bool have;
+    int n;
+    moe_phase_stat st[MAX_PHASES];
+    int steps;
+    double measured_s;
+} phase_profile;
+
+/* Reads s's profile into pp and switches it off (also resets it). */
+static int profile_take(moe_session *s, phase_profile *pp, int steps, double measured_s) {
+    int n = moe_session_profile_read(s, pp->st, MAX_PHASES);
+    moe_session_profile_enable(s, false);
+    if (n < 0) return n;
+    pp->n = n < MAX_PHASES ? n : MAX_PHASES;
+    pp->have = true;
+    pp->steps = steps;
+    pp->measured_s = measured_s;
+    return 0;
+}
+
+static double profile_sum_s(const phase_profile *pp) {
+    double t = 0;
+    for (int i = 0; i < pp->n; i++) t += pp->st[i].seconds;
+    return t;
+}
+
+/* The text table: phases that ran, in data-flow order. */
+static void print_profile(const char *title, const phase_profile *pp) {
+    const double k = 1.0 / pp->steps;
+    printf("  %s\n", title);
+    printf("    %-10s %8s %9s %7s %10s %8s %9s %8s\n", "phase", "calls", "ms", "share", "weight MB", "GB/s",
+           "KV MB", "KV GB/s");
+    for (int i = 0; i < pp->n; i++) {
+        const moe_phase_stat *e = &pp->st[i];
+        if (e->calls == 0) continue;
+        printf("    %-10s %8.2f %9.4f %6.1f%% %10.3f", e->name, (double)e->calls * k, 1e3 * e->seconds * k,
+               100.0 * e->seconds / pp->measured_s, e->weight_bytes * k / 1e6);
+        if (e->weight_bytes > 0 && e->seconds > 0) printf(" %8.2f", e->weight_bytes / e->seconds / 1e9);
+        else printf(" %8s", "-");
+        if (e->kv_bytes > 0 && e->seconds > 0)
+            printf(" %9.3f %8.2f", e->kv_bytes * k / 1e6, e->kv_bytes / e->seconds / 1e9);
+        printf("\n");
+    }
+    const double sum = profile_sum_s(pp);
+    printf("    %-19s %9.4f %5.1f%%   of the measured %.4f ms; the rest, %.4f ms, is outside the phases\n",
+           "sum of phases", 1e3 * sum * k, 100.0 * sum / pp->measured_s, 1e3 * pp->measured_s * k, 1e3 * (pp->measured_s - sum) * k);
+}
+
+static json_t *profile_json(const phase_profile *pp, int tokens) {
+    if (!pp->have) return json_null();
+    const double k = 1.0 / pp->steps, sum = profile_sum_s(pp);
+    json_t *w = json_object();
+    json_object_set_new(w, "steps", json_integer(pp->steps));
+    json_object_set_new(w, "tokens", json_integer(tokens));
+    json_object_set_new(w, "measured_ms_per_step", json_real(1e3 * pp->measured_s * k));
+    json_object_set_new(w, "phases_ms_per_step", json_real(1e3 * sum * k));
+    json_object_set_new(w, "outside_ms_per_step", json_real(1e3 * (pp->measured_s - sum) * k));
+    json_t *a = json_array();
+    for (int i = 0; i < pp->n; i++) {
+        const moe_phase_stat *e = &pp->st[i];
+        if (e->calls == 0) continue;
+        json_t *o = json_object();
+        json_object_set_new(o, "name", json_string(e->name));
+        json_object_set_new(o, "calls_per_step", json_real((double)e->calls * k));
+        json_object_set_new(o, "ms_per_step", json_real(1e3 * e->seconds * k));
+        json_object_set_new(o, "share", json_real(e->seconds / pp->measured_s));
+        json_object_set_new(o, "weight_mb_per_step", json_real(e->weight_bytes * k / 1e6));
+        json_object_set_new(o, "gb_per_s", num_or_null(e->weight_bytes > 0 && e->seconds > 0,
+                                                       e->weight_bytes / e->seconds / 1e9));
+        json_object_set_new(o, "kv_mb_per_step", json_real(e->kv_bytes * k / 1e6));
+        json_object_set_new(o, "kv_gb_per_s", num_or_null(e->kv_bytes > 0 && e->seconds > 0,
+                                                          e->kv_bytes / e->seconds / 1e9));
+        json_array_append_new(a, o);
+    }
+    json_object_set_new(w, "entries", a);
+    return w;
+}
+
 int cmd_bench(int argc, char **argv) {
     bench_opts o;
     int pr = parse_args(argc, argv, &o);
@@ -319,6 +421,9 @@ int cmd_bench(int argc, char **argv) {
     double *step_s = NULL, *pair_a = NULL, *pair_b = NULL;
     char a_flags[256] = "", b_flags[256] = "", a_abs[272] = "", b_abs[272] = "";
     ab_stats ab = {0};
+    /* --phases: the last repeat's profiles (static: ~2 x 64 entries) */
+    static phase_profile prof_prefill, prof_decode;
+    prof_prefill.have = prof_decode.have = false;
 
     moe_load_params lp = {.flags = o.flags};
     double t_load = now_s();
@@ -408,12 +513,19 @@ int cmd_bench(int argc, char **argv) {
     if (moe_session_forward(s, ids, P, logits, false) != MOE_OK) goto fwd_fail;
 
     for (int r = 0; r < o.repeat; r++) {
+        /* --phases: the last repeat only, so earlier ones run as without it */
+        const bool prof = o.phases && r == o.repeat - 1;
         if (o.windows & WIN_PREFILL) {
             moe_session_truncate(s, 0); /* KV empty */
+            if (prof) moe_session_profile_enable(s, true);
             double t0 = now_s();
             if (moe_session_forward(s, ids, P, logits, false) != MOE_OK) goto fwd_fail;
             int32_t a = moe_argmax(logits, n_vocab);
             tm.prefill[r] = now_s() - t0;
+            if (prof && profile_take(s, &prof_prefill, 1, tm.prefill[r]) != 0) {
+                cli_fail(CMD, "--phases: cannot read the profile");
+                goto out;
+            }
             if (expected) check_step(&tc, "prefill", 0, o.ab ? 'A' : 0, logits, n_vocab, expected[0], a, tol);
         }
         if (o.windows & WIN_DECODE) {
@@ -422,6 +534,7 @@ int cmd_bench(int argc, char **argv) {
             if (moe_session_forward(s, ids, P, logits, false) != MOE_OK) goto fwd_fail;
             argmax_ids[0] = moe_argmax(logits, n_vocab);
             if (expected) check_step(&tc, "decode", 0, o.ab ? 'A' : 0, logits, n_vocab, expected[0], argmax_ids[0], tol);
+            if (prof) moe_session_profile_enable(s, true); /* the D steps, not the seed */
             double t1 = now_s(), t2;
             if (!o.ab) {
                 for (int i = 0; i < D; i++) {
@@ -461,6 +574,10 @@ int cmd_bench(int argc, char **argv) {
             tm.seed[r] = t1 - t0;
             tm.steps[r] = t2 - t1;
             tm.decode[r] = t2 - t0;
+            if (prof && profile_take(s, &prof_decode, D, tm.steps[r]) != 0) {
+                cli_fail(CMD, "--phases: cannot read the profile");
+                goto out;
+            }
         }
     }
     long long hwm = peak_rss_bytes(); /* before the bandwidth buffer exists */
@@ -589,6 +706,15 @@ int cmd_bench(int argc, char **argv) {
         } else {
             json_object_set_new(root, "ab", json_null());
         }
+        if (o.phases) {
+            json_t *jph = json_object();
+            json_object_set_new(jph, "profiled_repeat", json_integer(o.repeat));
+            json_object_set_new(jph, "decode", profile_json(&prof_decode, D));
+            json_object_set_new(jph, "prefill", profile_json(&prof_prefill, P));
+            json_object_set_new(root, "phases", jph);
+        } else {
+            json_object_set_new(root, "phases", json_null());
+        }
         char *txt = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
         json_decref(root);
         if (!txt) { cli_fail(CMD, "out of memory"); goto out; }
@@ -620,6 +746,20 @@ int cmd_bench(int argc, char **argv) {
             printf("    B %9.3f ms/step %10.2f tok/s   flags %s\n", 1e3 * ab.b_med, 1.0 / ab.b_med, b_flags);
             printf("    speedup A/B of the medians %.4f [%.4f, %.4f] (bootstrap 95%%, %d resamples of the pairs, "
                    "seed %llu; > 1: B faster)\n", ab.speedup, ab.lo, ab.hi, AB_RESAMPLES, (unsigned long long)AB_SEED);
+        }
+        if (prof_prefill.have || prof_decode.have) {
+            char title[256], rep_note[64] = "";
+            if (o.repeat > 1) snprintf(rep_note, sizeof rep_note, " of the last repeat only (%d of %d)", o.repeat, o.repeat);
+            if (prof_prefill.have) {
+                snprintf(title, sizeof title, "phase profile, prefill window (%d tokens, one forward)%s, per window:", P,
+                         rep_note);
+                print_profile(title, &prof_prefill);
+            }
+            if (prof_decode.have) {
+                snprintf(title, sizeof title, "phase profile, decode: the %d steps after the seed (context %d..%d)%s, "
+                         "per step:", D, P + 1, P + D, rep_note);
+                print_profile(title, &prof_decode);
+            }
         }
         printf("  peak RSS (VmHWM)     %10.1f MB\n", hwm >= 0 ? (double)hwm / 1e6 : -1.0);
         if (o.trace) {

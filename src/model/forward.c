@@ -134,12 +134,43 @@ static void mm_multi_worker(void *ctx, int ith, int nth) {
     }
 }
 
-/* w[i] all have the same n_in */
-static void matmul_multi(moe_session *s, const moe_weight *const *w, float *const *y, int count, const float *x, int n) {
-    const uint8_t *xa = NULL;
-    for (int i = 0; i < count && !xa; i++) xa = act_rows(s, w[i], x, (size_t)w[i]->n_in, n, s->xa);
+/* w[i] all have the same n_in; xa: x as A8 rows when some w[i] is a8 (see
+ * act_rows_multi), else NULL */
+static void matmul_multi(moe_session *s, const moe_weight *const *w, float *const *y, int count, const float *x,
+                         const uint8_t *xa, int n) {
     mm_multi_task t = {s, count, n, w, y, x, xa};
     par(s, mm_multi_worker, &t);
+}
+
+/* The input of matmul_multi as A8 rows, quantized once when some w[i] reads
+ * them; NULL when all read floats. A step of its own so that the profile
+ * charges it to attn_norm (preparing the input) and qkv is the products alone. */
+static const uint8_t *act_rows_multi(moe_session *s, const moe_weight *const *w, int count, const float *x, int n) {
+    const uint8_t *xa = NULL;
+    for (int i = 0; i < count && !xa; i++) xa = act_rows(s, w[i], x, (size_t)w[i]->n_in, n, s->xa);
+    return xa;
+}
+
+/* Profile helpers: weight bytes of a set of matrices streamed once, and the
+ * KV-cache bytes attention reads (keys and values of every visible position
+ * of each (token, KV head) item). Called only when the profile is on. */
+static double mats_bytes(const moe_weight *const *w, int count) {
+    double b = 0;
+    for (int i = 0; i < count; i++) b += (double)w[i]->mat_bytes;
+    return b;
+}
+
+static double attn_kv_bytes(const moe_session *s, const moe_layer *L, int n) {
+    const moe_hparams *hp = &s->m->hp;
+    double keys = 0;
+    for (int t = 0; t < n; t++) {
+        const int pos = s->n_past + t;
+        int j0 = L->swa ? pos - hp->swa_window + 1 : 0;
+        if (j0 < 0) j0 = 0;
+        keys += pos - j0 + 1;
+    }
+    const double elem = s->kv_half ? 2.0 : 4.0;
+    return keys * hp->n_head_kv * (double)(hp->head_dim + hp->head_dim_v) * elem;
 }
 
 /* ---- elementwise operations (scalar; their order is fixed) ------------------------ */
@@ -295,7 +326,11 @@ static void attention_block(moe_session *s, int il, int n) {
     /* q [n][H][D], k [n][Hkv][D], v [n][Hkv][Dv], gate [n][H] or [n][H*Dv] */
     const moe_weight *ws[4] = {&L->wq, &L->wk, &L->wv, &L->wgate};
     float *ys[4] = {s->q, s->k, s->v, s->gate};
-    matmul_multi(s, ws, ys, L->has_gate ? 4 : 3, s->xn, n);
+    const int nw = L->has_gate ? 4 : 3;
+    const uint8_t *xa = act_rows_multi(s, ws, nw, s->xn, n);
+    PROF_MARK(s, MOE_PH_ATTN_NORM, 0, 0);
+    matmul_multi(s, ws, ys, nw, s->xn, xa, n);
+    PROF_MARK(s, MOE_PH_QKV, mats_bytes(ws, nw), 0);
 
     /* QK-norm, RoPE and the cache store: per (token, KV head) item; with
      * parallel_glue inside the attention phase (decode: an item reads only its
@@ -303,13 +338,18 @@ static void attention_block(moe_session *s, int il, int n) {
      * other items store), otherwise here in item order */
     const bool glue = moe_flag_on(s->flags, MOE_FLAG_PARALLEL_GLUE);
     attn_task at = {s, il, n, glue && n == 1, glue};
-    if (glue && n > 1) par(s, prep_worker, &at);
-    else if (!glue) prep_worker(&at, 0, 1);
+    if (!glue || n > 1) {                                         /* prep not inside the attention phase */
+        if (glue) par(s, prep_worker, &at);
+        else prep_worker(&at, 0, 1);
+        PROF_MARK(s, MOE_PH_ATTN_PREP, 0, 0);
+    }
     par(s, attn_worker, &at);                                     /* att [n][H][Dv] */
     if (!glue)                                                    /* the output gate, here in order */
         for (int t = 0; t < n; t++) attn_gate(s, L, t, 0, L->n_head);
+    PROF_MARK(s, MOE_PH_ATTENTION, 0, attn_kv_bytes(s, L, n));
     matmul(s, &L->wo, s->att, n, s->proj);                        /* proj [n][E] */
     for (size_t i = 0; i < (size_t)n * E; i++) s->x[i] += s->proj[i];
+    PROF_MARK(s, MOE_PH_WO, (double)L->wo.mat_bytes, 0);
 }
 
 /* ---- feed-forward ------------------------------------------------------------------- */
@@ -408,7 +448,17 @@ static void hidden_q8_worker(void *ctx, int ith, int nth) {
     }
 }
 
-static void run_ffn_jobs(moe_session *s, const moe_ffn_job *jobs, int n_jobs) {
+/* Weight bytes the jobs' gate+up (down: the down) matrices stream, for the profile. */
+static double jobs_bytes(const moe_ffn_job *jobs, int n_jobs, bool down) {
+    double b = 0;
+    for (int i = 0; i < n_jobs; i++)
+        b += down ? (double)jobs[i].wd->mat_bytes : (double)jobs[i].wg->mat_bytes + (double)jobs[i].wu->mat_bytes;
+    return b;
+}
+
+/* prof: mark the gate_up / hidden_q8 / down phases (MoE layers; a dense
+ * layer's jobs are profiled as one dense_ffn entry by the caller). */
+static void run_ffn_jobs(moe_session *s, const moe_ffn_job *jobs, int n_jobs, bool prof) {
     int64_t *pre = s->job_pre, *work = s->job_pre + (n_jobs + 1);
     jobs_task jt = {s, jobs, n_jobs, 0, pre, work};
     pre[0] = work[0] = 0;
@@ -422,6 +472,7 @@ static void run_ffn_jobs(moe_session *s, const moe_ffn_job *jobs, int n_jobs) {
     } else {
         for (jt.phase = 1; jt.phase <= 3; jt.phase++) par(s, jobs_worker, &jt);
     }
+    if (prof) PROF_MARK(s, MOE_PH_GATE_UP, jobs_bytes(jobs, n_jobs, false), 0);
     bool any_a8 = false;
     for (int i = 0; i < n_jobs; i++) any_a8 |= jobs[i].wd->a8;
     if (any_a8) {                                    /* act_q8: hidden rows -> A8, in parallel */
@@ -429,6 +480,7 @@ static void run_ffn_jobs(moe_session *s, const moe_ffn_job *jobs, int n_jobs) {
         for (int i = 0; i < n_jobs; i++) hq.rows += jobs[i].nr;
         if (hq.rows == 1 || s->n_threads == 1) hidden_q8_worker(&hq, 0, 1);
         else moe_pool_run(s->pool, hidden_q8_worker, &hq);
+        if (prof) PROF_MARK(s, MOE_PH_HIDDEN_Q8, 0, 0);
     }
     for (int i = 0; i < n_jobs; i++) {
         pre[i + 1] = pre[i] + ((jobs[i].wd->n_out + 7) & ~(int64_t)7);
@@ -436,6 +488,7 @@ static void run_ffn_jobs(moe_session *s, const moe_ffn_job *jobs, int n_jobs) {
     }
     jt.phase = 4;
     par(s, jobs_worker, &jt);
+    if (prof) PROF_MARK(s, MOE_PH_DOWN, jobs_bytes(jobs, n_jobs, true), 0);
 }
 
 /* Router: chooses experts and weights for token t (rank order = descending score). */
@@ -502,15 +555,20 @@ static void ffn_block(moe_session *s, int il, int n) {
         if (!xa) xa = act_rows(s, &L->ffn_up, s->xn, (size_t)E, n, s->xa);
         jobs[0] = (moe_ffn_job){.wg = &L->ffn_gate, .wu = &L->ffn_up, .wd = &L->ffn_down, .mat = 0, .x = s->xn,
                                 .xa = xa, .nr = n, .ha = s->ha, .hg = s->hg, .hu = s->hu, .out = s->ffn_out};
-        run_ffn_jobs(s, jobs, 1);
+        PROF_MARK(s, MOE_PH_FFN_NORM, 0, 0);
+        run_ffn_jobs(s, jobs, 1, false);
         for (size_t i = 0; i < (size_t)n * E; i++) s->x[i] += s->ffn_out[i];
+        PROF_MARK(s, MOE_PH_DENSE_FFN, jobs_bytes(jobs, 1, false) + jobs_bytes(jobs, 1, true), 0);
         return;
     }
+    PROF_MARK(s, MOE_PH_FFN_NORM, 0, 0);
     const int NE = hp->n_expert, K = hp->n_expert_used;
     const size_t Fx = (size_t)hp->n_ff_exp;
     matmul(s, &L->router, s->xn, n, s->router);                   /* router logits [n][NE] */
+    PROF_MARK(s, MOE_PH_ROUTER, (double)L->router.mat_bytes, 0);
     bool perturb_layer = moe_flag_on(s->flags, MOE_FLAG_TEST_PERTURB) && il == hp->n_layer - 1;
     for (int t = 0; t < n; t++) route_token(s, L, t, perturb_layer && s->n_past + t >= 20);
+    PROF_MARK(s, MOE_PH_ROUTE, 0, 0);
 
     /* Jobs: one per selected expert with its (token, slot) rows gathered in
      * token order, plus the shared expert. With gemm_batch a chunk's tokens
@@ -523,6 +581,7 @@ static void ffn_block(moe_session *s, int il, int n) {
     if (!xa) xa = act_rows(s, &L->up_exps, s->xn, (size_t)E, n, s->xa);
     if (!xa && L->has_shexp) xa = act_rows(s, &L->gate_sh, s->xn, (size_t)E, n, s->xa);
     if (!xa && L->has_shexp) xa = act_rows(s, &L->up_sh, s->xn, (size_t)E, n, s->xa);
+    PROF_EXTEND(s, MOE_PH_FFN_NORM);                              /* the input quantization: with the norm */
     const size_t aE = (size_t)moe_act8_row_bytes(E), aFx = (size_t)moe_act8_row_bytes((int64_t)Fx);
     const bool glue = moe_flag_on(s->flags, MOE_FLAG_PARALLEL_GLUE);
     int rows = 0;                                                 /* gathered rows [n*K][E] in s->xg */
@@ -561,7 +620,8 @@ static void ffn_block(moe_session *s, int il, int n) {
                                            .xa = xa, .nr = n, .ha = s->ha ? s->ha + (size_t)n * K * aFx : NULL,
                                            .hg = s->hg + off, .hu = s->hu + off, .out = s->proj};
         }
-        run_ffn_jobs(s, jobs, n_jobs);
+        PROF_EXTEND(s, MOE_PH_ROUTE);                             /* the gather (and job list) */
+        run_ffn_jobs(s, jobs, n_jobs, true);
         t_begin = t_end;
     }
     /* rank order, + shared; x += ffn_out. With parallel_glue a prompt's
@@ -572,6 +632,7 @@ static void ffn_block(moe_session *s, int il, int n) {
     combine_task ct = {s, L, n};
     if (glue && n > 1) par(s, combine_worker, &ct);
     else combine_worker(&ct, 0, 1);
+    PROF_MARK(s, MOE_PH_COMBINE, 0, 0);
 }
 
 /* ---- the whole model ------------------------------------------------------------------ */
@@ -582,6 +643,7 @@ static void embed(moe_session *s, const int32_t *tokens, int n) {
     for (int t = 0; t < n; t++)                                   /* x = embedding rows  [n][E] */
         moe_dequant_row(m->tok_embd.type, m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes,
                         s->x + (size_t)t * E, E);
+    PROF_MARK(s, MOE_PH_EMBED, (double)n * (double)m->tok_embd.row_bytes, 0);
 }
 
 static void head(moe_session *s, int n, float *logits, bool all_logits) {
@@ -591,6 +653,7 @@ static void head(moe_session *s, int n, float *logits, bool all_logits) {
     for (int t = first; t < n; t++)                               /* final RMSNorm of the rows we need */
         rms_norm(s->x + (size_t)t * E, m->output_norm, s->xn + (size_t)(t - first) * E, E, m->hp.rms_eps);
     matmul(s, &m->output, s->xn, cnt, logits);                    /* logits [cnt][n_vocab] */
+    PROF_MARK(s, MOE_PH_LM_HEAD, (double)m->output.mat_bytes, 0);
 }
 
 /* Differential mode: the first tensor (in data-flow order) whose bits differ. */
@@ -620,10 +683,14 @@ static int forward_diff(moe_session *s, const int32_t *tokens, int n, float *log
     const moe_model *m = s->m;
     const moe_hparams *hp = &m->hp;
     const size_t E = (size_t)hp->n_embd, N = (size_t)n;
+    /* Profile (main session only; the twin's is never on): each block's
+     * chain restarts after the twin's block and the comparisons. */
+    PROF_START(s);
     embed(s, tokens, n);
     embed(r, tokens, n);
     for (int il = 0; il < hp->n_layer; il++) {
         const moe_layer *L = &m->layers[il];
+        PROF_START(s);
         attention_block(s, il, n);
         attention_block(r, il, n);
         const size_t qd = (size_t)L->n_head * (size_t)hp->head_dim, kd = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
@@ -635,6 +702,7 @@ static int forward_diff(moe_session *s, const int32_t *tokens, int n, float *log
             !diff_check(s, s->proj, r->proj, N, E, "attn_output projection", il) ||
             !diff_check(s, s->x, r->x, N, E, "residual after attention", il))
             return MOE_EDIVERGE;
+        PROF_START(s);
         ffn_block(s, il, n);
         ffn_block(r, il, n);
         if (!L->dense && !diff_check(s, s->router, r->router, N, (size_t)hp->n_expert, "router probabilities", il))
@@ -644,6 +712,7 @@ static int forward_diff(moe_session *s, const int32_t *tokens, int n, float *log
             return MOE_EDIVERGE;
     }
     if (logits) {
+        PROF_START(s);
         head(s, n, logits, all_logits);
         head(r, n, r->logits_tmp, all_logits);
         if (!diff_check(s, logits, r->logits_tmp, all_logits ? N : 1, (size_t)hp->n_vocab, "logits", -1))
@@ -659,6 +728,7 @@ int moe_forward_chunk(moe_session *s, const int32_t *tokens, int n, float *logit
         int rc = forward_diff(s, tokens, n, logits, all_logits);
         if (rc) return rc;
     } else {
+        PROF_START(s);                                            /* the profile's phases chain from here */
         embed(s, tokens, n);
         for (int il = 0; il < s->m->hp.n_layer; il++) {
             attention_block(s, il, n);

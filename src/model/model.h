@@ -13,6 +13,7 @@
 #include "quant/quant.h"
 #include "threads.h"
 #include "tokenizer.h"
+#include "model/profile.h"
 
 typedef enum moe_arch { MOE_ARCH_LAGUNA = 0, MOE_ARCH_QWEN3MOE = 1 } moe_arch;
 
@@ -141,6 +142,7 @@ struct moe_session {
     uint8_t *xga;               /* [n_batch*n_expert_used] rows of n_embd: gathered expert inputs */
     uint8_t *ha;                /* hidden rows of the FFN jobs (input of the down projections) */
     struct moe_session *shadow; /* differential mode: the all-flags-off twin */
+    moe_prof prof;              /* phase profile (profile.h); off unless moe_session_profile_enable */
     char err[MOE_ERR_LEN];
 };
 
