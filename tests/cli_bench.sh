@@ -106,11 +106,25 @@ is_val $d/p.json config.window '"prefill"'
 # (the 512 MB bandwidth pass runs from the release binary when there is one:
 # under the sanitizer its page faults alone take seconds)
 RB=$BIN; [ -x "${MOEFAST_BIN_REL:-build/rel/moefast}" ] && RB=${MOEFAST_BIN_REL:-build/rel/moefast}
-"$RB" bench -m "$M" -t 2 --prompt-len 16 --decode-steps 8 --json --window decode >"$d/d.json" 2>"$d/err" ||
+"$RB" bench -m "$M" -t 2 --prompt-len 16 --decode-steps 8 --json --window decode --repeat 2 >"$d/d.json" 2>"$d/err" ||
   bad "--window decode failed: $(cat "$d/err")"
 is_val $d/d.json prefill null
 num_ok $d/d.json decode.bandwidth_gb_per_second "v > 0"
 num_ok $d/d.json decode.pct_of_bandwidth_limit "v > 0"
+# one bandwidth measurement per decode window, each window against its own
+num_ok $d/d.json 'decode.bandwidth_runs_gb_per_second[0]' "v > 0"
+num_ok $d/d.json 'decode.bandwidth_runs_gb_per_second[1]' "v > 0"
+[ -z "$(jget $d/d.json 'decode.bandwidth_runs_gb_per_second[2]')" ] || bad "more bandwidth runs than repeats"
+b0=$(jget $d/d.json 'decode.bandwidth_runs_gb_per_second[0]'); b1=$(jget $d/d.json 'decode.bandwidth_runs_gb_per_second[1]')
+p0=$(jget $d/d.json 'decode.pct_runs[0]'); p1=$(jget $d/d.json 'decode.pct_runs[1]')
+pm=$(jget $d/d.json decode.pct_of_bandwidth_limit); bm=$(jget $d/d.json decode.bandwidth_gb_per_second)
+awk -v a="$p0" -v b="$p1" -v m="$pm" 'BEGIN { d = (a + b) / 2 - m; exit !(a > 0 && b > 0 && d < 1e-6 && d > -1e-6) }' ||
+  bad "pct_of_bandwidth_limit $pm is not the median of the per-window figures $p0, $p1"
+awk -v a="$b0" -v b="$b1" -v m="$bm" 'BEGIN { d = (a + b) / 2 - m; exit !(d < 1e-6 && d > -1e-6) }' ||
+  bad "bandwidth_gb_per_second $bm is not the median of the per-window measurements $b0, $b1"
+"$RB" bench -m "$M" -t 2 --prompt-len 16 --decode-steps 8 --window decode --repeat 2 >"$d/dt.txt" 2>"$d/err" ||
+  bad "--window decode (text) failed: $(cat "$d/err")"
+grep -q "bandwidth limit .* % (median over 2 repeats" "$d/dt.txt" || bad "text report lacks the per-window bandwidth line: $(cat "$d/dt.txt")"
 
 # ---- human-readable report
 $B --no-bandwidth >"$d/h.txt" 2>"$d/err" || bad "text report failed: $(cat "$d/err")"

@@ -304,6 +304,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
 typedef struct {
     double *prefill;              /* [repeat] window seconds */
     double *decode, *seed, *steps; /* [repeat] */
+    double *bw;                   /* [repeat] read bandwidth measured right after decode window r, GB/s */
+    double *pct;                  /* [repeat] that window's decode steps as % of its bandwidth limit */
 } timings;
 
 static json_t *num_or_null(bool have, double v) { return have ? json_real(v) : json_null(); }
@@ -503,7 +505,9 @@ int cmd_bench(int argc, char **argv) {
     tm.decode = calloc((size_t)o.repeat, sizeof(double));
     tm.seed = calloc((size_t)o.repeat, sizeof(double));
     tm.steps = calloc((size_t)o.repeat, sizeof(double));
-    if (!logits || !argmax_ids || !tm.prefill || !tm.decode || !tm.seed || !tm.steps) {
+    tm.bw = calloc((size_t)o.repeat, sizeof(double));
+    tm.pct = calloc((size_t)o.repeat, sizeof(double));
+    if (!logits || !argmax_ids || !tm.prefill || !tm.decode || !tm.seed || !tm.steps || !tm.bw || !tm.pct) {
         cli_fail(CMD, "out of memory");
         goto out;
     }
@@ -511,6 +515,11 @@ int cmd_bench(int argc, char **argv) {
     /* Untimed warm-up: one forward over the prompt faults in the weights and
      * the session's buffers. */
     if (moe_session_forward(s, ids, P, logits, false) != MOE_OK) goto fwd_fail;
+    /* Everything is allocated now (decode steps allocate nothing), and the
+     * bandwidth measurements below map a buffer of their own: read the
+     * high-water mark before the first one. */
+    long long hwm = peak_rss_bytes();
+    const uint64_t bpt = moe_model_bytes_per_token(m);
 
     for (int r = 0; r < o.repeat; r++) {
         /* --phases: the last repeat only, so earlier ones run as without it */
@@ -574,20 +583,28 @@ int cmd_bench(int argc, char **argv) {
             tm.seed[r] = t1 - t0;
             tm.steps[r] = t2 - t1;
             tm.decode[r] = t2 - t0;
+            /* This VM's read bandwidth changes by up to 2x within minutes, so
+             * one measurement at the end can belong to another state than
+             * the runs; each decode window is set against the bandwidth
+             * measured right after it (the steps alone, as the limit is per
+             * step). Not under --ab: its steps mix two configurations. */
+            if (o.bandwidth && !o.ab) {
+                tm.bw[r] = moe_measure_read_bandwidth(o.threads);
+                if (tm.bw[r] > 0 && tm.steps[r] > 0)
+                    tm.pct[r] = 100.0 * ((double)bpt * D / tm.steps[r] / 1e9) / tm.bw[r];
+            }
             if (prof && profile_take(s, &prof_decode, D, tm.steps[r]) != 0) {
                 cli_fail(CMD, "--phases: cannot read the profile");
                 goto out;
             }
         }
     }
-    long long hwm = peak_rss_bytes(); /* before the bandwidth buffer exists */
 
     char flags_buf[256] = "";
     moe_model_flags(m, flags_buf, sizeof flags_buf);
     const char *kern_name = moe_model_kernels(m); /* a static string: outlives the model */
     const int threads_used = s ? moe_session_threads(s) : o.threads;
     const char *arch = moe_model_arch(m);
-    uint64_t bpt = moe_model_bytes_per_token(m);
     char arch_buf[64];
     snprintf(arch_buf, sizeof arch_buf, "%s", arch ? arch : "?");
     if (s) moe_session_free(s);
@@ -596,8 +613,20 @@ int cmd_bench(int argc, char **argv) {
     m = NULL;
 
     const bool have_p = o.windows & WIN_PREFILL, have_d = o.windows & WIN_DECODE;
-    double bw = 0;
-    if (have_d && o.bandwidth) bw = moe_measure_read_bandwidth(o.threads);
+    double bw = 0, bw_lo = 0, bw_hi = 0, pct = 0;
+    if (have_d && o.bandwidth) {
+        if (o.ab) {
+            bw = bw_lo = bw_hi = moe_measure_read_bandwidth(o.threads);   /* once, as before */
+        } else {
+            bw = median(tm.bw, o.repeat);
+            pct = median(tm.pct, o.repeat);
+            bw_lo = bw_hi = tm.bw[0];
+            for (int r = 1; r < o.repeat; r++) {
+                if (tm.bw[r] < bw_lo) bw_lo = tm.bw[r];
+                if (tm.bw[r] > bw_hi) bw_hi = tm.bw[r];
+            }
+        }
+    }
     double p_s = have_p ? median(tm.prefill, o.repeat) : 0;
     double d_s = have_d ? median(tm.decode, o.repeat) : 0;
     double seed_s = have_d ? median(tm.seed, o.repeat) : 0;
@@ -605,6 +634,7 @@ int cmd_bench(int argc, char **argv) {
     double steps_tps = steps_s > 0 ? D / steps_s : 0;
     double achieved = (double)bpt * steps_tps / 1e9;
     bool have_bw = have_d && bw > 0;
+    if (have_bw && o.ab) pct = 100.0 * achieved / bw;
     if (o.ab) {
         /* pairs: steps (2k, 2k+1) of every repeat; an odd D's last step (A) has no partner */
         const int per = D / 2, n = o.repeat * per;
@@ -666,7 +696,10 @@ int cmd_bench(int argc, char **argv) {
             json_object_set_new(jd, "bytes_per_token", json_integer((json_int_t)bpt));
             json_object_set_new(jd, "achieved_gb_per_second", json_real(achieved));
             json_object_set_new(jd, "bandwidth_gb_per_second", num_or_null(have_bw, bw));
-            json_object_set_new(jd, "pct_of_bandwidth_limit", num_or_null(have_bw, 100.0 * achieved / bw));
+            json_object_set_new(jd, "pct_of_bandwidth_limit", num_or_null(have_bw, pct));
+            json_object_set_new(jd, "bandwidth_runs_gb_per_second",
+                                have_bw && !o.ab ? runs_array(tm.bw, o.repeat) : json_null());
+            json_object_set_new(jd, "pct_runs", have_bw && !o.ab ? runs_array(tm.pct, o.repeat) : json_null());
             json_object_set_new(jd, "runs_seconds", runs_array(tm.decode, o.repeat));
             json_object_set_new(root, "decode", jd);
         } else {
@@ -733,9 +766,13 @@ int cmd_bench(int argc, char **argv) {
                    1e3 * steps_s / D, seed_s);
             printf("  weights per token    %10.3f MB\n", (double)bpt / 1e6);
             printf("  achieved             %10.3f GB/s", achieved);
-            if (have_bw)
-                printf("  = %.1f %% of the measured %.2f GB/s read bandwidth (limit %.1f tok/s)\n",
-                       100.0 * achieved / bw, bw, bpt ? bw * 1e9 / (double)bpt : 0.0);
+            if (have_bw && (o.ab || o.repeat == 1))
+                printf("  = %.1f %% of the measured %.2f GB/s read bandwidth (limit %.1f tok/s)\n", pct, bw,
+                       bpt ? bw * 1e9 / (double)bpt : 0.0);
+            else if (have_bw)
+                printf("\n  bandwidth limit      %10.1f %% (median over %d repeats of each window's steps against the\n"
+                       "                                  read bandwidth measured right after it: %.2f..%.2f GB/s%s)\n",
+                       pct, o.repeat, bw_lo, bw_hi, bw_hi > 1.25 * bw_lo ? "; the machine's bandwidth changed between repeats" : "");
             else
                 printf("  (bandwidth not measured)\n");
         }
@@ -791,6 +828,8 @@ out:
     free(tm.decode);
     free(tm.seed);
     free(tm.steps);
+    free(tm.bw);
+    free(tm.pct);
     free(argmax_ids);
     free(logits);
     free(ids);
