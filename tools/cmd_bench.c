@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "stats.h"
 #include "moefast.h"
 
 #define CMD "bench"
@@ -87,16 +88,10 @@ static long long peak_rss_bytes(void) {
     return kb < 0 ? -1 : kb * 1024;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double median(const double *v, int n) {
     double tmp[n > 0 ? n : 1];
     memcpy(tmp, v, (size_t)n * sizeof *v);
-    qsort(tmp, (size_t)n, sizeof *tmp, cmp_double);
-    return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+    return stats_median_inplace(tmp, n);
 }
 
 /* ---- --ab statistics ------------------------------------------------------
@@ -104,26 +99,6 @@ static double median(const double *v, int n) {
  * this is a small one of the same kind: percentile bootstrap, pairs resampled
  * with replacement, fixed seed. */
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Median of v[0..n) (v is reordered). */
-static double median_inplace(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* q-quantile of sorted v, linear interpolation between order statistics. */
-static double quantile_sorted(const double *v, int n, double q) {
-    double pos = q * (n - 1);
-    int i = (int)pos;
-    if (i >= n - 1) return v[n - 1];
-    return v[i] + (pos - i) * (v[i + 1] - v[i]);
-}
 
 typedef struct {
     int pairs;
@@ -143,21 +118,21 @@ static int ab_analyse(const double *a, const double *b, int n, ab_stats *st) {
         st->pairs = n;
         memcpy(ta, a, (size_t)n * sizeof *ta);
         memcpy(tb, b, (size_t)n * sizeof *tb);
-        st->a_med = median_inplace(ta, n);
-        st->b_med = median_inplace(tb, n);
+        st->a_med = stats_median_inplace(ta, n);
+        st->b_med = stats_median_inplace(tb, n);
         st->speedup = st->a_med / st->b_med;
         uint64_t x = AB_SEED;
         for (int k = 0; k < AB_RESAMPLES; k++) {
             for (int i = 0; i < n; i++) {
-                int j = (int)((splitmix64(&x) >> 11) * 0x1.0p-53 * n);
+                int j = (int)((stats_splitmix64(&x) >> 11) * 0x1.0p-53 * n);
                 ta[i] = a[j];
                 tb[i] = b[j];
             }
-            boot[k] = median_inplace(ta, n) / median_inplace(tb, n);
+            boot[k] = stats_median_inplace(ta, n) / stats_median_inplace(tb, n);
         }
-        qsort(boot, AB_RESAMPLES, sizeof *boot, cmp_double);
-        st->lo = quantile_sorted(boot, AB_RESAMPLES, 0.025);
-        st->hi = quantile_sorted(boot, AB_RESAMPLES, 0.975);
+        qsort(boot, AB_RESAMPLES, sizeof *boot, stats_cmp_double);
+        st->lo = stats_quantile_sorted(boot, AB_RESAMPLES, 0.025);
+        st->hi = stats_quantile_sorted(boot, AB_RESAMPLES, 0.975);
         rc = 0;
     }
     free(ta);

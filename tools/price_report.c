@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "price_report.h"
+#include "stats.h"
 
 #define REJECT_BELOW 0.95
 
@@ -37,14 +38,8 @@ static const char *const MAP_OUTSIDE =
 
 typedef struct { uint64_t s[4]; } rng_t;
 
-static uint64_t splitmix(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 static void rng_seed(rng_t *r, uint64_t seed) {
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix(&seed);
+    for (int i = 0; i < 4; i++) r->s[i] = stats_splitmix64(&seed);
 }
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 /* xoshiro256** */
@@ -56,24 +51,6 @@ static uint64_t rng_next(rng_t *r) {
 /* Uniform in [0, n) without modulo bias worth caring about (n is small). */
 static int rng_below(rng_t *r, int n) { return (int)((rng_next(r) >> 11) * 0x1.0p-53 * n); }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median of v[0..n) (v is reordered). */
-static double median_inplace(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* q-quantile of sorted v, linear interpolation between order statistics. */
-static double quantile_sorted(const double *v, int n, double q) {
-    double pos = q * (n - 1);
-    int i = (int)pos;
-    if (i >= n - 1) return v[n - 1];
-    return v[i] + (pos - i) * (v[i + 1] - v[i]);
-}
 
 static const char *interval_verdict(double lo, double hi) {
     if (lo <= 1.0 && hi >= 1.0) return "within noise";
@@ -96,11 +73,11 @@ int price_analyse(price_report *r) {
         if (!pw->speedup) { ok = 0; break; }
         for (int i = 0; i < n; i++) pw->speedup[i] = r->ra[i].s_per_tok[w] / r->rb[i].s_per_tok[w];
         for (int i = 0; i < n; i++) tmp[i] = r->ra[i].s_per_tok[w];
-        pw->a_med = median_inplace(tmp, n);
+        pw->a_med = stats_median_inplace(tmp, n);
         for (int i = 0; i < n; i++) tmp[i] = r->rb[i].s_per_tok[w];
-        pw->b_med = median_inplace(tmp, n);
+        pw->b_med = stats_median_inplace(tmp, n);
         memcpy(tmp, pw->speedup, (size_t)n * sizeof *tmp);
-        pw->med = median_inplace(tmp, n);
+        pw->med = stats_median_inplace(tmp, n);
     }
     if (ok) {
         /* Paired bootstrap: one set of pair indices per resample serves every
@@ -119,23 +96,23 @@ int price_analyse(price_report *r) {
                 tmp2[i] = sd[j];
                 tmp3[i] = ss[j];
             }
-            double mp = median_inplace(tmp, n), md = median_inplace(tmp2, n);
+            double mp = stats_median_inplace(tmp, n), md = stats_median_inplace(tmp2, n);
             boot[PW_PREFILL][b] = mp;
             boot[PW_DECODE][b] = md;
-            boot[PW_STEPS][b] = median_inplace(tmp3, n);
+            boot[PW_STEPS][b] = stats_median_inplace(tmp3, n);
             boot[NB_SCORE][b] = pow(md, 0.75) * pow(mp, 0.25);
         }
-        for (int k = 0; k < NB; k++) qsort(boot[k], (size_t)nb, sizeof(double), cmp_double);
+        for (int k = 0; k < NB; k++) qsort(boot[k], (size_t)nb, sizeof(double), stats_cmp_double);
         for (int w = 0; w < PW_COUNT; w++) {
             price_window *pw = &r->win[w];
-            pw->lo = quantile_sorted(boot[w], nb, 0.025);
-            pw->hi = quantile_sorted(boot[w], nb, 0.975);
+            pw->lo = stats_quantile_sorted(boot[w], nb, 0.025);
+            pw->hi = stats_quantile_sorted(boot[w], nb, 0.975);
             /* Only the scored windows can be rejected; steps is informational. */
             pw->verdict = w < PW_SCORED && pw->med < REJECT_BELOW ? "rejected" : interval_verdict(pw->lo, pw->hi);
         }
         r->score = pow(r->win[PW_DECODE].med, 0.75) * pow(r->win[PW_PREFILL].med, 0.25);
-        r->score_lo = quantile_sorted(boot[NB_SCORE], nb, 0.025);
-        r->score_hi = quantile_sorted(boot[NB_SCORE], nb, 0.975);
+        r->score_lo = stats_quantile_sorted(boot[NB_SCORE], nb, 0.025);
+        r->score_hi = stats_quantile_sorted(boot[NB_SCORE], nb, 0.975);
         r->score_verdict = interval_verdict(r->score_lo, r->score_hi);
 
         /* Rejections: any changed token, or a scored window more than 5% slower. */
