@@ -2,18 +2,10 @@
  * prefill == token-by-token decode, bit for bit; any chunk size, thread count,
  * ISA level and flag set gives the same logits; decode steps allocate nothing. */
 #include <stddef.h>
-/* From the sanitizer runtime (libsanitizer's allocator interface; gcc ships
- * no header for it): hooks called on every malloc/free. */
-int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
-                                              void (*free_hook)(const volatile void *));
 #include <stdint.h>
 
 #include "check.h"
 #include "moefast.h"
-
-static volatile long n_allocs = 0;
-static void on_malloc(const volatile void *p, size_t sz) { (void)p; (void)sz; n_allocs++; }
-static void on_free(const volatile void *p) { (void)p; }
 
 #define NTOK 30 /* longer than laguna-tiny's sliding window (12) */
 
@@ -35,10 +27,10 @@ static float *run(const char *path, const char *flags, int threads, int n_batch,
     if (single) {
         /* decode steps must not allocate (after the first, which may warm up) */
         for (int i = 0; i < NTOK; i++) {
-            long before = n_allocs;
+            long before = check_allocs();
             int rc = moe_session_forward(s, &toks[i], 1, lg + (size_t)i * V, false);
             CHECK_MSG(rc == MOE_OK, "%s", moe_session_error(s));
-            CHECK_MSG(n_allocs == before, "decode step %d allocated %ld times", i, n_allocs - before);
+            CHECK_MSG(check_allocs() == before, "decode step %d allocated %ld times", i, check_allocs() - before);
         }
     } else {
         int rc = moe_session_forward(s, toks, NTOK, lg, true);
@@ -123,7 +115,7 @@ static void check_model(const char *path, const char *model, const char *num, si
 }
 
 int main(void) {
-    __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free);
+    check_alloc_guard_install();
     /* fp32: the default numerics; extra: other numerics checked the same way
      * (act_q8 on all-Q8_0 models, on Q8_0 attention with NVFP4 experts, on
      * BF16 attention (FP32 path) with NVFP4 experts whose short rows (64, 256)

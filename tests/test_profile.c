@@ -15,14 +15,6 @@
 #include "model/model.h"
 #include "moefast.h"
 
-#ifdef MOE_TEST_BUILD
-/* From the sanitizer runtime (see test_forward.c): counts every malloc. */
-int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
-                                              void (*free_hook)(const volatile void *));
-static volatile long n_allocs = 0;
-static void on_malloc(const volatile void *p, size_t sz) { (void)p; (void)sz; n_allocs++; }
-static void on_free(const volatile void *p) { (void)p; }
-#endif
 
 #define NPRE 8   /* prefill chunk */
 #define NDEC 6   /* decode steps after it */
@@ -247,25 +239,17 @@ static void check_model(const char *path, const char *flags, bool diff) {
     for (int i = 0; i < NDEC; i++) {
         char w3[300];
         snprintf(w3, sizeof w3, "%s decode step %d", what, i);
-#ifdef MOE_TEST_BUILD
-        long before = n_allocs;
-#endif
+        long before = check_allocs();
         check_decode_step(s, &x, glue, lg, w3);
-#ifdef MOE_TEST_BUILD
-        CHECK_MSG(n_allocs == before, "%s: a profiled decode step allocated %ld times", w3, n_allocs - before);
-#endif
+        CHECK_MSG(check_allocs() == before, "%s: a profiled decode step allocated %ld times", w3, check_allocs() - before);
     }
     /* the same steps again, logits compared with the unprofiled session's */
     moe_session_truncate(s, NPRE);
     moe_session_profile_enable(s, true);
     for (int i = 0; i < NDEC; i++) {
-#ifdef MOE_TEST_BUILD
-        long before = n_allocs;
-#endif
+        long before = check_allocs();
         CHECK(moe_session_forward(s, &toks[NPRE + i], 1, lg, false) == MOE_OK);
-#ifdef MOE_TEST_BUILD
-        CHECK_MSG(n_allocs == before, "%s: profiled decode step %d allocated %ld times", what, i, n_allocs - before);
-#endif
+        CHECK_MSG(check_allocs() == before, "%s: profiled decode step %d allocated %ld times", what, i, check_allocs() - before);
         CHECK(moe_session_forward(ref, &toks[NPRE + i], 1, lr, false) == MOE_OK);
         CHECK_MSG(!memcmp(lg, lr, (size_t)V * sizeof *lg), "%s: profiled decode step %d logits differ", what, i);
     }
@@ -326,9 +310,7 @@ done:
 }
 
 int main(void) {
-#ifdef MOE_TEST_BUILD
-    __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free);
-#endif
+    check_alloc_guard_install();
     for (int i = 0; i < NPRE + NDEC; i++) toks[i] = (int32_t)((i * 7919 + 13) % 997);
     /* qwen3moe: plain MoE layers; under act_q8 the hidden_q8 phase, with
      * kv_f16 half-size KV bytes. laguna: a dense lead layer, sliding-window

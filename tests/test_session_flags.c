@@ -16,15 +16,6 @@
 #include "model/model.h"
 #include "moefast.h"
 
-#ifdef MOE_TEST_BUILD
-/* From the sanitizer runtime (see test_forward.c): counts every malloc, so
- * the test can show that switching flags allocates nothing. */
-int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
-                                              void (*free_hook)(const volatile void *));
-static volatile long n_allocs = 0;
-static void on_malloc(const volatile void *p, size_t sz) { (void)p; (void)sz; n_allocs++; }
-static void on_free(const volatile void *p) { (void)p; }
-#endif
 
 /* The token stream, in forward calls: two 8-token prefill chunks (so that
  * gemm_batch and the prefill glue are switched too), then single-token
@@ -71,14 +62,10 @@ static int run_stream(const char *path, const char *flags, bool diff, const char
     }
     for (int c = 0; c < N_CALLS; c++) {
         if (b_spec) {
-#ifdef MOE_TEST_BUILD
-            long before = n_allocs;
-#endif
+            long before = check_allocs();
             rc = moe_session_set_flags(s, c % 2 ? b_abs : a_abs, err, sizeof err);
             if (rc) { snprintf(msg, msglen, "call %d: set_flags: %s", c, err); goto done; }
-#ifdef MOE_TEST_BUILD
-            CHECK_MSG(n_allocs == before, "set_flags allocated %ld times", n_allocs - before);
-#endif
+            CHECK_MSG(check_allocs() == before, "set_flags allocated %ld times", check_allocs() - before);
         }
         const int p = call_pos(c), n = call_len(c);
         double t0 = now_s();
@@ -243,9 +230,7 @@ static void check_diff(const char *path, size_t V) {
 }
 
 int main(void) {
-#ifdef MOE_TEST_BUILD
-    __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free);
-#endif
+    check_alloc_guard_install();
     /* q8_0: the x4 and a8 layouts under both kernel tables; laguna f32:
      * sliding-window layers, the shared expert, the FP32 path */
     static const struct { const char *file; const char *num[2]; } models[] = {
