@@ -260,7 +260,8 @@ static void attn_prep(moe_session *s, const moe_layer *L, int il, int t, int g) 
 static void prep_worker(void *ctx, int ith, int nth) {
     attn_task *at = ctx;
     const int Hkv = at->s->m->hp.n_head_kv;
-    for (int64_t it = ith; it < (int64_t)at->n * Hkv; it += nth) attn_prep(at->s, &at->s->m->layers[at->il], at->il, (int)(it / Hkv), (int)(it % Hkv));
+    const moe_layer *L = &at->s->m->layers[at->il];
+    for (int64_t it = ith; it < (int64_t)at->n * Hkv; it += nth) attn_prep(at->s, L, at->il, (int)(it / Hkv), (int)(it % Hkv));
 }
 
 /* One item = (token t, KV head g) with the G query heads that share it:
@@ -607,7 +608,9 @@ static void ffn_block(moe_session *s, int il, int n) {
             if (rows > start)
                 jobs[n_jobs++] = (moe_ffn_job){.wg = &L->gate_exps, .wu = &L->up_exps, .wd = &L->down_exps, .mat = e,
                                                .x = in_place ? s->xn + (size_t)t_first * E : s->xg + (size_t)start * E,
-                                               .xa = !xa ? NULL : in_place ? xa + (size_t)t_first * aE : s->xga + (size_t)start * aE,
+                                               .xa = !xa        ? NULL
+                                                     : in_place ? xa + (size_t)t_first * aE
+                                                                : s->xga + (size_t)start * aE,
                                                .nr = rows - start,
                                                .ha = s->ha ? s->ha + (size_t)start * aFx : NULL,
                                                .hg = s->hg + (size_t)start * Fx, .hu = s->hu + (size_t)start * Fx,
