@@ -145,13 +145,7 @@ static int ab_analyse(const double *a, const double *b, int n, ab_stats *st) {
  * every run and every binary times the same token sequence. */
 static void random_ids(int32_t *ids, int n, int n_vocab) {
     uint64_t x = 0x6d6f65666173744bull;
-    for (int i = 0; i < n; i++) {
-        uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
-        ids[i] = (int32_t)(z % (uint64_t)n_vocab);
-    }
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)(stats_splitmix64(&x) % (uint64_t)n_vocab);
 }
 
 /* The gate's pass rule for one step: the argmax equals the golden token, or
@@ -593,12 +587,19 @@ int cmd_bench(int argc, char **argv) {
         if (o.ab) {
             bw = bw_lo = bw_hi = moe_measure_read_bandwidth(o.threads);   /* once, as before */
         } else {
-            bw = median(tm.bw, o.repeat);
-            pct = median(tm.pct, o.repeat);
-            bw_lo = bw_hi = tm.bw[0];
-            for (int r = 1; r < o.repeat; r++) {
-                if (tm.bw[r] < bw_lo) bw_lo = tm.bw[r];
-                if (tm.bw[r] > bw_hi) bw_hi = tm.bw[r];
+            /* windows whose measurement failed (0) take no part */
+            double vb[o.repeat], vp[o.repeat];
+            int nv = 0;
+            for (int r = 0; r < o.repeat; r++)
+                if (tm.bw[r] > 0) {
+                    if (!nv || tm.bw[r] < bw_lo) bw_lo = tm.bw[r];
+                    if (!nv || tm.bw[r] > bw_hi) bw_hi = tm.bw[r];
+                    vb[nv] = tm.bw[r];
+                    vp[nv++] = tm.pct[r];
+                }
+            if (nv) {
+                bw = median(vb, nv);
+                pct = median(vp, nv);
             }
         }
     }
