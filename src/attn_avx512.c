@@ -49,7 +49,8 @@ static inline __attribute__((always_inline)) __m512 ldkv(const void *base, size_
 /* One tile of scores: HN heads (h0..h0+HN-1) x 16/HN keys (j..), sixteen dot
  * accumulators acc[hh*KB + u] that stay in registers (the loops are fully
  * unrolled; a runtime-sized tile ends up in memory, a store-to-load round
- * trip per FMA, which made this kernel ~7 cycles per FMA). Each key vector
+ * trip per FMA: ~7 cycles per FMA, estimated from one perf profile; the fix
+ * priced at decode window x1.09, prefill x1.10, docs/PERFORMANCE.md). Each key vector
  * is converted once and serves HN heads. */
 static inline __attribute__((always_inline)) void scores_tile(const float *q, size_t qs, int h0, const void *k,
                                                               size_t ks, int j, int D, __m512 vs, float *sc,
