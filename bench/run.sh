@@ -7,8 +7,9 @@
 #      token check against the trace), `moefast price --noise` on one model;
 #   4. a summary table. JSON and SVG output stay in build/bench/.
 # Environment: BENCH_THREADS (2), BENCH_REPEAT (3: medians of 3 runs), PRICE_PAIRS (5), BENCH_MODELS (space-
-# separated subset of the model names below), BENCH_NUMERICS ("fp32 q8": fp32 = the default exact FP32
-# numerics, q8 = the numerics flags +act_q8,+kv_f16 (docs/EXACTNESS.md); each has its own golden trace).
+# separated subset of the model names below), BENCH_NUMERICS ("fp32 q8 q8kv": fp32 = the default exact FP32
+# numerics, q8 = the numerics flags +act_q8,+kv_f16, q8kv = +act_q8,+kv_q8 (docs/EXACTNESS.md); each has its
+# own golden trace).
 set -u
 B=${1:-build/rel}
 BIN=$B/moefast
@@ -19,9 +20,9 @@ PAIRS=${PRICE_PAIRS:-5}
 REPEAT=${BENCH_REPEAT:-3}
 ALL="qwen3moe-bench-q8_0 laguna-bench-q8_0 laguna-bench-bf16-nvfp4"
 SEL=${BENCH_MODELS:-$ALL}
-NUMS=${BENCH_NUMERICS:-fp32 q8}
+NUMS=${BENCH_NUMERICS:-fp32 q8 q8kv}
 # flags of a numerics; suffix of its trace and result files
-num_flags() { case $1 in fp32) echo default ;; q8) echo "+act_q8,+kv_f16" ;; *) return 1 ;; esac; }
+num_flags() { case $1 in fp32) echo default ;; q8) echo "+act_q8,+kv_f16" ;; q8kv) echo "+act_q8,+kv_q8" ;; *) return 1 ;; esac; }
 num_sfx() { case $1 in fp32) echo "" ;; *) echo ".$1" ;; esac; }
 [ -x "$BIN" ] || { echo "bench/run.sh: $BIN is missing (run: make bench)" >&2; exit 2; }
 mkdir -p "$MODELS" "$OUT"
@@ -121,7 +122,7 @@ for m in $SEL; do for nm in $NUMS; do
       'BEGIN { printf "%-26s %-5s %7.2f %9.1f %9.2f %9.2f %9.1f %7.2f %8s %6s %8.0f %6s\n", m, nm, l, p, d, s, b / 1e6, g,
                (bw == "null" ? "-" : sprintf("%.1f", bw)), (w == "null" ? "-" : sprintf("%.1f", w)), r / 1e6, t }'
 done; done
-echo "(num: fp32 = default exact FP32 numerics, q8 = +act_q8,+kv_f16; prefill/s: prefill window tokens/s;"
+echo "(num: fp32 = default exact FP32 numerics, q8 = +act_q8,+kv_f16, q8kv = +act_q8,+kv_q8; prefill/s: prefill window tokens/s;"
 echo " decode/s: decode window incl. the 512-token seed, per decoded token;"
 echo " steps/s: the 128 steps alone; bw GB/s: read bandwidth measured by that run; tokens: trace check)"
 j=$OUT/noise.json

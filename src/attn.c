@@ -88,8 +88,75 @@ static void combine_scalar(const float *eout, const int32_t *slot, const float *
     for (int i = 0; i < n; i++) x[i] += o[i];
 }
 
-const moe_attn_kernels moe_attn_scalar = {scores_scalar, accum_scalar, scores_h_scalar, accum_h_scalar,
-                                          exp_shift_scalar, silu_mul_scalar, to_half_scalar, combine_scalar};
+/* ---- kv_q8 (attn.h): the contract written out ---- */
+
+static float a8_da(const uint8_t *xa, int b) {
+    float f;
+    memcpy(&f, xa + moe_a8_da_off(b), sizeof f);
+    return f;
+}
+
+void moe_kv8_store_key(const uint8_t *xa, int D, int8_t *k8, uint16_t *kd, size_t kds, int j) {
+    for (int d = 0; d < D; d++) k8[moe_kv8_key_off(j, d, D)] = (int8_t)xa[moe_a8_code_off(d / 32, d % 32)];
+    for (int b = 0; b < D / 32; b++) kd[(size_t)b * kds + (size_t)j] = moe_f32_to_f16(a8_da(xa, b));
+}
+
+void moe_kv8_store_value(const uint8_t *xa, int Dv, int8_t *v8, uint16_t *vd, size_t vds, int j) {
+    int8_t *row = v8 + (size_t)j * (size_t)Dv;
+    for (int d = 0; d < Dv; d++) row[d] = (int8_t)xa[moe_a8_code_off(d / 32, d % 32)];
+    for (int b = 0; b < Dv / 32; b++) vd[(size_t)b * vds + (size_t)j] = moe_f32_to_f16(a8_da(xa, b));
+}
+
+static void scores_q8_scalar(const uint8_t *qa, size_t qas, int G, const int8_t *k8, const uint16_t *kd, size_t kds,
+                             int j0, int nk, int D, float scale, float *sc, size_t scs) {
+    for (int h = 0; h < G; h++) {
+        const uint8_t *qh = qa + (size_t)h * qas;
+        for (int j = j0; j < j0 + nk; j++) {
+            float acc = 0.0f;
+            for (int b = 0; b < D / 32; b++) {
+                int32_t isum = 0;
+                for (int k = 0; k < 32; k++)
+                    isum += (int32_t)k8[moe_kv8_key_off(j, 32 * b + k, D)] * (int8_t)qh[moe_a8_code_off(b, k)];
+                const float S = moe_f16_to_f32(kd[(size_t)b * kds + (size_t)j]) * a8_da(qh, b);
+                acc = fmaf((float)isum, S, acc);
+            }
+            sc[(size_t)h * scs + (size_t)j] = acc * scale;
+        }
+    }
+}
+
+static void accum_q8_scalar(const float *p, size_t ps, int G, const int8_t *v8, const uint16_t *vd, size_t vds,
+                            int j0, int nk, int Dv, float *wbuf, float *out, size_t os) {
+    (void)wbuf;
+    for (int h = 0; h < G; h++) {
+        float *o = out + (size_t)h * os;
+        memset(o, 0, (size_t)Dv * sizeof *o);
+        for (int j = j0; j < j0 + nk; j++) {
+            const int8_t *vj = v8 + (size_t)j * (size_t)Dv;
+            for (int b = 0; b < Dv / 32; b++) {
+                const float w = p[(size_t)h * ps + (size_t)j] * moe_f16_to_f32(vd[(size_t)b * vds + (size_t)j]);
+                for (int d = 32 * b; d < 32 * b + 32; d++) o[d] = fmaf(w, (float)vj[d], o[d]);
+            }
+        }
+    }
+}
+
+static float softmax_q8_scalar(float *r, int n) {
+    float mx = -INFINITY, acc[16] = {0};
+    for (int j = 0; j < n; j++) if (r[j] > mx) mx = r[j];
+    for (int j = 0; j < n; j++) {
+        r[j] = moe_expf(r[j] - mx);
+        acc[j & 15] += r[j];
+    }
+    for (int l = 0; l < 8; l++) acc[l] += acc[l + 8];
+    for (int l = 0; l < 4; l++) acc[l] += acc[l + 4];
+    for (int l = 0; l < 2; l++) acc[l] += acc[l + 2];
+    return acc[0] + acc[1];
+}
+
+const moe_attn_kernels moe_attn_scalar = {scores_scalar,   accum_scalar,     scores_h_scalar, accum_h_scalar,
+                                          exp_shift_scalar, silu_mul_scalar, to_half_scalar,  combine_scalar,
+                                          scores_q8_scalar, accum_q8_scalar, softmax_q8_scalar};
 
 const moe_attn_kernels *moe_attn_for(moe_isa isa) {
     switch (isa) {

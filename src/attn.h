@@ -12,7 +12,8 @@
  * ISA level gives the same bits.
  * scores_h / accum_h: the same with keys / values stored as IEEE half (the
  * kv_f16 numerics): each element is converted to float exactly, then the
- * arithmetic is the one above. */
+ * arithmetic is the one above. scores_q8 / accum_q8: the kv_q8 numerics, its
+ * own contract (below). */
 #ifndef MOE_ATTN_H
 #define MOE_ATTN_H
 
@@ -44,7 +45,68 @@ typedef struct moe_attn_kernels {
      * when sh, then x[i] += o[i]. */
     void (*combine)(const float *eout, const int32_t *slot, const float *w, int K, const float *sh, float *o,
                     float *x, int n);
+    /* kv_q8 (below): scores of keys j0 .. j0+nk-1 against the G query heads
+     * whose A8 rows are qa + h*qa_stride; written to sc[h*sc_stride + j]
+     * (j absolute). k8 / kd: the key tiles and scales of one (layer, KV head). */
+    void (*scores_q8)(const uint8_t *qa, size_t qa_stride, int G, const int8_t *k8, const uint16_t *kd,
+                      size_t kd_stride, int j0, int nk, int D, float scale, float *sc, size_t sc_stride);
+    /* kv_q8: out_h = sum over keys j0 .. j0+nk-1 of p[h*p_stride + j] * v_j
+     * (j absolute); wbuf: scratch of G * (Dv/32) * nk floats. */
+    void (*accum_q8)(const float *p, size_t p_stride, int G, const int8_t *v8, const uint16_t *vd, size_t vd_stride,
+                     int j0, int nk, int Dv, float *wbuf, float *out, size_t out_stride);
+    /* kv_q8's softmax numerator and denominator over r[0 .. n-1]: mx = the
+     * largest r[j] (NaN ignored; order-free), r[j] = moe_expf(r[j] - mx),
+     * returns sum r[j] in 16 lanes (lane l takes j = l, l+16, ... in order,
+     * from +0) reduced by the tree of quant.h. */
+    float (*softmax_q8)(float *r, int n);
 } moe_attn_kernels;
+
+/* ---- kv_q8: the 8-bit KV cache (flag kv_q8) ------------------------------
+ * Why: at context 576 a qwen3moe-bench decode step reads 18.9 MB of half
+ * keys and values, and attention takes ~10 % of the step at half the speed
+ * of the weight streams (bench --phases). Eight-bit codes halve the bytes
+ * and let the scores use integer multiply-adds (one VNNI vpdpbusd per 4
+ * dims of 16 keys), as llama.cpp's q8_0 KV cache does with q8_0 queries.
+ * It is a numerics of its own (changes the logits), never a default.
+ *
+ * Quantization: every key, value and query head row (n % 32 == 0) is
+ * quantized by moe_quantize_act8 (act8_ref.c: per block of 32, codes
+ * q = round_half_even(x * 127 / amax) in [-127, 127], scale d = (half)(amax
+ * / 127)); d is stored as its half bits (exact).
+ * Storage per (layer, KV head), positions padded to a multiple of 16 (Cp):
+ *   keys   int8 k8[Cp/16][D/4][16][4]: tile T = positions 16T .. 16T+15;
+ *          slab s holds dims 4s .. 4s+3 of each of the tile's 16 keys
+ *          (byte (s*16 + lane)*4 + i = dim 4s+i of key 16T+lane), so one
+ *          64-byte load feeds 16 keys' 4-dim products
+ *   kd     half [D/32][Cp]: block b of key j at b*Cp + j
+ *   values int8 v8[C][Dv]: one row per position, dims in order
+ *   vd     half [Dv/32][Cp]
+ * scores_q8, per head h and key j (D % 32 == 0):
+ *   isum_b = sum_{k < 32} qk_j[32b+k] * qq_h[32b+k]     (exact int32)
+ *   S_b    = dk_{j,b} * dq_{h,b}                        (one rounding)
+ *   acc = +0; for b = 0 .. D/32-1 in order: acc = fmaf((float)isum_b, S_b, acc)
+ *   sc = acc * scale
+ * softmax: FP32 (softmax_q8 above), its sum in 16 lanes, then o *= 1 / sum.
+ * accum_q8, per head h (Dv % 32 == 0):
+ *   w_{h,j,b} = p_{h,j} * dv_{j,b}                      (one rounding)
+ *   out_h[d] = +0, then for j = j0 .. j0+nk-1 in order:
+ *     out_h[d] = fmaf(w_{h,j,d/32}, (float)qv_j[d], out_h[d]) */
+/* Byte offset, in an A8 row, of code k (< 32) of block b; of its scale da_b
+ * (float) and of corr_b = -128 * the block's code sum (int32): act8_ref.c. */
+static inline size_t moe_a8_code_off(int b, int k) {
+    return (size_t)(b / A8_G) * A8_GROUP_BYTES + (size_t)(k / 4) * 64 + (size_t)(b % A8_G) * 4 + (size_t)(k % 4);
+}
+static inline size_t moe_a8_da_off(int b) { return (size_t)(b / A8_G) * A8_GROUP_BYTES + 576 + 4 * (size_t)(b % A8_G); }
+static inline size_t moe_a8_corr_off(int b) { return (size_t)(b / A8_G) * A8_GROUP_BYTES + 512 + 4 * (size_t)(b % A8_G); }
+/* Byte of key j, dim d in a (layer, KV head)'s key tiles */
+static inline size_t moe_kv8_key_off(int j, int d, int D) {
+    return (size_t)(j / 16) * 16 * (size_t)D + (size_t)(d / 4) * 64 + (size_t)(j % 16) * 4 + (size_t)(d % 4);
+}
+/* Moves one quantized key (A8 row xa of D values) into position j of a
+ * (layer, KV head)'s key tiles k8 and scales kd (stride Cp). */
+void moe_kv8_store_key(const uint8_t *xa, int D, int8_t *k8, uint16_t *kd, size_t kd_stride, int j);
+/* The same for a value row: row j of v8 and its scales in vd. */
+void moe_kv8_store_value(const uint8_t *xa, int Dv, int8_t *v8, uint16_t *vd, size_t vd_stride, int j);
 
 const moe_attn_kernels *moe_attn_for(moe_isa isa);
 

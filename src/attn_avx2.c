@@ -2,6 +2,7 @@
  * lanes of a dot are two ymm accumulators (lanes 0-7, 8-15), reduced with the
  * same tree; one FMA per element. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "attn.h"
 
@@ -164,5 +165,124 @@ static void combine_avx2(const float *eout, const int32_t *slot, const float *w,
     }
 }
 
-const moe_attn_kernels moe_attn_avx2 = {scores_avx2, accum_avx2, scores_h_avx2, accum_h_avx2, exp_shift_avx2,
-                                        silu_mul_avx2, to_half_avx2, combine_avx2};
+/* ---- kv_q8 (attn.h) ---- */
+
+static inline int32_t rd_i32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline float rd_f32(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Scores of one 16-key tile (keys jt+lo .. jt+hi-1 stored) for HN heads from
+ * h0; keys 0-7 of a slab are its first 32 bytes, keys 8-15 the next 32. No
+ * VNNI here: vpmaddubsw takes |q| (unsigned) times the key codes with q's
+ * sign moved onto them (vpsignb); a pair of such products is at most
+ * 2 * 127 * 127, inside int16, and vpmaddwd widens the pairs to int32, so
+ * each lane ends with the exact isum of its key, as in the contract. */
+static inline __attribute__((always_inline)) void sq8_tile(const uint8_t *qa, size_t qas, int h0, const int8_t *kt,
+                                                           const uint16_t *kd, size_t kds, int jt, int D, float scale,
+                                                           float *sc, size_t scs, int lo, int hi, const int HN) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[2][2];
+    UNROLL for (int hh = 0; hh < HN; hh++) acc[hh][0] = acc[hh][1] = _mm256_setzero_ps();
+    for (int b = 0; b < D / 32; b++) {
+        const size_t qb = moe_a8_code_off(b, 0);
+        __m256i is[2][2];
+        UNROLL for (int hh = 0; hh < HN; hh++) is[hh][0] = is[hh][1] = _mm256_setzero_si256();
+        UNROLL for (int t = 0; t < 8; t++) {
+            const __m256i k0 = _mm256_loadu_si256((const __m256i *)(kt + (size_t)(8 * b + t) * 64));
+            const __m256i k1 = _mm256_loadu_si256((const __m256i *)(kt + (size_t)(8 * b + t) * 64 + 32));
+            UNROLL for (int hh = 0; hh < HN; hh++) {
+                const __m256i qv = _mm256_set1_epi32(rd_i32(qa + (size_t)(h0 + hh) * qas + qb + 64 * (size_t)t));
+                const __m256i qabs = _mm256_abs_epi8(qv);
+                is[hh][0] = _mm256_add_epi32(is[hh][0], _mm256_madd_epi16(_mm256_maddubs_epi16(qabs, _mm256_sign_epi8(k0, qv)), ones));
+                is[hh][1] = _mm256_add_epi32(is[hh][1], _mm256_madd_epi16(_mm256_maddubs_epi16(qabs, _mm256_sign_epi8(k1, qv)), ones));
+            }
+        }
+        const uint16_t *kb = kd + (size_t)b * kds + (size_t)jt;
+        const __m256 dk0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)kb));
+        const __m256 dk1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kb + 8)));
+        UNROLL for (int hh = 0; hh < HN; hh++) {
+            const __m256 da = _mm256_set1_ps(rd_f32(qa + (size_t)(h0 + hh) * qas + moe_a8_da_off(b)));
+            acc[hh][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[hh][0]), _mm256_mul_ps(dk0, da), acc[hh][0]);
+            acc[hh][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[hh][1]), _mm256_mul_ps(dk1, da), acc[hh][1]);
+        }
+    }
+    const __m256 vs = _mm256_set1_ps(scale);
+    UNROLL for (int hh = 0; hh < HN; hh++) {
+        float r[16];
+        _mm256_storeu_ps(r, _mm256_mul_ps(acc[hh][0], vs));
+        _mm256_storeu_ps(r + 8, _mm256_mul_ps(acc[hh][1], vs));
+        float *o = sc + (size_t)(h0 + hh) * scs + (size_t)jt;
+        for (int l = lo; l < hi; l++) o[l] = r[l];
+    }
+}
+
+static void scores_q8_avx2(const uint8_t *qa, size_t qas, int G, const int8_t *k8, const uint16_t *kd, size_t kds,
+                           int j0, int nk, int D, float scale, float *sc, size_t scs) {
+    for (int jt = j0 & ~15; jt < j0 + nk; jt += 16) {
+        const int lo = j0 > jt ? j0 - jt : 0, hi = j0 + nk - jt < 16 ? j0 + nk - jt : 16;
+        const int8_t *kt = k8 + (size_t)jt * (size_t)D;                     /* tile jt/16 */
+        int h0 = 0;
+        for (; h0 + 2 <= G; h0 += 2) sq8_tile(qa, qas, h0, kt, kd, kds, jt, D, scale, sc, scs, lo, hi, 2);
+        if (h0 < G) sq8_tile(qa, qas, h0, kt, kd, kds, jt, D, scale, sc, scs, lo, hi, 1);
+    }
+}
+
+/* One tile of the weighted sum: HN heads x NC vectors of 8 dims from d0,
+ * all inside one 32-block (8 NC divides 32), over all keys in order. */
+static inline __attribute__((always_inline)) void aq8_tile(const float *wbuf, int NB, int h0, const int8_t *v8, int j0,
+                                                           int nk, int d0, int Dv, float *out, size_t os, const int HN,
+                                                           const int NC) {
+    const float *wp[4];
+    UNROLL for (int hh = 0; hh < HN; hh++) wp[hh] = wbuf + ((size_t)(h0 + hh) * (size_t)NB + (size_t)(d0 / 32)) * (size_t)nk;
+    __m256 o[8];
+    UNROLL for (int i = 0; i < HN * NC; i++) o[i] = _mm256_setzero_ps();
+    for (int j = 0; j < nk; j++) {
+        const int8_t *vr = v8 + (size_t)(j0 + j) * (size_t)Dv + (size_t)d0;
+        __m256 vv[4];
+        UNROLL for (int c = 0; c < NC; c++)
+            vv[c] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(vr + 8 * c))));
+        UNROLL for (int hh = 0; hh < HN; hh++) {
+            const __m256 a = _mm256_set1_ps(wp[hh][j]);
+            UNROLL for (int c = 0; c < NC; c++) o[hh * NC + c] = _mm256_fmadd_ps(a, vv[c], o[hh * NC + c]);
+        }
+    }
+    UNROLL for (int hh = 0; hh < HN; hh++)
+        UNROLL for (int c = 0; c < NC; c++) _mm256_storeu_ps(out + (size_t)(h0 + hh) * os + (size_t)d0 + 8 * (size_t)c, o[hh * NC + c]);
+}
+
+static void accum_q8_avx2(const float *p, size_t ps, int G, const int8_t *v8, const uint16_t *vd, size_t vds, int j0,
+                          int nk, int Dv, float *wbuf, float *out, size_t os) {
+    const int NB = Dv / 32;
+    for (int h = 0; h < G; h++)                       /* w = p * dv, one rounding each */
+        for (int b = 0; b < NB; b++) {
+            const float *ph = p + (size_t)h * ps + (size_t)j0;
+            const uint16_t *db = vd + (size_t)b * vds + (size_t)j0;
+            float *w = wbuf + ((size_t)h * (size_t)NB + (size_t)b) * (size_t)nk;
+            int i = 0;
+            for (; i + 8 <= nk; i += 8)
+                _mm256_storeu_ps(w + i, _mm256_mul_ps(_mm256_loadu_ps(ph + i),
+                                                      _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(db + i)))));
+            for (; i < nk; i++) w[i] = ph[i] * _cvtsh_ss(db[i]);
+        }
+    int h0 = 0;
+    for (; h0 + 4 <= G; h0 += 4)
+        for (int d0 = 0; d0 < Dv; d0 += 16) aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, 4, 2);
+    for (; h0 + 2 <= G; h0 += 2)
+        for (int d0 = 0; d0 < Dv; d0 += 32) aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, 2, 4);
+    if (h0 < G)
+        for (int d0 = 0; d0 < Dv; d0 += 32) aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, 1, 4);
+}
+
+/* the scalar routine, as exp_shift (the compiler may vectorize its loops) */
+static float softmax_q8_avx2(float *r, int n) { return moe_attn_scalar.softmax_q8(r, n); }
+
+const moe_attn_kernels moe_attn_avx2 = {scores_avx2,    accum_avx2,     scores_h_avx2,  accum_h_avx2,
+                                        exp_shift_avx2, silu_mul_avx2, to_half_avx2,   combine_avx2,
+                                        scores_q8_avx2, accum_q8_avx2,  softmax_q8_avx2};

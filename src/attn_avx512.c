@@ -1,6 +1,7 @@
 /* attn_avx512.c — AVX-512 attention kernels, bit-identical to attn.c: one
  * zmm per 16-lane dot accumulator, the same tree, one FMA per element. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "attn.h"
 
@@ -253,5 +254,150 @@ static void combine_avx512(const float *eout, const int32_t *slot, const float *
     }
 }
 
-const moe_attn_kernels moe_attn_avx512 = {scores_avx512, accum_avx512, scores_h_avx512, accum_h_avx512,
-                                          exp_shift_avx512, silu_mul_avx512, to_half_avx512, combine_avx512};
+/* ---- kv_q8 (attn.h) ---- */
+
+static inline int32_t rd_i32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline float rd_f32(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Scores of one 16-key tile (keys jt .. jt+15, lanes outside m not stored)
+ * for HN heads from h0. Per block: the keys' codes are made unsigned (x ^
+ * 0x80 = x + 128) for vpdpbusd, whose sums start from corr = -128 * the
+ * query block's code sum, so each lane ends with the exact isum of its key;
+ * then one multiply (S) and one FMA per key and head, as the contract says. */
+static inline __attribute__((always_inline)) void sq8_tile(const uint8_t *qa, size_t qas, int h0, const int8_t *kt,
+                                                           const uint16_t *kd, size_t kds, int jt, int D, __m512 vs,
+                                                           float *sc, size_t scs, __mmask16 m, const int HN) {
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    __m512 acc[4];
+    UNROLL for (int hh = 0; hh < HN; hh++) acc[hh] = _mm512_setzero_ps();
+    for (int b = 0; b < D / 32; b++) {
+        const size_t qb = moe_a8_code_off(b, 0);
+        __m512i is[4];
+        UNROLL for (int hh = 0; hh < HN; hh++)
+            is[hh] = _mm512_set1_epi32(rd_i32(qa + (size_t)(h0 + hh) * qas + moe_a8_corr_off(b)));
+        UNROLL for (int t = 0; t < 8; t++) {
+            const __m512i kv = _mm512_xor_si512(_mm512_loadu_si512(kt + (size_t)(8 * b + t) * 64), x80);
+            UNROLL for (int hh = 0; hh < HN; hh++)
+                is[hh] = _mm512_dpbusd_epi32(is[hh], kv,
+                                             _mm512_set1_epi32(rd_i32(qa + (size_t)(h0 + hh) * qas + qb + 64 * (size_t)t)));
+        }
+        const __m512 dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kd + (size_t)b * kds + (size_t)jt)));
+        UNROLL for (int hh = 0; hh < HN; hh++) {
+            const __m512 S = _mm512_mul_ps(dk, _mm512_set1_ps(rd_f32(qa + (size_t)(h0 + hh) * qas + moe_a8_da_off(b))));
+            acc[hh] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[hh]), S, acc[hh]);
+        }
+    }
+    UNROLL for (int hh = 0; hh < HN; hh++)
+        _mm512_mask_storeu_ps(sc + (size_t)(h0 + hh) * scs + (size_t)jt, m, _mm512_mul_ps(acc[hh], vs));
+}
+
+static void scores_q8_avx512(const uint8_t *qa, size_t qas, int G, const int8_t *k8, const uint16_t *kd, size_t kds,
+                             int j0, int nk, int D, float scale, float *sc, size_t scs) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int jt = j0 & ~15; jt < j0 + nk; jt += 16) {
+        const int lo = j0 > jt ? j0 - jt : 0, hi = j0 + nk - jt < 16 ? j0 + nk - jt : 16;
+        const __mmask16 m = (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+        const int8_t *kt = k8 + (size_t)jt * (size_t)D;                     /* tile jt/16 */
+        int h0 = 0;
+        for (; h0 + 4 <= G; h0 += 4) sq8_tile(qa, qas, h0, kt, kd, kds, jt, D, vs, sc, scs, m, 4);
+        if (h0 + 2 <= G) { sq8_tile(qa, qas, h0, kt, kd, kds, jt, D, vs, sc, scs, m, 2); h0 += 2; }
+        if (h0 < G) sq8_tile(qa, qas, h0, kt, kd, kds, jt, D, vs, sc, scs, m, 1);
+    }
+}
+
+/* One tile of the weighted sum: HN heads x NV vectors of 16 dims from d0
+ * (NV even: whole 32-blocks), over all keys in order; each value vector is
+ * converted once and serves HN heads; the weights w come from wbuf
+ * [G][Dv/32][nk]. NV is a constant, so the unrolled loops carry no checks. */
+static inline __attribute__((always_inline)) void aq8_tile(const float *wbuf, int NB, int h0, const int8_t *v8, int j0,
+                                                           int nk, int d0, int Dv, float *out, size_t os, const int HN,
+                                                           const int NV) {
+    const float *wp[8];
+    UNROLL for (int hh = 0; hh < HN; hh++)
+        UNROLL for (int c = 0; c < NV; c += 2)
+            wp[hh * (NV / 2) + c / 2] = wbuf + ((size_t)(h0 + hh) * (size_t)NB + (size_t)((d0 + 16 * c) / 32)) * (size_t)nk;
+    __m512 acc[16];
+    UNROLL for (int i = 0; i < HN * NV; i++) acc[i] = _mm512_setzero_ps();
+    for (int j = 0; j < nk; j++) {
+        const int8_t *vr = v8 + (size_t)(j0 + j) * (size_t)Dv + (size_t)d0;
+        __m512 vv[8];
+        UNROLL for (int c = 0; c < NV; c++)
+            vv[c] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(vr + 16 * c))));
+        UNROLL for (int hh = 0; hh < HN; hh++)
+            UNROLL for (int c = 0; c < NV; c += 2) {
+                const __m512 a = _mm512_set1_ps(wp[hh * (NV / 2) + c / 2][j]);
+                acc[hh * NV + c] = _mm512_fmadd_ps(a, vv[c], acc[hh * NV + c]);
+                acc[hh * NV + c + 1] = _mm512_fmadd_ps(a, vv[c + 1], acc[hh * NV + c + 1]);
+            }
+    }
+    UNROLL for (int hh = 0; hh < HN; hh++)
+        UNROLL for (int c = 0; c < NV; c++)
+            _mm512_storeu_ps(out + (size_t)(h0 + hh) * os + (size_t)d0 + 16 * (size_t)c, acc[hh * NV + c]);
+}
+
+/* the tiles of HN heads over all Dv dims: NC vectors at a time, then the
+ * last 2, 4 or 6 (Dv % 32 == 0) */
+static inline __attribute__((always_inline)) void aq8_heads(const float *wbuf, int NB, int h0, const int8_t *v8, int j0,
+                                                            int nk, int Dv, float *out, size_t os, const int HN,
+                                                            const int NC) {
+    int d0 = 0;
+    for (; d0 + 16 * NC <= Dv; d0 += 16 * NC) aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, HN, NC);
+    const int left = (Dv - d0) / 16;
+    if (left >= 6 && NC > 6) { aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, HN, 6); return; }
+    if (left >= 4 && NC > 4) { aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, HN, 4); return; }
+    if (left >= 2) aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, HN, 2);
+}
+
+static void accum_q8_avx512(const float *p, size_t ps, int G, const int8_t *v8, const uint16_t *vd, size_t vds,
+                            int j0, int nk, int Dv, float *wbuf, float *out, size_t os) {
+    const int NB = Dv / 32;
+    for (int h = 0; h < G; h++)                       /* w = p * dv, one rounding each */
+        for (int b = 0; b < NB; b++) {
+            const float *ph = p + (size_t)h * ps + (size_t)j0;
+            const uint16_t *db = vd + (size_t)b * vds + (size_t)j0;
+            float *w = wbuf + ((size_t)h * (size_t)NB + (size_t)b) * (size_t)nk;
+            for (int i = 0; i < nk; i += 16) {
+                const __mmask16 m = tail_mask(nk - i);
+                _mm512_mask_storeu_ps(w + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, ph + i),
+                                                              _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, db + i))));
+            }
+        }
+    int h0 = 0;
+    for (; h0 + 4 <= G; h0 += 4) aq8_heads(wbuf, NB, h0, v8, j0, nk, Dv, out, os, 4, 4);
+    if (h0 + 2 <= G) {
+        aq8_heads(wbuf, NB, h0, v8, j0, nk, Dv, out, os, 2, 8);
+        h0 += 2;
+    }
+    if (h0 < G) aq8_heads(wbuf, NB, h0, v8, j0, nk, Dv, out, os, 1, 8);
+}
+
+/* The max: vmaxps returns its second operand when either is NaN, so NaN
+ * keys leave the running max alone, as the scalar comparison does; which of
+ * +0 / -0 wins may differ, and neither changes r - mx. Inactive tail lanes
+ * are -inf for the max and add nothing to the sum. */
+static float softmax_q8_avx512(float *r, int n) {
+    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+    __m512 m = ninf;
+    for (int j = 0; j < n; j += 16) m = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, tail_mask(n - j), r + j), m);
+    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+    __m512 acc = _mm512_setzero_ps();
+    for (int j = 0; j < n; j += 16) {
+        const __mmask16 k = tail_mask(n - j);
+        const __m512 e = expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, r + j), mx));
+        _mm512_mask_storeu_ps(r + j, k, e);
+        acc = _mm512_mask_add_ps(acc, k, acc, e);
+    }
+    return hsum16(acc);
+}
+
+const moe_attn_kernels moe_attn_avx512 = {scores_avx512,   accum_avx512,     scores_h_avx512, accum_h_avx512,
+                                          exp_shift_avx512, silu_mul_avx512, to_half_avx512,  combine_avx512,
+                                          scores_q8_avx512, accum_q8_avx512, softmax_q8_avx512};

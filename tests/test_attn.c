@@ -1,6 +1,7 @@
 /* test_attn.c — the attention kernels of every ISA level equal the scalar
  * reference bit for bit, for head sizes that are and are not multiples of 16
  * and group sizes 1..7. */
+#include <math.h>
 #include <stdint.h>
 
 #include "attn.h"
@@ -208,6 +209,128 @@ int main(void) {
                     }
                 }
         free(eout);
+    }
+
+    /* kv_q8: keys and values quantized by moe_quantize_act8 and moved into
+     * the cache layout; every level equals the scalar contract bit for bit
+     * for every key range (tiles cut at both ends), and the contract itself
+     * stays within quantization error of the float attention it replaces */
+    {
+        const int qdims[] = {32, 64, 128, 256, 544};
+        const int ranges[][2] = {{0, 1}, {0, 16}, {3, 9}, {5, 40}, {16, 33}, {17, 70}, {0, 77}};
+        enum { CP = 96 };                                        /* positions, a multiple of 16 */
+        for (size_t di = 0; di < sizeof qdims / sizeof qdims[0]; di++)
+            for (int G = 1; G <= 7; G++) {
+                const int D = qdims[di], Dv = qdims[(di + 2) % (sizeof qdims / sizeof qdims[0])];
+                const size_t ab = (size_t)moe_act8_row_bytes(D), abv = (size_t)moe_act8_row_bytes(Dv);
+                float *qf = malloc(sizeof(float) * (size_t)G * D), *kf = malloc(sizeof(float) * CP * (size_t)D);
+                float *vf = malloc(sizeof(float) * CP * (size_t)Dv), *p = malloc(sizeof(float) * (size_t)G * CP);
+                uint8_t *qa = malloc(ab * (size_t)G), *tmp = malloc(ab > abv ? ab : abv);
+                int8_t *k8 = calloc(CP, (size_t)D), *v8 = calloc(CP, (size_t)Dv);
+                uint16_t *kd = calloc((size_t)CP * (size_t)(D / 32), 2), *vd = calloc((size_t)CP * (size_t)(Dv / 32), 2);
+                float *s0 = malloc(sizeof(float) * (size_t)G * CP), *s1 = malloc(sizeof(float) * (size_t)G * CP);
+                float *o0 = malloc(sizeof(float) * (size_t)G * Dv), *o1 = malloc(sizeof(float) * (size_t)G * Dv);
+                float *wb = malloc(sizeof(float) * (size_t)G * (size_t)(Dv / 32) * CP);
+                for (int i = 0; i < G * D; i++) qf[i] = (float)moe_rng_normal(&r);
+                for (int i = 0; i < CP * D; i++) kf[i] = (float)moe_rng_normal(&r) * (i % 7 == 0 ? 4.0f : 1.0f);
+                for (int i = 0; i < CP * Dv; i++) vf[i] = (float)moe_rng_normal(&r);
+                for (int i = 0; i < G * CP; i++) p[i] = (float)moe_rng_uniform(&r);
+                for (int h = 0; h < G; h++) moe_quantize_act8(qf + (size_t)h * D, qa + (size_t)h * ab, D);
+                for (int j = 0; j < CP; j++) {
+                    moe_quantize_act8(kf + (size_t)j * D, tmp, D);
+                    moe_kv8_store_key(tmp, D, k8, kd, CP, j);
+                    moe_quantize_act8(vf + (size_t)j * Dv, tmp, Dv);
+                    moe_kv8_store_value(tmp, Dv, v8, vd, CP, j);
+                }
+                for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++) {
+                    const int j0 = ranges[ri][0], nk = ranges[ri][1];
+                    for (int i = 0; i < G * CP; i++) s0[i] = s1[i] = -1.0f;  /* outside the range: untouched */
+                    moe_attn_scalar.scores_q8(qa, ab, G, k8, kd, CP, j0, nk, D, 0.125f, s0, CP);
+                    moe_attn_scalar.accum_q8(p, CP, G, v8, vd, CP, j0, nk, Dv, wb, o0, (size_t)Dv);
+                    double err = 0, mag = 0, verr = 0, vmag = 0;  /* against the float attention */
+                    for (int h = 0; h < G; h++) {
+                        for (int j = j0; j < j0 + nk; j++) {
+                            double e = 0, qq = 0, kk = 0;
+                            for (int d = 0; d < D; d++) {
+                                e += (double)qf[h * D + d] * kf[(size_t)j * D + d];
+                                qq += (double)qf[h * D + d] * qf[h * D + d];
+                                kk += (double)kf[(size_t)j * D + d] * kf[(size_t)j * D + d];
+                            }
+                            err += fabs(e * 0.125 - s0[h * CP + j]);
+                            mag += sqrt(qq * kk) * 0.125;         /* the scale of the error: |q| |k| */
+                        }
+                        for (int d = 0; d < Dv; d++) {
+                            double e = 0, a = 0;
+                            for (int j = j0; j < j0 + nk; j++) {
+                                e += (double)p[h * CP + j] * vf[(size_t)j * Dv + d];
+                                a += fabs((double)p[h * CP + j] * vf[(size_t)j * Dv + d]);
+                            }
+                            verr += fabs(e - o0[h * Dv + d]);
+                            vmag += a;
+                        }
+                    }
+                    CHECK_MSG(err < 0.01 * mag && verr < 0.01 * vmag, "kv_q8 contract far from float: D %d G %d err %g/%g, %g/%g",
+                              D, G, err, mag, verr, vmag);
+                    int outside = 0;
+                    for (int h = 0; h < G; h++)
+                        for (int j = 0; j < CP; j++) outside += (j < j0 || j >= j0 + nk) && s0[h * CP + j] != -1.0f;
+                    CHECK_MSG(outside == 0, "scalar scores_q8 wrote %d scores outside keys %d..%d", outside, j0, j0 + nk - 1);
+                    for (size_t ii = 0; ii < 2; ii++) {
+                        if (!moe_kernels_for(isas[ii])) continue;
+                        const moe_attn_kernels *a = moe_attn_for(isas[ii]);
+                        for (int i = 0; i < G * CP; i++) s1[i] = -1.0f;
+                        memset(o1, 0xAB, sizeof(float) * (size_t)G * Dv);
+                        a->scores_q8(qa, ab, G, k8, kd, CP, j0, nk, D, 0.125f, s1, CP);
+                        a->accum_q8(p, CP, G, v8, vd, CP, j0, nk, Dv, wb, o1, (size_t)Dv);
+                        CHECK_MSG(!memcmp(s0, s1, sizeof(float) * (size_t)G * CP), "scores_q8 differ: isa %d D %d G %d keys %d+%d",
+                                  (int)isas[ii], D, G, j0, nk);
+                        CHECK_MSG(!memcmp(o0, o1, sizeof(float) * (size_t)G * Dv), "accum_q8 differs: isa %d Dv %d G %d keys %d+%d",
+                                  (int)isas[ii], Dv, G, j0, nk);
+                        compared++;
+                    }
+                }
+                free(qf); free(kf); free(vf); free(p); free(qa); free(tmp); free(k8); free(v8); free(kd); free(vd);
+                free(s0); free(s1); free(o0); free(o1); free(wb);
+            }
+        /* softmax_q8: every level equals the scalar one (values and sum), NaN,
+         * infinities and signed zeros included; the sum is the 16-lane one */
+        enum { NS = 1200 };
+        float *r0 = malloc(sizeof(float) * NS), *r1 = malloc(sizeof(float) * NS), *src = malloc(sizeof(float) * NS);
+        const float spec[] = {__builtin_nanf(""), -__builtin_inff(), 0.0f, -0.0f, 3.0f, -3.0f, 40.0f, -90.0f};
+        for (int pass = 0; pass < 3; pass++)
+            for (int n = 0; n <= NS; n += (n < 40 ? 1 : 389)) {
+                for (int i = 0; i < NS; i++) src[i] = (float)(moe_rng_normal(&r) * 4.0);
+                if (pass == 1) for (int i = 0; i < n; i += 5) src[i] = spec[(i / 5) % 8];
+                if (pass == 2) for (int i = 0; i < n; i++) src[i] = i % 3 ? -0.0f : 0.0f;
+                memcpy(r0, src, sizeof(float) * NS);
+                const float sum0 = moe_attn_scalar.softmax_q8(r0, n);
+                if (pass == 0 && n > 0) {
+                    double mx = -1e30, e = 0;
+                    for (int i = 0; i < n; i++) if (src[i] > mx) mx = src[i];
+                    for (int i = 0; i < n; i++) e += exp((double)src[i] - mx);
+                    CHECK_MSG(fabs(e - sum0) <= 1e-5 * e, "softmax_q8 sum %g, expected %g (n %d)", sum0, e, n);
+                }
+                for (size_t ii = 0; ii < 2; ii++) {
+                    if (!moe_kernels_for(isas[ii])) continue;
+                    memcpy(r1, src, sizeof(float) * NS);
+                    const float sum1 = moe_attn_for(isas[ii])->softmax_q8(r1, n);
+                    CHECK_MSG(!memcmp(&sum0, &sum1, 4) && !memcmp(r0, r1, sizeof(float) * NS),
+                              "softmax_q8 differs: isa %d pass %d n %d (sum %g vs %g)", (int)isas[ii], pass, n, sum0, sum1);
+                }
+            }
+        free(r0); free(r1); free(src);
+
+        /* the layout: a key's dim d is byte (d/4)*64 + lane*4 + d%4 of its tile */
+        float x[32];
+        uint8_t xa[A8_GROUP_BYTES];
+        int8_t kt[2 * 16 * 32] = {0};
+        uint16_t kdd[32] = {0};
+        for (int i = 0; i < 32; i++) x[i] = (float)(i - 16);
+        moe_quantize_act8(x, xa, 32);
+        moe_kv8_store_key(xa, 32, kt, kdd, 32, 17);              /* tile 1, lane 1 */
+        CHECK(kt[16 * 32 + 0 * 64 + 1 * 4 + 0] == -127 && kt[16 * 32 + 4 * 64 + 1 * 4 + 0] == 0);
+        CHECK(kt[16 * 32 + 7 * 64 + 1 * 4 + 3] == (int8_t)lrintf(15.0f * 127.0f / 16.0f));
+        CHECK(moe_f16_to_f32(kdd[17]) == moe_f16_to_f32(moe_f32_to_f16(16.0f / 127.0f)));
     }
 
     /* the reference itself: a hand-computed case */

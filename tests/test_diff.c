@@ -48,6 +48,9 @@ int main(void) {
         rc = run(path, "+act_q8,+kv_f16,+test_perturb", 512, msg, sizeof msg);
         CHECK_MSG(rc == MOE_EDIVERGE, "%s: test_perturb not caught under act_q8 (rc %d)", models[i], rc);
         CHECK_STR_CONTAINS(msg, "with flags +act_q8,+kv_f16");
+        /* kv_q8: the twin's scalar kernels and single thread give the same bits */
+        rc = run(path, "all,+kv_q8", 7, msg, sizeof msg);
+        CHECK_MSG(rc == MOE_OK, "%s: all flags vs none within kv_q8 diverged: %s", models[i], msg);
     }
     CHECK_MSG(ran > 0, "no shared models");
     return check_report("test_diff");

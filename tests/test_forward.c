@@ -119,14 +119,15 @@ int main(void) {
     /* fp32: the default numerics; extra: other numerics checked the same way
      * (act_q8 on all-Q8_0 models, on Q8_0 attention with NVFP4 experts, on
      * BF16 attention (FP32 path) with NVFP4 experts whose short rows (64, 256)
-     * are partial a8 groups; kv_f16 alone and with act_q8) */
-    static const struct { const char *file; bool fp32; const char *extra[2]; } models[] = {
-        {"laguna-tiny-f32.gguf", true, {"+kv_f16", NULL}},
-        {"qwen3moe-tiny-q8_0.gguf", true, {"+act_q8", "+act_q8,+kv_f16"}},
+     * are partial a8 groups; kv_f16 and kv_q8 alone and with act_q8; laguna's
+     * sliding window starts kv_q8 key tiles part-way) */
+    static const struct { const char *file; bool fp32; const char *extra[3]; } models[] = {
+        {"laguna-tiny-f32.gguf", true, {"+kv_f16", "+kv_q8", NULL}},
+        {"qwen3moe-tiny-q8_0.gguf", true, {"+act_q8", "+act_q8,+kv_f16", "+act_q8,+kv_q8"}},
         {"laguna-tiny-bf16-nvfp4.gguf", true, {"+act_q8", NULL}},
         {"qwen3moe-tiny-q8_0-nvfp4-scale2.gguf", true, {"+act_q8", NULL}},
         {"qwen3moe-tiny-q4_k.gguf", true, {"+act_q8", NULL}},
-        {"laguna-tiny-q8_0.gguf", false, {"+act_q8", NULL}},
+        {"laguna-tiny-q8_0.gguf", false, {"+act_q8", "+act_q8,+kv_q8"}},
     };
     for (int i = 0; i < NTOK; i++) toks[i] = (int32_t)((i * 7919 + 13) % 997);
     char path[512];
@@ -145,7 +146,7 @@ int main(void) {
         CHECK_MSG(n > 0, "cannot load %s", path);
         if (!n) continue;
         if (models[mi].fp32) check_model(path, models[mi].file, "", n);
-        for (int x = 0; x < 2 && models[mi].extra[x]; x++) {
+        for (int x = 0; x < 3 && models[mi].extra[x]; x++) {
             const char *num = models[mi].extra[x];
             check_model(path, models[mi].file, num, n);
             /* the numerics really differ (the flag is not silently off) */

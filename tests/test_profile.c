@@ -101,7 +101,8 @@ static double kv_of(const moe_session *s, int pos, int n) {
             const int p = pos + t;
             int j0 = s->m->layers[il].swa ? p - hp->swa_window + 1 : 0;
             if (j0 < 0) j0 = 0;
-            b += (double)(p - j0 + 1) * hp->n_head_kv * (hp->head_dim + hp->head_dim_v) * (s->kv_half ? 2 : 4);
+            b += (double)(p - j0 + 1) * hp->n_head_kv * (hp->head_dim + hp->head_dim_v) *
+                 (s->kv_q8 ? 34.0 / 32.0 : s->kv_half ? 2 : 4);   /* kv_q8: a code and 1/32 of a half */
         }
     return b;
 }
@@ -314,10 +315,10 @@ int main(void) {
     for (int i = 0; i < NPRE + NDEC; i++) toks[i] = (int32_t)((i * 7919 + 13) % 997);
     /* qwen3moe: plain MoE layers; under act_q8 the hidden_q8 phase, with
      * kv_f16 half-size KV bytes. laguna: a dense lead layer, sliding-window
-     * layers, the attention gate and a shared expert. */
+     * layers, the attention gate and a shared expert; kv_q8's KV bytes. */
     static const struct { const char *file; const char *flags[4]; } cases[] = {
         {"qwen3moe-tiny-q8_0.gguf", {"default", "+act_q8,+kv_f16", "-parallel_glue,-fused_gate_up", "-gemm_batch,+act_q8"}},
-        {"laguna-tiny-f32.gguf", {"default", "-parallel_glue", "-gemm_batch", "+kv_f16"}},
+        {"laguna-tiny-f32.gguf", {"default", "-parallel_glue", "-gemm_batch", "+kv_q8"}},
     };
     char path[512];
     int ran = 0;

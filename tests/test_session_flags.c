@@ -136,6 +136,18 @@ static void check_model(const char *path, const char *name, const char *num, siz
 static void check_api(const char *path) {
     char err[MOE_ERR_LEN], before[256], after[256], want[256];
     moe_model *m = NULL;
+    {   /* two KV cache formats at once: refused at session creation, naming both */
+        moe_load_params lq = {.flags = "+kv_f16,+kv_q8"};
+        moe_session_params sq = {.n_ctx = 64, .n_threads = 1, .n_batch = 0};
+        moe_session *sb = NULL;
+        if (moe_model_load(path, &lq, &m, err, sizeof err)) { CHECK_MSG(0, "%s", err); return; }
+        err[0] = 0;
+        CHECK_EQ_INT(moe_session_new(m, &sq, &sb, err, sizeof err), MOE_EINVAL);
+        CHECK(sb == NULL);
+        CHECK_STR_CONTAINS(err, "kv_f16 and kv_q8");
+        moe_model_free(m);
+        m = NULL;
+    }
     moe_load_params lp = {.flags = "+act_q8,+kv_f16"};
     if (moe_model_load(path, &lp, &m, err, sizeof err)) { CHECK_MSG(0, "%s", err); return; }
     moe_session_params sp = {.n_ctx = 64, .n_threads = 2, .n_batch = 0};
@@ -235,7 +247,7 @@ int main(void) {
      * sliding-window layers, the shared expert, the FP32 path */
     static const struct { const char *file; const char *num[2]; } models[] = {
         {"qwen3moe-tiny-q8_0.gguf", {"", "+act_q8,+kv_f16"}},
-        {"laguna-tiny-f32.gguf", {"", "+kv_f16"}},
+        {"laguna-tiny-f32.gguf", {"", "+kv_q8"}},
     };
     for (int i = 0; i < NTOK; i++) toks[i] = (int32_t)((i * 7919 + 13) % 997);
     char path[512];

@@ -169,7 +169,7 @@ static double attn_kv_bytes(const moe_session *s, const moe_layer *L, int n) {
         if (j0 < 0) j0 = 0;
         keys += pos - j0 + 1;
     }
-    const double elem = s->kv_half ? 2.0 : 4.0;
+    const double elem = s->kv_q8 ? 34.0 / 32.0 : s->kv_half ? 2.0 : 4.0;   /* kv_q8: a code + a half per 32 */
     return keys * hp->n_head_kv * (double)(hp->head_dim + hp->head_dim_v) * elem;
 }
 
@@ -230,7 +230,7 @@ static void attn_gate(moe_session *s, const moe_layer *L, int t, int h0, int h1)
 /* Token t, KV head g: QK-norm and RoPE of the query heads g*G .. g*G+G-1 and
  * of key head g, then key and value row g stored in the cache at position
  * n_past + t. Items touch disjoint data, so they may run on any thread. */
-static void attn_prep(moe_session *s, const moe_layer *L, int il, int t, int g) {
+static void attn_prep(moe_session *s, const moe_layer *L, int il, int t, int g, int ith) {
     const moe_hparams *hp = &s->m->hp;
     const int H = L->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, Dv = hp->head_dim_v, G = H / Hkv;
     const moe_rope *rp = L->rope;
@@ -245,6 +245,16 @@ static void attn_prep(moe_session *s, const moe_layer *L, int il, int t, int g) 
     if (L->k_norm) rms_norm(k, L->k_norm, k, D, hp->rms_eps);
     rope_apply(k, cs, rp->n_rot);
     const float *v = s->v + ((size_t)t * Hkv + g) * Dv;
+    if (s->kv_q8) {                                               /* kv_q8: 8-bit blocks (attn.h) */
+        const size_t Cp = (size_t)s->ctx_pad, lg = (size_t)il * Hkv + (size_t)g;
+        uint8_t *tmp = s->kv_a8 + (size_t)ith * s->a8_row;
+        s->kern->quantize_act8(k, tmp, D);
+        moe_kv8_store_key(tmp, D, (int8_t *)s->k_cache + lg * Cp * (size_t)D, s->k_scale + lg * (size_t)(D / 32) * Cp, Cp, pos);
+        s->kern->quantize_act8(v, tmp, Dv);
+        moe_kv8_store_value(tmp, Dv, (int8_t *)s->v_cache + lg * Cp * (size_t)Dv, s->v_scale + lg * (size_t)(Dv / 32) * Cp,
+                            Cp, pos);
+        return;
+    }
     const size_t C = (size_t)s->n_ctx;                            /* cache [layer][Hkv][n_ctx][D] */
     const size_t kp = ((size_t)il * Hkv * C + (size_t)g * C + (size_t)pos) * (size_t)D;
     const size_t vp = ((size_t)il * Hkv * C + (size_t)g * C + (size_t)pos) * (size_t)Dv;
@@ -257,11 +267,33 @@ static void attn_prep(moe_session *s, const moe_layer *L, int il, int t, int g) 
     }
 }
 
+/* kv_q8 (attn.h): one item's scores, softmax and weighted sum. The query
+ * heads are quantized to A8 rows, the scores go to sc[h][j] at the key's
+ * absolute position j, the softmax is the FP32 one over j0 .. j0+nk-1. */
+static void attn_item_q8(moe_session *s, int il, int g, int G, const float *q, int j0, int nk, float kq_scale,
+                         int ith, float *sc, float *sums, float *o) {
+    const moe_hparams *hp = &s->m->hp;
+    const int D = hp->head_dim, Dv = hp->head_dim_v;
+    const size_t C = (size_t)s->n_ctx, Cp = (size_t)s->ctx_pad, lg = (size_t)il * (size_t)hp->n_head_kv + (size_t)g;
+    uint8_t *qa = s->q_a8 + (size_t)ith * (size_t)hp->n_head_max * s->a8_row;
+    for (int h = 0; h < G; h++) s->kern->quantize_act8(q + (size_t)h * D, qa + (size_t)h * s->a8_row, D);
+    s->attn->scores_q8(qa, s->a8_row, G, (const int8_t *)s->k_cache + lg * Cp * (size_t)D,
+                       s->k_scale + lg * (size_t)(D / 32) * Cp, Cp, j0, nk, D, kq_scale, sc, C);
+    for (int h = 0; h < G; h++) sums[h] = s->attn->softmax_q8(sc + (size_t)h * C + (size_t)j0, nk);
+    float *w = s->attn_w + (size_t)ith * (size_t)hp->n_head_max * (size_t)(Dv / 32) * C;
+    s->attn->accum_q8(sc, C, G, (const int8_t *)s->v_cache + lg * Cp * (size_t)Dv, s->v_scale + lg * (size_t)(Dv / 32) * Cp,
+                      Cp, j0, nk, Dv, w, o, (size_t)Dv);
+    for (int h = 0; h < G; h++) {
+        const float inv = 1.0f / sums[h];
+        for (int d = 0; d < Dv; d++) o[(size_t)h * Dv + d] *= inv;
+    }
+}
+
 static void prep_worker(void *ctx, int ith, int nth) {
     attn_task *at = ctx;
     const int Hkv = at->s->m->hp.n_head_kv;
     const moe_layer *L = &at->s->m->layers[at->il];
-    for (int64_t it = ith; it < (int64_t)at->n * Hkv; it += nth) attn_prep(at->s, L, at->il, (int)(it / Hkv), (int)(it % Hkv));
+    for (int64_t it = ith; it < (int64_t)at->n * Hkv; it += nth) attn_prep(at->s, L, at->il, (int)(it / Hkv), (int)(it % Hkv), ith);
 }
 
 /* One item = (token t, KV head g) with the G query heads that share it:
@@ -288,12 +320,18 @@ static void attn_worker(void *ctx, int ith, int nth) {
      * Which thread runs an item never changes its result. */
     for (int64_t it = ith; it < (int64_t)at->n * Hkv; it += nth) {
         int t = (int)(it / Hkv), g = (int)(it % Hkv);
-        if (at->prep) attn_prep(s, L, at->il, t, g);          /* its own KV head's new row, before reading it */
+        if (at->prep) attn_prep(s, L, at->il, t, g, ith);     /* its own KV head's new row, before reading it */
         int pos = s->n_past + t;
         int j0 = L->swa ? pos - hp->swa_window + 1 : 0;
         if (j0 < 0) j0 = 0;
         const int nk = pos - j0 + 1;
         const float *q = s->q + ((size_t)t * H + (size_t)g * G) * D;      /* heads g*G .. g*G+G-1 */
+        float *o = s->att + ((size_t)t * H + (size_t)g * G) * Dv;
+        if (s->kv_q8) {                           /* the same steps on 8-bit blocks, keys indexed absolutely */
+            attn_item_q8(s, at->il, g, G, q, j0, nk, kq_scale, ith, sc, sums, o);
+            if (at->gate) attn_gate(s, L, t, g * G, (g + 1) * G);
+            continue;
+        }
         const size_t kg = koff + ((size_t)g * C + (size_t)j0) * (size_t)D;   /* keys [nk][D] */
         const size_t vg = voff + ((size_t)g * C + (size_t)j0) * (size_t)Dv;  /* values [nk][Dv] */
         if (s->kv_half) s->attn->scores_h(q, (size_t)D, G, (const uint16_t *)s->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
@@ -305,7 +343,6 @@ static void attn_worker(void *ctx, int ith, int nth) {
             for (int j = 0; j < nk; j++) sum += r[j];                     /* in key order */
             sums[h] = sum;
         }
-        float *o = s->att + ((size_t)t * H + (size_t)g * G) * Dv;
         if (s->kv_half) s->attn->accum_h(sc, C, G, (const uint16_t *)s->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
         else s->attn->accum(sc, C, G, (const float *)s->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
         for (int h = 0; h < G; h++) {

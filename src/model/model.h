@@ -125,8 +125,17 @@ struct moe_session {
     moe_pool *pool;
     int n_threads, n_ctx, n_batch, n_past;
     uint64_t flags;
-    void *k_cache, *v_cache;    /* [n_layer][n_head_kv][n_ctx][head_dim]: float, or IEEE half (kv_half) */
+    void *k_cache, *v_cache;    /* [n_layer][n_head_kv][n_ctx][head_dim]: float, or IEEE half (kv_half);
+                                 * kv_q8: int8 key tiles [n_layer][n_head_kv][ctx_pad][head_dim] and
+                                 * value rows [n_layer][n_head_kv][ctx_pad][head_dim_v] (layouts: attn.h) */
     bool kv_half;               /* flag kv_f16 */
+    bool kv_q8;                 /* flag kv_q8 */
+    int ctx_pad;                /* n_ctx rounded up to 16 (the kv_q8 key tiles) */
+    uint16_t *k_scale, *v_scale;/* kv_q8: half [n_layer][n_head_kv][head_dim(_v)/32][ctx_pad] */
+    uint8_t *q_a8;              /* kv_q8: [n_threads][n_head_max] A8 rows of the query heads, a8_row apart */
+    uint8_t *kv_a8;             /* kv_q8: [n_threads] one A8 row: the key or value being stored */
+    size_t a8_row;              /* kv_q8: moe_act8_row_bytes(max(head_dim, head_dim_v)) */
+    float *attn_w;              /* kv_q8: [n_threads][n_head_max * head_dim_v/32 * n_ctx] accum_q8 scratch */
     float *rope_full, *rope_swa;/* [n_ctx][n_rot/2][2] cos, sin */
     /* scratch, sized for n_batch tokens */
     float *x, *xn, *q, *k, *v, *att, *gate, *proj, *ffn_out;

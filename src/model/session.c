@@ -83,6 +83,14 @@ static int session_create(moe_model *m, const moe_session_params *p, uint64_t fl
     if (n_batch > n_ctx) n_batch = n_ctx;
     if (!moe_flag_on(flags, MOE_FLAG_THREADS)) n_threads = 1;
 
+    if (moe_flag_on(flags, MOE_FLAG_KV_Q8)) {
+        if (moe_flag_on(flags, MOE_FLAG_KV_F16))
+            return moe_errf(err, errlen, MOE_EINVAL, "session: flags kv_f16 and kv_q8 both choose the KV cache format; use one");
+        if (hp->head_dim % 32 || hp->head_dim_v % 32)
+            return moe_errf(err, errlen, MOE_EINVAL,
+                            "%s: flag kv_q8 needs head sizes that are multiples of 32 (head_dim %d, head_dim_v %d)", m->path,
+                            hp->head_dim, hp->head_dim_v);
+    }
     moe_session *s = calloc(1, sizeof *s);
     if (!s) return moe_errf(err, errlen, MOE_ENOMEM, "out of memory");
     s->m = m;
@@ -103,9 +111,23 @@ static int session_create(moe_model *m, const moe_session_params *p, uint64_t fl
     const size_t C = (size_t)n_ctx;
     bool ok = true;
     s->kv_half = moe_flag_on(flags, MOE_FLAG_KV_F16);
-    const size_t kv_elem = s->kv_half ? sizeof(uint16_t) : sizeof(float);
-    s->k_cache = xcalloc(L * C * Hkv * D, kv_elem, &ok);
-    s->v_cache = xcalloc(L * C * Hkv * Dv, kv_elem, &ok);
+    s->kv_q8 = moe_flag_on(flags, MOE_FLAG_KV_Q8);
+    s->ctx_pad = (n_ctx + 15) / 16 * 16;
+    if (s->kv_q8) {                                   /* layouts: attn.h */
+        const size_t Cp = (size_t)s->ctx_pad, Dm = D > Dv ? D : Dv;
+        s->a8_row = (size_t)moe_act8_row_bytes((int64_t)Dm);
+        s->k_cache = xcalloc(L * Hkv * Cp, D, &ok);
+        s->v_cache = xcalloc(L * Hkv * Cp, Dv, &ok);
+        s->k_scale = xcalloc(L * Hkv * (D / 32) * Cp, sizeof(uint16_t), &ok);
+        s->v_scale = xcalloc(L * Hkv * (Dv / 32) * Cp, sizeof(uint16_t), &ok);
+        s->q_a8 = xcalloc((size_t)n_threads * Hm, s->a8_row, &ok);
+        s->kv_a8 = xcalloc((size_t)n_threads, s->a8_row, &ok);
+        s->attn_w = xcalloc((size_t)n_threads * Hm * (Dv / 32) * C, sizeof(float), &ok);
+    } else {
+        const size_t kv_elem = s->kv_half ? sizeof(uint16_t) : sizeof(float);
+        s->k_cache = xcalloc(L * C * Hkv * D, kv_elem, &ok);
+        s->v_cache = xcalloc(L * C * Hkv * Dv, kv_elem, &ok);
+    }
     s->rope_full = xcalloc(C * (size_t)hp->rope_full.n_rot, sizeof(float), &ok);
     if (hp->swa_window > 0) s->rope_swa = xcalloc(C * (size_t)hp->rope_swa.n_rot, sizeof(float), &ok);
     s->x = xcalloc(B * E, sizeof(float), &ok);
@@ -165,6 +187,11 @@ void moe_session_free(moe_session *s) {
     moe_pool_free(s->pool);
     free(s->k_cache);
     free(s->v_cache);
+    free(s->k_scale);
+    free(s->v_scale);
+    free(s->q_a8);
+    free(s->kv_a8);
+    free(s->attn_w);
     float *fs[] = {s->rope_full, s->rope_swa, s->x, s->xn, s->proj, s->ffn_out, s->q,
                    s->k, s->v, s->att, s->gate, s->router, s->selw, s->xg, s->eout, s->hg, s->hu, s->scores, s->attn_sum,
                    s->logits_tmp};
