@@ -148,11 +148,21 @@ void moe_session_flags(const moe_session *s, char *buf, size_t len);
  * (except the test flags, by design), so a caller may alternate two
  * configurations step by step in one token stream (`moefast bench --ab`).
  * Changing a flag fixed at load or session creation (threads, readahead,
- * repack, act_q8, kv_f16), or naming an unknown flag, is MOE_EINVAL with a
+ * repack, act_q8, kv_f16, kv_q8), or naming an unknown flag, is MOE_EINVAL with a
  * one-line message naming the flag, and leaves the flags unchanged. In
  * differential mode the all-flags-off twin is not touched: it keeps checking
  * the main session whatever its flags. Allocates nothing. */
 int  moe_session_set_flags(moe_session *s, const char *spec, char *err, size_t errlen);
+/* A second session on s's model with s's context, batch size, thread count
+ * and worker pool, and s's flags changed by spec (applied at creation, so it
+ * may differ from s also in the KV cache format: kv_f16, kv_q8, besides the
+ * flags moe_session_set_flags may switch). A flag fixed at model load or by
+ * the pool (readahead, repack, act_q8, threads) must stay as it is:
+ * MOE_EINVAL naming it. The two sessions share one pool, so they must never
+ * forward at the same time; free the sibling before s. What it is for: two
+ * KV cache formats timed step by step in one process (`moefast bench --ab`),
+ * without a second pool's idle workers spinning on the same cores. */
+int  moe_session_new_sibling(moe_session *s, const char *spec, moe_session **out, char *err, size_t errlen);
 /* The numerics flags (act_q8, kv_f16: a different arithmetic, docs/EXACTNESS.md)
  * of a flag set written as moe_model_flags writes it (relative to "none"),
  * formatted the same way ("none" when there are none). MOE_EINVAL when the

@@ -90,21 +90,15 @@ static void combine_scalar(const float *eout, const int32_t *slot, const float *
 
 /* ---- kv_q8 (attn.h): the contract written out ---- */
 
-static float a8_da(const uint8_t *xa, int b) {
-    float f;
-    memcpy(&f, xa + moe_a8_da_off(b), sizeof f);
-    return f;
-}
-
 void moe_kv8_store_key(const uint8_t *xa, int D, int8_t *k8, uint16_t *kd, size_t kds, int j) {
     for (int d = 0; d < D; d++) k8[moe_kv8_key_off(j, d, D)] = (int8_t)xa[moe_a8_code_off(d / 32, d % 32)];
-    for (int b = 0; b < D / 32; b++) kd[(size_t)b * kds + (size_t)j] = moe_f32_to_f16(a8_da(xa, b));
+    for (int b = 0; b < D / 32; b++) kd[(size_t)b * kds + (size_t)j] = moe_f32_to_f16(moe_a8_f32(xa + moe_a8_da_off(b)));
 }
 
 void moe_kv8_store_value(const uint8_t *xa, int Dv, int8_t *v8, uint16_t *vd, size_t vds, int j) {
     int8_t *row = v8 + (size_t)j * (size_t)Dv;
     for (int d = 0; d < Dv; d++) row[d] = (int8_t)xa[moe_a8_code_off(d / 32, d % 32)];
-    for (int b = 0; b < Dv / 32; b++) vd[(size_t)b * vds + (size_t)j] = moe_f32_to_f16(a8_da(xa, b));
+    for (int b = 0; b < Dv / 32; b++) vd[(size_t)b * vds + (size_t)j] = moe_f32_to_f16(moe_a8_f32(xa + moe_a8_da_off(b)));
 }
 
 static void scores_q8_scalar(const uint8_t *qa, size_t qas, int G, const int8_t *k8, const uint16_t *kd, size_t kds,
@@ -117,7 +111,7 @@ static void scores_q8_scalar(const uint8_t *qa, size_t qas, int G, const int8_t 
                 int32_t isum = 0;
                 for (int k = 0; k < 32; k++)
                     isum += (int32_t)k8[moe_kv8_key_off(j, 32 * b + k, D)] * (int8_t)qh[moe_a8_code_off(b, k)];
-                const float S = moe_f16_to_f32(kd[(size_t)b * kds + (size_t)j]) * a8_da(qh, b);
+                const float S = moe_f16_to_f32(kd[(size_t)b * kds + (size_t)j]) * moe_a8_f32(qh + moe_a8_da_off(b));
                 acc = fmaf((float)isum, S, acc);
             }
             sc[(size_t)h * scs + (size_t)j] = acc * scale;

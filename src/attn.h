@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include "quant/quant.h"
 
 typedef struct moe_attn_kernels {
@@ -98,6 +99,17 @@ static inline size_t moe_a8_code_off(int b, int k) {
 }
 static inline size_t moe_a8_da_off(int b) { return (size_t)(b / A8_G) * A8_GROUP_BYTES + 576 + 4 * (size_t)(b % A8_G); }
 static inline size_t moe_a8_corr_off(int b) { return (size_t)(b / A8_G) * A8_GROUP_BYTES + 512 + 4 * (size_t)(b % A8_G); }
+/* An int32 / float field of an A8 row (unaligned-safe) */
+static inline int32_t moe_a8_i32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline float moe_a8_f32(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
 /* Byte of key j, dim d in a (layer, KV head)'s key tiles */
 static inline size_t moe_kv8_key_off(int j, int d, int D) {
     return (size_t)(j / 16) * 16 * (size_t)D + (size_t)(d / 4) * 64 + (size_t)(j % 16) * 4 + (size_t)(d % 4);

@@ -2,7 +2,6 @@
  * lanes of a dot are two ymm accumulators (lanes 0-7, 8-15), reduced with the
  * same tree; one FMA per element. */
 #include <immintrin.h>
-#include <string.h>
 
 #include "attn.h"
 
@@ -167,17 +166,6 @@ static void combine_avx2(const float *eout, const int32_t *slot, const float *w,
 
 /* ---- kv_q8 (attn.h) ---- */
 
-static inline int32_t rd_i32(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline float rd_f32(const uint8_t *p) {
-    float v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
 /* Scores of one 16-key tile (keys jt+lo .. jt+hi-1 stored) for HN heads from
  * h0; keys 0-7 of a slab are its first 32 bytes, keys 8-15 the next 32. No
  * VNNI here: vpmaddubsw takes |q| (unsigned) times the key codes with q's
@@ -198,7 +186,7 @@ static inline __attribute__((always_inline)) void sq8_tile(const uint8_t *qa, si
             const __m256i k0 = _mm256_loadu_si256((const __m256i *)(kt + (size_t)(8 * b + t) * 64));
             const __m256i k1 = _mm256_loadu_si256((const __m256i *)(kt + (size_t)(8 * b + t) * 64 + 32));
             UNROLL for (int hh = 0; hh < HN; hh++) {
-                const __m256i qv = _mm256_set1_epi32(rd_i32(qa + (size_t)(h0 + hh) * qas + qb + 64 * (size_t)t));
+                const __m256i qv = _mm256_set1_epi32(moe_a8_i32(qa + (size_t)(h0 + hh) * qas + qb + 64 * (size_t)t));
                 const __m256i qabs = _mm256_abs_epi8(qv);
                 is[hh][0] = _mm256_add_epi32(is[hh][0], _mm256_madd_epi16(_mm256_maddubs_epi16(qabs, _mm256_sign_epi8(k0, qv)), ones));
                 is[hh][1] = _mm256_add_epi32(is[hh][1], _mm256_madd_epi16(_mm256_maddubs_epi16(qabs, _mm256_sign_epi8(k1, qv)), ones));
@@ -208,7 +196,7 @@ static inline __attribute__((always_inline)) void sq8_tile(const uint8_t *qa, si
         const __m256 dk0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)kb));
         const __m256 dk1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kb + 8)));
         UNROLL for (int hh = 0; hh < HN; hh++) {
-            const __m256 da = _mm256_set1_ps(rd_f32(qa + (size_t)(h0 + hh) * qas + moe_a8_da_off(b)));
+            const __m256 da = _mm256_set1_ps(moe_a8_f32(qa + (size_t)(h0 + hh) * qas + moe_a8_da_off(b)));
             acc[hh][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[hh][0]), _mm256_mul_ps(dk0, da), acc[hh][0]);
             acc[hh][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[hh][1]), _mm256_mul_ps(dk1, da), acc[hh][1]);
         }

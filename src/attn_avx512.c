@@ -1,7 +1,6 @@
 /* attn_avx512.c — AVX-512 attention kernels, bit-identical to attn.c: one
  * zmm per 16-lane dot accumulator, the same tree, one FMA per element. */
 #include <immintrin.h>
-#include <string.h>
 
 #include "attn.h"
 
@@ -256,17 +255,6 @@ static void combine_avx512(const float *eout, const int32_t *slot, const float *
 
 /* ---- kv_q8 (attn.h) ---- */
 
-static inline int32_t rd_i32(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline float rd_f32(const uint8_t *p) {
-    float v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
 /* Scores of one 16-key tile (keys jt .. jt+15, lanes outside m not stored)
  * for HN heads from h0. Per block: the keys' codes are made unsigned (x ^
  * 0x80 = x + 128) for vpdpbusd, whose sums start from corr = -128 * the
@@ -282,16 +270,16 @@ static inline __attribute__((always_inline)) void sq8_tile(const uint8_t *qa, si
         const size_t qb = moe_a8_code_off(b, 0);
         __m512i is[4];
         UNROLL for (int hh = 0; hh < HN; hh++)
-            is[hh] = _mm512_set1_epi32(rd_i32(qa + (size_t)(h0 + hh) * qas + moe_a8_corr_off(b)));
+            is[hh] = _mm512_set1_epi32(moe_a8_i32(qa + (size_t)(h0 + hh) * qas + moe_a8_corr_off(b)));
         UNROLL for (int t = 0; t < 8; t++) {
             const __m512i kv = _mm512_xor_si512(_mm512_loadu_si512(kt + (size_t)(8 * b + t) * 64), x80);
             UNROLL for (int hh = 0; hh < HN; hh++)
                 is[hh] = _mm512_dpbusd_epi32(is[hh], kv,
-                                             _mm512_set1_epi32(rd_i32(qa + (size_t)(h0 + hh) * qas + qb + 64 * (size_t)t)));
+                                             _mm512_set1_epi32(moe_a8_i32(qa + (size_t)(h0 + hh) * qas + qb + 64 * (size_t)t)));
         }
         const __m512 dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kd + (size_t)b * kds + (size_t)jt)));
         UNROLL for (int hh = 0; hh < HN; hh++) {
-            const __m512 S = _mm512_mul_ps(dk, _mm512_set1_ps(rd_f32(qa + (size_t)(h0 + hh) * qas + moe_a8_da_off(b))));
+            const __m512 S = _mm512_mul_ps(dk, _mm512_set1_ps(moe_a8_f32(qa + (size_t)(h0 + hh) * qas + moe_a8_da_off(b))));
             acc[hh] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[hh]), S, acc[hh]);
         }
     }

@@ -19,9 +19,9 @@ static const moe_flag_info FLAGS[MOE_FLAG_COUNT] = {
     [MOE_FLAG_ACT_Q8] = {"act_q8", "NUMERICS: quantize matrix inputs to 8-bit blocks (llama.cpp's Q8_0 activations) for Q8_0, Q4_0, Q4_K, Q6_K, MXFP4 and NVFP4 weights and use integer dot products; changes the logits", false, false, true,
                          "is a numerics flag, fixed when the model is loaded (the a8 weight layout) and the session created"},
     [MOE_FLAG_KV_F16] = {"kv_f16", "NUMERICS: store the KV cache as IEEE half (llama.cpp's default): half the cache memory and half the bytes attention reads; changes the logits", false, false, true,
-                         "is a numerics flag, fixed when the session is created (the KV cache format)"},
+                         "is a numerics flag, fixed when the session is created (the KV cache format)", true},
     [MOE_FLAG_KV_Q8] = {"kv_q8", "NUMERICS: store the KV cache as 8-bit blocks (llama.cpp's q8_0 cache: int8 codes and a half scale per 32 values) and score keys with integer dot products against 8-bit query blocks: 0.53x the bytes of kv_f16; changes the logits; excludes kv_f16", false, false, true,
-                        "is a numerics flag, fixed when the session is created (the KV cache format)"},
+                        "is a numerics flag, fixed when the session is created (the KV cache format)", true},
     [MOE_FLAG_TEST_PERTURB] = {"test_perturb", "TEST ONLY: from position 20 on, reverse the last layer's expert weights (changes results)", false, true},
     [MOE_FLAG_TEST_SLOW] = {"test_slow", "TEST ONLY: sleep 2 ms for every token forwarded (changes timing)", false, true},
 };

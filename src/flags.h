@@ -49,6 +49,9 @@ typedef struct moe_flag_info {
      * it cannot change (it shaped something built at load or at session
      * creation); whoever adds a flag must decide which it is. */
     const char *fixed;
+    /* Fixed only when a session is created (the KV cache format): a sibling
+     * session (moe_session_new_sibling) may differ in it. */
+    bool per_session;
 } moe_flag_info;
 
 const moe_flag_info *moe_flag_get(int id); /* NULL when out of range */

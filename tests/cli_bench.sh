@@ -45,7 +45,9 @@ expect_err bench -m "$M" --prompt-len 4 --decode-steps 4 --ab +nosuchflag; expec
 expect_err bench -m "$M" --prompt-len 4 --decode-steps 4 --ab -repack; expect_msg "'repack'"
 expect_err bench -m "$M" --prompt-len 4 --decode-steps 4 --ab -threads; expect_msg "'threads'"
 expect_err bench -m "$M" --prompt-len 4 --decode-steps 4 --flags +act_q8 --ab=-act_q8; expect_msg "'act_q8'"
-expect_err bench -m "$M" --prompt-len 4 --decode-steps 4 --ab +kv_f16; expect_msg "'kv_f16'"
+# (a KV cache format runs B on a sibling session, which still refuses load-time flags)
+expect_err bench -m "$M" --prompt-len 4 --decode-steps 4 --ab +kv_f16,-repack; expect_msg "'repack'"
+expect_err bench -m "$M" --prompt-len 4 --decode-steps 4 --ab-sibling; expect_msg "--ab-sibling"
 expect_err bench -m "$M" --prompt-len 4 --decode-steps 4 --ab -simd --window prefill; expect_msg "prefill"
 expect_err bench -m "$M" --prompt-len 4 --decode-steps 1 --ab -simd; expect_msg "2 decode steps"
 expect_err bench -m "$M" --ab; expect_msg "--ab"
@@ -278,6 +280,27 @@ if "$BIN" trace record -m "$M" --tokens 5,17,300,42,7,999,0,123,55,66,77,88,99,1
   "$BIN" bench -m "$M" -t 2 --no-bandwidth --window decode --decode-steps 64 --trace "$d/bad65.json" \
     --ab -fused_gate_up >"$d/abb.txt" 2>"$d/err"
   grep -q "FAILED: decode step 4 (run with flags B)" "$d/abb.txt" || bad "text report does not name B: $(grep FAILED "$d/abb.txt")"
+  # ---- --ab with another KV cache format: B on a sibling session, both run
+  # every step; B's numerics differ, so only A's 1 + 64 steps are checked
+  $AB --json --ab +kv_q8 >"$d/sib.json" 2>"$d/err" || bad "bench --ab +kv_q8 failed: $(cat "$d/err")"
+  is_val $d/sib.json token_check.ok true
+  is_val $d/sib.json token_check.checked 65
+  is_val $d/sib.json ab.pairs 64
+  is_val $d/sib.json ab.b_sibling_session true
+  is_val $d/sib.json ab.b_tokens_checked false
+  jget $d/sib.json ab.b_flags | grep -q "+kv_q8" || bad "ab.b_flags lacks +kv_q8: $(jget $d/sib.json ab.b_flags)"
+  # the sibling mode's A/A control: B's steps are checked too (1 + 2 x 64)
+  $AB --json --ab '' --ab-sibling >"$d/sibaa.json" 2>"$d/err" || bad "bench --ab '' --ab-sibling failed: $(cat "$d/err")"
+  is_val $d/sibaa.json token_check.ok true
+  is_val $d/sibaa.json token_check.checked 129
+  is_val $d/sibaa.json ab.b_sibling_session true
+  is_val $d/sibaa.json ab.b_tokens_checked true
+  # step 4 follows input 3, a step that B runs first
+  "$BIN" bench -m "$M" -t 2 --no-bandwidth --window decode --decode-steps 64 --trace "$d/bad65.json" \
+    --json --ab '' --ab-sibling >"$d/sibb.json" 2>"$d/err"; rc=$?
+  [ $rc -eq 1 ] || bad "bench --ab-sibling with a tampered trace exited $rc, expected 1: $(cat "$d/err")"
+  is_val $d/sibb.json token_check.first_mismatch_step 4
+  is_val $d/sibb.json token_check.config '"B"'
 else
   if grep -q "not built" "$d/err"; then
     echo "note: 'moefast trace' is not built into $BIN yet: token-check cases skipped" >&2

@@ -228,6 +228,61 @@ static void check_api(const char *path) {
     moe_model_free(m);
 }
 
+/* moe_session_new_sibling: a sibling with another KV cache format gives the
+ * logits of a session created with those flags, on the shared pool, with
+ * either session forwarding in between; load-time flags and the pool's
+ * thread flag are refused, naming the flag. */
+static void check_sibling(const char *path, size_t V) {
+    char err[MOE_ERR_LEN];
+    moe_model *m = NULL, *mq = NULL;
+    moe_load_params lq = {.flags = "+kv_q8,-parallel_glue"};
+    if (moe_model_load(path, NULL, &m, err, sizeof err) || moe_model_load(path, &lq, &mq, err, sizeof err)) {
+        CHECK_MSG(0, "%s", err);
+        moe_model_free(m);
+        return;
+    }
+    moe_session_params sp = {.n_ctx = 64, .n_threads = 2, .n_batch = 0};
+    moe_session *s = NULL, *sb = NULL, *ref = NULL;
+    float *a = calloc(V, sizeof(float)), *b = calloc(V, sizeof(float)), *r = calloc(V, sizeof(float));
+    if (!a || !b || !r || moe_session_new(m, &sp, &s, err, sizeof err) || moe_session_new(mq, &sp, &ref, err, sizeof err)) {
+        CHECK_MSG(0, "setup: %s", err);
+        goto done;
+    }
+    const char *refused[] = {"-repack", "+act_q8", "-threads", "-readahead"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "'%s'", refused[i] + 1);
+        CHECK_EQ_INT(moe_session_new_sibling(s, refused[i], &sb, err, sizeof err), MOE_EINVAL);
+        CHECK(sb == NULL);
+        CHECK_STR_CONTAINS(err, want);
+    }
+    CHECK_EQ_INT(moe_session_new_sibling(s, "+kv_q8,-parallel_glue", &sb, err, sizeof err), MOE_OK);
+    if (!sb) goto done;
+    CHECK_EQ_INT(moe_session_threads(sb), moe_session_threads(s));
+    char fb[256], fr[256];
+    moe_session_flags(sb, fb, sizeof fb);
+    moe_session_flags(ref, fr, sizeof fr);
+    CHECK_MSG(!strcmp(fb, fr), "sibling flags %s, expected %s", fb, fr);
+    int rc = 0;
+    for (int c = 0; c < N_CALLS && !rc; c++) {
+        const int p = call_pos(c), n = call_len(c);
+        rc = moe_session_forward(s, toks + p, n, a, false) || moe_session_forward(sb, toks + p, n, b, false) ||
+             moe_session_forward(ref, toks + p, n, r, false);
+        CHECK_MSG(!rc, "forward call %d failed", c);
+        CHECK_MSG(!memcmp(b, r, V * sizeof(float)), "sibling logits differ from a kv_q8 session's at call %d", c);
+        CHECK_MSG(memcmp(a, b, V * sizeof(float)), "kv_q8 sibling logits equal the FP32 session's at call %d", c);
+    }
+done:
+    moe_session_free(sb);
+    moe_session_free(s);
+    moe_session_free(ref);
+    moe_model_free(m);
+    moe_model_free(mq);
+    free(a);
+    free(b);
+    free(r);
+}
+
 /* Differential mode: the twin is left alone and keeps checking the switched
  * session; a switched-on perturbation is caught there. */
 static void check_diff(const char *path, size_t V) {
@@ -267,6 +322,7 @@ int main(void) {
         if (mi == 0) {
             check_api(path);
             check_diff(path, V);
+            check_sibling(path, V);
         }
     }
     CHECK_MSG(ran > 0, "no shared models found under %s/oracle", check_shared_dir());

@@ -17,7 +17,11 @@
  * far more between minutes than the effects being measured; the exactness
  * contract (every forward-time flag keeps the logits bit-identical) keeps
  * both on one token stream. Each step is timed alone; the flag switch is
- * outside the timer.
+ * outside the timer. A spec that changes the KV cache format (kv_f16, kv_q8:
+ * fixed when a session is created) runs B on a sibling session
+ * (moe_session_new_sibling: same model, same worker pool) fed the same ids,
+ * with a seed prefill of its own (untimed); when B's numerics differ from A's,
+ * B's tokens are not checked (the trace belongs to A's numerics).
  *
  * --phases: the session's phase profile (moe_session_profile_*) is on for the
  * last repeat's D decode steps (after the seed) and its prefill window, and
@@ -48,6 +52,7 @@ enum { WIN_PREFILL = 1, WIN_DECODE = 2 };
 typedef struct {
     const char *model, *flags, *trace;
     const char *ab;      /* --ab SPEC: B = A changed by SPEC; NULL: no A/B */
+    bool ab_sibling;     /* --ab-sibling: B on a sibling session even when SPEC could switch the live one */
     int threads, windows, repeat, prompt_len, decode_steps;
     bool json, bandwidth;
     bool phases;         /* --phases: profile the last repeat's windows */
@@ -183,7 +188,7 @@ static void usage(FILE *f) {
             "usage: moefast bench -m FILE [-t N] [--json] [--flags SPEC] [--trace FILE]\n"
             "                     [--window prefill|decode|both] [--repeat R]\n"
             "                     [--prompt-len P] [--decode-steps D] [--no-bandwidth] [--ab SPEC]\n"
-            "                     [--phases]\n"
+            "                     [--ab-sibling] [--phases]\n"
             "  prefill window: one forward of a P-token prompt (default 512), seconds / P\n"
             "  decode window:  P-token seed prefill + D teacher-forced steps (default 128), seconds / D\n"
             "  --trace: prompt and teacher-forced tokens from the trace's first case, every\n"
@@ -195,6 +200,12 @@ static void usage(FILE *f) {
             "           forwarding can differ (simd, gemm_batch, fused_gate_up, parallel_glue).\n"
             "           Run the A/A control first: --ab '' (an empty SPEC changes nothing);\n"
             "           its interval shows the noise and any bias of the step order.\n"
+            "           A KV cache format (kv_f16, kv_q8) cannot change in a session: B then\n"
+            "           runs on a sibling session (same model and worker pool, its own KV\n"
+            "           cache), both run every step, and a pair is A's and B's run of it;\n"
+            "           B's tokens are checked only if its numerics are A's.\n"
+            "  --ab-sibling: B on a sibling session whatever SPEC is (the A/A control of\n"
+            "           that mode: --ab '' --ab-sibling).\n"
             "  --phases: phase profile of the last repeat: per phase of the forward pass\n"
             "           (embed, attn_norm, qkv, attention, wo, ..., lm_head) the calls, ms and\n"
             "           share per decode step, weight MB per step and GB/s; the same for the\n"
@@ -212,6 +223,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         else if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--no-bandwidth")) o->bandwidth = false;
         else if (!strcmp(a, "--phases")) o->phases = true;
+        else if (!strcmp(a, "--ab-sibling")) o->ab_sibling = true;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!v) return cli_fail(CMD, "%s needs a file", a), -1;
             o->model = v; i++;
@@ -252,6 +264,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         }
     }
     if (!o->model) return cli_fail(CMD, "missing -m FILE (see moefast bench --help)"), -1;
+    if (o->ab_sibling && !o->ab) return cli_fail(CMD, "--ab-sibling needs --ab SPEC ('' for an A/A control)"), -1;
     if (o->ab && !(o->windows & WIN_DECODE))
         return cli_fail(CMD, "--ab alternates decode steps; --window prefill has none (use decode or both)"), -1;
     /* A profile over alternating A and B steps would describe neither. */
@@ -389,8 +402,12 @@ int cmd_bench(int argc, char **argv) {
     /* --ab: every decode step's seconds [repeat][D], the paired A and B steps,
      * and the two flag sets as absolute specs ("none,+a,+b") so that each
      * switch is one call whatever the step before ran. */
-    double *step_s = NULL, *pair_a = NULL, *pair_b = NULL;
+    double *step_s = NULL, *step_sb = NULL, *pair_a = NULL, *pair_b = NULL;
     char a_flags[256] = "", b_flags[256] = "", a_abs[272] = "", b_abs[272] = "";
+    moe_session *sb = NULL;  /* --ab with a KV cache format change: B's sibling session */
+    moe_session *s_fail = NULL; /* the session whose forward failed, when not s */
+    bool b_check = true;     /* --ab: B's steps are checked against the trace (same numerics as A) */
+    bool b_sibling = false;  /* --ab: B ran on a sibling session */
     ab_stats ab = {0};
     /* --phases: the last repeat's profiles (static: ~2 x 64 entries) */
     static phase_profile prof_prefill, prof_decode;
@@ -457,16 +474,33 @@ int cmd_bench(int argc, char **argv) {
     moe_session_params sp = {.n_ctx = P + D + 1, .n_threads = o.threads, .n_batch = 0};
     if (moe_session_new(m, &sp, &s, err, sizeof err) != MOE_OK) { cli_fail(CMD, "%s", err); goto out; }
     if (o.ab) {
-        /* B is A changed by the spec; a flag fixed at load or session
-         * creation is refused here, with the library's message. */
+        /* B is A changed by the spec: switched on the live session when the
+         * spec allows it, else a sibling session (a KV cache format); a flag
+         * fixed at load is refused here, with the library's message. */
         moe_session_flags(s, a_flags, sizeof a_flags);
-        if (moe_session_set_flags(s, o.ab, err, sizeof err) != MOE_OK) { cli_fail(CMD, "--ab: %s", err); goto out; }
-        moe_session_flags(s, b_flags, sizeof b_flags);
+        if (o.ab_sibling || moe_session_set_flags(s, o.ab, err, sizeof err) != MOE_OK) {
+            if (moe_session_new_sibling(s, o.ab, &sb, err, sizeof err) != MOE_OK) {
+                cli_fail(CMD, "--ab: %s", err);
+                goto out;
+            }
+            b_sibling = true;
+            moe_session_flags(sb, b_flags, sizeof b_flags);
+            char na[256], nb[256];
+            if (moe_flags_numerics_of(a_flags, na, sizeof na, err, sizeof err) != MOE_OK ||
+                moe_flags_numerics_of(b_flags, nb, sizeof nb, err, sizeof err) != MOE_OK) {
+                cli_fail(CMD, "--ab: %s", err);
+                goto out;
+            }
+            b_check = !strcmp(na, nb);
+        } else {
+            moe_session_flags(s, b_flags, sizeof b_flags);
+        }
         snprintf(a_abs, sizeof a_abs, "none,%s", a_flags);
         snprintf(b_abs, sizeof b_abs, "none,%s", b_flags);
         if (moe_session_set_flags(s, a_abs, err, sizeof err) != MOE_OK) { cli_fail(CMD, "--ab: %s", err); goto out; }
         step_s = malloc((size_t)o.repeat * (size_t)D * sizeof *step_s);
-        if (!step_s) { cli_fail(CMD, "out of memory"); goto out; }
+        if (sb) step_sb = malloc((size_t)o.repeat * (size_t)D * sizeof *step_sb);
+        if (!step_s || (sb && !step_sb)) { cli_fail(CMD, "out of memory"); goto out; }
     }
     logits = malloc((size_t)n_vocab * sizeof *logits);
     argmax_ids = malloc((size_t)(D + 1) * sizeof *argmax_ids);
@@ -484,6 +518,7 @@ int cmd_bench(int argc, char **argv) {
     /* Untimed warm-up: one forward over the prompt faults in the weights and
      * the session's buffers. */
     if (moe_session_forward(s, ids, P, logits, false) != MOE_OK) goto fwd_fail;
+    if (sb && moe_session_forward(sb, ids, P, logits, false) != MOE_OK) { s_fail = sb; goto fwd_fail; }
     /* Everything is allocated now (decode steps allocate nothing), and the
      * bandwidth measurements below map a buffer of their own: read the
      * high-water mark before the first one. */
@@ -507,6 +542,10 @@ int cmd_bench(int argc, char **argv) {
             if (expected) check_step(&tc, "prefill", 0, o.ab ? 'A' : 0, logits, n_vocab, expected[0], a, tol);
         }
         if (o.windows & WIN_DECODE) {
+            if (sb) {                                     /* B's own seed, untimed, before A's window */
+                moe_session_truncate(sb, 0);
+                if (moe_session_forward(sb, ids, P, logits, false) != MOE_OK) { s_fail = sb; goto fwd_fail; }
+            }
             moe_session_truncate(s, 0);
             double t0 = now_s();
             if (moe_session_forward(s, ids, P, logits, false) != MOE_OK) goto fwd_fail;
@@ -530,7 +569,7 @@ int cmd_bench(int argc, char **argv) {
                  * steps figure is then the sum of the timed steps, A and B
                  * mixed: the ab block is the result. */
                 double sum = 0;
-                for (int i = 0; i < D; i++) {
+                for (int i = 0; i < D && !sb; i++) {
                     const char cfg = i % 2 ? 'B' : 'A';
                     if (moe_session_set_flags(s, i % 2 ? b_abs : a_abs, err, sizeof err) != MOE_OK) {
                         cli_fail(CMD, "--ab: %s", err);
@@ -544,6 +583,24 @@ int cmd_bench(int argc, char **argv) {
                     sum += dt;
                     if (expected && i + 1 < n_expected)
                         check_step(&tc, "decode", i + 1, cfg, logits, n_vocab, expected[i + 1], argmax_ids[i + 1], tol);
+                }
+                /* A sibling B: each session must see every token, so every
+                 * step runs both, A first on even steps and B first on odd
+                 * ones; the pair is (A's step i, B's step i). The window's
+                 * steps figure is A's. */
+                for (int i = 0; i < D && sb; i++) {
+                    for (int o2 = 0; o2 < 2; o2++) {
+                        const bool is_b = (o2 ^ (i % 2)) != 0;
+                        moe_session *cur = is_b ? sb : s;
+                        double ts = now_s();
+                        if (moe_session_forward(cur, ids + P + i, 1, logits, false) != MOE_OK) { s_fail = cur; goto fwd_fail; }
+                        const int32_t am = moe_argmax(logits, n_vocab);
+                        double dt = now_s() - ts;
+                        (is_b ? step_sb : step_s)[(size_t)r * (size_t)D + (size_t)i] = dt;
+                        if (!is_b) { sum += dt; argmax_ids[i + 1] = am; }
+                        if (expected && i + 1 < n_expected && (!is_b || b_check))
+                            check_step(&tc, "decode", i + 1, is_b ? 'B' : 'A', logits, n_vocab, expected[i + 1], am, tol);
+                    }
                 }
                 /* the next window (prefill of the next repeat, the seed) runs A */
                 if (moe_session_set_flags(s, a_abs, err, sizeof err) != MOE_OK) { cli_fail(CMD, "--ab: %s", err); goto out; }
@@ -576,6 +633,8 @@ int cmd_bench(int argc, char **argv) {
     const char *arch = moe_model_arch(m);
     char arch_buf[64];
     snprintf(arch_buf, sizeof arch_buf, "%s", arch ? arch : "?");
+    if (sb) moe_session_free(sb);                 /* the sibling before the session whose pool it uses */
+    sb = NULL;
     if (s) moe_session_free(s);
     s = NULL;
     moe_model_free(m);
@@ -612,15 +671,17 @@ int cmd_bench(int argc, char **argv) {
     bool have_bw = have_d && bw > 0;
     if (have_bw && o.ab) pct = 100.0 * achieved / bw;
     if (o.ab) {
-        /* pairs: steps (2k, 2k+1) of every repeat; an odd D's last step (A) has no partner */
-        const int per = D / 2, n = o.repeat * per;
+        /* pairs: steps (2k, 2k+1) of every repeat (an odd D's last step, A,
+         * has no partner); with a sibling B, A's and B's runs of each step */
+        const int per = b_sibling ? D : D / 2, n = o.repeat * per;
         pair_a = malloc((size_t)n * sizeof *pair_a);
         pair_b = malloc((size_t)n * sizeof *pair_b);
         if (!pair_a || !pair_b) { cli_fail(CMD, "out of memory"); goto out; }
         for (int r = 0; r < o.repeat; r++)
             for (int k = 0; k < per; k++) {
-                pair_a[r * per + k] = step_s[(size_t)r * (size_t)D + 2 * (size_t)k];
-                pair_b[r * per + k] = step_s[(size_t)r * (size_t)D + 2 * (size_t)k + 1];
+                const size_t ia = (size_t)r * (size_t)D + (b_sibling ? (size_t)k : 2 * (size_t)k);
+                pair_a[r * per + k] = step_s[ia];
+                pair_b[r * per + k] = b_sibling ? step_sb[ia] : step_s[ia + 1];
             }
         if (ab_analyse(pair_a, pair_b, n, &ab) != 0) { cli_fail(CMD, "out of memory"); goto out; }
     }
@@ -701,6 +762,8 @@ int cmd_bench(int argc, char **argv) {
             json_object_set_new(ja, "spec", json_string(o.ab));
             json_object_set_new(ja, "a_flags", json_string(a_flags));
             json_object_set_new(ja, "b_flags", json_string(b_flags));
+            json_object_set_new(ja, "b_sibling_session", json_boolean(b_sibling));
+            json_object_set_new(ja, "b_tokens_checked", json_boolean(b_check && o.trace));
             json_object_set_new(ja, "a_median_s", json_real(ab.a_med));
             json_object_set_new(ja, "b_median_s", json_real(ab.b_med));
             json_object_set_new(ja, "a_tokens_per_second", json_real(1.0 / ab.a_med));
@@ -753,10 +816,16 @@ int cmd_bench(int argc, char **argv) {
                 printf("  (bandwidth not measured)\n");
         }
         if (o.ab) {
-            printf("  in-process A/B (--ab %s%s): %d pairs of adjacent decode steps, A even, B odd\n",
-                   o.ab[0] ? o.ab : "''", strcmp(a_flags, b_flags) ? "" : ", B = A: an A/A control", ab.pairs);
+            printf("  in-process A/B (--ab %s%s): %d pairs of %s\n", o.ab[0] ? o.ab : "''",
+                   strcmp(a_flags, b_flags) ? "" : ", B = A: an A/A control", ab.pairs,
+                   b_sibling ? "runs of the same decode step, A first on even steps, B first on odd ones"
+                             : "adjacent decode steps, A even, B odd");
             printf("    A %9.3f ms/step %10.2f tok/s   flags %s\n", 1e3 * ab.a_med, 1.0 / ab.a_med, a_flags);
             printf("    B %9.3f ms/step %10.2f tok/s   flags %s\n", 1e3 * ab.b_med, 1.0 / ab.b_med, b_flags);
+            if (b_sibling)
+                printf("    (B: a sibling session with its own KV cache and seed, same model and worker pool; the window's\n"
+                       "     figures above are A's%s)\n",
+                       b_check ? "" : "; its numerics differ from A's, so its tokens were not checked");
             printf("    speedup A/B of the medians %.4f [%.4f, %.4f] (bootstrap 95%%, %d resamples of the pairs, "
                    "seed %llu; > 1: B faster)\n", ab.speedup, ab.lo, ab.hi, AB_RESAMPLES, (unsigned long long)AB_SEED);
         }
@@ -794,10 +863,11 @@ int cmd_bench(int argc, char **argv) {
     goto out;
 
 fwd_fail:
-    cli_fail(CMD, "forward failed: %s", moe_session_error(s));
+    cli_fail(CMD, "forward failed: %s", moe_session_error(s_fail ? s_fail : s));
     rc = 2;
 out:
     free(step_s);
+    free(step_sb);
     free(pair_a);
     free(pair_b);
     free(tm.prefill);
@@ -810,6 +880,7 @@ out:
     free(logits);
     free(ids);
     if (tr) moe_trace_free(tr);
+    if (sb) moe_session_free(sb);
     if (s) moe_session_free(s);
     moe_model_free(m);
     return rc;

@@ -123,6 +123,7 @@ struct moe_session {
      * back on without picking up a later moe_set_isa. */
     const moe_kernels *kern_simd;
     moe_pool *pool;
+    bool pool_borrowed;         /* a sibling's: the pool belongs to the session it was made from */
     int n_threads, n_ctx, n_batch, n_past;
     uint64_t flags;
     void *k_cache, *v_cache;    /* [n_layer][n_head_kv][n_ctx][head_dim]: float, or IEEE half (kv_half);

@@ -65,7 +65,7 @@ static size_t max3(size_t a, size_t b, size_t c) { size_t m = a > b ? a : b; ret
 
 /* flags: the session's flag set; shadow: this is the differential twin
  * (all flags off, one thread, logits buffer for a whole chunk). */
-static int session_create(moe_model *m, const moe_session_params *p, uint64_t flags, bool shadow,
+static int session_create(moe_model *m, const moe_session_params *p, uint64_t flags, bool shadow, moe_pool *borrow,
                           moe_session **out, char *err, size_t errlen) {
     if (!out) return moe_errf(err, errlen, MOE_EINVAL, "moe_session_new: out is NULL");
     *out = NULL;
@@ -101,7 +101,10 @@ static int session_create(moe_model *m, const moe_session_params *p, uint64_t fl
     s->kern_simd = moe_kernels_active();
     s->kern = moe_flag_on(s->flags, MOE_FLAG_SIMD) ? s->kern_simd : moe_kernels_for(MOE_ISA_SCALAR);
     s->attn = moe_attn_for(s->kern->isa);
-    if (n_threads > 1) {
+    if (n_threads > 1 && borrow) {
+        s->pool = borrow;
+        s->pool_borrowed = true;
+    } else if (n_threads > 1) {
         s->pool = moe_pool_new(n_threads, err, errlen);
         if (!s->pool) { free(s); return MOE_ENOMEM; }
     }
@@ -173,18 +176,43 @@ static int session_create(moe_model *m, const moe_session_params *p, uint64_t fl
     return MOE_OK;
 }
 
-int moe_session_new(moe_model *m, const moe_session_params *p, moe_session **out, char *err, size_t errlen) {
-    int rc = session_create(m, p, m ? m->flags : 0, false, out, err, errlen);
+/* A session with flags (and its differential twin when the model asks for
+ * one); borrow: the pool to use instead of a new one, or NULL. */
+static int session_new(moe_model *m, const moe_session_params *p, uint64_t flags, moe_pool *borrow,
+                       moe_session **out, char *err, size_t errlen) {
+    int rc = session_create(m, p, flags, false, borrow, out, err, errlen);
     if (rc || !m->diff) return rc;
     moe_session_params sp = {(*out)->n_ctx, 1, (*out)->n_batch};
-    rc = session_create(m, &sp, moe_flags_numerics(m->flags), true, &(*out)->shadow, err, errlen);
+    rc = session_create(m, &sp, moe_flags_numerics(flags), true, NULL, &(*out)->shadow, err, errlen);
     if (rc) { moe_session_free(*out); *out = NULL; }
     return rc;
 }
 
+int moe_session_new(moe_model *m, const moe_session_params *p, moe_session **out, char *err, size_t errlen) {
+    return session_new(m, p, m ? m->flags : 0, NULL, out, err, errlen);
+}
+
+int moe_session_new_sibling(moe_session *s, const char *spec, moe_session **out, char *err, size_t errlen) {
+    if (!out) return moe_errf(err, errlen, MOE_EINVAL, "moe_session_new_sibling: out is NULL");
+    *out = NULL;
+    if (!s || !spec) return moe_errf(err, errlen, MOE_EINVAL, "moe_session_new_sibling: session or spec is NULL");
+    uint64_t next;
+    int rc = moe_flags_parse(spec, s->flags, &next, err, errlen);
+    if (rc) return rc;
+    const uint64_t changed = next ^ s->flags;
+    for (int i = 0; i < MOE_FLAG_COUNT; i++) {
+        const moe_flag_info *f = moe_flag_get(i);
+        if ((changed >> i) & 1u && f->fixed && !f->per_session)
+            return moe_errf(err, errlen, MOE_EINVAL, "flags: '%s' %s; a sibling session shares the model and the pool",
+                            f->name, f->fixed);
+    }
+    moe_session_params sp = {s->n_ctx, s->n_threads, s->n_batch};
+    return session_new(s->m, &sp, next, s->pool, out, err, errlen);
+}
+
 void moe_session_free(moe_session *s) {
     if (!s) return;
-    moe_pool_free(s->pool);
+    if (!s->pool_borrowed) moe_pool_free(s->pool);
     free(s->k_cache);
     free(s->v_cache);
     free(s->k_scale);
