@@ -6,7 +6,7 @@
 
 /* Loops over register arrays must be fully unrolled, or GCC keeps the array
  * in memory (a store and reload per FMA). */
-#define UNROLL _Pragma("GCC unroll 16")
+#define UNROLL _Pragma("GCC unroll 32")
 
 static inline float hsum16(__m512 a) {
     const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
@@ -308,11 +308,11 @@ static void scores_q8_avx512(const uint8_t *qa, size_t qas, int G, const int8_t 
 static inline __attribute__((always_inline)) void aq8_tile(const float *wbuf, int NB, int h0, const int8_t *v8, int j0,
                                                            int nk, int d0, int Dv, float *out, size_t os, const int HN,
                                                            const int NV) {
-    const float *wp[8];
+    const float *wp[12];
     UNROLL for (int hh = 0; hh < HN; hh++)
         UNROLL for (int c = 0; c < NV; c += 2)
             wp[hh * (NV / 2) + c / 2] = wbuf + ((size_t)(h0 + hh) * (size_t)NB + (size_t)((d0 + 16 * c) / 32)) * (size_t)nk;
-    __m512 acc[16];
+    __m512 acc[24];
     UNROLL for (int i = 0; i < HN * NV; i++) acc[i] = _mm512_setzero_ps();
     for (int j = 0; j < nk; j++) {
         const int8_t *vr = v8 + (size_t)(j0 + j) * (size_t)Dv + (size_t)d0;
@@ -359,6 +359,11 @@ static void accum_q8_avx512(const float *p, size_t ps, int G, const int8_t *v8, 
             }
         }
     int h0 = 0;
+    /* 6 heads x 4 vectors (24 accumulators) when G is not a multiple of 4
+     * (laguna's sliding layers: 24 / 4 = 6): each value vector converted once
+     * for 6 heads instead of once for 4 and again for the last 2 */
+    if (G % 4)
+        for (; h0 + 6 <= G; h0 += 6) aq8_heads(wbuf, NB, h0, v8, j0, nk, Dv, out, os, 6, 4);
     for (; h0 + 4 <= G; h0 += 4) aq8_heads(wbuf, NB, h0, v8, j0, nk, Dv, out, os, 4, 4);
     if (h0 + 2 <= G) {
         aq8_heads(wbuf, NB, h0, v8, j0, nk, Dv, out, os, 2, 8);
