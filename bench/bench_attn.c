@@ -1,0 +1,189 @@
+/* bench_attn.c — attention kernel times per (token, KV head) item (prints,
+ * never asserts).
+ *
+ * One item is what a decode step does per KV head and layer: the scores of
+ * the G query heads against every visible key, the softmax, the weighted sum
+ * of the values. Per KV cache format (F32, kv_f16, kv_q8) and ISA level this
+ * times the three parts separately (microseconds per item, one thread, the
+ * median of 7 repetitions of 400 items) in two shapes: qwen3moe's (G = 4
+ * heads, 576 keys: context 576) and laguna's sliding layers (G = 6, 512
+ * keys), head size 128, with the K/V of one head (in L2) and cycled over 256
+ * heads (from memory, like a decode step's 64 items). The kv_q8 rows include
+ * quantizing the query heads (scores) as the forward pass does; the FP32 and
+ * kv_f16 softmax is the forward pass's (max and key-order sum in C, exp by
+ * the kernel), kv_q8's its softmax_q8 kernel.
+ * Arguments, if any: the ISA levels to run (scalar, avx2, avx512). */
+#include "attn.h"
+#include "quant/quant.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define REPS 7
+#define ITEMS 400
+#define D 128
+#define CP 640      /* positions per head (a multiple of 16) */
+#define NHEADS 256  /* heads cycled in the "memory" rows: 256 x 2 x 82..328 KB */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+enum { FMT_F32, FMT_F16, FMT_Q8, FMT_COUNT };
+static const char *FMT_NAME[FMT_COUNT] = {"f32", "kv_f16", "kv_q8"};
+
+typedef struct {
+    void *k, *v;                 /* per head: f32/f16 [CP][D]; q8: key tiles / value rows */
+    uint16_t *kd, *vd;           /* q8 scales [D/32][CP] per head */
+    size_t kbytes, vbytes;       /* per head */
+} cache;
+
+static int cache_fill(cache *c, int fmt, int nheads, moe_rng *r) {
+    const size_t el = fmt == FMT_F32 ? 4 : fmt == FMT_F16 ? 2 : 1;
+    c->kbytes = c->vbytes = (size_t)CP * D * el;
+    c->k = malloc(c->kbytes * (size_t)nheads);
+    c->v = malloc(c->vbytes * (size_t)nheads);
+    c->kd = fmt == FMT_Q8 ? malloc(sizeof(uint16_t) * (D / 32) * CP * (size_t)nheads) : NULL;
+    c->vd = fmt == FMT_Q8 ? malloc(sizeof(uint16_t) * (D / 32) * CP * (size_t)nheads) : NULL;
+    if (!c->k || !c->v || (fmt == FMT_Q8 && (!c->kd || !c->vd))) return -1;
+    uint8_t a8[A8_GROUP_BYTES];
+    float x[D];
+    for (int h = 0; h < nheads; h++)
+        for (int j = 0; j < CP; j++)
+            for (int kv = 0; kv < 2; kv++) {
+                for (int d = 0; d < D; d++) x[d] = (float)moe_rng_normal(r);
+                uint8_t *base = (uint8_t *)(kv ? c->v : c->k) + (size_t)h * c->kbytes;
+                if (fmt == FMT_F32) memcpy((float *)base + (size_t)j * D, x, sizeof x);
+                else if (fmt == FMT_F16)
+                    for (int d = 0; d < D; d++) ((uint16_t *)base)[(size_t)j * D + d] = moe_f32_to_f16(x[d]);
+                else {
+                    moe_quantize_act8(x, a8, D);
+                    uint16_t *sc = (kv ? c->vd : c->kd) + (size_t)h * (D / 32) * CP;
+                    if (kv) moe_kv8_store_value(a8, D, (int8_t *)base, sc, CP, j);
+                    else moe_kv8_store_key(a8, D, (int8_t *)base, sc, CP, j);
+                }
+            }
+    return 0;
+}
+
+static void cache_free(cache *c) {
+    free(c->k);
+    free(c->v);
+    free(c->kd);
+    free(c->vd);
+}
+
+/* The FP32 / kv_f16 softmax of the forward pass: max, exp by the kernel,
+ * key-order sum. */
+static float softmax_fwd(const moe_attn_kernels *a, float *r, int n) {
+    float mx = -INFINITY, sum = 0.0f;
+    for (int j = 0; j < n; j++) if (r[j] > mx) mx = r[j];
+    a->exp_shift(r, n, mx);
+    for (int j = 0; j < n; j++) sum += r[j];
+    return sum;
+}
+
+static void run(const moe_kernels *k, const moe_attn_kernels *a, int fmt, const cache *c, int nheads, int G, int nk,
+                const float *q, float *sc, float *wb, float *o, uint8_t *qa, double med[3]) {
+    const size_t ab = (size_t)moe_act8_row_bytes(D);
+    double t[3][REPS];
+    volatile float sink = 0;
+    for (int rep = 0; rep < REPS; rep++) {
+        double part[3] = {0, 0, 0};
+        for (int it = 0; it < ITEMS; it++) {
+            const int h = it % nheads;
+            const uint8_t *kb = (const uint8_t *)c->k + (size_t)h * c->kbytes, *vb = (const uint8_t *)c->v + (size_t)h * c->vbytes;
+            double t0 = now_s();
+            if (fmt == FMT_Q8) {
+                for (int g = 0; g < G; g++) k->quantize_act8(q + (size_t)g * D, qa + (size_t)g * ab, D);
+                a->scores_q8(qa, ab, G, (const int8_t *)kb, c->kd + (size_t)h * (D / 32) * CP, CP, 0, nk, D, 0.088f, sc, CP);
+            } else if (fmt == FMT_F16) {
+                a->scores_h(q, D, G, (const uint16_t *)kb, D, nk, D, 0.088f, sc, CP);
+            } else {
+                a->scores(q, D, G, (const float *)kb, D, nk, D, 0.088f, sc, CP);
+            }
+            double t1 = now_s();
+            float s = 0;
+            for (int g = 0; g < G; g++)
+                s += fmt == FMT_Q8 ? a->softmax_q8(sc + (size_t)g * CP, nk) : softmax_fwd(a, sc + (size_t)g * CP, nk);
+            double t2 = now_s();
+            if (fmt == FMT_Q8)
+                a->accum_q8(sc, CP, G, (const int8_t *)vb, c->vd + (size_t)h * (D / 32) * CP, CP, 0, nk, D, wb, o, D);
+            else if (fmt == FMT_F16)
+                a->accum_h(sc, CP, G, (const uint16_t *)vb, D, nk, D, o, D);
+            else
+                a->accum(sc, CP, G, (const float *)vb, D, nk, D, o, D);
+            double t3 = now_s();
+            sink += s + o[0];
+            part[0] += t1 - t0;
+            part[1] += t2 - t1;
+            part[2] += t3 - t2;
+        }
+        for (int p = 0; p < 3; p++) t[p][rep] = part[p] / ITEMS * 1e6;
+    }
+    for (int p = 0; p < 3; p++) {
+        qsort(t[p], REPS, sizeof(double), cmp_d);
+        med[p] = t[p][REPS / 2];
+    }
+    (void)sink;
+}
+
+int main(int argc, char **argv) {
+    static const struct { const char *name; int G, nk; } shapes[] = {{"qwen3moe G=4 576 keys", 4, 576},
+                                                                        {"laguna SWA G=6 512 keys", 6, 512}};
+    const char *isa_names[MOE_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+    moe_rng r;
+    moe_rng_seed(&r, 11);
+    float *q = malloc(sizeof(float) * 8 * D), *sc = calloc(8 * CP, sizeof(float));
+    float *wb = malloc(sizeof(float) * 8 * (D / 32) * CP), *o = malloc(sizeof(float) * 8 * D);
+    uint8_t *qa = malloc((size_t)moe_act8_row_bytes(D) * 8);
+    if (!q || !sc || !wb || !o || !qa) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
+    for (int i = 0; i < 8 * D; i++) q[i] = (float)moe_rng_normal(&r);
+    printf("attention per (token, KV head) item, head size %d, 1 thread, us (median of %d x %d items);\n"
+           "L2: one head's K/V; mem: %d heads cycled\n", D, REPS, ITEMS, NHEADS);
+    printf("%-7s %-24s %-7s %-4s %8s %8s %8s %8s\n", "isa", "shape", "cache", "data", "scores", "softmax", "v sum",
+           "total");
+    for (int fmt = 0; fmt < FMT_COUNT; fmt++) {
+        cache c1 = {0}, cm = {0};
+        if (cache_fill(&c1, fmt, 1, &r) || cache_fill(&cm, fmt, NHEADS, &r)) {
+            fprintf(stderr, "bench_attn: out of memory\n");
+            return 1;
+        }
+        for (int isa = MOE_ISA_COUNT - 1; isa >= 0; isa--) {
+            const moe_kernels *k = moe_kernels_for((moe_isa)isa);
+            if (!k) continue;
+            if (argc > 1) {
+                int want = 0;
+                for (int i = 1; i < argc; i++) want |= !strcmp(argv[i], isa_names[isa]);
+                if (!want) continue;
+            }
+            const moe_attn_kernels *a = moe_attn_for((moe_isa)isa);
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+                for (int mem = 0; mem < 2; mem++) {
+                    double med[3];
+                    run(k, a, fmt, mem ? &cm : &c1, mem ? NHEADS : 1, shapes[si].G, shapes[si].nk, q, sc, wb, o, qa, med);
+                    printf("%-7s %-24s %-7s %-4s %8.2f %8.2f %8.2f %8.2f\n", isa_names[isa], shapes[si].name,
+                           FMT_NAME[fmt], mem ? "mem" : "L2", med[0], med[1], med[2], med[0] + med[1] + med[2]);
+                }
+        }
+        cache_free(&c1);
+        cache_free(&cm);
+    }
+    free(q);
+    free(sc);
+    free(wb);
+    free(o);
+    free(qa);
+    return 0;
+}
