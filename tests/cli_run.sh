@@ -58,6 +58,20 @@ expect_err run -m "$M" --tokens 1 --top-p 2
 expect_err run -m "$M" --tokens 1 --ctx 4 -n 8
 expect_err run -m "$M" --tokens 1 --flags +nosuch
 expect_err run -m "$M" --tokens 1 --bogus
+# kv_q8: not with kv_f16; needs head sizes that are multiples of 32 (a generated
+# model with heads of 48); works with a context that is not a multiple of its
+# 16-position key tiles, prefill and decode giving the tokens of one-token steps
+expect_err run -m "$M" --tokens 1 --flags +kv_f16,+kv_q8
+grep -q "kv_f16 and kv_q8" "$d/err" || bad "kv_f16+kv_q8: $(cat "$d/err")"
+"$BIN" gen --arch qwen3moe --preset tiny -o "$d/h48.gguf" head_dim=48 >/dev/null 2>"$d/err" || bad "gen head_dim=48: $(cat "$d/err")"
+expect_err run -m "$d/h48.gguf" --tokens 1 --flags +kv_q8
+grep -q "head_dim 48" "$d/err" || bad "kv_q8 with heads of 48: $(cat "$d/err")"
+"$BIN" run -m "$SH/oracle/laguna-tiny-f32.gguf" --tokens 5,17,300,42,7,999,0,123,55,66,77,88,99,100 -n 23 --ctx 37 \
+  --flags +kv_q8 --json >"$d/q8a.json" 2>"$d/err" || bad "run --flags +kv_q8 --ctx 37: $(cat "$d/err")"
+"$BIN" run -m "$SH/oracle/laguna-tiny-f32.gguf" --tokens 5,17,300,42,7,999,0,123,55,66,77,88,99,100 -n 23 --ctx 37 \
+  --batch 1 -t 3 --flags +kv_q8 --json >"$d/q8b.json" 2>"$d/err" || bad "run --flags +kv_q8 --batch 1: $(cat "$d/err")"
+[ -n "$(field "$d/q8a.json" tokens)" ] && [ "$(field "$d/q8a.json" tokens)" = "$(field "$d/q8b.json" tokens)" ] ||
+  bad "kv_q8: batched prefill and one-token steps differ: $(field "$d/q8a.json" tokens) vs $(field "$d/q8b.json" tokens)"
 expect_err info
 expect_err info "$d/missing.gguf"
 
