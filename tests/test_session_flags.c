@@ -248,6 +248,17 @@ static void check_sibling(const char *path, size_t V) {
         CHECK_MSG(0, "setup: %s", err);
         goto done;
     }
+    /* bad arguments: one line, nothing created */
+    CHECK_EQ_INT(moe_session_new_sibling(NULL, "+kv_q8", &sb, err, sizeof err), MOE_EINVAL);
+    CHECK(sb == NULL);
+    CHECK_EQ_INT(moe_session_new_sibling(s, NULL, &sb, err, sizeof err), MOE_EINVAL);
+    CHECK(sb == NULL);
+    CHECK_EQ_INT(moe_session_new_sibling(s, "+kv_q8", NULL, err, sizeof err), MOE_EINVAL);
+    CHECK_EQ_INT(moe_session_new_sibling(s, "+no_such_flag", &sb, err, sizeof err), MOE_EINVAL);
+    CHECK_STR_CONTAINS(err, "no_such_flag");
+    CHECK_EQ_INT(moe_session_new_sibling(s, "+kv_f16,+kv_q8", &sb, err, sizeof err), MOE_EINVAL);
+    CHECK_STR_CONTAINS(err, "kv_f16 and kv_q8");
+    CHECK(sb == NULL);
     const char *refused[] = {"-repack", "+act_q8", "-threads", "-readahead"};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         char want[64];

@@ -85,7 +85,8 @@ static int session_create(moe_model *m, const moe_session_params *p, uint64_t fl
 
     if (moe_flag_on(flags, MOE_FLAG_KV_Q8)) {
         if (moe_flag_on(flags, MOE_FLAG_KV_F16))
-            return moe_errf(err, errlen, MOE_EINVAL, "session: flags kv_f16 and kv_q8 both choose the KV cache format; use one");
+            return moe_errf(err, errlen, MOE_EINVAL, "%s: flags kv_f16 and kv_q8 both choose the KV cache format; use one",
+                            m->path);
         if (hp->head_dim % 32 || hp->head_dim_v % 32)
             return moe_errf(err, errlen, MOE_EINVAL,
                             "%s: flag kv_q8 needs head sizes that are multiples of 32 (head_dim %d, head_dim_v %d)", m->path,
