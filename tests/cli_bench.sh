@@ -113,20 +113,34 @@ RB=$BIN; [ -x "${MOEFAST_BIN_REL:-build/rel/moefast}" ] && RB=${MOEFAST_BIN_REL:
 is_val $d/d.json prefill null
 num_ok $d/d.json decode.bandwidth_gb_per_second "v > 0"
 num_ok $d/d.json decode.pct_of_bandwidth_limit "v > 0"
-# one bandwidth measurement per decode window, each window against its own
-num_ok $d/d.json 'decode.bandwidth_runs_gb_per_second[0]' "v > 0"
-num_ok $d/d.json 'decode.bandwidth_runs_gb_per_second[1]' "v > 0"
+# two bandwidth measurements per decode window (right before, right after);
+# the window's bandwidth is their mean, steady when they agree within 15 %
+# (the arithmetic itself: tests/test_stats.c)
+for i in 0 1; do
+  num_ok $d/d.json "decode.bandwidth_before_runs_gb_per_second[$i]" "v > 0"
+  num_ok $d/d.json "decode.bandwidth_after_runs_gb_per_second[$i]" "v > 0"
+  bb=$(jget $d/d.json "decode.bandwidth_before_runs_gb_per_second[$i]"); ba=$(jget $d/d.json "decode.bandwidth_after_runs_gb_per_second[$i]")
+  bw=$(jget $d/d.json "decode.bandwidth_runs_gb_per_second[$i]"); sti=$(jget $d/d.json "decode.bandwidth_steady_runs[$i]")
+  awk -v a="$bb" -v b="$ba" -v w="$bw" -v s="$sti" 'BEGIN { d = (a + b) / 2 - w; r = a > b ? a / b : b / a
+    exit !(d < 1e-6 && d > -1e-6 && (s == "true") == (r <= 1.15)) }' ||
+    bad "window $i: bandwidth $bw / steady $sti do not follow from $bb before and $ba after"
+done
 [ -z "$(jget $d/d.json 'decode.bandwidth_runs_gb_per_second[2]')" ] || bad "more bandwidth runs than repeats"
 b0=$(jget $d/d.json 'decode.bandwidth_runs_gb_per_second[0]'); b1=$(jget $d/d.json 'decode.bandwidth_runs_gb_per_second[1]')
 p0=$(jget $d/d.json 'decode.pct_runs[0]'); p1=$(jget $d/d.json 'decode.pct_runs[1]')
+s0=$(jget $d/d.json 'decode.bandwidth_steady_runs[0]'); s1=$(jget $d/d.json 'decode.bandwidth_steady_runs[1]')
+ns=$(jget $d/d.json decode.pct_steady_windows)
 pm=$(jget $d/d.json decode.pct_of_bandwidth_limit); bm=$(jget $d/d.json decode.bandwidth_gb_per_second)
-awk -v a="$p0" -v b="$p1" -v m="$pm" 'BEGIN { d = (a + b) / 2 - m; exit !(a > 0 && b > 0 && d < 1e-6 && d > -1e-6) }' ||
-  bad "pct_of_bandwidth_limit $pm is not the median of the per-window figures $p0, $p1"
-awk -v a="$b0" -v b="$b1" -v m="$bm" 'BEGIN { d = (a + b) / 2 - m; exit !(d < 1e-6 && d > -1e-6) }' ||
-  bad "bandwidth_gb_per_second $bm is not the median of the per-window measurements $b0, $b1"
+# the summary: the median over the steady windows, or over both when neither is
+awk -v a="$p0" -v b="$p1" -v x="$b0" -v y="$b1" -v s="$s0" -v t="$s1" -v n="$ns" -v m="$pm" -v w="$bm" 'BEGIN {
+    if (s == "true" && t != "true") { ep = a; eb = x } else if (t == "true" && s != "true") { ep = b; eb = y }
+    else { ep = (a + b) / 2; eb = (x + y) / 2 }
+    exit !(a > 0 && b > 0 && n == (s == "true") + (t == "true") && ep - m < 1e-6 && m - ep < 1e-6 &&
+           eb - w < 1e-6 && w - eb < 1e-6) }' ||
+  bad "pct_of_bandwidth_limit $pm / bandwidth $bm do not follow from the windows ($p0, $p1; $b0, $b1; steady $s0, $s1; $ns)"
 "$RB" bench -m "$M" -t 2 --prompt-len 16 --decode-steps 8 --window decode --repeat 2 >"$d/dt.txt" 2>"$d/err" ||
   bad "--window decode (text) failed: $(cat "$d/err")"
-grep -q "bandwidth limit .* % (median over 2 repeats" "$d/dt.txt" || bad "text report lacks the per-window bandwidth line: $(cat "$d/dt.txt")"
+grep -q "bandwidth limit .* % (median over the [0-2] of 2 repeats" "$d/dt.txt" || bad "text report lacks the per-window bandwidth line: $(cat "$d/dt.txt")"
 
 # ---- human-readable report
 $B --no-bandwidth >"$d/h.txt" 2>"$d/err" || bad "text report failed: $(cat "$d/err")"

@@ -286,8 +286,11 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
 typedef struct {
     double *prefill;              /* [repeat] window seconds */
     double *decode, *seed, *steps; /* [repeat] */
-    double *bw;                   /* [repeat] read bandwidth measured right after decode window r, GB/s */
+    double *bw0;                  /* [repeat] read bandwidth measured right before decode window r, GB/s */
+    double *bw1;                  /* [repeat] ... and right after it */
+    double *bw;                   /* [repeat] the window's bandwidth (stats_bw_windows) */
     double *pct;                  /* [repeat] that window's decode steps as % of its bandwidth limit */
+    int *steady;                  /* [repeat] the two measurements agreed (stats_bw_windows) */
 } timings;
 
 static json_t *num_or_null(bool have, double v) { return have ? json_real(v) : json_null(); }
@@ -508,9 +511,13 @@ int cmd_bench(int argc, char **argv) {
     tm.decode = calloc((size_t)o.repeat, sizeof(double));
     tm.seed = calloc((size_t)o.repeat, sizeof(double));
     tm.steps = calloc((size_t)o.repeat, sizeof(double));
+    tm.bw0 = calloc((size_t)o.repeat, sizeof(double));
+    tm.bw1 = calloc((size_t)o.repeat, sizeof(double));
     tm.bw = calloc((size_t)o.repeat, sizeof(double));
     tm.pct = calloc((size_t)o.repeat, sizeof(double));
-    if (!logits || !argmax_ids || !tm.prefill || !tm.decode || !tm.seed || !tm.steps || !tm.bw || !tm.pct) {
+    tm.steady = calloc((size_t)o.repeat, sizeof(int));
+    if (!logits || !argmax_ids || !tm.prefill || !tm.decode || !tm.seed || !tm.steps || !tm.bw0 || !tm.bw1 || !tm.bw ||
+        !tm.pct || !tm.steady) {
         cli_fail(CMD, "out of memory");
         goto out;
     }
@@ -542,6 +549,8 @@ int cmd_bench(int argc, char **argv) {
             if (expected) check_step(&tc, "prefill", 0, o.ab ? 'A' : 0, logits, n_vocab, expected[0], a, tol);
         }
         if (o.windows & WIN_DECODE) {
+            /* the read bandwidth right before the window (and right after it, below) */
+            if (o.bandwidth && !o.ab) tm.bw0[r] = moe_measure_read_bandwidth(o.threads);
             if (sb) {                                     /* B's own seed, untimed, before A's window */
                 moe_session_truncate(sb, 0);
                 if (moe_session_forward(sb, ids, P, logits, false) != MOE_OK) { s_fail = sb; goto fwd_fail; }
@@ -614,11 +623,7 @@ int cmd_bench(int argc, char **argv) {
              * the runs; each decode window is set against the bandwidth
              * measured right after it (the steps alone, as the limit is per
              * step). Not under --ab: its steps mix two configurations. */
-            if (o.bandwidth && !o.ab) {
-                tm.bw[r] = moe_measure_read_bandwidth(o.threads);
-                if (tm.bw[r] > 0 && tm.steps[r] > 0)
-                    tm.pct[r] = 100.0 * ((double)bpt * D / tm.steps[r] / 1e9) / tm.bw[r];
-            }
+            if (o.bandwidth && !o.ab) tm.bw1[r] = moe_measure_read_bandwidth(o.threads);
             if (prof && profile_take(s, &prof_decode, D, tm.steps[r]) != 0) {
                 cli_fail(CMD, "--phases: cannot read the profile");
                 goto out;
@@ -642,24 +647,20 @@ int cmd_bench(int argc, char **argv) {
 
     const bool have_p = o.windows & WIN_PREFILL, have_d = o.windows & WIN_DECODE;
     double bw = 0, bw_lo = 0, bw_hi = 0, pct = 0;
+    stats_bw_summary bws = {0, 0, 0, 0, 0, 0};
     if (have_d && o.bandwidth) {
         if (o.ab) {
             bw = bw_lo = bw_hi = moe_measure_read_bandwidth(o.threads);   /* once, as before */
         } else {
-            /* windows whose measurement failed (0) take no part */
-            double vb[o.repeat], vp[o.repeat];
-            int nv = 0;
-            for (int r = 0; r < o.repeat; r++)
-                if (tm.bw[r] > 0) {
-                    if (!nv || tm.bw[r] < bw_lo) bw_lo = tm.bw[r];
-                    if (!nv || tm.bw[r] > bw_hi) bw_hi = tm.bw[r];
-                    vb[nv] = tm.bw[r];
-                    vp[nv++] = tm.pct[r];
-                }
-            if (nv) {
-                bw = median(vb, nv);
-                pct = median(vp, nv);
-            }
+            /* each window against the bandwidth measured around it; the
+             * summary over the windows during which it held steady */
+            double rate[o.repeat];
+            for (int r = 0; r < o.repeat; r++) rate[r] = tm.steps[r] > 0 ? (double)bpt * D / tm.steps[r] / 1e9 : 0;
+            stats_bw_windows(tm.bw0, tm.bw1, rate, o.repeat, tm.bw, tm.pct, tm.steady, &bws);
+            bw = bws.bw;
+            pct = bws.pct;
+            bw_lo = bws.lo;
+            bw_hi = bws.hi;
         }
     }
     double p_s = have_p ? median(tm.prefill, o.repeat) : 0;
@@ -736,6 +737,14 @@ int cmd_bench(int argc, char **argv) {
             json_object_set_new(jd, "pct_of_bandwidth_limit", num_or_null(have_bw, pct));
             json_object_set_new(jd, "bandwidth_runs_gb_per_second",
                                 have_bw && !o.ab ? runs_array(tm.bw, o.repeat) : json_null());
+            json_object_set_new(jd, "bandwidth_before_runs_gb_per_second",
+                                have_bw && !o.ab ? runs_array(tm.bw0, o.repeat) : json_null());
+            json_object_set_new(jd, "bandwidth_after_runs_gb_per_second",
+                                have_bw && !o.ab ? runs_array(tm.bw1, o.repeat) : json_null());
+            json_t *st = json_array();
+            for (int r = 0; r < o.repeat && have_bw && !o.ab; r++) json_array_append_new(st, json_boolean(tm.steady[r]));
+            json_object_set_new(jd, "bandwidth_steady_runs", have_bw && !o.ab ? st : (json_decref(st), json_null()));
+            json_object_set_new(jd, "pct_steady_windows", have_bw && !o.ab ? json_integer(bws.steady) : json_null());
             json_object_set_new(jd, "pct_runs", have_bw && !o.ab ? runs_array(tm.pct, o.repeat) : json_null());
             json_object_set_new(jd, "runs_seconds", runs_array(tm.decode, o.repeat));
             json_object_set_new(root, "decode", jd);
@@ -805,13 +814,20 @@ int cmd_bench(int argc, char **argv) {
                    1e3 * steps_s / D, seed_s);
             printf("  weights per token    %10.3f MB\n", (double)bpt / 1e6);
             printf("  achieved             %10.3f GB/s", achieved);
-            if (have_bw && (o.ab || o.repeat == 1))
+            if (have_bw && o.ab)
                 printf("  = %.1f %% of the measured %.2f GB/s read bandwidth (limit %.1f tok/s)\n", pct, bw,
                        bpt ? bw * 1e9 / (double)bpt : 0.0);
+            else if (have_bw && o.repeat == 1)
+                printf("  = %.1f %% of the %.2f GB/s read bandwidth measured around the window (%.2f before, %.2f "
+                       "after%s; limit %.1f tok/s)\n", pct, bw, tm.bw0[0], tm.bw1[0],
+                       tm.steady[0] ? "" : ": NOT steady, the figure is doubtful", bpt ? bw * 1e9 / (double)bpt : 0.0);
             else if (have_bw)
-                printf("\n  bandwidth limit      %10.1f %% (median over %d repeats of each window's steps against the\n"
-                       "                                  read bandwidth measured right after it: %.2f..%.2f GB/s%s)\n",
-                       pct, o.repeat, bw_lo, bw_hi, bw_hi > 1.25 * bw_lo ? "; the machine's bandwidth changed between repeats" : "");
+                printf("\n  bandwidth limit      %10.1f %% (median over the %d of %d repeats whose read bandwidth, measured\n"
+                       "                                  right before and right after the window, agreed within %.0f %%%s;\n"
+                       "                                  window bandwidths %.2f..%.2f GB/s%s)\n",
+                       pct, bws.steady ? bws.steady : bws.measured, o.repeat, 100.0 * (STATS_BW_STEADY - 1),
+                       bws.steady ? "" : ": none did, so over all of them", bw_lo, bw_hi,
+                       bw_hi > 1.25 * bw_lo ? "; the machine's bandwidth changed between repeats" : "");
             else
                 printf("  (bandwidth not measured)\n");
         }
@@ -874,8 +890,11 @@ out:
     free(tm.decode);
     free(tm.seed);
     free(tm.steps);
+    free(tm.bw0);
+    free(tm.bw1);
     free(tm.bw);
     free(tm.pct);
+    free(tm.steady);
     free(argmax_ids);
     free(logits);
     free(ids);
