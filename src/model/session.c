@@ -193,20 +193,30 @@ int moe_session_new(moe_model *m, const moe_session_params *p, moe_session **out
     return session_new(m, p, m ? m->flags : 0, NULL, out, err, errlen);
 }
 
+/* spec applied on top of s's flags, into *next. A flag it changes that is
+ * fixed (at load, by the pool, or at session creation unless per_session_ok
+ * and the flag is per_session) is MOE_EINVAL naming the flag and why, then
+ * what to do (tail). */
+static int flags_next(const moe_session *s, const char *spec, bool per_session_ok, const char *tail, uint64_t *next,
+                      char *err, size_t errlen) {
+    int rc = moe_flags_parse(spec, s->flags, next, err, errlen);
+    if (rc) return rc;
+    const uint64_t changed = *next ^ s->flags;
+    for (int i = 0; i < MOE_FLAG_COUNT; i++) {
+        const moe_flag_info *f = moe_flag_get(i);
+        if ((changed >> i) & 1u && f->fixed && !(per_session_ok && f->per_session))
+            return moe_errf(err, errlen, MOE_EINVAL, "flags: '%s' %s; %s", f->name, f->fixed, tail);
+    }
+    return MOE_OK;
+}
+
 int moe_session_new_sibling(moe_session *s, const char *spec, moe_session **out, char *err, size_t errlen) {
     if (!out) return moe_errf(err, errlen, MOE_EINVAL, "moe_session_new_sibling: out is NULL");
     *out = NULL;
     if (!s || !spec) return moe_errf(err, errlen, MOE_EINVAL, "moe_session_new_sibling: session or spec is NULL");
     uint64_t next;
-    int rc = moe_flags_parse(spec, s->flags, &next, err, errlen);
+    int rc = flags_next(s, spec, true, "a sibling session shares the model and the pool", &next, err, errlen);
     if (rc) return rc;
-    const uint64_t changed = next ^ s->flags;
-    for (int i = 0; i < MOE_FLAG_COUNT; i++) {
-        const moe_flag_info *f = moe_flag_get(i);
-        if ((changed >> i) & 1u && f->fixed && !f->per_session)
-            return moe_errf(err, errlen, MOE_EINVAL, "flags: '%s' %s; a sibling session shares the model and the pool",
-                            f->name, f->fixed);
-    }
     moe_session_params sp = {s->n_ctx, s->n_threads, s->n_batch};
     return session_new(s->m, &sp, next, s->pool, out, err, errlen);
 }
@@ -264,16 +274,9 @@ int moe_session_set_flags(moe_session *s, const char *spec, char *err, size_t er
     if (!s) return moe_errf(err, errlen, MOE_EINVAL, "moe_session_set_flags: session is NULL");
     if (!spec) return moe_errf(err, errlen, MOE_EINVAL, "moe_session_set_flags: spec is NULL");
     uint64_t next;
-    int rc = moe_flags_parse(spec, s->flags, &next, err, errlen);
+    int rc = flags_next(s, spec, false, "set it when loading the model (--flags), not on a live session", &next, err,
+                        errlen);
     if (rc) return rc;
-    const uint64_t changed = next ^ s->flags;
-    for (int i = 0; i < MOE_FLAG_COUNT; i++) {
-        const moe_flag_info *f = moe_flag_get(i);
-        if ((changed >> i) & 1u && f->fixed)
-            return moe_errf(err, errlen, MOE_EINVAL,
-                            "flags: '%s' %s; set it when loading the model (--flags), not on a live session",
-                            f->name, f->fixed);
-    }
     s->flags = next;
     s->kern = moe_flag_on(next, MOE_FLAG_SIMD) ? s->kern_simd : moe_kernels_for(MOE_ISA_SCALAR);
     s->attn = moe_attn_for(s->kern->isa);
