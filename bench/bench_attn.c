@@ -95,13 +95,13 @@ static float softmax_fwd(const moe_attn_kernels *a, float *r, int n) {
 }
 
 static void run(const moe_kernels *k, const moe_attn_kernels *a, int fmt, const cache *c, int nheads, int G, int nk,
-                const float *q, float *sc, float *wb, float *o, uint8_t *qa, double med[3]) {
+                int items, const float *q, float *sc, float *wb, float *o, uint8_t *qa, double med[3]) {
     const size_t ab = (size_t)moe_act8_row_bytes(D);
     double t[3][REPS];
     volatile float sink = 0;
     for (int rep = 0; rep < REPS; rep++) {
         double part[3] = {0, 0, 0};
-        for (int it = 0; it < ITEMS; it++) {
+        for (int it = 0; it < items; it++) {
             const int h = it % nheads;
             const uint8_t *kb = (const uint8_t *)c->k + (size_t)h * c->kbytes, *vb = (const uint8_t *)c->v + (size_t)h * c->vbytes;
             double t0 = now_s();
@@ -130,7 +130,7 @@ static void run(const moe_kernels *k, const moe_attn_kernels *a, int fmt, const 
             part[1] += t2 - t1;
             part[2] += t3 - t2;
         }
-        for (int p = 0; p < 3; p++) t[p][rep] = part[p] / ITEMS * 1e6;
+        for (int p = 0; p < 3; p++) t[p][rep] = part[p] / items * 1e6;
     }
     for (int p = 0; p < 3; p++) {
         qsort(t[p], REPS, sizeof(double), cmp_d);
@@ -150,8 +150,8 @@ int main(int argc, char **argv) {
     uint8_t *qa = malloc((size_t)moe_act8_row_bytes(D) * 8);
     if (!q || !sc || !wb || !o || !qa) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
     for (int i = 0; i < 8 * D; i++) q[i] = (float)moe_rng_normal(&r);
-    printf("attention per (token, KV head) item, head size %d, 1 thread, us (median of %d x %d items);\n"
-           "L2: one head's K/V; mem: %d heads cycled\n", D, REPS, ITEMS, NHEADS);
+    printf("attention per (token, KV head) item, head size %d, 1 thread, us (median of %d x %d items, scalar %d);\n"
+           "L2: one head's K/V; mem: %d heads cycled\n", D, REPS, ITEMS, ITEMS / 20, NHEADS);
     printf("%-7s %-24s %-7s %-4s %8s %8s %8s %8s\n", "isa", "shape", "cache", "data", "scores", "softmax", "v sum",
            "total");
     for (int fmt = 0; fmt < FMT_COUNT; fmt++) {
@@ -172,7 +172,9 @@ int main(int argc, char **argv) {
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
                 for (int mem = 0; mem < 2; mem++) {
                     double med[3];
-                    run(k, a, fmt, mem ? &cm : &c1, mem ? NHEADS : 1, shapes[si].G, shapes[si].nk, q, sc, wb, o, qa, med);
+                    /* the scalar kernels are ~50x slower: fewer items, the same medians */
+                    run(k, a, fmt, mem ? &cm : &c1, mem ? NHEADS : 1, shapes[si].G, shapes[si].nk,
+                        isa == MOE_ISA_SCALAR ? ITEMS / 20 : ITEMS, q, sc, wb, o, qa, med);
                     printf("%-7s %-24s %-7s %-4s %8.2f %8.2f %8.2f %8.2f\n", isa_names[isa], shapes[si].name,
                            FMT_NAME[fmt], mem ? "mem" : "L2", med[0], med[1], med[2], med[0] + med[1] + med[2]);
                 }
