@@ -163,7 +163,7 @@ int  moe_session_set_flags(moe_session *s, const char *spec, char *err, size_t e
  * KV cache formats timed step by step in one process (`moefast bench --ab`),
  * without a second pool's idle workers spinning on the same cores. */
 int  moe_session_new_sibling(moe_session *s, const char *spec, moe_session **out, char *err, size_t errlen);
-/* The numerics flags (act_q8, kv_f16: a different arithmetic, docs/EXACTNESS.md)
+/* The numerics flags (act_q8, kv_f16, kv_q8: a different arithmetic, docs/EXACTNESS.md)
  * of a flag set written as moe_model_flags writes it (relative to "none"),
  * formatted the same way ("none" when there are none). MOE_EINVAL when the
  * spec names an unknown flag. */

@@ -42,7 +42,7 @@ int main(void) {
         CHECK_MSG(rc == MOE_EDIVERGE, "%s: test_perturb not caught (rc %d)", models[i], rc);
         CHECK_STR_CONTAINS(msg, "layer 3 ffn output differs at position 20");
         CHECK_STR_CONTAINS(msg, "with flags none");
-        /* within a numerics: the twin keeps act_q8/kv_f16 and drops the rest */
+        /* within a numerics: the twin keeps the numerics flags and drops the rest */
         rc = run(path, "all,+act_q8,+kv_f16", 7, msg, sizeof msg);
         CHECK_MSG(rc == MOE_OK, "%s: all flags vs none within act_q8,kv_f16 diverged: %s", models[i], msg);
         rc = run(path, "+act_q8,+kv_f16,+test_perturb", 512, msg, sizeof msg);

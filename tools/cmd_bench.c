@@ -621,8 +621,9 @@ int cmd_bench(int argc, char **argv) {
             /* This VM's read bandwidth changes by up to 2x within minutes, so
              * one measurement at the end can belong to another state than
              * the runs; each decode window is set against the bandwidth
-             * measured right after it (the steps alone, as the limit is per
-             * step). Not under --ab: its steps mix two configurations. */
+             * measured right before and right after it (stats_bw_windows;
+             * the steps alone, as the limit is per step). Not under --ab:
+             * its steps mix two configurations. */
             if (o.bandwidth && !o.ab) tm.bw1[r] = moe_measure_read_bandwidth(o.threads);
             if (prof && profile_take(s, &prof_decode, D, tm.steps[r]) != 0) {
                 cli_fail(CMD, "--phases: cannot read the profile");
@@ -841,7 +842,7 @@ int cmd_bench(int argc, char **argv) {
             if (b_sibling)
                 printf("    (B: a sibling session with its own KV cache and seed, same model and worker pool; the window's\n"
                        "     figures above are A's%s)\n",
-                       b_check ? "" : "; its numerics differ from A's, so its tokens were not checked");
+                       b_check || !o.trace ? "" : "; its numerics differ from A's, so its tokens were not checked");
             printf("    speedup A/B of the medians %.4f [%.4f, %.4f] (bootstrap 95%%, %d resamples of the pairs, "
                    "seed %llu; > 1: B faster)\n", ab.speedup, ab.lo, ab.hi, AB_RESAMPLES, (unsigned long long)AB_SEED);
         }
