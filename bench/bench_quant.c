@@ -7,7 +7,8 @@
  *     enough distinct copies to exceed the caches, and a 100352x2048 lm-head;
  *     the rows marked "x4" read the same shapes in the x4 layout the engine
  *     uses after its load-time repack (docs/KERNELS.md);
- *   - a 512-token batched GEMM on a 512x2048 matrix in GFLOP/s;
+ *   - a 512-token batched GEMM on a 512x2048 matrix in GFLOP/s, by the 4x4
+ *     tiles and (where the level has one) by the gemm_wide kernel;
  * next to the measured memory read bandwidth (moe_measure_read_bandwidth).
  * For the formats with an 8-bit-activation kernel (flag act_q8, act8_ref.c:
  * moe_type_has_a8), rows labelled "a8" time the same shapes with those kernels: weights
@@ -47,6 +48,7 @@ typedef struct {
     float *y;
     bool x4;        /* read the weights as the x4 layout (quant.h), as the engine does after `repack` */
     const uint8_t *xa; /* non-NULL: the act_q8 kernels, w in the a8 layout, xa = A8 rows (one per token) */
+    bool wide;      /* the gemm_wide kernel (flag gemm_wide) instead of the 4x4 tiles */
 } job;
 
 static void gemv_task(void *ctx, int ith, int nth) {
@@ -67,8 +69,8 @@ static void gemm_task(void *ctx, int ith, int nth) {
         j->k->gemm_a8[j->type](j->w + b * j->rb, j->rb, e - b, j->xa, (size_t)moe_act8_row_bytes(j->n), j->ntok,
                                j->y + b, (size_t)j->nrows, j->n);
     else
-        j->k->gemm[j->type](j->w + b * j->rb, j->rb, e - b, j->x, (size_t)j->n, j->ntok, j->y + b,
-                            (size_t)j->nrows, j->n);
+        (j->wide ? j->k->gemm_wide : j->k->gemm)[j->type](j->w + b * j->rb, j->rb, e - b, j->x, (size_t)j->n,
+                                                          j->ntok, j->y + b, (size_t)j->nrows, j->n);
 }
 
 /* Valid, ordinary data: random codes, scales that are normal numbers (no
@@ -307,6 +309,12 @@ int main(int argc, char **argv) {
             const double flop = 2.0 * 512 * 2048 * (double)ntok;
             printf("%-8s %-14s %9.1f %8.1f..%-8.1f GFLOP/s %4.0f%%\n", name, "gemm 512tok", flop / med * 1e-9,
                    flop / hi * 1e-9, flop / lo * 1e-9, 100 * g_cpu_share);
+            if (k->gemm_wide[type]) {                  /* the same product by the gemm_wide kernel */
+                a.j.wide = true;
+                med = time_reps(gemm_rep, &a, &lo, &hi);
+                printf("%-8s %-14s %9.1f %8.1f..%-8.1f GFLOP/s %4.0f%%\n", name, "gemm 512 wide", flop / med * 1e-9,
+                       flop / hi * 1e-9, flop / lo * 1e-9, 100 * g_cpu_share);
+            }
         }
         if (moe_type_has_a8(type) && k->gemv_a8[type]) bench_a8(pool, k, type, buf, filled < cap ? filled : cap, cap, x, y, ntok);
         fflush(stdout);

@@ -16,6 +16,7 @@ static const moe_flag_info FLAGS[MOE_FLAG_COUNT] = {
     [MOE_FLAG_REPACK] = {"repack", "load: copy block-format matrices into the 4-row interleaved x4 layout (one memory stream per 4 rows)", true, false, false,
                          "is fixed when the model is loaded (the weight layout)"},
     [MOE_FLAG_PARALLEL_GLUE] = {"parallel_glue", "the steps between matrix products run inside the parallel phases: QK-norm, RoPE and the KV-cache store with attention, the expert combine and residual with the down projections (decode) or as phases of their own (prefill); a one-token expert input is read in place, not gathered; off: on the calling thread", true, false},
+    [MOE_FLAG_GEMM_WIDE] = {"gemm_wide", "prefill GEMM over FP32 activations (block formats, F32): dequantize each group of 4 rows once per block of up to 96 tokens into an L1 buffer and run 4-row x 6-token tiles (AVX-512; other levels have no such kernel)", true, false},
     [MOE_FLAG_ACT_Q8] = {"act_q8", "NUMERICS: quantize matrix inputs to 8-bit blocks (llama.cpp's Q8_0 activations) for Q8_0, Q4_0, Q4_K, Q6_K, MXFP4 and NVFP4 weights and use integer dot products; changes the logits", false, false, true,
                          "is a numerics flag, fixed when the model is loaded (the a8 weight layout) and the session created"},
     [MOE_FLAG_KV_F16] = {"kv_f16", "NUMERICS: store the KV cache as IEEE half (llama.cpp's default): half the cache memory and half the bytes attention reads; changes the logits", false, false, true,

@@ -626,6 +626,64 @@ static void test_isa_selection(void) {
     CHECK_EQ_INT(moe_set_isa(names[best], err, sizeof err), MOE_OK);
 }
 
+/* gemm_wide (flag gemm_wide): the same bits as the scalar gemm for every
+ * format that has one, across its own edges: row lengths past a dequantized
+ * chunk (1024 values: accumulators parked between chunks), token counts past
+ * a token block (96) and every 6-token tile remainder, row counts that leave
+ * a partial group of 1-3 rows, odd strides, and the -0 / NaN / Inf /
+ * subnormal values fill_row plants. Outputs outside the product stay as they
+ * were (cmp_out covers the padding of every y row). */
+static void test_wide_match(const moe_kernels *ref, const moe_kernels *simd) {
+    static const int64_t NROWS[] = {1, 3, 4, 7, 17};
+    static const int64_t NTOK[] = {1, 2, 5, 6, 7, 37, 97, 200};
+    int tested = 0;
+    for (size_t f = 0; f < NFMT; f++) {
+        const uint32_t type = FORMATS[f];
+        if (!simd->gemm_wide[type]) continue;
+        const int64_t blk = moe_type_get(type)->block;
+        const int64_t NS[] = {blk == 1 ? 16 : blk, blk == 1 ? 48 : 2 * blk, 1280, 2304, blk == 1 ? 37 : 0};
+        for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++) {
+            const int64_t n = NS[ni];
+            if (!n) continue;
+            for (size_t ri = 0; ri < sizeof NROWS / sizeof NROWS[0]; ri++) {
+                const int64_t nrows = NROWS[ri];
+                const size_t rb = (size_t)moe_row_bytes(type, (uint64_t)n) + 1 + ri;
+                uint8_t *w = malloc(rb * (size_t)nrows);
+                for (int64_t r = 0; r < nrows; r++) {
+                    memset(w + r * rb, 0x5A, rb);
+                    fill_row(type, w + r * rb, n, true);
+                }
+                for (size_t ti = 0; ti < sizeof NTOK / sizeof NTOK[0]; ti++) {
+                    const int64_t ntok = NTOK[ti];
+                    if (n > 1280 && ntok > 40) continue;     /* the scalar reference is slow */
+                    const size_t xs = (size_t)n + 3, ys = (size_t)nrows + 2;
+                    float *x = malloc(sizeof(float) * xs * (size_t)ntok);
+                    float *y0 = malloc(sizeof(float) * ys * (size_t)ntok);
+                    float *y1 = malloc(sizeof(float) * ys * (size_t)ntok);
+                    fill_x(x, (int64_t)xs * ntok, true);
+                    for (size_t i = 0; i < ys * (size_t)ntok; i++) y0[i] = y1[i] = 777.0f;
+                    ref->gemm[type](w, rb, nrows, x, xs, ntok, y0, ys, n);
+                    simd->gemm_wide[type](w, rb, nrows, x, xs, ntok, y1, ys, n);
+                    cmp_out(y1, y0, (int64_t)ys * ntok, "gemm_wide", simd->name, type, nrows, n, ntok);
+                    free(x); free(y0); free(y1);
+                    tested++;
+                }
+                free(w);
+            }
+        }
+    }
+    /* F32 rows of -0 products: every lane stays -0 (the sum is -0) */
+    if (simd->gemm_wide[MOE_T_F32]) {
+        float wv[64], xv[64 * 7], y0[7], y1[7];
+        for (int i = 0; i < 64; i++) wv[i] = -1e-30f;
+        for (int i = 0; i < 64 * 7; i++) xv[i] = 1e-30f;
+        ref->gemm[MOE_T_F32](wv, 0, 1, xv, 64, 7, y0, 1, 64);
+        simd->gemm_wide[MOE_T_F32](wv, 0, 1, xv, 64, 7, y1, 1, 64);
+        for (int t = 0; t < 7; t++) CHECK_MSG(same_f32(y0[t], y1[t]) && signbit(y1[t]), "%s -0 gemm_wide t=%d", simd->name, t);
+    }
+    printf("%s: gemm_wide compared on %d shapes\n", simd->name, tested);
+}
+
 int main(void) {
     moe_rng_seed(&g_rng, 0x5eed);
     test_isa_selection(); /* forks first: children must make their choice fresh */
@@ -638,6 +696,7 @@ int main(void) {
         const moe_kernels *k = moe_kernels_for((moe_isa)i);
         if (!k) { printf("ISA %d not available on this CPU: not tested\n", i); continue; }
         test_kernels_match(ref, k);
+        test_wide_match(ref, k);
         levels++;
     }
     printf("SIMD levels compared with the scalar reference: %d\n", levels);

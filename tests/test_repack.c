@@ -19,8 +19,8 @@ int main(void) {
         const uint32_t type = types[ti];
         CHECK(moe_type_has_x4(type));
         const int64_t blk = moe_type_get(type)->block;
-        const int64_t ns[] = {blk, 2 * blk, 1024};
-        for (size_t ni = 0; ni < 3; ni++)
+        const int64_t ns[] = {blk, 2 * blk, 1024, 2304};
+        for (size_t ni = 0; ni < 4; ni++)
             for (size_t ri = 0; ri < 4; ri++) {
                 const int64_t n = ns[ni] < blk ? blk : ns[ni], nrows = rows_list[ri];
                 const size_t rb = (size_t)moe_row_bytes(type, (uint64_t)n);
@@ -47,6 +47,14 @@ int main(void) {
                                   "type %u isa %s n %lld rows %lld ntok %lld", type, k->name, (long long)n,
                                   (long long)nrows, (long long)nt);
                         compared++;
+                        if (k->gemm_wide_x4[type]) {           /* flag gemm_wide on the x4 layout */
+                            memset(y1, 0, sizeof(float) * (size_t)(nrows * T));
+                            k->gemm_wide_x4[type](x4, rb, nrows, x, (size_t)n, nt, y1, (size_t)nrows, n);
+                            CHECK_MSG(!memcmp(y0, y1, sizeof(float) * (size_t)(nrows * nt)),
+                                      "gemm_wide_x4 type %u isa %s n %lld rows %lld ntok %lld", type, k->name,
+                                      (long long)n, (long long)nrows, (long long)nt);
+                            compared++;
+                        }
                     }
                     /* a call starting at the second group (rows 4..) */
                     if (nrows >= 8) {
@@ -63,6 +71,12 @@ int main(void) {
             }
     }
     CHECK(!moe_type_has_x4(MOE_T_F32) && !moe_type_has_x4(MOE_T_BF16));
+    /* a wide x4 kernel exists wherever a wide plain one does for a block format */
+    for (int isa = 0; isa < MOE_ISA_COUNT; isa++) {
+        const moe_kernels *k = moe_kernels_for((moe_isa)isa);
+        for (size_t ti = 0; k && ti < sizeof types / sizeof types[0]; ti++)
+            CHECK(!k->gemm_wide[types[ti]] == !k->gemm_wide_x4[types[ti]]);
+    }
     CHECK(compared > 0);
     return check_report("test_repack");
 }

@@ -28,10 +28,11 @@ static void par(moe_session *s, moe_task_fn fn, void *ctx) {
 /* Rows [r0, r1) of Y[t][r] = W_mat . X[t] (+ second-level scale). Weights in
  * the a8 layout (flag act_q8) read the inputs as A8 rows xa (xa_stride bytes
  * apart), every other weight the float rows x. */
-static void matmul_rows(const moe_kernels *k, const moe_weight *w, int64_t mat, const float *x, size_t x_stride,
+static void matmul_rows(const moe_session *s, const moe_weight *w, int64_t mat, const float *x, size_t x_stride,
                         const uint8_t *xa, size_t xa_stride, int n, float *y, size_t y_stride, int64_t r0,
                         int64_t r1) {
     if (r0 >= r1) return;
+    const moe_kernels *k = s->kern;
     /* x4 data: r0 is a multiple of 8 (every split is 8-aligned) and r1 is a
      * multiple of 8 or the matrix end, as the layout requires */
     const uint8_t *base = w->data + (size_t)mat * w->mat_bytes + (size_t)r0 * w->row_bytes;
@@ -41,7 +42,11 @@ static void matmul_rows(const moe_kernels *k, const moe_weight *w, int64_t mat, 
     } else if (n == 1) {
         (w->x4 ? k->gemv_x4 : k->gemv)[w->type](base, w->row_bytes, r1 - r0, x, y + r0, w->n_in);
     } else {
-        (w->x4 ? k->gemm_x4 : k->gemm)[w->type](base, w->row_bytes, r1 - r0, x, x_stride, n, y + r0, y_stride, w->n_in);
+        /* gemm_wide: the same values from the level's wide kernel, if it has one */
+        moe_gemm_fn g = NULL;
+        if (moe_flag_on(s->flags, MOE_FLAG_GEMM_WIDE)) g = (w->x4 ? k->gemm_wide_x4 : k->gemm_wide)[w->type];
+        if (!g) g = (w->x4 ? k->gemm_x4 : k->gemm)[w->type];
+        g(base, w->row_bytes, r1 - r0, x, x_stride, n, y + r0, y_stride, w->n_in);
     }
     if (w->scale) {
         float sc = w->scale[w->n_scale == 1 ? 0 : mat];
@@ -93,7 +98,7 @@ static void mm_worker(void *ctx, int ith, int nth) {
     mm_task *t = ctx;
     int64_t r0, r1;
     moe_split(t->w->n_out, ith, nth, 8, &r0, &r1);
-    matmul_rows(t->s->kern, t->w, t->mat, t->x, (size_t)t->w->n_in, t->xa, (size_t)moe_act8_row_bytes(t->w->n_in),
+    matmul_rows(t->s, t->w, t->mat, t->x, (size_t)t->w->n_in, t->xa, (size_t)moe_act8_row_bytes(t->w->n_in),
                 t->n, t->y, (size_t)t->w->n_out, r0, r1);
 }
 
@@ -127,7 +132,7 @@ static void mm_multi_worker(void *ctx, int ith, int nth) {
         if (r0 < w->n_out && r1 > 0) {
             if (r0 < 0) r0 = 0;
             if (r1 > w->n_out) r1 = w->n_out;
-            matmul_rows(t->s->kern, w, 0, t->x, (size_t)w->n_in, t->xa, (size_t)moe_act8_row_bytes(w->n_in), t->n,
+            matmul_rows(t->s, w, 0, t->x, (size_t)w->n_in, t->xa, (size_t)moe_act8_row_bytes(w->n_in), t->n,
                         t->y[i], (size_t)w->n_out, r0, r1);
         }
         base += (w->n_out + 7) & ~(int64_t)7;
@@ -432,7 +437,6 @@ static void combine_worker(void *ctx, int ith, int nth) {
 
 static void jobs_worker(void *ctx, int ith, int nth) {
     jobs_task *jt = ctx;
-    const moe_kernels *k = jt->s->kern;
     /* Each thread gets an equal share of the work (rows x tokens), cut on
      * 8-row boundaries: in a prompt chunk one expert may have 100 tokens and
      * the next one, so equal row counts would be badly unbalanced. */
@@ -455,12 +459,12 @@ static void jobs_worker(void *ctx, int ith, int nth) {
         if (r1 > real) r1 = real;                    /* padding rows do not exist */
         if (r0 >= r1) continue;
         const size_t aEn = (size_t)moe_act8_row_bytes((int64_t)En), aF = (size_t)moe_act8_row_bytes((int64_t)F);
-        if (ph == 0 || ph == 1) matmul_rows(k, j->wg, j->mat, j->x, En, j->xa, aEn, j->nr, j->hg, F, r0, r1);
-        if (ph == 0 || ph == 2) matmul_rows(k, j->wu, j->mat, j->x, En, j->xa, aEn, j->nr, j->hu, F, r0, r1);
+        if (ph == 0 || ph == 1) matmul_rows(jt->s, j->wg, j->mat, j->x, En, j->xa, aEn, j->nr, j->hg, F, r0, r1);
+        if (ph == 0 || ph == 2) matmul_rows(jt->s, j->wu, j->mat, j->x, En, j->xa, aEn, j->nr, j->hu, F, r0, r1);
         if (ph == 0 || ph == 3)
             for (int t = 0; t < j->nr; t++)
                 jt->s->attn->silu_mul(j->hg + (size_t)t * F + (size_t)r0, j->hu + (size_t)t * F + (size_t)r0, r1 - r0);
-        if (ph == 4) matmul_rows(k, j->wd, j->mat, j->hg, F, j->ha, aF, j->nr, j->out, (size_t)j->wd->n_out, r0, r1);
+        if (ph == 4) matmul_rows(jt->s, j->wd, j->mat, j->hg, F, j->ha, aF, j->nr, j->out, (size_t)j->wd->n_out, r0, r1);
     }
 }
 

@@ -320,8 +320,224 @@ static void axpy_f32_512(float a, const float *x, float *y, int64_t n) {
     }
 }
 
+/* ---- gemm_wide (flag gemm_wide): the prefill GEMM over FP32 activations ----
+ * The 4x4 tile above dequantizes its 4 rows again for every 4 tokens (for
+ * Q8_0 a multiply per 16 weights next to 4 FMAs, on the same two pipes), and
+ * its 16 horizontal sums cost about as much as 8 k-steps: the expert GEMMs
+ * of a prompt ran at 65-75 % of the FMA peak. Here each group of 4 rows is
+ * dequantized once per block of up to WIDE_TB tokens, WIDE_KC values at a
+ * time, into a buffer of exact FP32 weights laid out [k/16][row][16] (16 KB,
+ * L1), and 4-row x 6-token tiles (24 accumulators, 4 weight and 1 activation
+ * register) stream it; their horizontal sums are taken 16 at a time by one
+ * shuffle tree (hsum_x16). A row longer than WIDE_KC is done in chunks, the
+ * accumulators parked in memory between them (exact).
+ * Same bits as every other kernel: the buffer holds the DQ/LD values, each
+ * lane accumulates its k in increasing order with one FMA, and hsum_x16 adds
+ * exactly the pairs of quant.h's tree, lower lane first. */
+#define WIDE_KC 1024
+#define WIDE_TB 96           /* a multiple of 6 */
+
+/* a[0..16) -> one vector whose element 4i+j is hsum16(a[i + 4j]). Level by
+ * level: a[l] + a[l+8] (256-bit halves), + a[l+4] (128-bit quarters),
+ * + a[l+2], then a[0] + a[1], each for several accumulators per add. */
+ALWAYS_INLINE __m512 hsum_x16(const __m512 *a) {
+    __m512 l1[8], l2[4], l3[2];
+    UNROLL for (int p = 0; p < 8; p++)
+        l1[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44),
+                              _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xEE));
+    UNROLL for (int p = 0; p < 4; p++)
+        l2[p] = _mm512_add_ps(_mm512_shuffle_f32x4(l1[2 * p], l1[2 * p + 1], 0x88),
+                              _mm512_shuffle_f32x4(l1[2 * p], l1[2 * p + 1], 0xDD));
+    UNROLL for (int p = 0; p < 2; p++)
+        l3[p] = _mm512_add_ps(_mm512_shuffle_ps(l2[2 * p], l2[2 * p + 1], 0x44),
+                              _mm512_shuffle_ps(l2[2 * p], l2[2 * p + 1], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(l3[0], l3[1], 0x88), _mm512_shuffle_ps(l3[0], l3[1], 0xDD));
+}
+
+/* 4 rows x T tokens over nk 16-value steps of the buffer wb. first: start
+ * from zero (else from the parked sp[]); last: reduce and store y[t*ys + r]
+ * for r < R (else park the accumulators in sp[]). */
+ALWAYS_INLINE void wide_tile(const float *wb, int64_t nk, const float *x, size_t xs, __m512 *sp, const int first,
+                             const int last, float *y, size_t ys, const int R, const int T) {
+    __m512 acc[4][6];
+    UNROLL for (int rr = 0; rr < 4; rr++) UNROLL for (int tt = 0; tt < T; tt++)
+        acc[rr][tt] = first ? _mm512_setzero_ps() : sp[rr * 6 + tt];
+    for (int64_t j = 0; j < nk; j++) {
+        const float *wj = wb + j * 64;
+        const __m512 w0 = _mm512_load_ps(wj), w1 = _mm512_load_ps(wj + 16);
+        const __m512 w2 = _mm512_load_ps(wj + 32), w3 = _mm512_load_ps(wj + 48);
+        UNROLL for (int tt = 0; tt < T; tt++) {
+            const __m512 xv = _mm512_loadu_ps(x + tt * xs + j * 16);
+            acc[0][tt] = _mm512_fmadd_ps(w0, xv, acc[0][tt]);
+            acc[1][tt] = _mm512_fmadd_ps(w1, xv, acc[1][tt]);
+            acc[2][tt] = _mm512_fmadd_ps(w2, xv, acc[2][tt]);
+            acc[3][tt] = _mm512_fmadd_ps(w3, xv, acc[3][tt]);
+        }
+    }
+    if (!last) {
+        UNROLL for (int rr = 0; rr < 4; rr++) UNROLL for (int tt = 0; tt < T; tt++) sp[rr * 6 + tt] = acc[rr][tt];
+        return;
+    }
+    const __mmask8 m = (__mmask8)((1u << R) - 1);
+    UNROLL for (int t0 = 0; t0 < T; t0 += 4) {   /* tokens t0..t0+3: slot i + 4*row */
+        __m512 a[16];
+        UNROLL for (int i = 0; i < 4; i++) UNROLL for (int rr = 0; rr < 4; rr++)
+            a[i + 4 * rr] = t0 + i < T ? acc[rr][t0 + i] : _mm512_setzero_ps();
+        const __m512 s = hsum_x16(a);
+        float *yt = y + (size_t)t0 * ys;
+        if (R == 4) {
+            _mm_storeu_ps(yt, _mm512_castps512_ps128(s));
+            if (t0 + 1 < T) _mm_storeu_ps(yt + ys, _mm512_extractf32x4_ps(s, 1));
+            if (t0 + 2 < T) _mm_storeu_ps(yt + 2 * ys, _mm512_extractf32x4_ps(s, 2));
+            if (t0 + 3 < T) _mm_storeu_ps(yt + 3 * ys, _mm512_extractf32x4_ps(s, 3));
+        } else {
+            _mm_mask_storeu_ps(yt, m, _mm512_castps512_ps128(s));
+            if (t0 + 1 < T) _mm_mask_storeu_ps(yt + ys, m, _mm512_extractf32x4_ps(s, 1));
+            if (t0 + 2 < T) _mm_mask_storeu_ps(yt + 2 * ys, m, _mm512_extractf32x4_ps(s, 2));
+            if (t0 + 3 < T) _mm_mask_storeu_ps(yt + 3 * ys, m, _mm512_extractf32x4_ps(s, 3));
+        }
+    }
+}
+
+/* All nt tokens of a block against one dequantized chunk: 6-token tiles,
+ * then one tile of the 1-5 left over (R: 4 for the stores, or fewer). */
+ALWAYS_INLINE void wide_tiles_r(const float *wb, int64_t nk, const float *x, size_t xs, int64_t nt, __m512 *sp,
+                                int first, int last, float *y, size_t ys, const int R) {
+    int64_t t = 0;
+    for (; t + 6 <= nt; t += 6, sp += 24) wide_tile(wb, nk, x + t * xs, xs, sp, first, last, y + t * ys, ys, R, 6);
+    switch (nt - t) {
+    case 5: wide_tile(wb, nk, x + t * xs, xs, sp, first, last, y + t * ys, ys, R, 5); break;
+    case 4: wide_tile(wb, nk, x + t * xs, xs, sp, first, last, y + t * ys, ys, R, 4); break;
+    case 3: wide_tile(wb, nk, x + t * xs, xs, sp, first, last, y + t * ys, ys, R, 3); break;
+    case 2: wide_tile(wb, nk, x + t * xs, xs, sp, first, last, y + t * ys, ys, R, 2); break;
+    case 1: wide_tile(wb, nk, x + t * xs, xs, sp, first, last, y + t * ys, ys, R, 1); break;
+    default: break;
+    }
+}
+static void wide_tiles(const float *wb, int64_t nk, const float *x, size_t xs, int64_t nt, __m512 *sp, int first,
+                       int last, float *y, size_t ys, int R) {
+    switch (R) {
+    case 4: wide_tiles_r(wb, nk, x, xs, nt, sp, first, last, y, ys, 4); break;
+    case 3: wide_tiles_r(wb, nk, x, xs, nt, sp, first, last, y, ys, 3); break;
+    case 2: wide_tiles_r(wb, nk, x, xs, nt, sp, first, last, y, ys, 2); break;
+    default: wide_tiles_r(wb, nk, x, xs, nt, sp, first, last, y, ys, 1); break;
+    }
+}
+
+/* Asks for the bytes the next fill will read (the same values [k0, k0+kc)
+ * of the next group of 4 rows, or the first chunk of the first group when
+ * this is the last chunk of the last one) while this group's tiles run: a
+ * fill from memory otherwise waits on ~70-130 cache lines per group, about
+ * a third of the compute of a 32-token block (measured: BF16 512x1024, 32
+ * tokens: 79 -> 98 GFLOP/s). Into L2: the buffer and the tiles' activations
+ * own L1. */
+ALWAYS_INLINE void wide_prefetch(const uint8_t *W, size_t rb, int64_t nrows, int64_t n, int64_t r, int64_t k0,
+                                 int64_t kc, int x4) {
+    int64_t nr = r + 4;
+    if (nr >= nrows) return;
+    const int nx = nrows - nr < 4 ? (int)(nrows - nr) : 4;
+    const size_t b0 = (size_t)((uint64_t)k0 * rb / (uint64_t)n), b1 = (size_t)((uint64_t)(k0 + kc) * rb / (uint64_t)n);
+    if (x4 && nx == 4) {                    /* an x4 group: values [k0, k0+kc) of its rows are one range */
+        const uint8_t *g = W + nr * rb;
+        for (size_t o = 4 * b0; o < 4 * b1; o += 64) _mm_prefetch((const char *)g + o, _MM_HINT_T1);
+    } else {
+        for (int rr = 0; rr < nx; rr++)
+            for (size_t o = b0; o < b1; o += 64) _mm_prefetch((const char *)W + (nr + rr) * rb + o, _MM_HINT_T1);
+    }
+}
+
+/* The driver: FILL(g, rs, S, R, k0, kc, wb, st) writes values [k0, k0+kc)
+ * of the group's R rows (row rr at g + rr*rs, block stride S) into wb, rows
+ * R..3 left as they are (zeroed once here: their sums are never stored). */
+#define DEF_WIDE_BODY(NAME, FILL, QBYTES)                                                          \
+    ALWAYS_INLINE void gemm_wide_body_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, \
+                                             size_t xs, int64_t ntok, float *y, size_t ys, int64_t n, \
+                                             const int x4) {                                      \
+        _Alignas(64) float wb[WIDE_KC * 4];                                                        \
+        __m512 sp[WIDE_TB / 6 * 24];                                                               \
+        float st[4][16];                                                                           \
+        const uint8_t *W = w;                                                                      \
+        for (int64_t t0 = 0; t0 < ntok; t0 += WIDE_TB) {                                           \
+            const int64_t nt = ntok - t0 < WIDE_TB ? ntok - t0 : WIDE_TB;                          \
+            for (int64_t r = 0; r < nrows; r += 4) {                                               \
+                const int R = nrows - r < 4 ? (int)(nrows - r) : 4;                                \
+                const int grp = x4 && R == 4;  /* an x4 group (the last nrows % 4 rows are plain) */ \
+                if (R < 4) memset(wb, 0, sizeof wb);                                               \
+                for (int64_t k0 = 0; k0 < n; k0 += WIDE_KC) {                                      \
+                    const int64_t kc = n - k0 < WIDE_KC ? n - k0 : WIDE_KC;                        \
+                    wide_prefetch(W, rb, nrows, n, r, k0, kc, x4);                                 \
+                    FILL(W + r * rb, grp ? (QBYTES) : rb, grp ? 4 : 1, R, k0, kc, wb, st);        \
+                    wide_tiles(wb, kc / 16, x + t0 * xs + k0, xs, nt, sp, k0 == 0, k0 + kc == n,   \
+                               y + t0 * ys + r, ys, R);                                            \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+#define DEF_WIDE_BLOCK(NAME, SUBV, NV, DQ, QBYTES)                                                 \
+    ALWAYS_INLINE void fill_##NAME(const uint8_t *g, size_t rs, const int S, int R, int64_t k0,    \
+                                   int64_t kc, float *wb, float (*st)[16]) {                       \
+        const int64_t i0 = k0 / (SUBV), i1 = (k0 + kc) / (SUBV);                                   \
+        for (int64_t i = i0; i < i1; i++) {                                                        \
+            UNROLL for (int rr = 0; rr < 4; rr++) {                                                \
+                if (rr >= R) break;                                                                \
+                __m512 v[NV];                                                                      \
+                DQ(g + rr * rs, i, v, st[rr], S);                                                  \
+                UNROLL for (int q = 0; q < NV; q++)                                                \
+                    _mm512_store_ps(wb + (((i - i0) * (NV) + q) * 4 + rr) * 16, v[q]);             \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    ALWAYS_INLINE void fill_s_##NAME(const uint8_t *g, size_t rs, int S, int R, int64_t k0,        \
+                                     int64_t kc, float *wb, float (*st)[16]) {                     \
+        if (S == 4) fill_##NAME(g, rs, 4, R, k0, kc, wb, st);                                      \
+        else fill_##NAME(g, rs, 1, R, k0, kc, wb, st);                                             \
+    }                                                                                              \
+    DEF_WIDE_BODY(NAME, fill_s_##NAME, QBYTES)                                                     \
+    static void gemm_wide_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs, \
+                                 int64_t ntok, float *y, size_t ys, int64_t n) {                   \
+        gemm_wide_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 0);                             \
+    }                                                                                              \
+    static void gemm_wide_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x,       \
+                                    size_t xs, int64_t ntok, float *y, size_t ys, int64_t n) {     \
+        gemm_wide_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 1);                             \
+    }
+
+DEF_WIDE_BLOCK(q8_0, 32, 2, dq_q8_0, QB_Q8_0)
+DEF_WIDE_BLOCK(q4_0, 32, 2, dq_q4_0, QB_Q4_0)
+DEF_WIDE_BLOCK(mxfp4, 32, 2, dq_mxfp4, QB_MXFP4)
+DEF_WIDE_BLOCK(nvfp4, 64, 4, dq_nvfp4, QB_NVFP4)
+DEF_WIDE_BLOCK(q4_k, 64, 4, dq_q4_k, QB_Q4_K)
+DEF_WIDE_BLOCK(q6_k, 64, 4, dq_q6_k, QB_Q6_K)
+
+/* F32 rows (the routers): a row length that is not a multiple of 16 takes
+ * the 4x4 kernel (its masked tail keeps -0 accumulators intact; zero-padded
+ * buffer lanes would not). F16 and BF16 keep the 4x4 kernel: their
+ * conversion runs beside the FMAs, not on their pipes, and it measured
+ * 5-20 % faster than a fill pass (bench_quant's GEMM rows). */
+#define DEF_WIDE_PLAIN(NAME, LD)                                                                   \
+    ALWAYS_INLINE void fill_##NAME(const uint8_t *g, size_t rs, int S, int R, int64_t k0,          \
+                                   int64_t kc, float *wb, float (*st)[16]) {                       \
+        (void)S; (void)st;                                                                         \
+        for (int64_t k = k0; k < k0 + kc; k += 16)                                                 \
+            UNROLL for (int rr = 0; rr < 4; rr++) {                                                \
+                if (rr >= R) break;                                                                \
+                _mm512_store_ps(wb + ((k - k0) / 16 * 4 + rr) * 16, LD(g + rr * rs, k, 0xFFFF));   \
+            }                                                                                      \
+    }                                                                                              \
+    DEF_WIDE_BODY(NAME, fill_##NAME, 0)                                                            \
+    static void gemm_wide_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs, \
+                                 int64_t ntok, float *y, size_t ys, int64_t n) {                   \
+        if (n % 16) gemm_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n);                              \
+        else gemm_wide_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 0);                        \
+    }
+
+DEF_WIDE_PLAIN(f32, ld_f32)
+
 #define ENTRY(id, name) .gemv[id] = gemv_##name, .gemm[id] = gemm_##name
 #define ENTRY_X4(id, name) .gemv_x4[id] = gemv_x4_##name, .gemm_x4[id] = gemm_x4_##name
+#define ENTRY_WIDE(id, name) .gemm_wide[id] = gemm_wide_##name
+#define ENTRY_WIDE_X4(id, name) .gemm_wide[id] = gemm_wide_##name, .gemm_wide_x4[id] = gemm_wide_x4_##name
 const moe_kernels moe_kernels_avx512_tab = {
     .isa = MOE_ISA_AVX512, .name = "avx512",
     ENTRY(MOE_T_F32, f32), ENTRY(MOE_T_F16, f16), ENTRY(MOE_T_BF16, bf16),
@@ -329,6 +545,9 @@ const moe_kernels moe_kernels_avx512_tab = {
     ENTRY(MOE_T_Q6_K, q6_k), ENTRY(MOE_T_MXFP4, mxfp4), ENTRY(MOE_T_NVFP4, nvfp4),
     ENTRY_X4(MOE_T_Q8_0, q8_0), ENTRY_X4(MOE_T_Q4_0, q4_0), ENTRY_X4(MOE_T_Q4_K, q4_k),
     ENTRY_X4(MOE_T_Q6_K, q6_k), ENTRY_X4(MOE_T_MXFP4, mxfp4), ENTRY_X4(MOE_T_NVFP4, nvfp4),
+    ENTRY_WIDE(MOE_T_F32, f32),
+    ENTRY_WIDE_X4(MOE_T_Q8_0, q8_0), ENTRY_WIDE_X4(MOE_T_Q4_0, q4_0), ENTRY_WIDE_X4(MOE_T_Q4_K, q4_k),
+    ENTRY_WIDE_X4(MOE_T_Q6_K, q6_k), ENTRY_WIDE_X4(MOE_T_MXFP4, mxfp4), ENTRY_WIDE_X4(MOE_T_NVFP4, nvfp4),
     .dot_f32 = dot_f32_512, .axpy_f32 = axpy_f32_512,
     A8_ENTRY(MOE_T_Q8_0, q8_0, avx512), A8_ENTRY(MOE_T_NVFP4, nvfp4, avx512),
     A8_ENTRY(MOE_T_MXFP4, mxfp4, avx512), A8_ENTRY(MOE_T_Q4_0, q4_0, avx512), A8_ENTRY(MOE_T_Q4_K, q4_k, avx512),
