@@ -14,16 +14,11 @@
 
 #include <immintrin.h>
 
+#include "quant/hsum_avx512.h"
+
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
 
-/* The tree of quant.h: a[l]+a[l+8], then +4, +2, +1. */
-ALWAYS_INLINE float hsum16(__m512 a) {
-    const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
 
 /* R rows x T tokens of Q8_0 (a8 layout); tile rows rb bytes apart, A8 rows
  * xs bytes apart, outputs y[t*ys + r*yr]. */

@@ -16,16 +16,11 @@
 
 #include <immintrin.h>
 
+#include "quant/hsum_avx512.h"
+
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
 
-/* The tree of quant.h: a[l]+a[l+8], then +4, +2, +1. */
-ALWAYS_INLINE float hsum16(__m512 a) {
-    const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
 
 ALWAYS_INLINE __m128i ld128(const uint8_t *p) { return _mm_loadu_si128((const __m128i *)p); }
 ALWAYS_INLINE float f16s(const uint8_t *p) { return _cvtsh_ss(moe_rd16(p)); }
@@ -329,30 +324,13 @@ static void axpy_f32_512(float a, const float *x, float *y, int64_t n) {
  * time, into a buffer of exact FP32 weights laid out [k/16][row][16] (16 KB,
  * L1), and 4-row x 6-token tiles (24 accumulators, 4 weight and 1 activation
  * register) stream it; their horizontal sums are taken 16 at a time by one
- * shuffle tree (hsum_x16). A row longer than WIDE_KC is done in chunks, the
- * accumulators parked in memory between them (exact).
+ * shuffle tree (hsum16x16, hsum_avx512.h). A row longer than WIDE_KC is
+ * done in chunks, the accumulators parked in memory between them (exact).
  * Same bits as every other kernel: the buffer holds the DQ/LD values, each
- * lane accumulates its k in increasing order with one FMA, and hsum_x16 adds
- * exactly the pairs of quant.h's tree, lower lane first. */
+ * lane accumulates its k in increasing order with one FMA, and hsum16x16
+ * adds exactly the pairs of quant.h's tree, lower lane first. */
 #define WIDE_KC 1024
 #define WIDE_TB 96           /* a multiple of 6 */
-
-/* a[0..16) -> one vector whose element 4i+j is hsum16(a[i + 4j]). Level by
- * level: a[l] + a[l+8] (256-bit halves), + a[l+4] (128-bit quarters),
- * + a[l+2], then a[0] + a[1], each for several accumulators per add. */
-ALWAYS_INLINE __m512 hsum_x16(const __m512 *a) {
-    __m512 l1[8], l2[4], l3[2];
-    UNROLL for (int p = 0; p < 8; p++)
-        l1[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44),
-                              _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xEE));
-    UNROLL for (int p = 0; p < 4; p++)
-        l2[p] = _mm512_add_ps(_mm512_shuffle_f32x4(l1[2 * p], l1[2 * p + 1], 0x88),
-                              _mm512_shuffle_f32x4(l1[2 * p], l1[2 * p + 1], 0xDD));
-    UNROLL for (int p = 0; p < 2; p++)
-        l3[p] = _mm512_add_ps(_mm512_shuffle_ps(l2[2 * p], l2[2 * p + 1], 0x44),
-                              _mm512_shuffle_ps(l2[2 * p], l2[2 * p + 1], 0xEE));
-    return _mm512_add_ps(_mm512_shuffle_ps(l3[0], l3[1], 0x88), _mm512_shuffle_ps(l3[0], l3[1], 0xDD));
-}
 
 /* 4 rows x T tokens over nk 16-value steps of the buffer wb. first: start
  * from zero (else from the parked sp[]); last: reduce and store y[t*ys + r]
@@ -379,11 +357,11 @@ ALWAYS_INLINE void wide_tile(const float *wb, int64_t nk, const float *x, size_t
         return;
     }
     const __mmask8 m = (__mmask8)((1u << R) - 1);
-    UNROLL for (int t0 = 0; t0 < T; t0 += 4) {   /* tokens t0..t0+3: slot i + 4*row */
+    UNROLL for (int t0 = 0; t0 < T; t0 += 4) {   /* tokens t0..t0+3: slot 4*i + row */
         __m512 a[16];
         UNROLL for (int i = 0; i < 4; i++) UNROLL for (int rr = 0; rr < 4; rr++)
-            a[i + 4 * rr] = t0 + i < T ? acc[rr][t0 + i] : _mm512_setzero_ps();
-        const __m512 s = hsum_x16(a);
+            a[4 * i + rr] = t0 + i < T ? acc[rr][t0 + i] : _mm512_setzero_ps();
+        const __m512 s = hsum16x16(a);
         float *yt = y + (size_t)t0 * ys;
         if (R == 4) {
             _mm_storeu_ps(yt, _mm512_castps512_ps128(s));
