@@ -10,8 +10,8 @@
  * keys), head size 128, with the K/V of one head (in L2) and cycled over 256
  * heads (from memory, like a decode step's 64 items). The kv_q8 rows include
  * quantizing the query heads (scores) as the forward pass does; the FP32 and
- * kv_f16 softmax is the forward pass's (max and key-order sum in C, exp by
- * the kernel), kv_q8's its softmax_q8 kernel.
+ * kv_f16 softmax is the forward pass's (max and exp by the kernels, the
+ * key-order sums by moe_attn_row_sums), kv_q8's its softmax_q8 kernel.
  * Arguments, if any: the ISA levels to run (scalar, avx2, avx512). */
 #include "attn.h"
 #include "quant/quant.h"
@@ -84,14 +84,17 @@ static void cache_free(cache *c) {
     free(c->vd);
 }
 
-/* The FP32 / kv_f16 softmax of the forward pass: max, exp by the kernel,
- * key-order sum. */
-static float softmax_fwd(const moe_attn_kernels *a, float *r, int n) {
-    float mx = -INFINITY, sum = 0.0f;
-    for (int j = 0; j < n; j++) if (r[j] > mx) mx = r[j];
-    a->exp_shift(r, n, mx);
-    for (int j = 0; j < n; j++) sum += r[j];
-    return sum;
+/* The FP32 / kv_f16 softmax of the forward pass over G heads: max and exp
+ * by the kernels, key-order sums by moe_attn_row_sums. */
+static float softmax_fwd(const moe_attn_kernels *a, float *sc, size_t stride, int G, int n) {
+    float sums[16], s = 0.0f;
+    for (int g = 0; g < G; g++) {
+        float *r = sc + (size_t)g * stride;
+        a->exp_shift(r, n, a->max_f32(r, n));
+    }
+    moe_attn_row_sums(sc, stride, G, n, sums);
+    for (int g = 0; g < G; g++) s += sums[g];
+    return s;
 }
 
 static void run(const moe_kernels *k, const moe_attn_kernels *a, int fmt, const cache *c, int nheads, int G, int nk,
@@ -115,8 +118,10 @@ static void run(const moe_kernels *k, const moe_attn_kernels *a, int fmt, const 
             }
             double t1 = now_s();
             float s = 0;
-            for (int g = 0; g < G; g++)
-                s += fmt == FMT_Q8 ? a->softmax_q8(sc + (size_t)g * CP, nk) : softmax_fwd(a, sc + (size_t)g * CP, nk);
+            if (fmt == FMT_Q8)
+                for (int g = 0; g < G; g++) s += a->softmax_q8(sc + (size_t)g * CP, nk);
+            else
+                s = softmax_fwd(a, sc, CP, G, nk);
             double t2 = now_s();
             if (fmt == FMT_Q8)
                 a->accum_q8(sc, CP, G, (const int8_t *)vb, c->vd + (size_t)h * (D / 32) * CP, CP, 0, nk, D, wb, o, D);

@@ -135,6 +135,43 @@ static void accum_q8_scalar(const float *p, size_t ps, int G, const int8_t *v8, 
     }
 }
 
+static float max_f32_scalar(const float *r, int n) {
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++) if (r[j] > mx) mx = r[j];
+    return mx;
+}
+
+void moe_attn_row_sums(const float *r, size_t stride, int G, int n, float *sums) {
+    int h = 0;
+    for (; h + 4 <= G; h += 4) {
+        const float *r0 = r + (size_t)h * stride, *r1 = r0 + stride, *r2 = r1 + stride, *r3 = r2 + stride;
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+        for (int j = 0; j < n; j++) {
+            s0 += r0[j];
+            s1 += r1[j];
+            s2 += r2[j];
+            s3 += r3[j];
+        }
+        sums[h] = s0; sums[h + 1] = s1; sums[h + 2] = s2; sums[h + 3] = s3;
+    }
+    if (h + 2 <= G) {
+        const float *r0 = r + (size_t)h * stride, *r1 = r0 + stride;
+        float s0 = 0.0f, s1 = 0.0f;
+        for (int j = 0; j < n; j++) {
+            s0 += r0[j];
+            s1 += r1[j];
+        }
+        sums[h] = s0; sums[h + 1] = s1;
+        h += 2;
+    }
+    if (h < G) {
+        const float *r0 = r + (size_t)h * stride;
+        float s0 = 0.0f;
+        for (int j = 0; j < n; j++) s0 += r0[j];
+        sums[h] = s0;
+    }
+}
+
 static float softmax_q8_scalar(float *r, int n) {
     float mx = -INFINITY, acc[16] = {0};
     for (int j = 0; j < n; j++) if (r[j] > mx) mx = r[j];
@@ -150,7 +187,7 @@ static float softmax_q8_scalar(float *r, int n) {
 
 const moe_attn_kernels moe_attn_scalar = {scores_scalar,   accum_scalar,     scores_h_scalar, accum_h_scalar,
                                           exp_shift_scalar, silu_mul_scalar, to_half_scalar,  combine_scalar,
-                                          scores_q8_scalar, accum_q8_scalar, softmax_q8_scalar};
+                                          scores_q8_scalar, accum_q8_scalar, softmax_q8_scalar, max_f32_scalar};
 
 const moe_attn_kernels *moe_attn_for(moe_isa isa) {
     switch (isa) {

@@ -60,7 +60,18 @@ typedef struct moe_attn_kernels {
      * returns sum r[j] in 16 lanes (lane l takes j = l, l+16, ... in order,
      * from +0) reduced by the tree of quant.h. */
     float (*softmax_q8)(float *r, int n);
+    /* The largest of r[0 .. n-1], NaN ignored, -INFINITY when there is none:
+     * the softmax shift. Order-free, except that a maximum of zero may come
+     * back as either sign; r[j] - mx is then a zero too, and moe_expf gives
+     * exactly 1 for both signs, so the softmax does not depend on it. */
+    float (*max_f32)(const float *r, int n);
 } moe_attn_kernels;
+
+/* The softmax denominators of the FP32 and F16 caches: sums[h] = r_h[0] +
+ * r_h[1] + ... + r_h[n-1] in key order from +0.0f, r_h = r + h*stride, for
+ * h < G. Scalar on every ISA (the order is the contract); four heads run as
+ * interleaved chains so the adds do not wait on each other's latency. */
+void moe_attn_row_sums(const float *r, size_t stride, int G, int n, float *sums);
 
 /* ---- kv_q8: the 8-bit KV cache (flag kv_q8) ------------------------------
  * Why: at context 576 a qwen3moe-bench decode step reads 18.9 MB of half

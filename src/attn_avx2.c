@@ -271,6 +271,20 @@ static void accum_q8_avx2(const float *p, size_t ps, int G, const int8_t *v8, co
 /* the scalar routine, as exp_shift (the compiler may vectorize its loops) */
 static float softmax_q8_avx2(float *r, int n) { return moe_attn_scalar.softmax_q8(r, n); }
 
+/* max_f32 (attn.h): 8 lanes; vmaxps returns its second operand when either is
+ * NaN, so a NaN key never replaces the running maximum */
+static float max_f32_avx2(const float *r, int n) {
+    __m256 m = _mm256_set1_ps(-__builtin_inff());
+    int j = 0;
+    for (; j + 8 <= n; j += 8) m = _mm256_max_ps(_mm256_loadu_ps(r + j), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ps(h, _mm_movehdup_ps(h));
+    float mx = _mm_cvtss_f32(h);
+    for (; j < n; j++) if (r[j] > mx) mx = r[j];
+    return mx;
+}
+
 const moe_attn_kernels moe_attn_avx2 = {scores_avx2,    accum_avx2,     scores_h_avx2,  accum_h_avx2,
                                         exp_shift_avx2, silu_mul_avx2, to_half_avx2,   combine_avx2,
-                                        scores_q8_avx2, accum_q8_avx2,  softmax_q8_avx2};
+                                        scores_q8_avx2, accum_q8_avx2,  softmax_q8_avx2, max_f32_avx2};

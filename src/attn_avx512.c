@@ -347,11 +347,17 @@ static void accum_q8_avx512(const float *p, size_t ps, int G, const int8_t *v8, 
  * keys leave the running max alone, as the scalar comparison does; which of
  * +0 / -0 wins may differ, and neither changes r - mx. Inactive tail lanes
  * are -inf for the max and add nothing to the sum. */
-static float softmax_q8_avx512(float *r, int n) {
+/* max_f32 (attn.h): vmaxps returns its second operand when either is NaN, so
+ * a NaN key never replaces the running maximum */
+static float max_f32_avx512(const float *r, int n) {
     const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
     __m512 m = ninf;
     for (int j = 0; j < n; j += 16) m = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, tail_mask(n - j), r + j), m);
-    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+    return _mm512_reduce_max_ps(m);
+}
+
+static float softmax_q8_avx512(float *r, int n) {
+    const __m512 mx = _mm512_set1_ps(max_f32_avx512(r, n));
     __m512 acc = _mm512_setzero_ps();
     for (int j = 0; j < n; j += 16) {
         const __mmask16 k = tail_mask(n - j);
@@ -364,4 +370,4 @@ static float softmax_q8_avx512(float *r, int n) {
 
 const moe_attn_kernels moe_attn_avx512 = {scores_avx512,   accum_avx512,     scores_h_avx512, accum_h_avx512,
                                           exp_shift_avx512, silu_mul_avx512, to_half_avx512,  combine_avx512,
-                                          scores_q8_avx512, accum_q8_avx512, softmax_q8_avx512};
+                                          scores_q8_avx512, accum_q8_avx512, softmax_q8_avx512, max_f32_avx512};

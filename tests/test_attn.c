@@ -106,6 +106,43 @@ int main(void) {
                 free(g1);
             }
         }
+        /* max_f32: every ISA returns the scalar maximum (a zero maximum may
+         * differ in sign only), NaN ignored, -inf for none; and the zero sign
+         * cannot matter: moe_expf gives exactly 1 for +0 and -0 */
+        {
+            const float one = 1.0f, e0 = moe_expf(0.0f), e1 = moe_expf(-0.0f);
+            CHECK(!memcmp(&e0, &one, 4) && !memcmp(&e1, &one, 4));
+        }
+        for (size_t ii = 0; ii < 2; ii++) {
+            if (!moe_kernels_for(isas[ii])) continue;
+            const moe_attn_kernels *ak = moe_attn_for(isas[ii]);
+            for (int n = 0; n <= 70; n++)
+                for (int off = 0; off < 3 * ns; off += 5) {  /* windows over the special values */
+                    const float m0 = moe_attn_scalar.max_f32(a + off, n), m1 = ak->max_f32(a + off, n);
+                    CHECK_MSG(m0 == m1 && m0 == m0, "max_f32 isa %d n %d off %d: %g vs %g", (int)isas[ii], n, off,
+                              (double)m1, (double)m0);
+                }
+            float nn[40], zz[33];
+            for (int i = 0; i < 40; i++) nn[i] = __builtin_nanf("");
+            nn[17] = -3.0f;
+            CHECK(ak->max_f32(nn, 40) == -3.0f && ak->max_f32(nn, 17) == -__builtin_inff());
+            for (int i = 0; i < 33; i++) zz[i] = (i % 3) ? -0.0f : -5.0f;
+            CHECK(ak->max_f32(zz, 33) == 0.0f && ak->max_f32(a + 1000, N - 1000) == moe_attn_scalar.max_f32(a + 1000, N - 1000));
+        }
+        /* moe_attn_row_sums: per head, the plain key-order sum */
+        for (int G = 1; G <= 9; G++)
+            for (int n = 0; n <= 600; n += (n < 20 ? 1 : 97)) {
+                const size_t st = (size_t)n + 3;
+                float *rr = malloc(sizeof(float) * st * (size_t)G + 4), sums[9];
+                for (size_t i = 0; i < st * (size_t)G; i++) rr[i] = (float)moe_rng_uniform(&r) * (i % 7 ? 1.0f : 1e6f);
+                moe_attn_row_sums(rr, st, G, n, sums);
+                for (int h = 0; h < G; h++) {
+                    float want = 0.0f;
+                    for (int j = 0; j < n; j++) want += rr[(size_t)h * st + (size_t)j];
+                    CHECK_MSG(!memcmp(&want, &sums[h], 4), "row_sums G %d n %d head %d", G, n, h);
+                }
+                free(rr);
+            }
         /* and the scalar one is moe_expf */
         memcpy(b, a, sizeof(float) * N);
         moe_attn_scalar.exp_shift(b, 64, 1.0f);

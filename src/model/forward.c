@@ -341,13 +341,11 @@ static void attn_worker(void *ctx, int ith, int nth) {
         const size_t vg = voff + ((size_t)g * C + (size_t)j0) * (size_t)Dv;  /* values [nk][Dv] */
         if (s->kv_half) s->attn->scores_h(q, (size_t)D, G, (const uint16_t *)s->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
         else s->attn->scores(q, (size_t)D, G, (const float *)s->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
-        for (int h = 0; h < G; h++) {                                     /* softmax per head */
-            float *r = sc + (size_t)h * C, mx = -INFINITY, sum = 0.0f;
-            for (int j = 0; j < nk; j++) if (r[j] > mx) mx = r[j];
-            s->attn->exp_shift(r, nk, mx);                                /* r[j] = exp(r[j] - mx) */
-            for (int j = 0; j < nk; j++) sum += r[j];                     /* in key order */
-            sums[h] = sum;
+        for (int h = 0; h < G; h++) {                                     /* softmax numerators per head */
+            float *r = sc + (size_t)h * C;
+            s->attn->exp_shift(r, nk, s->attn->max_f32(r, nk));          /* r[j] = exp(r[j] - max) */
         }
+        moe_attn_row_sums(sc, C, G, nk, sums);                            /* denominators, in key order */
         if (s->kv_half) s->attn->accum_h(sc, C, G, (const uint16_t *)s->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
         else s->attn->accum(sc, C, G, (const float *)s->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
         for (int h = 0; h < G; h++) {
