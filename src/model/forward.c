@@ -192,6 +192,30 @@ static void rms_norm(const float *x, const float *w, float *y, int n, float eps)
         for (int i = 0; i < n; i++) y[i] = x[i] * scale;
 }
 
+/* xn[t] = RMSNorm(x[t]) * w for t < n: a prompt's rows spread over the pool
+ * with parallel_glue (one sequential double sum per row, ~1 us: 1.6 % of a
+ * laguna prompt on the calling thread alone). */
+typedef struct {
+    moe_session *s;
+    const float *w;
+    int n;
+} norm_task;
+
+static void norm_worker(void *ctx, int ith, int nth) {
+    const norm_task *nt = ctx;
+    const size_t E = (size_t)nt->s->m->hp.n_embd;
+    int64_t b, e;
+    moe_split(nt->n, ith, nth, 1, &b, &e);
+    for (int64_t t = b; t < e; t++)
+        rms_norm(nt->s->x + (size_t)t * E, nt->w, nt->s->xn + (size_t)t * E, (int)E, nt->s->m->hp.rms_eps);
+}
+
+static void norm_rows(moe_session *s, const float *w, int n) {
+    norm_task nt = {s, w, n};
+    if (n > 1 && moe_flag_on(s->flags, MOE_FLAG_PARALLEL_GLUE)) par(s, norm_worker, &nt);
+    else norm_worker(&nt, 0, 1);
+}
+
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(moe_expf(x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + moe_expf(-x)); }
 
@@ -362,8 +386,7 @@ static void attention_block(moe_session *s, int il, int n) {
     const moe_layer *L = &m->layers[il];
     const int E = hp->n_embd;
 
-    for (int t = 0; t < n; t++)                                   /* h = RMSNorm(x) * attn_norm  [n][E] */
-        rms_norm(s->x + (size_t)t * E, L->attn_norm, s->xn + (size_t)t * E, E, hp->rms_eps);
+    norm_rows(s, L->attn_norm, n);                                /* h = RMSNorm(x) * attn_norm  [n][E] */
     /* q [n][H][D], k [n][Hkv][D], v [n][Hkv][Dv], gate [n][H] or [n][H*Dv] */
     const moe_weight *ws[4] = {&L->wq, &L->wk, &L->wv, &L->wgate};
     float *ys[4] = {s->q, s->k, s->v, s->gate};
@@ -574,11 +597,43 @@ static void route_token(const moe_session *s, const moe_layer *L, int t, bool pe
         for (int k = 0; k < K / 2; k++) { float tmp = w[k]; w[k] = w[K - 1 - k]; w[K - 1 - k] = tmp; }
 }
 
-/* Copies token t's normed row (and its A8 row, when xa) into gathered slot r. */
-static void gather_row(moe_session *s, const uint8_t *xa, int t, int r) {
+/* Routing of a prompt's tokens, spread over the pool (each token's choice
+ * is its own: ~3 us of sigmoids and top-k per token, 2 % of a laguna prompt
+ * on one thread). */
+typedef struct {
+    moe_session *s;
+    const moe_layer *L;
+    int n;
+    bool perturb;
+} route_task;
+
+static void route_worker(void *ctx, int ith, int nth) {
+    const route_task *rt = ctx;
+    int64_t b, e;
+    moe_split(rt->n, ith, nth, 1, &b, &e);
+    for (int64_t t = b; t < e; t++) route_token(rt->s, rt->L, (int)t, rt->perturb && rt->s->n_past + t >= 20);
+}
+
+/* Gathered rows [r0, r1): row r gets token gather_src[r]'s normed row (and
+ * its A8 row, when xa), unless it is -1 (the row is read in place). */
+typedef struct {
+    moe_session *s;
+    const uint8_t *xa;
+    int r0, r1;
+} gather_task;
+
+static void gather_worker(void *ctx, int ith, int nth) {
+    const gather_task *g = ctx;
+    moe_session *s = g->s;
     const size_t E = (size_t)s->m->hp.n_embd, aE = (size_t)moe_act8_row_bytes((int64_t)E);
-    memcpy(s->xg + (size_t)r * E, s->xn + (size_t)t * E, E * sizeof(float));
-    if (xa) memcpy(s->xga + (size_t)r * aE, xa + (size_t)t * aE, aE);
+    int64_t b, e;
+    moe_split(g->r1 - g->r0, ith, nth, 1, &b, &e);
+    for (int64_t r = g->r0 + b; r < g->r0 + e; r++) {
+        const int t = s->gather_src[r];
+        if (t < 0) continue;
+        memcpy(s->xg + (size_t)r * E, s->xn + (size_t)t * E, E * sizeof(float));
+        if (g->xa) memcpy(s->xga + (size_t)r * aE, g->xa + (size_t)t * aE, aE);
+    }
 }
 
 static void ffn_block(moe_session *s, int il, int n) {
@@ -586,8 +641,7 @@ static void ffn_block(moe_session *s, int il, int n) {
     const moe_hparams *hp = &m->hp;
     const moe_layer *L = &m->layers[il];
     const int E = hp->n_embd;
-    for (int t = 0; t < n; t++)                                   /* h = RMSNorm(x) * ffn_norm  [n][E] */
-        rms_norm(s->x + (size_t)t * E, L->ffn_norm, s->xn + (size_t)t * E, E, hp->rms_eps);
+    norm_rows(s, L->ffn_norm, n);                                 /* h = RMSNorm(x) * ffn_norm  [n][E] */
     moe_ffn_job *jobs = s->jobs;
 
     if (L->dense) {                                               /* dense SwiGLU over all n tokens */
@@ -606,8 +660,10 @@ static void ffn_block(moe_session *s, int il, int n) {
     const size_t Fx = (size_t)hp->n_ff_exp;
     matmul(s, &L->router, s->xn, n, s->router);                   /* router logits [n][NE] */
     PROF_MARK(s, MOE_PH_ROUTER, (double)L->router.mat_bytes, 0);
-    bool perturb_layer = moe_flag_on(s->flags, MOE_FLAG_TEST_PERTURB) && il == hp->n_layer - 1;
-    for (int t = 0; t < n; t++) route_token(s, L, t, perturb_layer && s->n_past + t >= 20);
+    const bool glue = moe_flag_on(s->flags, MOE_FLAG_PARALLEL_GLUE);
+    route_task rt = {s, L, n, moe_flag_on(s->flags, MOE_FLAG_TEST_PERTURB) && il == hp->n_layer - 1};
+    if (glue && n > 1) par(s, route_worker, &rt);
+    else route_worker(&rt, 0, 1);
     PROF_MARK(s, MOE_PH_ROUTE, 0, 0);
 
     /* Jobs: one per selected expert with its (token, slot) rows gathered in
@@ -623,38 +679,46 @@ static void ffn_block(moe_session *s, int il, int n) {
     if (!xa && L->has_shexp) xa = act_rows(s, &L->up_sh, s->xn, (size_t)E, n, s->xa);
     PROF_EXTEND(s, MOE_PH_FFN_NORM);                              /* the input quantization: with the norm */
     const size_t aE = (size_t)moe_act8_row_bytes(E), aFx = (size_t)moe_act8_row_bytes((int64_t)Fx);
-    const bool glue = moe_flag_on(s->flags, MOE_FLAG_PARALLEL_GLUE);
     int rows = 0;                                                 /* gathered rows [n*K][E] in s->xg */
+    int32_t *cnt = s->expert_rows;
     for (int t_begin = 0; t_begin < n;) {
         int t_end = batch ? n : t_begin + 1, n_jobs = 0;
+        /* rows by expert (ascending id), each expert's in token order: a
+         * counting sort of the chunk's (token, rank) choices */
+        memset(cnt, 0, sizeof(int32_t) * (size_t)NE);
+        for (int t = t_begin; t < t_end; t++)
+            for (int k = 0; k < K; k++) cnt[s->sel[(size_t)t * K + k]]++;
+        const int rows0 = rows;
         for (int e = 0; e < NE; e++) {
-            int start = rows, t_first = -1;
-            for (int t = t_begin; t < t_end; t++)
-                for (int k = 0; k < K; k++)
-                    if (s->sel[(size_t)t * K + k] == e) {
-                        /* with parallel_glue an expert's first row is copied
-                         * only once a second one shows it is needed */
-                        if (glue && rows == start) {
-                            t_first = t;
-                        } else {
-                            if (glue && rows == start + 1) gather_row(s, xa, t_first, start);
-                            gather_row(s, xa, t, rows);
-                        }
-                        s->ex_slot[(size_t)t * K + k] = rows;
-                        rows++;
-                    }
-            const bool in_place = glue && rows - start == 1;      /* one token: read its row where it is */
-            if (rows > start)
-                jobs[n_jobs++] = (moe_ffn_job){.wg = &L->gate_exps, .wu = &L->up_exps, .wd = &L->down_exps, .mat = e,
-                                               .x = in_place ? s->xn + (size_t)t_first * E : s->xg + (size_t)start * E,
-                                               .xa = !xa        ? NULL
-                                                     : in_place ? xa + (size_t)t_first * aE
-                                                                : s->xga + (size_t)start * aE,
-                                               .nr = rows - start,
-                                               .ha = s->ha ? s->ha + (size_t)start * aFx : NULL,
-                                               .hg = s->hg + (size_t)start * Fx, .hu = s->hu + (size_t)start * Fx,
-                                               .out = s->eout + (size_t)start * E};
+            const int c = cnt[e];
+            cnt[e] = rows;                                        /* its first row, then the next free one */
+            rows += c;
         }
+        for (int t = t_begin; t < t_end; t++)
+            for (int k = 0; k < K; k++) {
+                const int r = cnt[s->sel[(size_t)t * K + k]]++;
+                s->ex_slot[(size_t)t * K + k] = r;
+                s->gather_src[r] = t;
+            }
+        for (int e = 0, start = rows0; e < NE; start = cnt[e], e++) {
+            if (cnt[e] == start) continue;                        /* not chosen in this chunk */
+            const int t_first = s->gather_src[start];
+            /* with parallel_glue an expert with one token reads its row where it is */
+            const bool in_place = glue && cnt[e] - start == 1;
+            if (in_place) s->gather_src[start] = -1;
+            jobs[n_jobs++] = (moe_ffn_job){.wg = &L->gate_exps, .wu = &L->up_exps, .wd = &L->down_exps, .mat = e,
+                                           .x = in_place ? s->xn + (size_t)t_first * E : s->xg + (size_t)start * E,
+                                           .xa = !xa        ? NULL
+                                                 : in_place ? xa + (size_t)t_first * aE
+                                                            : s->xga + (size_t)start * aE,
+                                           .nr = cnt[e] - start,
+                                           .ha = s->ha ? s->ha + (size_t)start * aFx : NULL,
+                                           .hg = s->hg + (size_t)start * Fx, .hu = s->hu + (size_t)start * Fx,
+                                           .out = s->eout + (size_t)start * E};
+        }
+        gather_task gt = {s, xa, rows0, rows};                  /* the copies, [n*K][E] */
+        if (glue && rows - rows0 > K) par(s, gather_worker, &gt);
+        else gather_worker(&gt, 0, 1);
         bool last = t_end == n;
         if (L->has_shexp && last) {                               /* shared expert: all n tokens, same phases */
             size_t off = (size_t)n * K * Fx;

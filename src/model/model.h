@@ -142,6 +142,8 @@ struct moe_session {
     float *x, *xn, *q, *k, *v, *att, *gate, *proj, *ffn_out;
     float *router, *selw, *eout, *hg, *hu, *xg;
     int32_t *sel, *ex_slot;
+    int32_t *gather_src;        /* [n_batch * n_expert_used]: token of each gathered row, -1: read in place */
+    int32_t *expert_rows;       /* [n_expert]: a chunk's rows per expert, then its next free row */
     moe_ffn_job *jobs;          /* [n_expert + 1] */
     int64_t *job_pre;           /* [2][n_expert + 2]: row and work prefix sums */
     float *scores;              /* [n_threads][n_head_max][n_ctx] */

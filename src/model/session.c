@@ -147,6 +147,8 @@ static int session_create(moe_model *m, const moe_session_params *p, uint64_t fl
     s->selw = xcalloc(B * K, sizeof(float), &ok);
     s->sel = xcalloc(B * K, sizeof(int32_t), &ok);
     s->ex_slot = xcalloc(B * K, sizeof(int32_t), &ok);
+    s->gather_src = xcalloc(B * K, sizeof(int32_t), &ok);
+    s->expert_rows = xcalloc(NE, sizeof(int32_t), &ok);
     s->jobs = xcalloc(NE + 1, sizeof *s->jobs, &ok);
     s->job_pre = xcalloc(2 * (NE + 2), sizeof *s->job_pre, &ok);
     s->xg = xcalloc(B * K * E, sizeof(float), &ok);
@@ -237,6 +239,8 @@ void moe_session_free(moe_session *s) {
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) free(fs[i]);
     free(s->sel);
     free(s->ex_slot);
+    free(s->gather_src);
+    free(s->expert_rows);
     free(s->jobs);
     free(s->job_pre);
     free(s->xa);
