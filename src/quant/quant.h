@@ -93,8 +93,9 @@ typedef struct moe_kernels {
     moe_gemv_fn gemv_x4[MOE_T_COUNT];
     moe_gemm_fn gemm_x4[MOE_T_COUNT];
     /* flag gemm_wide: the same products, for prefill, by kernels that
-     * dequantize a 4-row group once per block of tokens (quant_avx512.c);
-     * NULL where a level has none (then gemm / gemm_x4 serve). */
+     * dequantize a 4-row group once per block of tokens (quant_internal.h,
+     * quant_avx512.c, quant_avx2.c); NULL where a level or format has none
+     * (then gemm / gemm_x4 serve). */
     moe_gemm_fn gemm_wide[MOE_T_COUNT];
     moe_gemm_fn gemm_wide_x4[MOE_T_COUNT];
     /* FP32 dot of two vectors (any n >= 0), same 16-lane contract; used by attention. */

@@ -329,17 +329,14 @@ static void axpy_f32_512(float a, const float *x, float *y, int64_t n) {
  * Same bits as every other kernel: the buffer holds the DQ/LD values, each
  * lane accumulates its k in increasing order with one FMA, and hsum16x16
  * adds exactly the pairs of quant.h's tree, lower lane first. */
-#define WIDE_KC 1024
-#define WIDE_TB 96           /* a multiple of 6 */
-
 /* 4 rows x T tokens over nk 16-value steps of the buffer wb. first: start
- * from zero (else from the parked sp[]); last: reduce and store y[t*ys + r]
- * for r < R (else park the accumulators in sp[]). */
-ALWAYS_INLINE void wide_tile(const float *wb, int64_t nk, const float *x, size_t xs, __m512 *sp, const int first,
+ * from zero (else from the accumulators parked at sp); last: reduce and
+ * store y[t*ys + r] for r < R (else park the accumulators at sp). */
+ALWAYS_INLINE void wide_tile(const float *wb, int64_t nk, const float *x, size_t xs, float *sp, const int first,
                              const int last, float *y, size_t ys, const int R, const int T) {
     __m512 acc[4][6];
     UNROLL for (int rr = 0; rr < 4; rr++) UNROLL for (int tt = 0; tt < T; tt++)
-        acc[rr][tt] = first ? _mm512_setzero_ps() : sp[rr * 6 + tt];
+        acc[rr][tt] = first ? _mm512_setzero_ps() : _mm512_load_ps(sp + (rr * 6 + tt) * 16);
     for (int64_t j = 0; j < nk; j++) {
         const float *wj = wb + j * 64;
         const __m512 w0 = _mm512_load_ps(wj), w1 = _mm512_load_ps(wj + 16);
@@ -353,7 +350,8 @@ ALWAYS_INLINE void wide_tile(const float *wb, int64_t nk, const float *x, size_t
         }
     }
     if (!last) {
-        UNROLL for (int rr = 0; rr < 4; rr++) UNROLL for (int tt = 0; tt < T; tt++) sp[rr * 6 + tt] = acc[rr][tt];
+        UNROLL for (int rr = 0; rr < 4; rr++) UNROLL for (int tt = 0; tt < T; tt++)
+            _mm512_store_ps(sp + (rr * 6 + tt) * 16, acc[rr][tt]);
         return;
     }
     const __mmask8 m = (__mmask8)((1u << R) - 1);
@@ -379,10 +377,10 @@ ALWAYS_INLINE void wide_tile(const float *wb, int64_t nk, const float *x, size_t
 
 /* All nt tokens of a block against one dequantized chunk: 6-token tiles,
  * then one tile of the 1-5 left over (R: 4 for the stores, or fewer). */
-ALWAYS_INLINE void wide_tiles_r(const float *wb, int64_t nk, const float *x, size_t xs, int64_t nt, __m512 *sp,
+ALWAYS_INLINE void wide_tiles_r(const float *wb, int64_t nk, const float *x, size_t xs, int64_t nt, float *sp,
                                 int first, int last, float *y, size_t ys, const int R) {
     int64_t t = 0;
-    for (; t + 6 <= nt; t += 6, sp += 24) wide_tile(wb, nk, x + t * xs, xs, sp, first, last, y + t * ys, ys, R, 6);
+    for (; t + 6 <= nt; t += 6, sp += 24 * 16) wide_tile(wb, nk, x + t * xs, xs, sp, first, last, y + t * ys, ys, R, 6);
     switch (nt - t) {
     case 5: wide_tile(wb, nk, x + t * xs, xs, sp, first, last, y + t * ys, ys, R, 5); break;
     case 4: wide_tile(wb, nk, x + t * xs, xs, sp, first, last, y + t * ys, ys, R, 4); break;
@@ -392,7 +390,7 @@ ALWAYS_INLINE void wide_tiles_r(const float *wb, int64_t nk, const float *x, siz
     default: break;
     }
 }
-static void wide_tiles(const float *wb, int64_t nk, const float *x, size_t xs, int64_t nt, __m512 *sp, int first,
+static void wide_tiles(const float *wb, int64_t nk, const float *x, size_t xs, int64_t nt, float *sp, int first,
                        int last, float *y, size_t ys, int R) {
     switch (R) {
     case 4: wide_tiles_r(wb, nk, x, xs, nt, sp, first, last, y, ys, 4); break;
@@ -401,56 +399,6 @@ static void wide_tiles(const float *wb, int64_t nk, const float *x, size_t xs, i
     default: wide_tiles_r(wb, nk, x, xs, nt, sp, first, last, y, ys, 1); break;
     }
 }
-
-/* Asks for the bytes the next fill will read (the same values [k0, k0+kc)
- * of the next group of 4 rows, or the first chunk of the first group when
- * this is the last chunk of the last one) while this group's tiles run: a
- * fill from memory otherwise waits on ~70-130 cache lines per group, about
- * a third of the compute of a 32-token block (measured: BF16 512x1024, 32
- * tokens: 79 -> 98 GFLOP/s). Into L2: the buffer and the tiles' activations
- * own L1. */
-ALWAYS_INLINE void wide_prefetch(const uint8_t *W, size_t rb, int64_t nrows, int64_t n, int64_t r, int64_t k0,
-                                 int64_t kc, int x4) {
-    int64_t nr = r + 4;
-    if (nr >= nrows) return;
-    const int nx = nrows - nr < 4 ? (int)(nrows - nr) : 4;
-    const size_t b0 = (size_t)((uint64_t)k0 * rb / (uint64_t)n), b1 = (size_t)((uint64_t)(k0 + kc) * rb / (uint64_t)n);
-    if (x4 && nx == 4) {                    /* an x4 group: values [k0, k0+kc) of its rows are one range */
-        const uint8_t *g = W + nr * rb;
-        for (size_t o = 4 * b0; o < 4 * b1; o += 64) _mm_prefetch((const char *)g + o, _MM_HINT_T1);
-    } else {
-        for (int rr = 0; rr < nx; rr++)
-            for (size_t o = b0; o < b1; o += 64) _mm_prefetch((const char *)W + (nr + rr) * rb + o, _MM_HINT_T1);
-    }
-}
-
-/* The driver: FILL(g, rs, S, R, k0, kc, wb, st) writes values [k0, k0+kc)
- * of the group's R rows (row rr at g + rr*rs, block stride S) into wb, rows
- * R..3 left as they are (zeroed once here: their sums are never stored). */
-#define DEF_WIDE_BODY(NAME, FILL, QBYTES)                                                          \
-    ALWAYS_INLINE void gemm_wide_body_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, \
-                                             size_t xs, int64_t ntok, float *y, size_t ys, int64_t n, \
-                                             const int x4) {                                      \
-        _Alignas(64) float wb[WIDE_KC * 4];                                                        \
-        __m512 sp[WIDE_TB / 6 * 24];                                                               \
-        float st[4][16];                                                                           \
-        const uint8_t *W = w;                                                                      \
-        for (int64_t t0 = 0; t0 < ntok; t0 += WIDE_TB) {                                           \
-            const int64_t nt = ntok - t0 < WIDE_TB ? ntok - t0 : WIDE_TB;                          \
-            for (int64_t r = 0; r < nrows; r += 4) {                                               \
-                const int R = nrows - r < 4 ? (int)(nrows - r) : 4;                                \
-                const int grp = x4 && R == 4;  /* an x4 group (the last nrows % 4 rows are plain) */ \
-                if (R < 4) memset(wb, 0, sizeof wb);                                               \
-                for (int64_t k0 = 0; k0 < n; k0 += WIDE_KC) {                                      \
-                    const int64_t kc = n - k0 < WIDE_KC ? n - k0 : WIDE_KC;                        \
-                    wide_prefetch(W, rb, nrows, n, r, k0, kc, x4);                                 \
-                    FILL(W + r * rb, grp ? (QBYTES) : rb, grp ? 4 : 1, R, k0, kc, wb, st);        \
-                    wide_tiles(wb, kc / 16, x + t0 * xs + k0, xs, nt, sp, k0 == 0, k0 + kc == n,   \
-                               y + t0 * ys + r, ys, R);                                            \
-                }                                                                                  \
-            }                                                                                      \
-        }                                                                                          \
-    }
 
 #define DEF_WIDE_BLOCK(NAME, SUBV, NV, DQ, QBYTES)                                                 \
     ALWAYS_INLINE void fill_##NAME(const uint8_t *g, size_t rs, const int S, int R, int64_t k0,    \
@@ -466,20 +414,7 @@ ALWAYS_INLINE void wide_prefetch(const uint8_t *W, size_t rb, int64_t nrows, int
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    ALWAYS_INLINE void fill_s_##NAME(const uint8_t *g, size_t rs, int S, int R, int64_t k0,        \
-                                     int64_t kc, float *wb, float (*st)[16]) {                     \
-        if (S == 4) fill_##NAME(g, rs, 4, R, k0, kc, wb, st);                                      \
-        else fill_##NAME(g, rs, 1, R, k0, kc, wb, st);                                             \
-    }                                                                                              \
-    DEF_WIDE_BODY(NAME, fill_s_##NAME, QBYTES)                                                     \
-    static void gemm_wide_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs, \
-                                 int64_t ntok, float *y, size_t ys, int64_t n) {                   \
-        gemm_wide_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 0);                             \
-    }                                                                                              \
-    static void gemm_wide_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x,       \
-                                    size_t xs, int64_t ntok, float *y, size_t ys, int64_t n) {     \
-        gemm_wide_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 1);                             \
-    }
+    DEF_WIDE_ENTRIES(NAME, QBYTES)
 
 DEF_WIDE_BLOCK(q8_0, 32, 2, dq_q8_0, QB_Q8_0)
 DEF_WIDE_BLOCK(q4_0, 32, 2, dq_q4_0, QB_Q4_0)

@@ -82,6 +82,85 @@ static inline uint16_t moe_rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2)
         gemm_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 1, QBYTES);                          \
     }
 
+/* ---- gemm_wide (flag gemm_wide): the driver shared by the SIMD files ----
+ * Each file defines, for a format NAME, fill_NAME(g, rs, S, R, k0, kc, wb,
+ * st): values [k0, k0+kc) of the R (<= 4) rows of a group (row rr at g +
+ * rr*rs, block stride S: 4 in an x4 group, else 1) as exact FP32 weights in
+ * wb[k/16][row][16]; and wide_tiles(wb, kc/16, x, xs, nt, sp, first, last,
+ * y, ys, R): all nt tokens of a block against that chunk (first: start the
+ * sums from zero, else from those parked at sp; last: store them, else park
+ * them). quant_avx512.c explains the why. */
+#define WIDE_KC 1024             /* values per dequantized chunk: 16 KB of FP32 for 4 rows */
+#define WIDE_TB 96               /* tokens per block: a multiple of every level's tile (6, 3) */
+#define WIDE_SPILL (WIDE_TB * 4 * 16) /* floats of parked sums: 4 rows x 16 lanes per token */
+
+/* Asks for the bytes the next fill will read (the same values [k0, k0+kc)
+ * of the next group of 4 rows) while this group's tiles run: a fill from
+ * memory otherwise waits on ~70-130 cache lines per group, about a third of
+ * the compute of a 32-token block (measured at AVX-512: BF16 512x1024, 32
+ * tokens, 79 -> 98 GFLOP/s). Into L2 (locality 2): the buffer and the
+ * tiles' activations own L1. */
+static inline void moe_wide_prefetch(const uint8_t *W, size_t rb, int64_t nrows, int64_t n, int64_t r, int64_t k0,
+                                     int64_t kc, int x4) {
+    const int64_t nr = r + 4;
+    if (nr >= nrows) return;
+    const int nx = nrows - nr < 4 ? (int)(nrows - nr) : 4;
+    const size_t b0 = (size_t)((uint64_t)k0 * rb / (uint64_t)n), b1 = (size_t)((uint64_t)(k0 + kc) * rb / (uint64_t)n);
+    if (x4 && nx == 4) {                    /* an x4 group: values [k0, k0+kc) of its rows are one range */
+        const uint8_t *g = W + nr * rb;
+        for (size_t o = 4 * b0; o < 4 * b1; o += 64) __builtin_prefetch(g + o, 0, 2);
+    } else {
+        for (int rr = 0; rr < nx; rr++)
+            for (size_t o = b0; o < b1; o += 64) __builtin_prefetch(W + (nr + rr) * rb + o, 0, 2);
+    }
+}
+
+/* gemm_wide_body_NAME: token blocks of WIDE_TB, groups of 4 rows, chunks of
+ * WIDE_KC values; rows R..3 of a partial group are zeros in the buffer
+ * (their sums are never stored). */
+#define DEF_WIDE_BODY(NAME, FILL, QBYTES)                                                          \
+    static inline __attribute__((always_inline)) void gemm_wide_body_##NAME(                       \
+        const void *w, size_t rb, int64_t nrows, const float *x, size_t xs, int64_t ntok, float *y, \
+        size_t ys, int64_t n, const int x4) {                                                      \
+        _Alignas(64) float wb[WIDE_KC * 4];                                                        \
+        _Alignas(64) float sp[WIDE_SPILL];                                                         \
+        float st[4][16];                                                                           \
+        const uint8_t *W = w;                                                                      \
+        for (int64_t t0 = 0; t0 < ntok; t0 += WIDE_TB) {                                           \
+            const int64_t nt = ntok - t0 < WIDE_TB ? ntok - t0 : WIDE_TB;                          \
+            for (int64_t r = 0; r < nrows; r += 4) {                                               \
+                const int R = nrows - r < 4 ? (int)(nrows - r) : 4;                                \
+                const int grp = x4 && R == 4;  /* an x4 group (the last nrows % 4 rows are plain) */ \
+                if (R < 4) memset(wb, 0, sizeof wb);                                               \
+                for (int64_t k0 = 0; k0 < n; k0 += WIDE_KC) {                                      \
+                    const int64_t kc = n - k0 < WIDE_KC ? n - k0 : WIDE_KC;                        \
+                    moe_wide_prefetch(W, rb, nrows, n, r, k0, kc, x4);                             \
+                    FILL(W + r * rb, grp ? (QBYTES) : rb, grp ? 4 : 1, R, k0, kc, wb, st);        \
+                    wide_tiles(wb, kc / 16, x + t0 * xs + k0, xs, nt, sp, k0 == 0, k0 + kc == n,   \
+                               y + t0 * ys + r, ys, R);                                            \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+/* The plain and x4 entry points of a block format over fill_NAME (the
+ * block stride S made a compile-time constant for the dequantizers). */
+#define DEF_WIDE_ENTRIES(NAME, QBYTES)                                                             \
+    static inline __attribute__((always_inline)) void fill_s_##NAME(                               \
+        const uint8_t *g, size_t rs, int S, int R, int64_t k0, int64_t kc, float *wb, float (*st)[16]) { \
+        if (S == 4) fill_##NAME(g, rs, 4, R, k0, kc, wb, st);                                      \
+        else fill_##NAME(g, rs, 1, R, k0, kc, wb, st);                                             \
+    }                                                                                              \
+    DEF_WIDE_BODY(NAME, fill_s_##NAME, QBYTES)                                                     \
+    static void gemm_wide_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs, \
+                                 int64_t ntok, float *y, size_t ys, int64_t n) {                   \
+        gemm_wide_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 0);                             \
+    }                                                                                              \
+    static void gemm_wide_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x,       \
+                                    size_t xs, int64_t ntok, float *y, size_t ys, int64_t n) {     \
+        gemm_wide_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 1);                             \
+    }
+
 /* act8_ref.c: the scalar a8 kernels (every table without a SIMD one uses
  * them); act8_avx512.c (AVX-512 VNNI) and act8_avx2.c: the SIMD ones. */
 #define A8_DECL(name, isa)                                                                                   \
