@@ -128,9 +128,54 @@ static void accum_h_avx2(const float *p, size_t ps, int G, const uint16_t *v, si
 
 /* exp: the scalar reference's loop (the compiler may vectorize it; the
  * operations, and so the bits, are the same either way) */
-static void exp_shift_avx2(float *r, int n, float mx) { moe_attn_scalar.exp_shift(r, n, mx); }
+/* moe_expf (src/util.h) 8 lanes at a time, operation for operation (as
+ * attn_avx512.c's expf16): the same clamps, separate multiplies and adds,
+ * polynomial order and 2^n construction, so every lane has the scalar bits. */
+static inline __m256 expf8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.72283f), zero = _mm256_setzero_ps();
+    const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    const __m256 small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ), big = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    xc = _mm256_blendv_ps(xc, zero, nan);
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    const __m256 t = _mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)), magic);
+    const __m256 n = _mm256_sub_ps(t, magic);
+    __m256 r = _mm256_sub_ps(xc, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f)));
+    r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
+    __m256 y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
+    __m256i ni = _mm256_cvttps_epi32(n);
+    const __m256 over = _mm256_castsi256_ps(_mm256_cmpgt_epi32(ni, _mm256_set1_epi32(127)));
+    y = _mm256_blendv_ps(y, _mm256_mul_ps(y, _mm256_set1_ps(2.0f)), over);
+    ni = _mm256_min_epi32(ni, _mm256_set1_epi32(127));
+    const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23));
+    y = _mm256_mul_ps(y, scale);
+    y = _mm256_blendv_ps(y, zero, small);
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()), big);
+    return _mm256_blendv_ps(y, x, nan);
+}
 
-static void silu_mul_avx2(float *g, const float *u, int64_t n) { moe_attn_scalar.silu_mul(g, u, n); }
+static void exp_shift_avx2(float *r, int n, float mx) {
+    const __m256 m = _mm256_set1_ps(mx);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(r + j, expf8(_mm256_sub_ps(_mm256_loadu_ps(r + j), m)));
+    moe_attn_scalar.exp_shift(r + j, n - j, mx);
+}
+
+static inline __m256 silu_mul8(__m256 x, __m256 u) {
+    const __m256 e = expf8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+    return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+static void silu_mul_avx2(float *g, const float *u, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(g + i, silu_mul8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    moe_attn_scalar.silu_mul(g + i, u + i, n - i);
+}
 
 /* F16C's conversion with round-to-nearest-even is IEEE's, the same bits as
  * moe_f32_to_f16 for every input, NaN included (test_attn checks) */
@@ -269,7 +314,37 @@ static void accum_q8_avx2(const float *p, size_t ps, int G, const int8_t *v8, co
 }
 
 /* the scalar routine, as exp_shift (the compiler may vectorize its loops) */
-static float softmax_q8_avx2(float *r, int n) { return moe_attn_scalar.softmax_q8(r, n); }
+/* softmax_q8 (attn.h): lanes 0-7 and 8-15 of the 16-lane sum in two ymm
+ * accumulators; the last partial block adds +0 in the lanes past n, which
+ * leaves a sum of exps (never -0) unchanged. */
+static float max_f32_avx2(const float *r, int n);
+static float softmax_q8_avx2(float *r, int n) {
+    const __m256 mx = _mm256_set1_ps(max_f32_avx2(r, n));
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 16 <= n; j += 16) {
+        const __m256 e0 = expf8(_mm256_sub_ps(_mm256_loadu_ps(r + j), mx));
+        const __m256 e1 = expf8(_mm256_sub_ps(_mm256_loadu_ps(r + j + 8), mx));
+        _mm256_storeu_ps(r + j, e0);
+        _mm256_storeu_ps(r + j + 8, e1);
+        lo = _mm256_add_ps(lo, e0);
+        hi = _mm256_add_ps(hi, e1);
+    }
+    if (j < n) {
+        float t[16] = {0};
+        const int left = n - j;
+        for (int i = 0; i < left; i++) t[i] = r[j + i];
+        const __m256 valid0 = _mm256_castsi256_ps(tail_mask8(left)), valid1 = _mm256_castsi256_ps(tail_mask8(left - 8));
+        const __m256 e0 = _mm256_and_ps(expf8(_mm256_sub_ps(_mm256_loadu_ps(t), mx)), valid0);
+        const __m256 e1 = _mm256_and_ps(expf8(_mm256_sub_ps(_mm256_loadu_ps(t + 8), mx)), valid1);
+        _mm256_storeu_ps(t, e0);
+        _mm256_storeu_ps(t + 8, e1);
+        for (int i = 0; i < left; i++) r[j + i] = t[i];
+        lo = _mm256_add_ps(lo, e0);
+        hi = _mm256_add_ps(hi, e1);
+    }
+    return hsum16(lo, hi);
+}
 
 /* max_f32 (attn.h): 8 lanes; vmaxps returns its second operand when either is
  * NaN, so a NaN key never replaces the running maximum */
