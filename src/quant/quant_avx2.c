@@ -395,33 +395,18 @@ static void wide_tiles(const float *wb, int64_t nk, const float *x, size_t xs, i
     else if (R == 3) wide_pair(wb, nk, 1, x, xs, nt, sp, first, last, y + 2, ys, 1);
 }
 
-/* fill_NAME (quant_internal.h): v[2q] and v[2q+1] are lanes 0-7 and 8-15 of
- * the part's chunk q */
-#define DEF_WIDE_BLOCK(NAME, SUBV, NV, DQ, QBYTES)                                                 \
-    ALWAYS_INLINE void fill_##NAME(const uint8_t *g, size_t rs, const int S, int R, int64_t k0,    \
-                                   int64_t kc, float *wb, float (*st)[16]) {                       \
-        const int64_t i0 = k0 / (SUBV), i1 = (k0 + kc) / (SUBV);                                   \
-        for (int64_t i = i0; i < i1; i++) {                                                        \
-            UNROLL for (int rr = 0; rr < 4; rr++) {                                                \
-                if (rr >= R) break;                                                                \
-                __m256 v[2 * (NV)];                                                                \
-                DQ(g + rr * rs, i, v, st[rr], S);                                                  \
-                UNROLL for (int q = 0; q < (NV); q++) {                                            \
-                    float *o = wb + (((i - i0) * (NV) + q) * 4 + rr) * 16;                         \
-                    _mm256_store_ps(o, v[2 * q]);                                                  \
-                    _mm256_store_ps(o + 8, v[2 * q + 1]);                                          \
-                }                                                                                  \
-            }                                                                                      \
+/* one part of one row into the buffer (quant_internal.h: DEF_WIDE_FILL);
+ * v[2q] and v[2q+1] are lanes 0-7 and 8-15 of the part's chunk q */
+#define WIDE_PART(NAME, NV, row, i, st, S, o)                                                      \
+    do {                                                                                           \
+        __m256 v_[2 * (NV)];                                                                       \
+        dq_##NAME(row, i, v_, st, S);                                                              \
+        UNROLL for (int q_ = 0; q_ < (NV); q_++) {                                                 \
+            _mm256_store_ps((o) + q_ * 64, v_[2 * q_]);                                            \
+            _mm256_store_ps((o) + q_ * 64 + 8, v_[2 * q_ + 1]);                                    \
         }                                                                                          \
-    }                                                                                              \
-    DEF_WIDE_ENTRIES(NAME, QBYTES)
-
-DEF_WIDE_BLOCK(q8_0, 32, 2, dq_q8_0, QB_Q8_0)
-DEF_WIDE_BLOCK(q4_0, 32, 2, dq_q4_0, QB_Q4_0)
-DEF_WIDE_BLOCK(mxfp4, 32, 2, dq_mxfp4, QB_MXFP4)
-DEF_WIDE_BLOCK(nvfp4, 64, 4, dq_nvfp4, QB_NVFP4)
-DEF_WIDE_BLOCK(q4_k, 64, 4, dq_q4_k, QB_Q4_K)
-DEF_WIDE_BLOCK(q6_k, 64, 4, dq_q6_k, QB_Q6_K)
+    } while (0)
+MOE_WIDE_FORMATS(DEF_WIDE_BLOCK)
 
 #define ENTRY(id, name) .gemv[id] = gemv_##name, .gemm[id] = gemm_##name
 #define ENTRY_X4(id, name) .gemv_x4[id] = gemv_x4_##name, .gemm_x4[id] = gemm_x4_##name

@@ -400,28 +400,14 @@ static void wide_tiles(const float *wb, int64_t nk, const float *x, size_t xs, i
     }
 }
 
-#define DEF_WIDE_BLOCK(NAME, SUBV, NV, DQ, QBYTES)                                                 \
-    ALWAYS_INLINE void fill_##NAME(const uint8_t *g, size_t rs, const int S, int R, int64_t k0,    \
-                                   int64_t kc, float *wb, float (*st)[16]) {                       \
-        const int64_t i0 = k0 / (SUBV), i1 = (k0 + kc) / (SUBV);                                   \
-        for (int64_t i = i0; i < i1; i++) {                                                        \
-            UNROLL for (int rr = 0; rr < 4; rr++) {                                                \
-                if (rr >= R) break;                                                                \
-                __m512 v[NV];                                                                      \
-                DQ(g + rr * rs, i, v, st[rr], S);                                                  \
-                UNROLL for (int q = 0; q < NV; q++)                                                \
-                    _mm512_store_ps(wb + (((i - i0) * (NV) + q) * 4 + rr) * 16, v[q]);             \
-            }                                                                                      \
-        }                                                                                          \
-    }                                                                                              \
-    DEF_WIDE_ENTRIES(NAME, QBYTES)
-
-DEF_WIDE_BLOCK(q8_0, 32, 2, dq_q8_0, QB_Q8_0)
-DEF_WIDE_BLOCK(q4_0, 32, 2, dq_q4_0, QB_Q4_0)
-DEF_WIDE_BLOCK(mxfp4, 32, 2, dq_mxfp4, QB_MXFP4)
-DEF_WIDE_BLOCK(nvfp4, 64, 4, dq_nvfp4, QB_NVFP4)
-DEF_WIDE_BLOCK(q4_k, 64, 4, dq_q4_k, QB_Q4_K)
-DEF_WIDE_BLOCK(q6_k, 64, 4, dq_q6_k, QB_Q6_K)
+/* one part of one row into the buffer (quant_internal.h: DEF_WIDE_FILL) */
+#define WIDE_PART(NAME, NV, row, i, st, S, o)                                                      \
+    do {                                                                                           \
+        __m512 v_[NV];                                                                             \
+        dq_##NAME(row, i, v_, st, S);                                                              \
+        UNROLL for (int q_ = 0; q_ < (NV); q_++) _mm512_store_ps((o) + q_ * 64, v_[q_]);           \
+    } while (0)
+MOE_WIDE_FORMATS(DEF_WIDE_BLOCK)
 
 /* F32 rows (the routers): a row length that is not a multiple of 16 takes
  * the 4x4 kernel (its masked tail keeps -0 accumulators intact; zero-padded

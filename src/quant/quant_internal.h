@@ -143,6 +143,27 @@ static inline void moe_wide_prefetch(const uint8_t *W, size_t rb, int64_t nrows,
         }                                                                                          \
     }
 
+/* The block formats with a wide kernel at both SIMD levels:
+ * X(name, values per dequantized part, 16-value chunks per part, block bytes) */
+#define MOE_WIDE_FORMATS(X)                                                                        \
+    X(q8_0, 32, 2, QB_Q8_0) X(q4_0, 32, 2, QB_Q4_0) X(mxfp4, 32, 2, QB_MXFP4)                      \
+    X(nvfp4, 64, 4, QB_NVFP4) X(q4_k, 64, 4, QB_Q4_K) X(q6_k, 64, 4, QB_Q6_K)
+
+/* fill_NAME for a block format: each file defines WIDE_PART(NAME, NV, row,
+ * i, st, S, o), which dequantizes part i of one row (dq_NAME) and stores its
+ * NV 16-value chunks at o, o + 64, ... (the buffer's [k/16][row][16]). */
+#define DEF_WIDE_FILL(NAME, SUBV, NV)                                                              \
+    static inline __attribute__((always_inline)) void fill_##NAME(                                 \
+        const uint8_t *g, size_t rs, const int S, int R, int64_t k0, int64_t kc, float *wb, float (*st)[16]) { \
+        const int64_t i0 = k0 / (SUBV), i1 = (k0 + kc) / (SUBV);                                   \
+        for (int64_t i = i0; i < i1; i++) {                                                        \
+            _Pragma("GCC unroll 4") for (int rr = 0; rr < 4; rr++) {                               \
+                if (rr >= R) break;                                                                \
+                WIDE_PART(NAME, NV, g + rr * rs, i, st[rr], S, wb + ((i - i0) * (NV) * 4 + rr) * 16); \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
 /* The plain and x4 entry points of a block format over fill_NAME (the
  * block stride S made a compile-time constant for the dequantizers). */
 #define DEF_WIDE_ENTRIES(NAME, QBYTES)                                                             \
@@ -160,6 +181,9 @@ static inline void moe_wide_prefetch(const uint8_t *W, size_t rb, int64_t nrows,
                                     size_t xs, int64_t ntok, float *y, size_t ys, int64_t n) {     \
         gemm_wide_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 1);                             \
     }
+
+/* All of a block format's wide kernel: fill, driver, entry points. */
+#define DEF_WIDE_BLOCK(NAME, SUBV, NV, QBYTES) DEF_WIDE_FILL(NAME, SUBV, NV) DEF_WIDE_ENTRIES(NAME, QBYTES)
 
 /* act8_ref.c: the scalar a8 kernels (every table without a SIMD one uses
  * them); act8_avx512.c (AVX-512 VNNI) and act8_avx2.c: the SIMD ones. */
