@@ -180,16 +180,22 @@ static double attn_kv_bytes(const moe_session *s, const moe_layer *L, int n) {
 
 /* ---- elementwise operations (scalar; their order is fixed) ------------------------ */
 
-/* ggml's RMS norm: sum of squares in double, scale = 1/sqrt(mean + eps) in float. */
-static void rms_norm(const float *x, const float *w, float *y, int n, float eps) {
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
-    float mean = (float)(sum / n);
-    float scale = 1.0f / sqrtf(mean + eps);
+/* y = x * (1/sqrt(mean + eps)) * w, mean = sum / n in float: the second half
+ * of ggml's RMS norm, given the row's sum of squares. */
+static void rms_apply(const float *x, const float *w, float *y, int n, double sum, float eps) {
+    const float mean = (float)(sum / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
     if (w)
         for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
     else
         for (int i = 0; i < n; i++) y[i] = x[i] * scale;
+}
+
+/* ggml's RMS norm: sum of squares in double, scale = 1/sqrt(mean + eps) in float. */
+static void rms_norm(const float *x, const float *w, float *y, int n, float eps) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    rms_apply(x, w, y, n, sum, eps);
 }
 
 /* rms_norm in place on `count` rows of n values, `stride` floats apart (the
@@ -207,16 +213,10 @@ static void rms_norm_rows(float *x, const float *w, int n, int count, size_t str
             s2 += (double)(x2[i] * x2[i]);
             s3 += (double)(x3[i] * x3[i]);
         }
-        const double sums[4] = {s0, s1, s2, s3};
-        float *rows[4] = {x0, x1, x2, x3};
-        for (int k = 0; k < 4; k++) {
-            const float mean = (float)(sums[k] / n), scale = 1.0f / sqrtf(mean + eps);
-            float *y = rows[k];
-            if (w)
-                for (int i = 0; i < n; i++) y[i] = (y[i] * scale) * w[i];
-            else
-                for (int i = 0; i < n; i++) y[i] = y[i] * scale;
-        }
+        rms_apply(x0, w, x0, n, s0, eps);
+        rms_apply(x1, w, x1, n, s1, eps);
+        rms_apply(x2, w, x2, n, s2, eps);
+        rms_apply(x3, w, x3, n, s3, eps);
     }
     for (; r < count; r++) rms_norm(x + (size_t)r * stride, w, x + (size_t)r * stride, n, eps);
 }
