@@ -117,7 +117,9 @@ static inline void moe_wide_prefetch(const uint8_t *W, size_t rb, int64_t nrows,
 
 /* gemm_wide_body_NAME: token blocks of WIDE_TB, groups of 4 rows, chunks of
  * WIDE_KC values; rows R..3 of a partial group are zeros in the buffer
- * (their sums are never stored). */
+ * (their sums are never stored). The buffer and the parked sums live on the
+ * stack: 40 KB per call, on the pool's threads (glibc's default 8 MB stacks)
+ * or the caller's. */
 #define DEF_WIDE_BODY(NAME, FILL, QBYTES)                                                          \
     static inline __attribute__((always_inline)) void gemm_wide_body_##NAME(                       \
         const void *w, size_t rb, int64_t nrows, const float *x, size_t xs, int64_t ntok, float *y, \
