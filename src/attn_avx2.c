@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include "attn.h"
+#include "util.h"
 
 static inline float hsum16(__m256 lo, __m256 hi) {
     const __m256 s8 = _mm256_add_ps(lo, hi);
@@ -132,22 +133,22 @@ static void accum_h_avx2(const float *p, size_t ps, int G, const uint16_t *v, si
  * attn_avx512.c's expf16): the same clamps, separate multiplies and adds,
  * polynomial order and 2^n construction, so every lane has the scalar bits. */
 static inline __m256 expf8(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.72283f), zero = _mm256_setzero_ps();
+    const __m256 lo = _mm256_set1_ps(MOE_EXP_LO), hi = _mm256_set1_ps(MOE_EXP_HI), zero = _mm256_setzero_ps();
     const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
     const __m256 small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ), big = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
     __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
     xc = _mm256_blendv_ps(xc, zero, nan);
-    const __m256 magic = _mm256_set1_ps(12582912.0f);
-    const __m256 t = _mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)), magic);
+    const __m256 magic = _mm256_set1_ps(MOE_EXP_MAGIC);
+    const __m256 t = _mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(MOE_EXP_LOG2E)), magic);
     const __m256 n = _mm256_sub_ps(t, magic);
-    __m256 r = _mm256_sub_ps(xc, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f)));
-    r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
+    __m256 r = _mm256_sub_ps(xc, _mm256_mul_ps(n, _mm256_set1_ps(MOE_EXP_LN2_HI)));
+    r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(MOE_EXP_LN2_LO)));
+    __m256 p = _mm256_set1_ps(MOE_EXP_P0);
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(MOE_EXP_P1));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(MOE_EXP_P2));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(MOE_EXP_P3));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(MOE_EXP_P4));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(MOE_EXP_P5));
     __m256 y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
     __m256i ni = _mm256_cvttps_epi32(n);
     const __m256 over = _mm256_castsi256_ps(_mm256_cmpgt_epi32(ni, _mm256_set1_epi32(127)));

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include "attn.h"
+#include "util.h"
 #include "quant/hsum_avx512.h"
 
 /* Loops over register arrays must be fully unrolled, or GCC keeps the array
@@ -145,22 +146,22 @@ static void accum_h_avx512(const float *p, size_t ps, int G, const uint16_t *v, 
  * same clamps, the same separate multiplies and adds (no FMA), the same
  * polynomial order and 2^n construction, so every lane has the scalar bits. */
 static inline __m512 expf16(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.72283f);
+    const __m512 lo = _mm512_set1_ps(MOE_EXP_LO), hi = _mm512_set1_ps(MOE_EXP_HI);
     const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     const __mmask16 small = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), big = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ);
     __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
     xc = _mm512_mask_mov_ps(xc, nan, _mm512_setzero_ps());
-    const __m512 magic = _mm512_set1_ps(12582912.0f);
-    const __m512 t = _mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), magic);
+    const __m512 magic = _mm512_set1_ps(MOE_EXP_MAGIC);
+    const __m512 t = _mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(MOE_EXP_LOG2E)), magic);
     const __m512 n = _mm512_sub_ps(t, magic);
-    __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f)));
-    r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
+    __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(n, _mm512_set1_ps(MOE_EXP_LN2_HI)));
+    r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(MOE_EXP_LN2_LO)));
+    __m512 p = _mm512_set1_ps(MOE_EXP_P0);
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(MOE_EXP_P1));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(MOE_EXP_P2));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(MOE_EXP_P3));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(MOE_EXP_P4));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(MOE_EXP_P5));
     __m512 y = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r), _mm512_set1_ps(1.0f));
     __m512i ni = _mm512_cvttps_epi32(n);
     const __mmask16 over = _mm512_cmpgt_epi32_mask(ni, _mm512_set1_epi32(127));

@@ -30,6 +30,21 @@ static inline float moe_bf16_to_f32(uint16_t b) {
 }
 uint16_t moe_f32_to_bf16(float f); /* round to nearest even, NaN kept quiet */
 
+/* moe_expf's constants, shared with its SIMD copies (attn_avx2.c expf8,
+ * attn_avx512.c expf16), which must repeat its operations exactly. */
+#define MOE_EXP_LO (-87.33654f)
+#define MOE_EXP_HI 88.72283f
+#define MOE_EXP_MAGIC 12582912.0f
+#define MOE_EXP_LOG2E 1.44269504088896341f
+#define MOE_EXP_LN2_HI 0.693359375f
+#define MOE_EXP_LN2_LO (-2.12194440e-4f)
+#define MOE_EXP_P0 1.9875691500e-4f
+#define MOE_EXP_P1 1.3981999507e-3f
+#define MOE_EXP_P2 8.3334519073e-3f
+#define MOE_EXP_P3 4.1665795894e-2f
+#define MOE_EXP_P4 1.6666665459e-1f
+#define MOE_EXP_P5 5.0000001201e-1f
+
 /* exp(x) for the forward pass: Cody-Waite range reduction and Cephes' degree-6
  * polynomial, within 2 ulp of the true value for normal results; results below
  * FLT_MIN flush to 0, above FLT_MAX give +inf, NaN stays NaN. Written with
@@ -38,18 +53,18 @@ uint16_t moe_f32_to_bf16(float f); /* round to nearest even, NaN kept quiet */
  * vectorisation or not — and it is several times faster than libm's expf,
  * which matters for attention softmax. */
 static inline float moe_expf(float x) {
-    float xc = x < -87.33654f ? -87.33654f : (x > 88.72283f ? 88.72283f : x);
+    float xc = x < MOE_EXP_LO ? MOE_EXP_LO : (x > MOE_EXP_HI ? MOE_EXP_HI : x);
     if (xc != xc) xc = 0.0f;                             /* NaN handled at the end */
-    float t = xc * 1.44269504088896341f + 12582912.0f;   /* round(x / ln2) via 1.5 * 2^23 */
-    float n = t - 12582912.0f;
-    float r = xc - n * 0.693359375f;                     /* ln2 split in two parts */
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
+    float t = xc * MOE_EXP_LOG2E + MOE_EXP_MAGIC;   /* round(x / ln2) via 1.5 * 2^23 */
+    float n = t - MOE_EXP_MAGIC;
+    float r = xc - n * MOE_EXP_LN2_HI;                     /* ln2 split in two parts */
+    r = r - n * MOE_EXP_LN2_LO;
+    float p = MOE_EXP_P0;
+    p = p * r + MOE_EXP_P1;
+    p = p * r + MOE_EXP_P2;
+    p = p * r + MOE_EXP_P3;
+    p = p * r + MOE_EXP_P4;
+    p = p * r + MOE_EXP_P5;
     float y = p * (r * r) + r + 1.0f;
     int32_t ni = (int32_t)n;                             /* n in [-126, 128] */
     if (ni > 127) { y = y * 2.0f; ni = 127; }
@@ -58,8 +73,8 @@ static inline float moe_expf(float x) {
     float scale;
     memcpy(&scale, &bits, 4);
     y = y * scale;
-    if (x < -87.33654f) y = 0.0f;
-    if (x > 88.72283f) y = __builtin_inff();
+    if (x < MOE_EXP_LO) y = 0.0f;
+    if (x > MOE_EXP_HI) y = __builtin_inff();
     return x != x ? x : y;
 }
 
