@@ -3,7 +3,8 @@
  *
  * One item is what a decode step does per KV head and layer: the scores of
  * the G query heads against every visible key, the softmax, the weighted sum
- * of the values. Per KV cache format (F32, kv_f16, kv_q8) and ISA level this
+ * of the values. Per KV cache format (F32, kv_f16, kv_q8; "f32/ks": the F32
+ * cache scored in decode's key-by-key order, flag key_stream) and ISA level this
  * times the three parts separately (microseconds per item, one thread, the
  * median of 7 repetitions of 400 items) in two shapes: qwen3moe's (G = 4
  * heads, 576 keys: context 576) and laguna's sliding layers (G = 6, 512
@@ -40,8 +41,9 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-enum { FMT_F32, FMT_F16, FMT_Q8, FMT_COUNT };
-static const char *FMT_NAME[FMT_COUNT] = {"f32", "kv_f16", "kv_q8"};
+/* f32/ks: the FP32 cache scored by scores_stream (flag key_stream, decode) */
+enum { FMT_F32, FMT_F32S, FMT_F16, FMT_Q8, FMT_COUNT };
+static const char *FMT_NAME[FMT_COUNT] = {"f32", "f32/ks", "kv_f16", "kv_q8"};
 
 typedef struct {
     void *k, *v;                 /* per head: f32/f16 [CP][D]; q8: key tiles / value rows */
@@ -50,7 +52,7 @@ typedef struct {
 } cache;
 
 static int cache_fill(cache *c, int fmt, int nheads, moe_rng *r) {
-    const size_t el = fmt == FMT_F32 ? 4 : fmt == FMT_F16 ? 2 : 1;
+    const size_t el = fmt == FMT_F32 || fmt == FMT_F32S ? 4 : fmt == FMT_F16 ? 2 : 1;
     c->kbytes = c->vbytes = (size_t)CP * D * el;
     c->k = malloc(c->kbytes * (size_t)nheads);
     c->v = malloc(c->vbytes * (size_t)nheads);
@@ -64,7 +66,7 @@ static int cache_fill(cache *c, int fmt, int nheads, moe_rng *r) {
             for (int kv = 0; kv < 2; kv++) {
                 for (int d = 0; d < D; d++) x[d] = (float)moe_rng_normal(r);
                 uint8_t *base = (uint8_t *)(kv ? c->v : c->k) + (size_t)h * c->kbytes;
-                if (fmt == FMT_F32) memcpy((float *)base + (size_t)j * D, x, sizeof x);
+                if (fmt == FMT_F32 || fmt == FMT_F32S) memcpy((float *)base + (size_t)j * D, x, sizeof x);
                 else if (fmt == FMT_F16)
                     for (int d = 0; d < D; d++) ((uint16_t *)base)[(size_t)j * D + d] = moe_f32_to_f16(x[d]);
                 else {
@@ -114,7 +116,7 @@ static void run(const moe_kernels *k, const moe_attn_kernels *a, int fmt, const 
             } else if (fmt == FMT_F16) {
                 a->scores_h(q, D, G, (const uint16_t *)kb, D, nk, D, 0.088f, sc, CP);
             } else {
-                a->scores(q, D, G, (const float *)kb, D, nk, D, 0.088f, sc, CP);
+                (fmt == FMT_F32S ? a->scores_stream : a->scores)(q, D, G, (const float *)kb, D, nk, D, 0.088f, sc, CP);
             }
             double t1 = now_s();
             float s = 0;

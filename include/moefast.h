@@ -143,8 +143,8 @@ void moe_session_flags(const moe_session *s, char *buf, size_t len);
 /* Changes a live session's flags between forward calls: spec (the --flags
  * grammar) is applied on top of the session's CURRENT flags, so "-name"
  * switches one flag off and "none,+a,+b" names a whole set. Only flags read
- * while forwarding may change (simd, gemm_batch, gemm_wide, fused_gate_up,
- * parallel_glue and the test flags); every one keeps the logits bit-identical
+ * while forwarding may change (simd, gemm_batch, gemm_wide, key_stream,
+ * fused_gate_up, parallel_glue and the test flags); every one keeps the logits bit-identical
  * (except the test flags, by design), so a caller may alternate two
  * configurations step by step in one token stream (`moefast bench --ab`).
  * Changing a flag fixed at load or session creation (threads, readahead,

@@ -65,6 +65,13 @@ typedef struct moe_attn_kernels {
      * back as either sign; r[j] - mx is then a zero too, and moe_expf gives
      * exactly 1 for both signs, so the softmax does not depend on it. */
     float (*max_f32)(const float *r, int n);
+    /* scores (FP32 cache) with the same bits, its loads ordered for keys that
+     * come from memory (decode, flag key_stream): each key row is read front
+     * to back before the next one, one sequential stream, where `scores` reads
+     * 4 rows interleaved (faster once the rows are in L2, as a prompt's are).
+     * Per output the FMAs are the same, in the same order. */
+    void (*scores_stream)(const float *q, size_t q_stride, int G, const float *k, size_t k_stride, int n_keys,
+                          int D, float scale, float *sc, size_t sc_stride);
 } moe_attn_kernels;
 
 /* The softmax denominators of the FP32 and F16 caches: sums[h] = r_h[0] +

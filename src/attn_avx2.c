@@ -42,17 +42,34 @@ static inline __attribute__((always_inline)) __m256 ldkv8(const void *base, size
  * registers do not hold more). */
 static inline __attribute__((always_inline)) void scores_tile(const float *q, size_t qs, int h0, const void *k,
                                                               size_t ks, int j, int D, float scale, float *sc,
-                                                              size_t scs, const int HN, const int KB, const int h16) {
+                                                              size_t scs, const int HN, const int KB, const int h16,
+                                                              const int stream) {
     __m256 lo[6], hi[6];
     UNROLL for (int i = 0; i < HN * KB; i++) lo[i] = hi[i] = _mm256_setzero_ps();
-    for (int d = 0; d < D; d += 16) {
-        UNROLL for (int u = 0; u < KB; u++) {
-            const size_t kj = (size_t)(j + u) * ks + (size_t)d;
-            const __m256 k0 = ldkv8(k, kj, D - d, h16), k1 = ldkv8(k, kj + 8, D - d - 8, h16);
-            UNROLL for (int hh = 0; hh < HN; hh++) {
-                const float *qh = q + (size_t)(h0 + hh) * qs + d;
-                lo[hh * KB + u] = _mm256_fmadd_ps(load8(qh, D - d), k0, lo[hh * KB + u]);
-                hi[hh * KB + u] = _mm256_fmadd_ps(load8(qh + 8, D - d - 8), k1, hi[hh * KB + u]);
+    /* stream: key by key, each row front to back (one sequential stream, for
+     * keys from memory: scores_stream); else the KB rows interleaved. The
+     * same FMAs per accumulator, in the same order, either way. */
+    if (stream) {
+        UNROLL for (int u = 0; u < KB; u++)
+            for (int d = 0; d < D; d += 16) {
+                const size_t kj = (size_t)(j + u) * ks + (size_t)d;
+                const __m256 k0 = ldkv8(k, kj, D - d, h16), k1 = ldkv8(k, kj + 8, D - d - 8, h16);
+                UNROLL for (int hh = 0; hh < HN; hh++) {
+                    const float *qh = q + (size_t)(h0 + hh) * qs + d;
+                    lo[hh * KB + u] = _mm256_fmadd_ps(load8(qh, D - d), k0, lo[hh * KB + u]);
+                    hi[hh * KB + u] = _mm256_fmadd_ps(load8(qh + 8, D - d - 8), k1, hi[hh * KB + u]);
+                }
+            }
+    } else {
+        for (int d = 0; d < D; d += 16) {
+            UNROLL for (int u = 0; u < KB; u++) {
+                const size_t kj = (size_t)(j + u) * ks + (size_t)d;
+                const __m256 k0 = ldkv8(k, kj, D - d, h16), k1 = ldkv8(k, kj + 8, D - d - 8, h16);
+                UNROLL for (int hh = 0; hh < HN; hh++) {
+                    const float *qh = q + (size_t)(h0 + hh) * qs + d;
+                    lo[hh * KB + u] = _mm256_fmadd_ps(load8(qh, D - d), k0, lo[hh * KB + u]);
+                    hi[hh * KB + u] = _mm256_fmadd_ps(load8(qh + 8, D - d - 8), k1, hi[hh * KB + u]);
+                }
             }
         }
     }
@@ -63,15 +80,15 @@ static inline __attribute__((always_inline)) void scores_tile(const float *q, si
 
 static inline __attribute__((always_inline)) void scores_impl(const float *q, size_t qs, int G, const void *k,
                                                               size_t ks, int nk, int D, float scale, float *sc,
-                                                              size_t scs, const int h16) {
+                                                              size_t scs, const int h16, const int stream) {
     int j = 0;
     for (; j + 3 <= nk; j += 3) {                 /* heads in pairs x 3 keys, then a last head */
         int h0 = 0;
-        for (; h0 + 2 <= G; h0 += 2) scores_tile(q, qs, h0, k, ks, j, D, scale, sc, scs, 2, 3, h16);
-        if (h0 < G) scores_tile(q, qs, h0, k, ks, j, D, scale, sc, scs, 1, 3, h16);
+        for (; h0 + 2 <= G; h0 += 2) scores_tile(q, qs, h0, k, ks, j, D, scale, sc, scs, 2, 3, h16, stream);
+        if (h0 < G) scores_tile(q, qs, h0, k, ks, j, D, scale, sc, scs, 1, 3, h16, stream);
     }
     for (; j < nk; j++)
-        for (int h = 0; h < G; h++) scores_tile(q, qs, h, k, ks, j, D, scale, sc, scs, 1, 1, h16);
+        for (int h = 0; h < G; h++) scores_tile(q, qs, h, k, ks, j, D, scale, sc, scs, 1, 1, h16, 0);
 }
 
 /* One tile of the weighted sum: HN heads x NC vectors of 8 dims from d0,
@@ -112,11 +129,15 @@ static inline __attribute__((always_inline)) void accum_impl(const float *p, siz
 
 static void scores_avx2(const float *q, size_t qs, int G, const float *k, size_t ks, int nk, int D, float scale,
                         float *sc, size_t scs) {
-    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 0);
+    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 0, 0);
 }
 static void scores_h_avx2(const float *q, size_t qs, int G, const uint16_t *k, size_t ks, int nk, int D, float scale,
                           float *sc, size_t scs) {
-    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 1);
+    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 1, 0);
+}
+static void scores_stream_avx2(const float *q, size_t qs, int G, const float *k, size_t ks, int nk, int D, float scale,
+                               float *sc, size_t scs) {
+    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 0, 1);
 }
 static void accum_avx2(const float *p, size_t ps, int G, const float *v, size_t vs, int nk, int Dv, float *out,
                        size_t os) {
@@ -363,4 +384,5 @@ static float max_f32_avx2(const float *r, int n) {
 
 const moe_attn_kernels moe_attn_avx2 = {scores_avx2,    accum_avx2,     scores_h_avx2,  accum_h_avx2,
                                         exp_shift_avx2, silu_mul_avx2, to_half_avx2,   combine_avx2,
-                                        scores_q8_avx2, accum_q8_avx2,  softmax_q8_avx2, max_f32_avx2};
+                                        scores_q8_avx2, accum_q8_avx2,  softmax_q8_avx2, max_f32_avx2,
+                                        scores_stream_avx2};

@@ -1,6 +1,6 @@
 /* test_attn.c — the attention kernels of every ISA level equal the scalar
  * reference bit for bit, for head sizes that are and are not multiples of 16
- * and group sizes 1..7. */
+ * and group sizes 1..7 (scores also in scores_stream's key-by-key order). */
 #include <math.h>
 #include <stdint.h>
 
@@ -36,6 +36,9 @@ int main(void) {
                     a->scores(q, qs, G, k, ks, nk, D, 0.125f, s1, scs);
                     a->accum(p, scs, G, v, vs, nk, Dv, o1, (size_t)Dv);
                     CHECK_MSG(!memcmp(s0, s1, sizeof(float) * scs * G), "scores differ: isa %d D %d G %d nk %d", (int)isas[ii], D, G, nk);
+                    memset(s1, 0, sizeof(float) * scs * G);           /* key_stream: the decode order */
+                    a->scores_stream(q, qs, G, k, ks, nk, D, 0.125f, s1, scs);
+                    CHECK_MSG(!memcmp(s0, s1, sizeof(float) * scs * G), "scores_stream differs: isa %d D %d G %d nk %d", (int)isas[ii], D, G, nk);
                     CHECK_MSG(!memcmp(o0, o1, sizeof(float) * (size_t)Dv * G), "accum differs: isa %d Dv %d G %d nk %d", (int)isas[ii], Dv, G, nk);
                     compared++;
                 }

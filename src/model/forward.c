@@ -391,7 +391,9 @@ static void attn_worker(void *ctx, int ith, int nth) {
         const size_t kg = koff + ((size_t)g * C + (size_t)j0) * (size_t)D;   /* keys [nk][D] */
         const size_t vg = voff + ((size_t)g * C + (size_t)j0) * (size_t)Dv;  /* values [nk][Dv] */
         if (s->kv_half) s->attn->scores_h(q, (size_t)D, G, (const uint16_t *)s->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
-        else s->attn->scores(q, (size_t)D, G, (const float *)s->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
+        else                                    /* key_stream: a decode step's keys come from memory */
+            (at->n == 1 && moe_flag_on(s->flags, MOE_FLAG_KEY_STREAM) ? s->attn->scores_stream : s->attn->scores)(
+                q, (size_t)D, G, (const float *)s->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
         for (int h = 0; h < G; h++) {                                     /* softmax numerators per head */
             float *r = sc + (size_t)h * C;
             s->attn->exp_shift(r, nk, s->attn->max_f32(r, nk));          /* r[j] = exp(r[j] - max) */
