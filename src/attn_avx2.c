@@ -49,30 +49,25 @@ static inline __attribute__((always_inline)) void scores_tile(const float *q, si
     /* stream: key by key, each row front to back (one sequential stream, for
      * keys from memory: scores_stream); else the KB rows interleaved. The
      * same FMAs per accumulator, in the same order, either way. */
+    /* dims d..d+15 of key j+u into its HN heads' accumulators */
+#define SCORES_STEP(u, d)                                                                                        \
+    do {                                                                                                         \
+        const size_t kj = (size_t)(j + (u)) * ks + (size_t)(d);                                                  \
+        const __m256 k0 = ldkv8(k, kj, D - (d), h16), k1 = ldkv8(k, kj + 8, D - (d) - 8, h16);                   \
+        UNROLL for (int hh = 0; hh < HN; hh++) {                                                                 \
+            const float *qh = q + (size_t)(h0 + hh) * qs + (d);                                                  \
+            lo[hh * KB + (u)] = _mm256_fmadd_ps(load8(qh, D - (d)), k0, lo[hh * KB + (u)]);                      \
+            hi[hh * KB + (u)] = _mm256_fmadd_ps(load8(qh + 8, D - (d) - 8), k1, hi[hh * KB + (u)]);              \
+        }                                                                                                        \
+    } while (0)
     if (stream) {
         UNROLL for (int u = 0; u < KB; u++)
-            for (int d = 0; d < D; d += 16) {
-                const size_t kj = (size_t)(j + u) * ks + (size_t)d;
-                const __m256 k0 = ldkv8(k, kj, D - d, h16), k1 = ldkv8(k, kj + 8, D - d - 8, h16);
-                UNROLL for (int hh = 0; hh < HN; hh++) {
-                    const float *qh = q + (size_t)(h0 + hh) * qs + d;
-                    lo[hh * KB + u] = _mm256_fmadd_ps(load8(qh, D - d), k0, lo[hh * KB + u]);
-                    hi[hh * KB + u] = _mm256_fmadd_ps(load8(qh + 8, D - d - 8), k1, hi[hh * KB + u]);
-                }
-            }
+            for (int d = 0; d < D; d += 16) SCORES_STEP(u, d);
     } else {
-        for (int d = 0; d < D; d += 16) {
-            UNROLL for (int u = 0; u < KB; u++) {
-                const size_t kj = (size_t)(j + u) * ks + (size_t)d;
-                const __m256 k0 = ldkv8(k, kj, D - d, h16), k1 = ldkv8(k, kj + 8, D - d - 8, h16);
-                UNROLL for (int hh = 0; hh < HN; hh++) {
-                    const float *qh = q + (size_t)(h0 + hh) * qs + d;
-                    lo[hh * KB + u] = _mm256_fmadd_ps(load8(qh, D - d), k0, lo[hh * KB + u]);
-                    hi[hh * KB + u] = _mm256_fmadd_ps(load8(qh + 8, D - d - 8), k1, hi[hh * KB + u]);
-                }
-            }
-        }
+        for (int d = 0; d < D; d += 16)
+            UNROLL for (int u = 0; u < KB; u++) SCORES_STEP(u, d);
     }
+#undef SCORES_STEP
     UNROLL for (int hh = 0; hh < HN; hh++)
         UNROLL for (int u = 0; u < KB; u++)
             sc[(size_t)(h0 + hh) * scs + (size_t)(j + u)] = hsum16(lo[hh * KB + u], hi[hh * KB + u]) * scale;
