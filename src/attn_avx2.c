@@ -46,10 +46,10 @@ static inline __attribute__((always_inline)) void scores_tile(const float *q, si
                                                               const int stream) {
     __m256 lo[6], hi[6];
     UNROLL for (int i = 0; i < HN * KB; i++) lo[i] = hi[i] = _mm256_setzero_ps();
-    /* stream: key by key, each row front to back (one sequential stream, for
+    /* SCORES_STEP: dims d..d+15 of key j+u into its HN heads' accumulators.
+     * stream: key by key, each row front to back (one sequential stream, for
      * keys from memory: scores_stream); else the KB rows interleaved. The
      * same FMAs per accumulator, in the same order, either way. */
-    /* dims d..d+15 of key j+u into its HN heads' accumulators */
 #define SCORES_STEP(u, d)                                                                                        \
     do {                                                                                                         \
         const size_t kj = (size_t)(j + (u)) * ks + (size_t)(d);                                                  \
