@@ -124,7 +124,9 @@ for m in $SEL; do for nm in $NUMS; do
 done; done
 echo "(num: fp32 = default exact FP32 numerics, q8 = +act_q8,+kv_f16, q8kv = +act_q8,+kv_q8; prefill/s: prefill window tokens/s;"
 echo " decode/s: decode window incl. the 512-token seed, per decoded token;"
-echo " steps/s: the 128 steps alone; bw GB/s: read bandwidth measured by that run; tokens: trace check)"
+echo " steps/s: the 128 steps alone; GB/s: steps/s x MB/token; bw GB/s and % bw: medians over the windows whose"
+echo " bandwidth held steady (measured before and after within 15 %; all windows when none did), so with repeats"
+echo " they may come from other windows than the steps/s median (docs/MEASUREMENT.md); tokens: trace check)"
 j=$OUT/noise.json
 if [ -s "$j" ]; then
   awk -v f="$first" -v n="$PAIRS" -v p="$(jget "$j" noise_floor.prefill)" -v d="$(jget "$j" noise_floor.decode)" \
