@@ -68,7 +68,8 @@ typedef struct moe_attn_kernels {
     /* scores (FP32 cache) with the same bits, its loads ordered for keys that
      * come from memory (decode, flag key_stream): each key row is read front
      * to back before the next one, one sequential stream, where `scores` reads
-     * 4 rows interleaved (faster once the rows are in L2, as a prompt's are).
+     * the tile's rows interleaved (faster at AVX-512 once the rows are in L2,
+     * as a prompt's are). The scalar level has one order for both.
      * Per output the FMAs are the same, in the same order. */
     void (*scores_stream)(const float *q, size_t q_stride, int G, const float *k, size_t k_stride, int n_keys,
                           int D, float scale, float *sc, size_t sc_stride);
