@@ -4,7 +4,7 @@
  * One item is what a decode step does per KV head and layer: the scores of
  * the G query heads against every visible key, the softmax, the weighted sum
  * of the values. Per KV cache format (F32, kv_f16, kv_q8; "f32/ks": the F32
- * cache scored in decode's key-by-key order, flag key_stream) and ISA level this
+ * cache in decode's order, flag key_stream: scores_stream, accum_stream) and ISA level this
  * times the three parts separately (microseconds per item, one thread, the
  * median of 7 repetitions of 400 items) in two shapes: qwen3moe's (G = 4
  * heads, 576 keys: context 576) and laguna's sliding layers (G = 6, 512
@@ -41,7 +41,7 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* f32/ks: the FP32 cache scored by scores_stream (flag key_stream, decode) */
+/* f32/ks: the FP32 cache by scores_stream and accum_stream (flag key_stream, decode) */
 enum { FMT_F32, FMT_F32S, FMT_F16, FMT_Q8, FMT_COUNT };
 static const char *FMT_NAME[FMT_COUNT] = {"f32", "f32/ks", "kv_f16", "kv_q8"};
 
@@ -130,7 +130,7 @@ static void run(const moe_kernels *k, const moe_attn_kernels *a, int fmt, const 
             else if (fmt == FMT_F16)
                 a->accum_h(sc, CP, G, (const uint16_t *)vb, D, nk, D, o, D);
             else
-                a->accum(sc, CP, G, (const float *)vb, D, nk, D, o, D);
+                (fmt == FMT_F32S ? a->accum_stream : a->accum)(sc, CP, G, (const float *)vb, D, nk, D, o, D);
             double t3 = now_s();
             sink += s + o[0];
             part[0] += t1 - t0;

@@ -73,6 +73,13 @@ typedef struct moe_attn_kernels {
      * Per output the FMAs are the same, in the same order. */
     void (*scores_stream)(const float *q, size_t q_stride, int G, const float *k, size_t k_stride, int n_keys,
                           int D, float scale, float *sc, size_t sc_stride);
+    /* accum (FP32 cache) with the same bits, its tiles shaped for values that
+     * come from memory (decode, flag key_stream). AVX2's accum reads a value
+     * row in 8 passes of 16 dims (4 heads per tile: faster from L2, as a
+     * prompt's values are, but a strided walk from memory); this one in 4
+     * passes of 32 dims (2 heads per tile). The other levels have one shape. */
+    void (*accum_stream)(const float *p, size_t p_stride, int G, const float *v, size_t v_stride, int n_keys,
+                         int Dv, float *out, size_t out_stride);
 } moe_attn_kernels;
 
 /* The softmax denominators of the FP32 and F16 caches: sums[h] = r_h[0] +

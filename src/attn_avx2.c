@@ -163,7 +163,7 @@ static inline __attribute__((always_inline)) void accum_tile(const float *p, siz
     UNROLL for (int i = 0; i < HN * NC; i++) o[i] = _mm256_setzero_ps();
     for (int j = 0; j < nk; j++) {
         const size_t vj = (size_t)j * vs + (size_t)d0;
-        __m256 a[2];
+        __m256 a[4];
         UNROLL for (int hh = 0; hh < HN; hh++) a[hh] = _mm256_set1_ps(p[(size_t)(h0 + hh) * ps + (size_t)j]);
         UNROLL for (int c = 0; c < NC; c++) {
             const __m256 vv = ldkv8(v, vj + 8 * (size_t)c, Dv - d0 - 8 * c, h16);
@@ -180,9 +180,20 @@ static inline __attribute__((always_inline)) void accum_tile(const float *p, siz
     }
 }
 
+/* quad: heads in fours first, 2 vectors (16 dims) per tile: a key's values
+ * are read G/4 times instead of G/2, a quarter line per head and FMA pair
+ * instead of half (bench_attn, L2 rows: value sum 9.5 -> 6.7-7.1 us per
+ * qwen3moe item, 12.3 -> 9.6-9.9 per laguna sliding item, kv_f16 24 -> 18 /
+ * 32 -> 24); but it walks each value row in 8 passes, and from memory the
+ * FP32 sum took 42-54 us against 25-26 (kv_f16: 33-38 against 37): so the
+ * FP32 cache keeps pairs in decode (accum_stream). */
 static inline __attribute__((always_inline)) void accum_impl(const float *p, size_t ps, int G, const void *v, size_t vs,
-                                                             int nk, int Dv, float *out, size_t os, const int h16) {
+                                                             int nk, int Dv, float *out, size_t os, const int h16,
+                                                             const int quad) {
     int h0 = 0;
+    if (quad)
+        for (; h0 + 4 <= G; h0 += 4)
+            for (int d0 = 0; d0 < Dv; d0 += 16) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, 4, 2, h16);
     for (; h0 + 2 <= G; h0 += 2)
         for (int d0 = 0; d0 < Dv; d0 += 32) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, 2, 4, h16);
     if (h0 < G)
@@ -201,13 +212,17 @@ static void scores_stream_avx2(const float *q, size_t qs, int G, const float *k,
                                float *sc, size_t scs) {
     scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 0, 1);
 }
+static void accum_stream_avx2(const float *p, size_t ps, int G, const float *v, size_t vs, int nk, int Dv, float *out,
+                              size_t os) {
+    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 0, 0);
+}
 static void accum_avx2(const float *p, size_t ps, int G, const float *v, size_t vs, int nk, int Dv, float *out,
                        size_t os) {
-    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 0);
+    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 0, 1);
 }
 static void accum_h_avx2(const float *p, size_t ps, int G, const uint16_t *v, size_t vs, int nk, int Dv, float *out,
                          size_t os) {
-    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 1);
+    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 1, 1);
 }
 
 /* exp: the scalar reference's loop (the compiler may vectorize it; the
@@ -447,4 +462,4 @@ static float max_f32_avx2(const float *r, int n) {
 const moe_attn_kernels moe_attn_avx2 = {scores_avx2,    accum_avx2,     scores_h_avx2,  accum_h_avx2,
                                         exp_shift_avx2, silu_mul_avx2, to_half_avx2,   combine_avx2,
                                         scores_q8_avx2, accum_q8_avx2,  softmax_q8_avx2, max_f32_avx2,
-                                        scores_stream_avx2};
+                                        scores_stream_avx2, accum_stream_avx2};

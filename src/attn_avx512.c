@@ -391,4 +391,4 @@ static float softmax_q8_avx512(float *r, int n) {
 const moe_attn_kernels moe_attn_avx512 = {scores_avx512,   accum_avx512,     scores_h_avx512, accum_h_avx512,
                                           exp_shift_avx512, silu_mul_avx512, to_half_avx512,  combine_avx512,
                                           scores_q8_avx512, accum_q8_avx512, softmax_q8_avx512, max_f32_avx512,
-                                          scores_stream_avx512};
+                                          scores_stream_avx512, accum_avx512};

@@ -40,6 +40,9 @@ int main(void) {
                     a->scores_stream(q, qs, G, k, ks, nk, D, 0.125f, s1, scs);
                     CHECK_MSG(!memcmp(s0, s1, sizeof(float) * scs * G), "scores_stream differs: isa %d D %d G %d nk %d", (int)isas[ii], D, G, nk);
                     CHECK_MSG(!memcmp(o0, o1, sizeof(float) * (size_t)Dv * G), "accum differs: isa %d Dv %d G %d nk %d", (int)isas[ii], Dv, G, nk);
+                    memset(o1, 0, sizeof(float) * (size_t)Dv * G);       /* and its value order */
+                    a->accum_stream(p, scs, G, v, vs, nk, Dv, o1, (size_t)Dv);
+                    CHECK_MSG(!memcmp(o0, o1, sizeof(float) * (size_t)Dv * G), "accum_stream differs: isa %d Dv %d G %d nk %d", (int)isas[ii], Dv, G, nk);
                     compared++;
                 }
                 /* kv_f16: half keys/values; every level equals the scalar

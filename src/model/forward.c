@@ -400,7 +400,9 @@ static void attn_worker(void *ctx, int ith, int nth) {
         }
         moe_attn_row_sums(sc, C, G, nk, sums);                            /* denominators, in key order */
         if (s->kv_half) s->attn->accum_h(sc, C, G, (const uint16_t *)s->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
-        else s->attn->accum(sc, C, G, (const float *)s->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
+        else
+            (at->n == 1 && moe_flag_on(s->flags, MOE_FLAG_KEY_STREAM) ? s->attn->accum_stream : s->attn->accum)(
+                sc, C, G, (const float *)s->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
         for (int h = 0; h < G; h++) {
             float inv = 1.0f / sums[h];
             for (int d = 0; d < Dv; d++) o[(size_t)h * Dv + d] *= inv;
