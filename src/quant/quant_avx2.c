@@ -131,6 +131,13 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m256 *v, float *st, 
  * quant_avx512.c for the measurement behind 8 KB. */
 #define PF_DIST 8192
 
+/* The R x T tile: each row's part is dequantized and used at once (its
+ * 2*NV vectors, the activations as memory operands), so a gemv tile holds 8
+ * accumulators and one row's part. Dequantizing all R rows first held 16
+ * more vectors than AVX2's 16 registers: GCC spilled accumulators and
+ * weights to the stack in the loop (bench_quant, AVX2, 1 thread, weights in
+ * L2: Q8_0 17.0-17.3 -> 19.8-19.9 GB/s, NVFP4 6.6 -> 7.5; 2-thread x4
+ * lm-head Q8_0 27-31 -> 36). */
 #define DEF_BLOCK_KERNELS(NAME, SUBV, NV, DQ, PB, QBYTES)                                                 \
     ALWAYS_INLINE void tile_##NAME(const uint8_t *w, size_t rb, const float *x, size_t xs,         \
                                    float *y, size_t ys, int64_t n, const int R, const int T,      \
@@ -141,14 +148,14 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m256 *v, float *st, 
         float st[4][16]; /* per-row state of a K-quant super-block */                          \
         const int64_t ns = n / (SUBV);                                                             \
         for (int64_t i = 0; i < ns; i++) {                                                         \
-            __m256 v[4][2 * (NV)];                                                                 \
             UNROLL for (int rr = 0; rr < R; rr++)                                                  \
                 _mm_prefetch((const char *)w + rr * rb + i * (PB) * S + PF_DIST, _MM_HINT_T0);         \
-            UNROLL for (int rr = 0; rr < R; rr++) DQ(w + rr * rb, i, v[rr], st[rr], S);                       \
-            UNROLL for (int q = 0; q < 2 * (NV); q++) UNROLL for (int tt = 0; tt < T; tt++) {      \
-                const __m256 xv = _mm256_loadu_ps(x + tt * xs + i * (SUBV) + 8 * q);               \
-                UNROLL for (int rr = 0; rr < R; rr++)                                              \
-                    acc[rr][tt][q & 1] = _mm256_fmadd_ps(v[rr][q], xv, acc[rr][tt][q & 1]);        \
+            UNROLL for (int rr = 0; rr < R; rr++) {                                                \
+                __m256 v[2 * (NV)];                                                                \
+                DQ(w + rr * rb, i, v, st[rr], S);                                                  \
+                UNROLL for (int q = 0; q < 2 * (NV); q++) UNROLL for (int tt = 0; tt < T; tt++)    \
+                    acc[rr][tt][q & 1] = _mm256_fmadd_ps(v[q], _mm256_loadu_ps(x + tt * xs + i * (SUBV) + 8 * q), \
+                                                         acc[rr][tt][q & 1]);                      \
             }                                                                                      \
         }                                                                                          \
         UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
