@@ -94,30 +94,30 @@ static inline __attribute__((always_inline)) void scores_tile(const float *q, si
             sc[(size_t)(h0 + hh) * scs + (size_t)(j + u)] = hsum16(lo[hh * KB + u], hi[hh * KB + u]) * scale;
 }
 
-/* scores_tile's 2 heads x 2 keys for FP32 keys with D % 16 == 0 (every
- * load whole), written out with its registers pinned: the 4 query vectors
+/* scores_tile's 2 heads x 2 keys for D % 16 == 0 (every load whole; FP32
+ * or, h16, half keys), written out with its registers pinned: the 4 query vectors
  * of a 16-dim step, then each key's 2 vectors, serve 4 FMAs each. Left to
  * itself GCC 12 reloaded the queries per key and folded every key load into
  * both heads' FMAs (16 loads per 8 FMAs). The same FMAs per accumulator in
  * the same order as scores_tile, and the same reduction. */
-static inline __attribute__((always_inline)) void scores_tile22(const float *q, size_t qs, int h0, const float *k,
+static inline __attribute__((always_inline)) void scores_tile22(const float *q, size_t qs, int h0, const void *k,
                                                                 size_t ks, int j, int D, float scale, float *sc,
-                                                                size_t scs) {
+                                                                size_t scs, const int h16) {
     __m256 lo[4], hi[4];                         /* [hh * 2 + u] */
     UNROLL for (int i = 0; i < 4; i++) lo[i] = hi[i] = _mm256_setzero_ps();
     const float *q0p = q + (size_t)h0 * qs, *q1p = q0p + qs;
-    const float *k0p = k + (size_t)j * ks, *k1p = k0p + ks;
+    const size_t k0i = (size_t)j * ks, k1i = k0i + ks;
     for (int d = 0; d < D; d += 16) {
         __m256 qa = _mm256_loadu_ps(q0p + d), qb = _mm256_loadu_ps(q0p + d + 8);
         __m256 qc = _mm256_loadu_ps(q1p + d), qd = _mm256_loadu_ps(q1p + d + 8);
         __asm__("" : "+x"(qa), "+x"(qb), "+x"(qc), "+x"(qd));
-        __m256 ka = _mm256_loadu_ps(k0p + d), kb = _mm256_loadu_ps(k0p + d + 8);
+        __m256 ka = ldkv8(k, k0i + d, 8, h16), kb = ldkv8(k, k0i + d + 8, 8, h16);
         __asm__("" : "+x"(ka), "+x"(kb));
         lo[0] = _mm256_fmadd_ps(qa, ka, lo[0]);
         hi[0] = _mm256_fmadd_ps(qb, kb, hi[0]);
         lo[2] = _mm256_fmadd_ps(qc, ka, lo[2]);
         hi[2] = _mm256_fmadd_ps(qd, kb, hi[2]);
-        __m256 kc = _mm256_loadu_ps(k1p + d), kd = _mm256_loadu_ps(k1p + d + 8);
+        __m256 kc = ldkv8(k, k1i + d, 8, h16), kd = ldkv8(k, k1i + d + 8, 8, h16);
         __asm__("" : "+x"(kc), "+x"(kd));
         lo[1] = _mm256_fmadd_ps(qa, kc, lo[1]);
         hi[1] = _mm256_fmadd_ps(qb, kd, hi[1]);
@@ -133,15 +133,16 @@ static inline __attribute__((always_inline)) void scores_impl(const float *q, si
                                                               size_t ks, int nk, int D, float scale, float *sc,
                                                               size_t scs, const int h16, const int stream) {
     int j = 0;
-    /* the FP32 cache in prefill order, head size a multiple of 16: heads in
-     * pairs x 2 keys (bench_attn, L2 rows: 12.6 -> 9.5 us per qwen3moe item,
-     * 16.5 -> 12.0 per laguna sliding item); a generic 2 x 2 tile measured
-     * no faster for the half cache, nor for decode's key_stream order from
-     * memory, which keep the 2 x 3 tiles */
-    if (!h16 && !stream && D % 16 == 0)
+    /* head size a multiple of 16, keys not in key_stream order: heads in
+     * pairs x 2 keys (bench_attn, us per item, FP32 cache from L2: 12.6 ->
+     * 9.5 qwen3moe, 16.5 -> 12.0 laguna sliding; kv_f16 from L2 19.5-21.7
+     * -> 7.8-8.0 and 25.8-30.8 -> 10.2, from memory 23.7 -> 13.5 and 28.3
+     * -> 13.8-14.5). Decode's key_stream order over the FP32 cache keeps the
+     * 2 x 3 tiles: read as 2 x 2 from memory it took 22-43 us against 15-17 */
+    if (!stream && D % 16 == 0)
         for (; j + 2 <= nk; j += 2) {
             int h0 = 0;
-            for (; h0 + 2 <= G; h0 += 2) scores_tile22(q, qs, h0, (const float *)k, ks, j, D, scale, sc, scs);
+            for (; h0 + 2 <= G; h0 += 2) scores_tile22(q, qs, h0, k, ks, j, D, scale, sc, scs, h16);
             if (h0 < G) scores_tile(q, qs, h0, k, ks, j, D, scale, sc, scs, 1, 2, h16, stream);
         }
     for (; j + 3 <= nk; j += 3) {                 /* heads in pairs x 3 keys, then a last head */
@@ -158,7 +159,8 @@ static inline __attribute__((always_inline)) void scores_impl(const float *q, si
  * converted once and serves HN heads. */
 static inline __attribute__((always_inline)) void accum_tile(const float *p, size_t ps, int h0, const void *v,
                                                              size_t vs, int nk, int d0, int Dv, float *out, size_t os,
-                                                             const int HN, const int NC, const int h16) {
+                                                             const int HN, const int NC, const int h16,
+                                                             const int full) {
     __m256 o[8];
     UNROLL for (int i = 0; i < HN * NC; i++) o[i] = _mm256_setzero_ps();
     for (int j = 0; j < nk; j++) {
@@ -166,7 +168,7 @@ static inline __attribute__((always_inline)) void accum_tile(const float *p, siz
         __m256 a[4];
         UNROLL for (int hh = 0; hh < HN; hh++) a[hh] = _mm256_set1_ps(p[(size_t)(h0 + hh) * ps + (size_t)j]);
         UNROLL for (int c = 0; c < NC; c++) {
-            const __m256 vv = ldkv8(v, vj + 8 * (size_t)c, Dv - d0 - 8 * c, h16);
+            const __m256 vv = ldkv8(v, vj + 8 * (size_t)c, full ? 8 : Dv - d0 - 8 * c, h16);
             UNROLL for (int hh = 0; hh < HN; hh++) o[hh * NC + c] = _mm256_fmadd_ps(a[hh], vv, o[hh * NC + c]);
         }
     }
@@ -174,7 +176,7 @@ static inline __attribute__((always_inline)) void accum_tile(const float *p, siz
         float *oh = out + (size_t)(h0 + hh) * os + d0;
         UNROLL for (int c = 0; c < NC; c++) {
             const int left = Dv - d0 - 8 * c;
-            if (left >= 8) _mm256_storeu_ps(oh + 8 * c, o[hh * NC + c]);
+            if (full || left >= 8) _mm256_storeu_ps(oh + 8 * c, o[hh * NC + c]);
             else if (left > 0) _mm256_maskstore_ps(oh + 8 * c, tail_mask8(left), o[hh * NC + c]);
         }
     }
@@ -191,13 +193,22 @@ static inline __attribute__((always_inline)) void accum_impl(const float *p, siz
                                                              int nk, int Dv, float *out, size_t os, const int h16,
                                                              const int quad) {
     int h0 = 0;
+    /* full (half cache): the tile's dims all exist, so its loads need no
+     * test; a test per load with the tail's buffer spilled the tile
+     * (bench_attn, kv_f16 value sum, us per item: L2 17.8 -> 5.8 qwen3moe,
+     * 26.6 -> 7.9 laguna sliding; memory 31.5 -> 20, 39 -> 19-21). The
+     * FP32 cache measured no faster so (its decode tiles slower: 9.5 -> 12.2
+     * from L2), and keeps the tested loads. */
+#define ACCUM_TILES(HN, NC)                                                                        \
+    for (int d0 = 0; d0 < Dv; d0 += 8 * (NC)) {                                                    \
+        if (h16 && Dv - d0 >= 8 * (NC)) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, HN, NC, h16, 1); \
+        else accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, HN, NC, h16, 0);                    \
+    }
     if (quad)
-        for (; h0 + 4 <= G; h0 += 4)
-            for (int d0 = 0; d0 < Dv; d0 += 16) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, 4, 2, h16);
-    for (; h0 + 2 <= G; h0 += 2)
-        for (int d0 = 0; d0 < Dv; d0 += 32) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, 2, 4, h16);
-    if (h0 < G)
-        for (int d0 = 0; d0 < Dv; d0 += 64) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, 1, 8, h16);
+        for (; h0 + 4 <= G; h0 += 4) ACCUM_TILES(4, 2)
+    for (; h0 + 2 <= G; h0 += 2) ACCUM_TILES(2, 4)
+    if (h0 < G) ACCUM_TILES(1, 8)
+#undef ACCUM_TILES
 }
 
 static void scores_avx2(const float *q, size_t qs, int G, const float *k, size_t ks, int nk, int D, float scale,
