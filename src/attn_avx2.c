@@ -111,18 +111,15 @@ static inline __attribute__((always_inline)) void scores_tile22(const float *q, 
         __m256 qa = _mm256_loadu_ps(q0p + d), qb = _mm256_loadu_ps(q0p + d + 8);
         __m256 qc = _mm256_loadu_ps(q1p + d), qd = _mm256_loadu_ps(q1p + d + 8);
         __asm__("" : "+x"(qa), "+x"(qb), "+x"(qc), "+x"(qd));
-        __m256 ka = ldkv8(k, k0i + d, 8, h16), kb = ldkv8(k, k0i + d + 8, 8, h16);
-        __asm__("" : "+x"(ka), "+x"(kb));
-        lo[0] = _mm256_fmadd_ps(qa, ka, lo[0]);
-        hi[0] = _mm256_fmadd_ps(qb, kb, hi[0]);
-        lo[2] = _mm256_fmadd_ps(qc, ka, lo[2]);
-        hi[2] = _mm256_fmadd_ps(qd, kb, hi[2]);
-        __m256 kc = ldkv8(k, k1i + d, 8, h16), kd = ldkv8(k, k1i + d + 8, 8, h16);
-        __asm__("" : "+x"(kc), "+x"(kd));
-        lo[1] = _mm256_fmadd_ps(qa, kc, lo[1]);
-        hi[1] = _mm256_fmadd_ps(qb, kd, hi[1]);
-        lo[3] = _mm256_fmadd_ps(qc, kc, lo[3]);
-        hi[3] = _mm256_fmadd_ps(qd, kd, hi[3]);
+        UNROLL for (int u = 0; u < 2; u++) {     /* key j + u */
+            const size_t ki = (u ? k1i : k0i) + (size_t)d;
+            __m256 ka = ldkv8(k, ki, 8, h16), kb = ldkv8(k, ki + 8, 8, h16);
+            __asm__("" : "+x"(ka), "+x"(kb));
+            lo[u] = _mm256_fmadd_ps(qa, ka, lo[u]);
+            hi[u] = _mm256_fmadd_ps(qb, kb, hi[u]);
+            lo[2 + u] = _mm256_fmadd_ps(qc, ka, lo[2 + u]);
+            hi[2 + u] = _mm256_fmadd_ps(qd, kb, hi[2 + u]);
+        }
     }
     const __m128 r = _mm_mul_ps(hsum16x4(lo, hi), _mm_set1_ps(scale));   /* [h0 j, h0 j+1, h1 j, h1 j+1] */
     _mm_storel_pi((__m64 *)(sc + (size_t)h0 * scs + (size_t)j), r);
