@@ -390,15 +390,7 @@ ALWAYS_INLINE void wide_tiles_r(const float *wb, int64_t nk, const float *x, siz
     default: break;
     }
 }
-static void wide_tiles(const float *wb, int64_t nk, const float *x, size_t xs, int64_t nt, float *sp, int first,
-                       int last, float *y, size_t ys, int R) {
-    switch (R) {
-    case 4: wide_tiles_r(wb, nk, x, xs, nt, sp, first, last, y, ys, 4); break;
-    case 3: wide_tiles_r(wb, nk, x, xs, nt, sp, first, last, y, ys, 3); break;
-    case 2: wide_tiles_r(wb, nk, x, xs, nt, sp, first, last, y, ys, 2); break;
-    default: wide_tiles_r(wb, nk, x, xs, nt, sp, first, last, y, ys, 1); break;
-    }
-}
+MOE_DEF_WIDE_TILES
 
 /* one part of one row into the buffer (quant_internal.h: DEF_WIDE_FILL) */
 #define WIDE_PART(NAME, NV, row, i, st, S, o)                                                      \

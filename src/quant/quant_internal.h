@@ -115,6 +115,19 @@ static inline void moe_wide_prefetch(const uint8_t *W, size_t rb, int64_t nrows,
     }
 }
 
+/* wide_tiles(wb, nk, x, xs, nt, sp, first, last, y, ys, R): each SIMD file's
+ * wide_tiles_r with the group's real row count R as a compile-time constant. */
+#define MOE_DEF_WIDE_TILES                                                                         \
+    static void wide_tiles(const float *wb, int64_t nk, const float *x, size_t xs, int64_t nt, float *sp, \
+                           int first, int last, float *y, size_t ys, int R) {                      \
+        switch (R) {                                                                               \
+        case 4: wide_tiles_r(wb, nk, x, xs, nt, sp, first, last, y, ys, 4); break;                 \
+        case 3: wide_tiles_r(wb, nk, x, xs, nt, sp, first, last, y, ys, 3); break;                 \
+        case 2: wide_tiles_r(wb, nk, x, xs, nt, sp, first, last, y, ys, 2); break;                 \
+        default: wide_tiles_r(wb, nk, x, xs, nt, sp, first, last, y, ys, 1); break;                \
+        }                                                                                          \
+    }
+
 /* gemm_wide_body_NAME: token blocks of WIDE_TB, groups of 4 rows, chunks of
  * WIDE_KC values; rows R..3 of a partial group are zeros in the buffer
  * (their sums are never stored). The buffer and the parked sums live on the
