@@ -182,10 +182,11 @@ static inline __attribute__((always_inline)) void accum_tile(const float *p, siz
 /* quad: heads in fours first, 2 vectors (16 dims) per tile: a key's values
  * are read G/4 times instead of G/2, a quarter line per head and FMA pair
  * instead of half (bench_attn, L2 rows: value sum 9.5 -> 6.7-7.1 us per
- * qwen3moe item, 12.3 -> 9.6-9.9 per laguna sliding item, kv_f16 24 -> 18 /
- * 32 -> 24); but it walks each value row in 8 passes, and from memory the
- * FP32 sum took 42-54 us against 25-26 (kv_f16: 33-38 against 37): so the
- * FP32 cache keeps pairs in decode (accum_stream). */
+ * qwen3moe item, 12.3 -> 9.6-9.9 per laguna sliding item; kv_f16, before
+ * the whole tiles below, 24 -> 18 / 32 -> 24); but it walks each value row
+ * in 8 passes, and from memory the FP32 sum took 42-54 us against 25-26
+ * (kv_f16: 33-38 against 37): so the FP32 cache keeps pairs in decode
+ * (accum_stream). */
 static inline __attribute__((always_inline)) void accum_impl(const float *p, size_t ps, int G, const void *v, size_t vs,
                                                              int nk, int Dv, float *out, size_t os, const int h16,
                                                              const int quad) {
