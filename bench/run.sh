@@ -5,8 +5,11 @@
 #      and a golden trace for each (512-token prompt, 129 steps);
 #   3. `moefast bench` on each model (2 threads, the standard 512/128 windows,
 #      token check against the trace), `moefast price --noise` on one model;
+#      where the default kernel level is AVX-512, also the first model's fp32
+#      run at the AVX2 level (MOEFAST_ISA=avx2: what a CPU without AVX-512 gets);
 #   4. a summary table. JSON and SVG output stay in build/bench/.
-# Environment: BENCH_THREADS (2), BENCH_REPEAT (3: medians of 3 runs), PRICE_PAIRS (5), BENCH_MODELS (space-
+# Environment: BENCH_THREADS (2), BENCH_REPEAT (3: medians of 3 runs), PRICE_PAIRS (5), BENCH_AVX2 (1; 0 skips
+# the AVX2 run), BENCH_MODELS (space-
 # separated subset of the model names below), BENCH_NUMERICS ("fp32 q8 q8kv": fp32 = the default exact FP32
 # numerics, q8 = the numerics flags +act_q8,+kv_f16, q8kv = +act_q8,+kv_q8 (docs/EXACTNESS.md); each has its
 # own golden trace).
@@ -95,6 +98,17 @@ done
 
 first=""
 for m in $SEL; do [ -f "$MODELS/$m.gguf" ] && { first=$m; break; }; done
+avx2=""
+if [ -n "$first" ] && [ "${BENCH_AVX2:-1}" != 0 ] && [ "$(printf '%s' "$NUMS" | tr ' ' '\n' | grep -cx fp32)" -gt 0 ] &&
+   "$BIN" info "$MODELS/$first.gguf" 2>/dev/null | grep -q '^kernels: *avx512'; then
+  avx2=$first
+  t=$MODELS/$first.trace.json; tr=""; [ -f "$t" ] && tr="--trace $t"
+  echo "-- $first (fp32 at the AVX2 level: MOEFAST_ISA=avx2)"
+  # shellcheck disable=SC2086
+  MOEFAST_ISA=avx2 "$BIN" bench -m "$MODELS/$first.gguf" -t "$T" --repeat "$REPEAT" $tr --json \
+    >"$OUT/$first.avx2.bench.json"; rc=$?
+  [ $rc -eq 0 ] || { echo "bench/run.sh: bench $first (avx2) exited $rc" >&2; status=1; }
+fi
 if [ -n "$first" ]; then
   f=$MODELS/$first.gguf; t=$MODELS/$first.trace.json
   tc="--no-token-check"; [ -f "$t" ] && tc="--trace $t"
@@ -109,8 +123,11 @@ echo
 echo "== summary (threads $T; build/bench/*.json)"
 printf "%-26s %-5s %7s %9s %9s %9s %9s %7s %8s %6s %8s %6s\n" model num "load s" "prefill/s" "decode/s" "steps/s" \
   "MB/token" "GB/s" "bw GB/s" "% bw" "peak MB" tokens
-for m in $SEL; do for nm in $NUMS; do
-  j=$OUT/$m$(num_sfx "$nm").bench.json
+rows=""
+for m in $SEL; do for nm in $NUMS; do rows="$rows $m:$nm:$m$(num_sfx "$nm")"; done; done
+[ -n "$avx2" ] && rows="$rows $avx2:avx2:$avx2.avx2"
+for row in $rows; do
+  m=${row%%:*}; rest=${row#*:}; nm=${rest%%:*}; j=$OUT/${rest#*:}.bench.json
   [ -s "$j" ] || { printf "%-26s %-5s (no result)\n" "$m" "$nm"; continue; }
   tok=$(jget "$j" token_check.ok); [ "$tok" = true ] && tok=ok; [ "$tok" = false ] && tok=FAIL
   [ -z "$tok" ] || [ "$tok" = null ] && tok=none
@@ -121,8 +138,9 @@ for m in $SEL; do for nm in $NUMS; do
       -v bw="$(jget "$j" decode.bandwidth_gb_per_second)" \
       'BEGIN { printf "%-26s %-5s %7.2f %9.1f %9.2f %9.2f %9.1f %7.2f %8s %6s %8.0f %6s\n", m, nm, l, p, d, s, b / 1e6, g,
                (bw == "null" ? "-" : sprintf("%.1f", bw)), (w == "null" ? "-" : sprintf("%.1f", w)), r / 1e6, t }'
-done; done
-echo "(num: fp32 = default exact FP32 numerics, q8 = +act_q8,+kv_f16, q8kv = +act_q8,+kv_q8; prefill/s: prefill window tokens/s;"
+done
+echo "(num: fp32 = default exact FP32 numerics, q8 = +act_q8,+kv_f16, q8kv = +act_q8,+kv_q8, avx2 = fp32 at the AVX2 kernel level;"
+echo " prefill/s: prefill window tokens/s;"
 echo " decode/s: decode window incl. the 512-token seed, per decoded token;"
 echo " steps/s: the 128 steps alone; GB/s: steps/s x MB/token; bw GB/s and % bw: medians over the windows whose"
 echo " bandwidth held steady (measured before and after within 15 %; all windows when none did), so with repeats"
