@@ -1,6 +1,7 @@
 /* test_attn.c — the attention kernels of every ISA level equal the scalar
  * reference bit for bit, for head sizes that are and are not multiples of 16
- * and group sizes 1..7 (scores also in scores_stream's key-by-key order). */
+ * and group sizes 1..7 (the FP32 cache also in decode's order: scores_stream,
+ * accum_stream). */
 #include <math.h>
 #include <stdint.h>
 

@@ -371,6 +371,14 @@ static void attn_worker(void *ctx, int ith, int nth) {
     const size_t C = (size_t)s->n_ctx;
     float *sc = s->scores + (size_t)ith * (size_t)hp->n_head_max * C;  /* [G][n_ctx] */
     float *sums = s->attn_sum + (size_t)ith * (size_t)hp->n_head_max;   /* [G] */
+    /* key_stream: a decode step's keys and values come from memory, so the
+     * FP32 cache is read by the kernels ordered for that (attn.h) */
+    const moe_attn_kernels *ak = s->attn;
+    const bool stream = at->n == 1 && moe_flag_on(s->flags, MOE_FLAG_KEY_STREAM);
+    void (*const scores_f32)(const float *, size_t, int, const float *, size_t, int, int, float, float *, size_t) =
+        stream ? ak->scores_stream : ak->scores;
+    void (*const accum_f32)(const float *, size_t, int, const float *, size_t, int, int, float *, size_t) =
+        stream ? ak->accum_stream : ak->accum;
     /* Items are dealt out cyclically: in a prompt, later tokens see more keys,
      * so contiguous shares would leave the last thread with most of the work.
      * Which thread runs an item never changes its result. */
@@ -391,18 +399,14 @@ static void attn_worker(void *ctx, int ith, int nth) {
         const size_t kg = koff + ((size_t)g * C + (size_t)j0) * (size_t)D;   /* keys [nk][D] */
         const size_t vg = voff + ((size_t)g * C + (size_t)j0) * (size_t)Dv;  /* values [nk][Dv] */
         if (s->kv_half) s->attn->scores_h(q, (size_t)D, G, (const uint16_t *)s->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
-        else                                    /* key_stream: a decode step's keys come from memory */
-            (at->n == 1 && moe_flag_on(s->flags, MOE_FLAG_KEY_STREAM) ? s->attn->scores_stream : s->attn->scores)(
-                q, (size_t)D, G, (const float *)s->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
+        else scores_f32(q, (size_t)D, G, (const float *)s->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
         for (int h = 0; h < G; h++) {                                     /* softmax numerators per head */
             float *r = sc + (size_t)h * C;
             s->attn->exp_shift(r, nk, s->attn->max_f32(r, nk));          /* r[j] = exp(r[j] - max) */
         }
         moe_attn_row_sums(sc, C, G, nk, sums);                            /* denominators, in key order */
         if (s->kv_half) s->attn->accum_h(sc, C, G, (const uint16_t *)s->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
-        else
-            (at->n == 1 && moe_flag_on(s->flags, MOE_FLAG_KEY_STREAM) ? s->attn->accum_stream : s->attn->accum)(
-                sc, C, G, (const float *)s->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
+        else accum_f32(sc, C, G, (const float *)s->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
         for (int h = 0; h < G; h++) {
             float inv = 1.0f / sums[h];
             for (int d = 0; d < Dv; d++) o[(size_t)h * Dv + d] *= inv;
