@@ -13,7 +13,7 @@ static const moe_flag_info FLAGS[MOE_FLAG_COUNT] = {
     [MOE_FLAG_FUSED_GATE_UP] = {"fused_gate_up", "experts: compute gate and up rows in one pass with SiLU fused", true, false},
     [MOE_FLAG_READAHEAD] = {"readahead", "load: start reading all weights into the page cache at once (madvise WILLNEED)", true, false, false,
                             "is fixed when the model is loaded"},
-    [MOE_FLAG_REPACK] = {"repack", "load: copy block-format matrices into the 4-row interleaved x4 layout (one memory stream per 4 rows)", true, false, false,
+    [MOE_FLAG_REPACK] = {"repack", "load: copy matrices into the 4-row interleaved x4 layout (one memory stream per 4 rows): Q8_0, Q4_0, MXFP4, NVFP4, and F32/F16/BF16 rows of a multiple of 32 values; not the K-quants", true, false, false,
                          "is fixed when the model is loaded (the weight layout)"},
     [MOE_FLAG_PARALLEL_GLUE] = {"parallel_glue", "the steps between matrix products run inside the parallel phases: QK-norm, RoPE and the KV-cache store with attention, the expert combine and residual with the down projections (decode) or as phases of their own (prefill); a one-token expert input is read in place, not gathered; off: on the calling thread", true, false},
     [MOE_FLAG_GEMM_WIDE] = {"gemm_wide", "prefill GEMM over FP32 activations (block formats; F32 rows at AVX-512): dequantize each group of 4 rows once per block of up to 96 tokens into an L1 buffer and run 4-row x 6-token (AVX-512) or 2-row x 3-token (AVX2) tiles over it; the scalar level has no such kernel", true, false},

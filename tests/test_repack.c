@@ -1,6 +1,7 @@
 /* test_repack.c — the x4 layout: repacked weights give the same products as
- * the plain layout, bit for bit, for every block format and ISA level, also
- * when the call starts at a later group and when rows do not fill a group. */
+ * the plain layout, bit for bit, for every block format, F32, F16 and BF16
+ * (32-value runs) and every ISA level, also when the call starts at a later
+ * group and when rows do not fill a group. */
 #include <stdint.h>
 
 #include "check.h"
@@ -8,7 +9,8 @@
 #include "util.h"
 
 int main(void) {
-    const uint32_t types[] = {MOE_T_Q8_0, MOE_T_Q4_0, MOE_T_Q4_K, MOE_T_Q6_K, MOE_T_MXFP4, MOE_T_NVFP4};
+    const uint32_t types[] = {MOE_T_Q8_0, MOE_T_Q4_0, MOE_T_Q4_K,  MOE_T_Q6_K, MOE_T_MXFP4,
+                              MOE_T_NVFP4, MOE_T_F32, MOE_T_F16, MOE_T_BF16};
     const int64_t rows_list[] = {4, 8, 13, 16};
     const int64_t ntoks[] = {1, 5, 16};
     moe_rng r;
@@ -18,8 +20,11 @@ int main(void) {
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t type = types[ti];
         CHECK(moe_type_has_x4(type));
-        const int64_t blk = moe_type_get(type)->block;
+        const bool flt = moe_type_get(type)->block == 1;   /* F32, F16, BF16 */
+        const int64_t blk = flt ? MOE_X4_PLAIN_RUN : moe_type_get(type)->block;
         const int64_t ns[] = {blk, 2 * blk, 1024, 2304};
+        CHECK(moe_x4_fits(type, blk) && moe_x4_fits(type, 2304));
+        if (flt) CHECK(!moe_x4_fits(type, 48) && !moe_x4_fits(type, 2047));
         for (size_t ni = 0; ni < 4; ni++)
             for (size_t ri = 0; ri < 4; ri++) {
                 const int64_t n = ns[ni] < blk ? blk : ns[ni], nrows = rows_list[ri];
@@ -28,6 +33,10 @@ int main(void) {
                 uint8_t *plain = malloc(rb * (size_t)nrows), *x4 = malloc(rb * (size_t)nrows);
                 for (int64_t row = 0; row < nrows; row++) {
                     for (int64_t k = 0; k < n; k++) src[k] = (float)moe_rng_normal(&r) * 0.05f;
+                    if (flt) {                         /* -0, and subnormals (F16 rounds these to 0) */
+                        src[(row * 7) % n] = -0.0f;
+                        src[(row * 13 + 5) % n] = row % 2 ? 1e-40f : -3e-39f;
+                    }
                     moe_quantize_row(type, src, plain + (size_t)row * rb, n);
                 }
                 moe_repack_x4(type, plain, x4, nrows, n);
@@ -63,15 +72,16 @@ int main(void) {
                         CHECK_MSG(!memcmp(y0, y1, sizeof(float) * (size_t)(nrows - 4)), "offset call, type %u isa %s", type, k->name);
                     }
                 }
-                /* the layout itself: block b of row 1 sits right after block b of row 0 */
-                const size_t bb = moe_type_get(type)->block_bytes;
+                /* the layout itself: unit b of row 1 sits right after unit b of row 0 */
+                const size_t bb = moe_x4_unit_bytes(type);
+                CHECK(bb == (flt ? (size_t)MOE_X4_PLAIN_RUN : 1) * moe_type_get(type)->block_bytes);
                 CHECK(!memcmp(x4 + bb, plain + rb, bb));
-                CHECK(n == blk || !memcmp(x4 + 4 * bb, plain + bb, bb));
+                CHECK(rb == bb || !memcmp(x4 + 4 * bb, plain + bb, bb));
                 free(src); free(plain); free(x4); free(x); free(y0); free(y1);
             }
     }
-    CHECK(!moe_type_has_x4(MOE_T_F32) && !moe_type_has_x4(MOE_T_BF16));
-    /* a wide x4 kernel exists wherever a wide plain one does for a block format */
+    CHECK(!moe_type_has_x4(MOE_T_I8) && !moe_type_has_x4(MOE_T_F64));
+    /* a wide x4 kernel exists wherever a wide plain one does */
     for (int isa = 0; isa < MOE_ISA_COUNT; isa++) {
         const moe_kernels *k = moe_kernels_for((moe_isa)isa);
         for (size_t ti = 0; k && ti < sizeof types / sizeof types[0]; ti++)

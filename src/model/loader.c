@@ -187,7 +187,10 @@ static int collect_weights(moe_model *m, moe_weight **out) {
  * 512x2048 / lm-head, GB/s plain -> x4): Q8_0 27 -> 35-38, MXFP4 15-22 -> 22,
  * NVFP4 19-21 -> 21-22, Q4_0 21-23 -> 22-23, but Q4_K 19-21 -> 15-17 and
  * Q6_K 17-19 -> 15-18: the K-quants' super-block state costs more there than
- * the single stream saves, so they keep the file's layout. */
+ * the single stream saves, so they keep the file's layout. F32/F16/BF16 (x4
+ * in 32-value runs, rows with n % 32 == 0): BF16 41-43 -> 53-54, F16 40-42 ->
+ * 54, F32 39-46 -> 52-56 in the VM's fast memory state, equal in its slow one
+ * (the two builds alternating); AVX2 BF16 32-33 -> 36. */
 static bool repack_helps(uint32_t type) {
     return moe_type_has_x4(type) && type != MOE_T_Q4_K && type != MOE_T_Q6_K;
 }
@@ -197,7 +200,9 @@ static bool repack_helps(uint32_t type) {
  * 'x' (x4: flag repack, where it pays) or 0 (the file's). */
 static char load_layout(const moe_model *m, const moe_weight *w) {
     if (moe_flag_on(m->flags, MOE_FLAG_ACT_Q8) && moe_type_has_a8(w->type) && w->n_in % 32 == 0) return 'a';
-    if (moe_flag_on(m->flags, MOE_FLAG_REPACK) && repack_helps(w->type) && w->n_out >= 4) return 'x';
+    if (moe_flag_on(m->flags, MOE_FLAG_REPACK) && repack_helps(w->type) && moe_x4_fits(w->type, w->n_in) &&
+        w->n_out >= 4)
+        return 'x';
     return 0;
 }
 
@@ -210,6 +215,14 @@ typedef struct {
     uintptr_t page;
 } repack_job;
 
+/* Drops the whole pages of [p, p + n) from this process (the page cache keeps
+ * them): after a repack the file's copy is not read again. */
+static void release_pages(const uint8_t *p, size_t n, uintptr_t page) {
+    uintptr_t pb = ((uintptr_t)p + page - 1) & ~(page - 1);
+    uintptr_t pe = ((uintptr_t)p + n) & ~(page - 1);
+    if (pe > pb) (void)madvise((void *)pb, pe - pb, MADV_DONTNEED);
+}
+
 static void repack_worker(void *ctx, int ith, int nth) {
     repack_job *rj = ctx;
     int64_t b, e, u = 0;
@@ -221,13 +234,22 @@ static void repack_worker(void *ctx, int ith, int nth) {
             if (u >= b && u < e) {
                 const uint8_t *src = w->data + (size_t)m * w->mat_bytes;
                 uint8_t *dst = rj->dst[i] + (size_t)m * w->mat_bytes;
-                if (rj->layout[i] == 'a') moe_repack_a8(w->type, src, dst, w->n_out, w->n_in);
-                else moe_repack_x4(w->type, src, dst, w->n_out, w->n_in);
-                /* release the source pages right away (the page cache keeps
-                 * them), so peak memory stays near one copy of the weights */
-                uintptr_t pb = ((uintptr_t)src + rj->page - 1) & ~(rj->page - 1);
-                uintptr_t pe = ((uintptr_t)src + w->mat_bytes) & ~(rj->page - 1);
-                if (pe > pb) (void)madvise((void *)pb, pe - pb, MADV_DONTNEED);
+                if (rj->layout[i] == 'a') {       /* a8 pairs rows across the matrix: whole */
+                    moe_repack_a8(w->type, src, dst, w->n_out, w->n_in);
+                    release_pages(src, w->mat_bytes, rj->page);
+                    continue;
+                }
+                /* x4 groups are self-contained: ~1 MB of rows at a time, the
+                 * source released after each, so a large matrix (the lm
+                 * head) is never resident twice */
+                int64_t step = ((int64_t)(1 << 20) / (int64_t)w->row_bytes) & ~(int64_t)3;
+                if (step < 4) step = 4;
+                for (int64_t r = 0; r < w->n_out; r += step) {
+                    const int64_t nr = w->n_out - r < step ? w->n_out - r : step;
+                    moe_repack_x4(w->type, src + (size_t)r * w->row_bytes, dst + (size_t)r * w->row_bytes, nr,
+                                  w->n_in);
+                    release_pages(src + (size_t)r * w->row_bytes, (size_t)nr * w->row_bytes, rj->page);
+                }
             }
     }
 }

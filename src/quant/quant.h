@@ -89,7 +89,7 @@ typedef struct moe_kernels {
     moe_gemv_fn gemv[MOE_T_COUNT];    /* NULL for unsupported types */
     moe_gemm_fn gemm[MOE_T_COUNT];
     /* The same products over weights in the x4 layout (below); NULL for
-     * types that have no x4 form (F32, F16, BF16). Same results, bit for bit. */
+     * types that have no x4 form. Same results, bit for bit. */
     moe_gemv_fn gemv_x4[MOE_T_COUNT];
     moe_gemm_fn gemm_x4[MOE_T_COUNT];
     /* flag gemm_wide: the same products, for prefill, by kernels that
@@ -112,14 +112,22 @@ typedef struct moe_kernels {
 } moe_kernels;
 
 /* ---- the x4 layout (load-time repack, flag `repack`) ----------------------
- * Rows are taken in groups of 4; inside a group, block b of row rr is stored
- * at group_start + (4*b + rr) * block_bytes, so a 4-row kernel tile reads one
- * sequential stream instead of four. A group occupies the same 4*row_bytes as
- * before, so row r of a group starts where it did (r a multiple of 4);
- * the last nrows % 4 rows keep the plain layout. Kernel calls on x4 data must
- * start at a row that is a multiple of 4. Block formats only. */
+ * Rows are taken in groups of 4; inside a group, unit b of row rr is stored
+ * at group_start + (4*b + rr) * unit_bytes, so a 4-row kernel tile reads one
+ * sequential stream instead of four. A unit is one block of a block format,
+ * or a run of MOE_X4_PLAIN_RUN values of F32/F16/BF16 (64 or 128 bytes: a
+ * whole number of cache lines; those rows need n % MOE_X4_PLAIN_RUN == 0).
+ * A group occupies the same 4*row_bytes as before, so row r of a group starts
+ * where it did (r a multiple of 4); the last nrows % 4 rows keep the plain
+ * layout. Kernel calls on x4 data must start at a row that is a multiple of 4. */
+#define MOE_X4_PLAIN_RUN 32
 bool moe_type_has_x4(uint32_t type);
-/* Repacks nrows rows of n values from src (plain) to dst (x4); no overlap. */
+/* Whether rows of n values of this type can take the x4 layout. */
+bool moe_x4_fits(uint32_t type, int64_t n);
+/* Bytes of one unit of a row in an x4 group (above). */
+size_t moe_x4_unit_bytes(uint32_t type);
+/* Repacks nrows rows of n values from src (plain) to dst (x4); no overlap;
+ * moe_x4_fits(type, n) must hold. */
 void moe_repack_x4(uint32_t type, const void *src, void *dst, int64_t nrows, int64_t n);
 
 /* ---- 8-bit activations (flag act_q8; contract and layouts in act8_ref.c) -- */

@@ -319,6 +319,70 @@ DEF_PLAIN_KERNELS(f32, MOE_T_F32, ld8_f32)
 DEF_PLAIN_KERNELS(f16, MOE_T_F16, ld8_f16)
 DEF_PLAIN_KERNELS(bf16, MOE_T_BF16, ld8_bf16)
 
+/* The x4 layout of F32/F16/BF16 (quant.h; see quant_avx512.c): rows rr0 ..
+ * rr0+R-1 of a group, the 32-value run c of row rr at (4c + rr) * 32 * ES
+ * bytes. gemv takes the 4 rows (one stream), gemm 2 rows x 2 tokens (16
+ * ymm accumulators would not fit). Each accumulator gets tile_NAME's FMAs in
+ * its order. n % 32 == 0 (moe_x4_fits). */
+#define DEF_PLAIN_X4(NAME, LD, ES)                                                                 \
+    ALWAYS_INLINE void tile_x4_##NAME(const uint8_t *g, const int rr0, const float *x, size_t xs,  \
+                                      float *y, size_t ys, int64_t n, const int R, const int T) {  \
+        __m256 acc[4][2][2];                                                                       \
+        UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
+            acc[rr][tt][0] = acc[rr][tt][1] = _mm256_setzero_ps();                                 \
+        for (int64_t k = 0; k < n; k += 32) {                                                      \
+            const uint8_t *p = g + k * 4 * (ES) + rr0 * 32 * (ES);                                 \
+            if (R == 4)                                                                            \
+                UNROLL for (int o = 0; o < 128 * (ES); o += 64)                                    \
+                    _mm_prefetch((const char *)p + PF_DIST + o, _MM_HINT_T0);                      \
+            UNROLL for (int q = 0; q < 4; q++) {               /* 8 values: 16-lane half q & 1 */ \
+                __m256 v[4];                                                                       \
+                UNROLL for (int rr = 0; rr < R; rr++) v[rr] = LD(p + rr * 32 * (ES), 8 * q);       \
+                UNROLL for (int tt = 0; tt < T; tt++) {                                            \
+                    const __m256 xv = _mm256_loadu_ps(x + tt * xs + k + 8 * q);                    \
+                    UNROLL for (int rr = 0; rr < R; rr++)                                          \
+                        acc[rr][tt][q & 1] = _mm256_fmadd_ps(v[rr], xv, acc[rr][tt][q & 1]);       \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
+            y[tt * ys + rr] = hsum16(acc[rr][tt][0], acc[rr][tt][1]);                              \
+    }                                                                                              \
+    static void gemv_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, float *y,  \
+                               int64_t n) {                                                        \
+        const uint8_t *W = w;                                                                      \
+        int64_t r = 0;                                                                             \
+        for (; r + 4 <= nrows; r += 4) tile_x4_##NAME(W + r * rb, 0, x, 0, y + r, 0, n, 4, 1);     \
+        for (; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, 1, n, 1, 1);            \
+    }                                                                                              \
+    static void gemm_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs, \
+                               int64_t ntok, float *y, size_t ys, int64_t n) {                     \
+        const uint8_t *W = w;                                                                      \
+        for (int64_t t0 = 0; t0 < ntok; t0 += 32) {                                                \
+            const int64_t t1 = t0 + 32 < ntok ? t0 + 32 : ntok;                                    \
+            int64_t r = 0;                                                                         \
+            for (; r + 4 <= nrows; r += 4)                                                         \
+                for (int rr0 = 0; rr0 < 4; rr0 += 2) {                                             \
+                    int64_t t = t0;                                                                \
+                    for (; t + 2 <= t1; t += 2)                                                    \
+                        tile_x4_##NAME(W + r * rb, rr0, x + t * xs, xs, y + t * ys + r + rr0, ys, n, 2, 2); \
+                    for (; t < t1; t++)                                                            \
+                        tile_x4_##NAME(W + r * rb, rr0, x + t * xs, xs, y + t * ys + r + rr0, ys, n, 2, 1); \
+                }                                                                                  \
+            for (; r < nrows; r++) {                                                               \
+                int64_t t = t0;                                                                    \
+                for (; t + 2 <= t1; t += 2)                                                        \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 1, 2);   \
+                for (; t < t1; t++)                                                                \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 1, 1);   \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+DEF_PLAIN_X4(f32, ld8_f32, 4)
+DEF_PLAIN_X4(f16, ld8_f16, 2)
+DEF_PLAIN_X4(bf16, ld8_bf16, 2)
+
 static float dot_f32_avx2(const float *a, const float *b, int64_t n) {
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
     int64_t k = 0;
@@ -430,6 +494,7 @@ const moe_kernels moe_kernels_avx2_tab = {
     ENTRY(MOE_T_F32, f32), ENTRY(MOE_T_F16, f16), ENTRY(MOE_T_BF16, bf16),
     ENTRY(MOE_T_Q8_0, q8_0), ENTRY(MOE_T_Q4_0, q4_0), ENTRY(MOE_T_Q4_K, q4_k),
     ENTRY(MOE_T_Q6_K, q6_k), ENTRY(MOE_T_MXFP4, mxfp4), ENTRY(MOE_T_NVFP4, nvfp4),
+    ENTRY_X4(MOE_T_F32, f32), ENTRY_X4(MOE_T_F16, f16), ENTRY_X4(MOE_T_BF16, bf16),
     ENTRY_X4(MOE_T_Q8_0, q8_0), ENTRY_X4(MOE_T_Q4_0, q4_0), ENTRY_X4(MOE_T_Q4_K, q4_k),
     ENTRY_X4(MOE_T_Q6_K, q6_k), ENTRY_X4(MOE_T_MXFP4, mxfp4), ENTRY_X4(MOE_T_NVFP4, nvfp4),
     ENTRY_WIDE_X4(MOE_T_Q8_0, q8_0), ENTRY_WIDE_X4(MOE_T_Q4_0, q4_0), ENTRY_WIDE_X4(MOE_T_Q4_K, q4_k),

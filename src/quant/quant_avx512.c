@@ -293,6 +293,68 @@ DEF_PLAIN_KERNELS(f32, ld_f32, 4)
 DEF_PLAIN_KERNELS(f16, ld_f16, 2)
 DEF_PLAIN_KERNELS(bf16, ld_bf16, 2)
 
+/* The x4 layout of F32/F16/BF16 (quant.h): in a group of 4 rows, the 32-value
+ * run c of row rr sits at (4c + rr) * 32 * ES bytes, so a 4-row tile reads one
+ * sequential stream. The far-apart rows of gemv above read four, and this
+ * VM's bandwidth falls with the number of streams (docs/PERFORMANCE.md).
+ * Each accumulator gets the FMAs of tile_NAME in its order (k, then k + 16),
+ * so the bits are the plain layout's. n % 32 == 0 (moe_x4_fits). */
+#define DEF_PLAIN_X4(NAME, LD, ES)                                                                 \
+    ALWAYS_INLINE void tile_x4_##NAME(const uint8_t *g, const float *x, size_t xs, float *y,       \
+                                      size_t ys, int64_t n, const int T) {                         \
+        __m512 acc[4][4];                                                                          \
+        UNROLL for (int rr = 0; rr < 4; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
+            acc[rr][tt] = _mm512_setzero_ps();                                                     \
+        for (int64_t k = 0; k < n; k += 32) {                                                      \
+            const uint8_t *p = g + k * 4 * (ES);              /* run k/32 of the group */          \
+            UNROLL for (int o = 0; o < 128 * (ES); o += 64)                                        \
+                _mm_prefetch((const char *)p + PF_DIST + o, _MM_HINT_T0);                          \
+            UNROLL for (int h = 0; h < 2; h++) {                                                   \
+                __m512 v[4];                                                                       \
+                UNROLL for (int rr = 0; rr < 4; rr++) v[rr] = LD(p + rr * 32 * (ES), 16 * h, 0xFFFF); \
+                UNROLL for (int tt = 0; tt < T; tt++) {                                            \
+                    const __m512 xv = _mm512_loadu_ps(x + tt * xs + k + 16 * h);                   \
+                    UNROLL for (int rr = 0; rr < 4; rr++)                                          \
+                        acc[rr][tt] = _mm512_fmadd_ps(v[rr], xv, acc[rr][tt]);                     \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int rr = 0; rr < 4; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
+            y[tt * ys + rr] = hsum16(acc[rr][tt]);                                                 \
+    }                                                                                              \
+    static void gemv_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, float *y,  \
+                               int64_t n) {                                                        \
+        const uint8_t *W = w;                                                                      \
+        int64_t r = 0;                                                                             \
+        for (; r + 4 <= nrows; r += 4) tile_x4_##NAME(W + r * rb, x, 0, y + r, 0, n, 1);           \
+        for (; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, 1, n, 1, 1);            \
+    }                                                                                              \
+    static void gemm_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs, \
+                               int64_t ntok, float *y, size_t ys, int64_t n) {                     \
+        const uint8_t *W = w;                                                                      \
+        for (int64_t t0 = 0; t0 < ntok; t0 += 32) {                                                \
+            const int64_t t1 = t0 + 32 < ntok ? t0 + 32 : ntok;                                    \
+            int64_t r = 0;                                                                         \
+            for (; r + 4 <= nrows; r += 4) {                                                       \
+                int64_t t = t0;                                                                    \
+                for (; t + 4 <= t1; t += 4)                                                        \
+                    tile_x4_##NAME(W + r * rb, x + t * xs, xs, y + t * ys + r, ys, n, 4);          \
+                for (; t < t1; t++) tile_x4_##NAME(W + r * rb, x + t * xs, xs, y + t * ys + r, ys, n, 1); \
+            }                                                                                      \
+            for (; r < nrows; r++) {                                                               \
+                int64_t t = t0;                                                                    \
+                for (; t + 4 <= t1; t += 4)                                                        \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 1, 4);   \
+                for (; t < t1; t++)                                                                \
+                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 1, 1);   \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+DEF_PLAIN_X4(f32, ld_f32, 4)
+DEF_PLAIN_X4(f16, ld_f16, 2)
+DEF_PLAIN_X4(bf16, ld_bf16, 2)
+
 static float dot_f32_512(const float *a, const float *b, int64_t n) {
     __m512 acc = _mm512_setzero_ps();
     int64_t k = 0;
@@ -406,37 +468,43 @@ MOE_WIDE_FORMATS(DEF_WIDE_BLOCK)
  * buffer lanes would not). F16 and BF16 keep the 4x4 kernel: their
  * conversion runs beside the FMAs, not on their pipes, and it measured
  * 5-20 % faster than a fill pass (bench_quant's GEMM rows). */
-#define DEF_WIDE_PLAIN(NAME, LD)                                                                   \
+#define DEF_WIDE_PLAIN(NAME, LD, ES)                                                               \
     ALWAYS_INLINE void fill_##NAME(const uint8_t *g, size_t rs, int S, int R, int64_t k0,          \
                                    int64_t kc, float *wb, float (*st)[16]) {                       \
-        (void)S; (void)st;                                                                         \
+        (void)st;                                                                                  \
         for (int64_t k = k0; k < k0 + kc; k += 16)                                                 \
             UNROLL for (int rr = 0; rr < 4; rr++) {                                                \
                 if (rr >= R) break;                                                                \
-                _mm512_store_ps(wb + ((k - k0) / 16 * 4 + rr) * 16, LD(g + rr * rs, k, 0xFFFF));   \
+                /* an x4 group (S == 4): value k of row rr is in run k/32, 4 runs apart */         \
+                const uint8_t *row = g + rr * rs + (S == 4 ? (size_t)(k & ~(int64_t)31) * 3 * (ES) : 0); \
+                _mm512_store_ps(wb + ((k - k0) / 16 * 4 + rr) * 16, LD(row, k, 0xFFFF));           \
             }                                                                                      \
     }                                                                                              \
-    DEF_WIDE_BODY(NAME, fill_##NAME, 0)                                                            \
+    DEF_WIDE_BODY(NAME, fill_##NAME, 32 * (ES))                                                    \
     static void gemm_wide_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs, \
                                  int64_t ntok, float *y, size_t ys, int64_t n) {                   \
         if (n % 16) gemm_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n);                              \
         else gemm_wide_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 0);                        \
+    }                                                                                              \
+    static void gemm_wide_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x,       \
+                                    size_t xs, int64_t ntok, float *y, size_t ys, int64_t n) {     \
+        gemm_wide_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 1);   /* n % 32 == 0 */        \
     }
 
-DEF_WIDE_PLAIN(f32, ld_f32)
+DEF_WIDE_PLAIN(f32, ld_f32, 4)
 
 #define ENTRY(id, name) .gemv[id] = gemv_##name, .gemm[id] = gemm_##name
 #define ENTRY_X4(id, name) .gemv_x4[id] = gemv_x4_##name, .gemm_x4[id] = gemm_x4_##name
-#define ENTRY_WIDE(id, name) .gemm_wide[id] = gemm_wide_##name
 #define ENTRY_WIDE_X4(id, name) .gemm_wide[id] = gemm_wide_##name, .gemm_wide_x4[id] = gemm_wide_x4_##name
 const moe_kernels moe_kernels_avx512_tab = {
     .isa = MOE_ISA_AVX512, .name = "avx512",
     ENTRY(MOE_T_F32, f32), ENTRY(MOE_T_F16, f16), ENTRY(MOE_T_BF16, bf16),
     ENTRY(MOE_T_Q8_0, q8_0), ENTRY(MOE_T_Q4_0, q4_0), ENTRY(MOE_T_Q4_K, q4_k),
     ENTRY(MOE_T_Q6_K, q6_k), ENTRY(MOE_T_MXFP4, mxfp4), ENTRY(MOE_T_NVFP4, nvfp4),
+    ENTRY_X4(MOE_T_F32, f32), ENTRY_X4(MOE_T_F16, f16), ENTRY_X4(MOE_T_BF16, bf16),
     ENTRY_X4(MOE_T_Q8_0, q8_0), ENTRY_X4(MOE_T_Q4_0, q4_0), ENTRY_X4(MOE_T_Q4_K, q4_k),
     ENTRY_X4(MOE_T_Q6_K, q6_k), ENTRY_X4(MOE_T_MXFP4, mxfp4), ENTRY_X4(MOE_T_NVFP4, nvfp4),
-    ENTRY_WIDE(MOE_T_F32, f32),
+    ENTRY_WIDE_X4(MOE_T_F32, f32),
     ENTRY_WIDE_X4(MOE_T_Q8_0, q8_0), ENTRY_WIDE_X4(MOE_T_Q4_0, q4_0), ENTRY_WIDE_X4(MOE_T_Q4_K, q4_k),
     ENTRY_WIDE_X4(MOE_T_Q6_K, q6_k), ENTRY_WIDE_X4(MOE_T_MXFP4, mxfp4), ENTRY_WIDE_X4(MOE_T_NVFP4, nvfp4),
     .dot_f32 = dot_f32_512, .axpy_f32 = axpy_f32_512,

@@ -550,10 +550,14 @@ static float row_dot(uint32_t type, const uint8_t *row, const float *x, int64_t 
 }
 static float row_dot_strided(uint32_t type, const uint8_t *row, const float *x, int64_t n, size_t bstride) {
     float acc[16] = {0}, w[256];
-    const int64_t blk = is_plain(type) ? 256 : TYPES[type].block;
+    /* plain types: 256 contiguous values at a time, or (x4) one 32-value run
+     * per bstride bytes */
+    const bool plain = is_plain(type);
+    const int64_t blk = plain ? (bstride ? MOE_X4_PLAIN_RUN : 256) : TYPES[type].block;
     for (int64_t k0 = 0; k0 < n; k0 += blk) {
         const int64_t cnt = n - k0 < blk ? n - k0 : blk;
-        if (is_plain(type)) dq_plain(type, row, k0, cnt, w);
+        if (plain && bstride) dq_plain(type, row + (size_t)(k0 / blk) * bstride, 0, cnt, w);
+        else if (plain) dq_plain(type, row, k0, cnt, w);
         else dq_block(type, row + (size_t)(k0 / blk) * bstride, w);
         for (int64_t i = 0; i < cnt; i++) {
             const int64_t k = k0 + i;
@@ -572,13 +576,14 @@ static float row_dot_strided(uint32_t type, const uint8_t *row, const float *x, 
                             int64_t ntok, float *y, size_t ys, int64_t n) {                       \
         for (int64_t t = 0; t < ntok; t++) gemv_##name(w, rb, nrows, x + t * xs, y + t * ys, n);  \
     }
-/* x4 layout: row r of a full group g = r/4 starts at g*4*rb + (r%4)*block_bytes
- * and its blocks are 4*block_bytes apart; trailing rows are plain. */
+/* x4 layout: row r of a full group g = r/4 starts at g*4*rb + (r%4)*unit
+ * and its units are 4*unit apart (unit = moe_x4_unit_bytes); trailing rows
+ * are plain. */
 #define REF_KERNELS_X4(name, type)                                                                \
     static void gemv_x4_##name(const void *w, size_t rb, int64_t nrows, const float *x, float *y, \
                                int64_t n) {                                                       \
         const uint8_t *W = w;                                                                     \
-        const size_t bb = TYPES[type].block_bytes;                                                \
+        const size_t bb = moe_x4_unit_bytes(type);                                                \
         const int64_t full = nrows - nrows % 4;                                                   \
         for (int64_t r = 0; r < nrows; r++)                                                       \
             y[r] = r < full ? row_dot_strided(type, W + (size_t)(r & ~3) * rb + (size_t)(r & 3) * bb, x, n, 4 * bb) \
@@ -597,6 +602,9 @@ REF_KERNELS(q4_k, MOE_T_Q4_K)
 REF_KERNELS(q6_k, MOE_T_Q6_K)
 REF_KERNELS(mxfp4, MOE_T_MXFP4)
 REF_KERNELS(nvfp4, MOE_T_NVFP4)
+REF_KERNELS_X4(f32, MOE_T_F32)
+REF_KERNELS_X4(f16, MOE_T_F16)
+REF_KERNELS_X4(bf16, MOE_T_BF16)
 REF_KERNELS_X4(q8_0, MOE_T_Q8_0)
 REF_KERNELS_X4(q4_0, MOE_T_Q4_0)
 REF_KERNELS_X4(q4_k, MOE_T_Q4_K)
@@ -605,12 +613,20 @@ REF_KERNELS_X4(mxfp4, MOE_T_MXFP4)
 REF_KERNELS_X4(nvfp4, MOE_T_NVFP4)
 
 bool moe_type_has_x4(uint32_t type) {
-    return type == MOE_T_Q8_0 || type == MOE_T_Q4_0 || type == MOE_T_Q4_K || type == MOE_T_Q6_K ||
-           type == MOE_T_MXFP4 || type == MOE_T_NVFP4;
+    return is_plain(type) || type == MOE_T_Q8_0 || type == MOE_T_Q4_0 || type == MOE_T_Q4_K ||
+           type == MOE_T_Q6_K || type == MOE_T_MXFP4 || type == MOE_T_NVFP4;
+}
+
+bool moe_x4_fits(uint32_t type, int64_t n) {
+    return moe_type_has_x4(type) && n > 0 && (!is_plain(type) || n % MOE_X4_PLAIN_RUN == 0);
+}
+
+size_t moe_x4_unit_bytes(uint32_t type) {
+    return is_plain(type) ? MOE_X4_PLAIN_RUN * TYPES[type].block_bytes : TYPES[type].block_bytes;
 }
 
 void moe_repack_x4(uint32_t type, const void *src, void *dst, int64_t nrows, int64_t n) {
-    const size_t bb = TYPES[type].block_bytes, nb = (size_t)(n / TYPES[type].block), rb = nb * bb;
+    const size_t bb = moe_x4_unit_bytes(type), rb = (size_t)moe_row_bytes(type, (uint64_t)n), nb = rb / bb;
     const uint8_t *S = src;
     uint8_t *D = dst;
     const int64_t full = nrows - nrows % 4;
@@ -638,6 +654,7 @@ const moe_kernels moe_kernels_scalar_tab = {
     ENTRY(MOE_T_F32, f32), ENTRY(MOE_T_F16, f16), ENTRY(MOE_T_BF16, bf16),
     ENTRY(MOE_T_Q8_0, q8_0), ENTRY(MOE_T_Q4_0, q4_0), ENTRY(MOE_T_Q4_K, q4_k),
     ENTRY(MOE_T_Q6_K, q6_k), ENTRY(MOE_T_MXFP4, mxfp4), ENTRY(MOE_T_NVFP4, nvfp4),
+    ENTRY_X4(MOE_T_F32, f32), ENTRY_X4(MOE_T_F16, f16), ENTRY_X4(MOE_T_BF16, bf16),
     ENTRY_X4(MOE_T_Q8_0, q8_0), ENTRY_X4(MOE_T_Q4_0, q4_0), ENTRY_X4(MOE_T_Q4_K, q4_k),
     ENTRY_X4(MOE_T_Q6_K, q6_k), ENTRY_X4(MOE_T_MXFP4, mxfp4), ENTRY_X4(MOE_T_NVFP4, nvfp4),
     .dot_f32 = dot_f32_ref, .axpy_f32 = axpy_f32_ref,
