@@ -85,22 +85,21 @@ ALWAYS_INLINE void tile_q8_0(const uint8_t *w, size_t rb, const uint8_t *xa, siz
  * FMA from +0 per block (lanes past gn stay +0, as untouched accumulators
  * are), then the 16-lane tree with A's (and B's) lanes 8..15 = +0, both
  * rows' trees in one register: a[l] + 0, then +4, +2, +1, lower lane first. */
-ALWAYS_INLINE void pair_q8_0_short(const uint8_t *ga, const uint8_t *gb, const uint8_t *A, float *ya, float *yb,
-                                   const int gn) {
+ALWAYS_INLINE void pair_q8_0_short(const uint8_t *ga, const uint8_t *gb, const __m512i a[8], __m512i corr, __m512 da,
+                                   float *ya, float *yb, const int gn) {
     const __mmask32 mb = (__mmask32)(((uint64_t)1 << (4 * gn)) - 1);
     const __mmask8 mh = (__mmask8)((1u << gn) - 1);
     const __mmask16 ml = (__mmask16)(mh | (mh << 8));
-    __m512i is = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(A + 512)));
+    __m512i is = corr;
     UNROLL for (int s = 0; s < 8; s++) {
-        const __m512i a = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(A + 64 * s)));
         const __m512i u = _mm512_inserti64x4(
             _mm512_castsi256_si512(_mm256_maskz_loadu_epi8(mb, ga + 2 * gn + 4 * gn * s)),
             _mm256_maskz_loadu_epi8(mb, gb + 2 * gn + 4 * gn * s), 1);
-        is = _mm512_dpbusd_epi32(is, u, a);
+        is = _mm512_dpbusd_epi32(is, u, a[s]);
     }
     const __m256i dh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_maskz_loadu_epi16(mh, ga)),
                                                _mm_maskz_loadu_epi16(mh, gb), 1);
-    const __m512 S = _mm512_mul_ps(_mm512_cvtph_ps(dh), _mm512_broadcast_f32x8(_mm256_loadu_ps((const float *)(A + 576))));
+    const __m512 S = _mm512_mul_ps(_mm512_cvtph_ps(dh), da);
     const __m512 zero = _mm512_setzero_ps();
     __m512 x = _mm512_maskz_fmadd_ps(ml, _mm512_cvtepi32_ps(is), S, zero);
     x = _mm512_add_ps(x, zero);                                               /* a[l] + a[l+8] (= +0) */
@@ -122,9 +121,16 @@ void moe_gemv_a8_q8_0_avx512(const void *w, size_t rb, int64_t nrows, const void
     const uint8_t *W = w;
     const int64_t h = nrows / 2;
     if (n <= 8 * 32) {
+        /* the activation's 8 slabs, corr and da (blocks 0..7 in both
+         * halves) stay in registers for all rows */
+        const uint8_t *A = xa;
+        __m512i a[8];
+        UNROLL for (int s = 0; s < 8; s++) a[s] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(A + 64 * s)));
+        const __m512i corr = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(A + 512)));
+        const __m512 da = _mm512_broadcast_f32x8(_mm256_loadu_ps((const float *)(A + 576)));
         const int gn = (int)(n / 32);
         for (int64_t r = 0; r < h; r++)
-            pair_q8_0_short(W + (size_t)r * rb, W + (size_t)(r + h) * rb, xa, y + r, y + r + h, gn);
+            pair_q8_0_short(W + (size_t)r * rb, W + (size_t)(r + h) * rb, a, corr, da, y + r, y + r + h, gn);
     } else {
         for (int64_t r = 0; r < h; r++)
             tile_q8_0(W + (size_t)r * rb, (size_t)h * rb, xa, 0, y + r, 0, (size_t)h, n, 2, 1);
@@ -473,6 +479,54 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, siz
         y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t]);
 }
 
+/* Decode rows of n <= 256 of NVFP4, MXFP4 and Q4_0 (one partial group, gn <=
+ * 8), as pair_q8_0_short: rows A and B in one zmm, the activation's slabs,
+ * part corrections and da held in registers by the caller (blocks 0..7 in
+ * both halves), then per part (NVFP4: half 0, then half 1) one FMA from the
+ * row's accumulator, and the two rows' trees side by side. */
+ALWAYS_INLINE void pair_4bit_short(const uint8_t *ga, const uint8_t *gb, const __m512i a[8], const __m512i corr[2],
+                                   __m512 da, float *ya, float *yb, const int gn, const int FMT) {
+    const int SB = FMT == FMT_MXFP4 ? 1 : 2;
+    const int NP = FMT == FMT_NVFP4 ? 2 : 1, PPP = 4 / NP; /* parts; slab pairs per part */
+    const __m512i tab = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __mmask32 mb = (__mmask32)(((uint64_t)1 << (4 * gn)) - 1);
+    const __mmask16 ml = (__mmask16)(((1u << gn) - 1) | ((1u << gn) - 1) << 8);
+    const uint8_t *ca = ga + (size_t)(SB * gn), *cb = gb + (size_t)(SB * gn);
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 x = zero;
+    UNROLL for (int h = 0; h < NP; h++) {
+        __m512i is = corr[h];
+        UNROLL for (int i = 0; i < PPP; i++) {
+            const int p = PPP * h + i;
+            const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi8(mb, ca + 4 * gn * p)),
+                                                 _mm256_maskz_loadu_epi8(mb, cb + 4 * gn * p), 1);
+            __m512i u0, u1;
+            pair_u(z, z, i, tab, FMT, &u0, &u1);
+            is = _mm512_dpbusd_epi32(is, u0, a[2 * p]);
+            is = _mm512_dpbusd_epi32(is, u1, a[2 * p + 1]);
+        }
+        const __m512 S = _mm512_mul_ps(w_scales_pair(ga, gb, gn, h, FMT), da);
+        x = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(is), S, x, ml);
+    }
+    x = _mm512_add_ps(x, zero);                                               /* a[l] + a[l+8] (= +0) */
+    x = _mm512_add_ps(x, _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(3, 3, 1, 1))); /* + 4 */
+    x = _mm512_add_ps(x, _mm512_shuffle_ps(x, x, _MM_SHUFFLE(3, 2, 3, 2)));    /* + 2 */
+    x = _mm512_add_ps(x, _mm512_shuffle_ps(x, x, _MM_SHUFFLE(1, 1, 1, 1)));    /* + 1 */
+    *ya = _mm512_cvtss_f32(x);
+    *yb = _mm_cvtss_f32(_mm512_extractf32x4_ps(x, 2));
+}
+
+/* The activation side of the short pairs, loaded once per gemv: its 8
+ * slabs, the part corrections (corr4) and da, blocks 0..7 in both halves. */
+ALWAYS_INLINE void short_act(const uint8_t *A, __m512i a[8], __m512i corr[2], __m512 *da, const int FMT) {
+    UNROLL for (int s = 0; s < 8; s++) a[s] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(A + 64 * s)));
+    UNROLL for (int h = 0; h < 2; h++) {
+        const __m512i c = corr4(A, h, FMT);
+        corr[h] = _mm512_shuffle_i64x2(c, c, 0x44);
+    }
+    *da = _mm512_broadcast_f32x8(_mm256_loadu_ps((const float *)(A + 576)));
+}
+
 /* gemv (rows r and r + nrows/2 paired, as for Q8_0) and gemm of each 4-bit
  * format. The gemm tile, measured (bench_quant, 512x2048 x 512 tokens, 2
  * threads, GOP/s, Q4_0 / NVFP4 / MXFP4): 4x3 513-531 / 341 / 382-413, 3x4
@@ -485,8 +539,17 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, siz
                                      int64_t n) {                                                            \
         const uint8_t *W = w;                                                                                \
         const int64_t h = nrows / 2;                                                                         \
-        for (int64_t r = 0; r < h; r++)                                                                      \
-            tile_4bit(W + (size_t)r * rb, (size_t)h * rb, xa, 0, y + r, 0, (size_t)h, n, 2, 1, FMT);         \
+        if (n <= 8 * 32 && (FMT == FMT_NVFP4 || FMT == FMT_MXFP4 || FMT == FMT_Q4_0)) {                     \
+            __m512i a[8], corr[2];                                                                           \
+            __m512 da;                                                                                       \
+            short_act(xa, a, corr, &da, FMT);                                                                \
+            for (int64_t r = 0; r < h; r++)                                                                  \
+                pair_4bit_short(W + (size_t)r * rb, W + (size_t)(r + h) * rb, a, corr, da, y + r, y + r + h, \
+                                (int)(n / 32), FMT);                                                         \
+        } else {                                                                                             \
+            for (int64_t r = 0; r < h; r++)                                                                  \
+                tile_4bit(W + (size_t)r * rb, (size_t)h * rb, xa, 0, y + r, 0, (size_t)h, n, 2, 1, FMT);     \
+        }                                                                                                    \
         if (nrows & 1) tile_4bit(W + (size_t)(nrows - 1) * rb, rb, xa, 0, y + nrows - 1, 0, 1, n, 1, 1, FMT); \
     }                                                                                                        \
     void moe_gemm_a8_##name##_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,     \
