@@ -165,7 +165,8 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m256 *v, float *st, 
     DEF_BLOCK_DRIVERS(NAME, QBYTES)
 
 /* gemv: 4 rows at a time; gemm: 32-token blocks, 2 rows x 2 tokens per tile
- * (16 ymm registers do not hold more accumulators). */
+ * (16 ymm registers do not hold more accumulators), the last nrows % 4
+ * rows alone. */
 #define DEF_DRIVERS(NAME)                                                                          \
     static void gemv_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, float *y,     \
                             int64_t n) {                                                           \
@@ -175,28 +176,11 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m256 *v, float *st, 
         for (; r < q; r++) tile_##NAME(W + r * rb, (size_t)q * rb, x, 0, y + r, 0, (size_t)q, n, 4, 1); \
         for (r = 4 * q; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, 1, n, 1, 1);  \
     }                                                                                              \
-    static void gemm_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs,   \
-                            int64_t ntok, float *y, size_t ys, int64_t n) {                        \
-        const uint8_t *W = w;                                                                      \
-        for (int64_t t0 = 0; t0 < ntok; t0 += 32) {                                                \
-            const int64_t t1 = t0 + 32 < ntok ? t0 + 32 : ntok;                                    \
-            int64_t r = 0;                                                                         \
-            for (; r + 2 <= nrows; r += 2) {                                                       \
-                int64_t t = t0;                                                                    \
-                for (; t + 2 <= t1; t += 2)                                                        \
-                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 2, 2);      \
-                for (; t < t1; t++)                                                                \
-                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 2, 1);      \
-            }                                                                                      \
-            for (; r < nrows; r++) {                                                               \
-                int64_t t = t0;                                                                    \
-                for (; t + 2 <= t1; t += 2)                                                        \
-                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 1, 2);      \
-                for (; t < t1; t++)                                                                \
-                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 1, 1);      \
-            }                                                                                      \
-        }                                                                                          \
-    }
+    ALWAYS_INLINE void group_##NAME(const uint8_t *W, int64_t r, size_t rb, const float *x, size_t xs, \
+                                    float *y, size_t ys, int64_t n, const int T) {                 \
+        tile_##NAME(W + r * rb, rb, x, xs, y, ys, 1, n, 2, T);                                     \
+    }                                                                                              \
+    MOE_DEF_PLAIN_GEMM(gemm_##NAME, group_##NAME, tile_##NAME, 2, 2)
 
 /* gemm over plain rows (x4 = 0) or x4-interleaved groups (x4 = 1): 2 rows x
  * 2 tokens per tile (a group of 4 is two such row pairs), tokens in blocks of 32. */
@@ -355,29 +339,11 @@ DEF_PLAIN_KERNELS(bf16, MOE_T_BF16, ld8_bf16)
         for (; r + 4 <= nrows; r += 4) tile_x4_##NAME(W + r * rb, 0, x, 0, y + r, 0, n, 4, 1);     \
         for (; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, 1, n, 1, 1);            \
     }                                                                                              \
-    static void gemm_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs, \
-                               int64_t ntok, float *y, size_t ys, int64_t n) {                     \
-        const uint8_t *W = w;                                                                      \
-        for (int64_t t0 = 0; t0 < ntok; t0 += 32) {                                                \
-            const int64_t t1 = t0 + 32 < ntok ? t0 + 32 : ntok;                                    \
-            int64_t r = 0;                                                                         \
-            for (; r + 4 <= nrows; r += 4)                                                         \
-                for (int rr0 = 0; rr0 < 4; rr0 += 2) {                                             \
-                    int64_t t = t0;                                                                \
-                    for (; t + 2 <= t1; t += 2)                                                    \
-                        tile_x4_##NAME(W + r * rb, rr0, x + t * xs, xs, y + t * ys + r + rr0, ys, n, 2, 2); \
-                    for (; t < t1; t++)                                                            \
-                        tile_x4_##NAME(W + r * rb, rr0, x + t * xs, xs, y + t * ys + r + rr0, ys, n, 2, 1); \
-                }                                                                                  \
-            for (; r < nrows; r++) {                                                               \
-                int64_t t = t0;                                                                    \
-                for (; t + 2 <= t1; t += 2)                                                        \
-                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 1, 2);   \
-                for (; t < t1; t++)                                                                \
-                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 1, 1);   \
-            }                                                                                      \
-        }                                                                                          \
-    }
+    ALWAYS_INLINE void group_x4_##NAME(const uint8_t *W, int64_t r, size_t rb, const float *x,     \
+                                       size_t xs, float *y, size_t ys, int64_t n, const int T) {   \
+        tile_x4_##NAME(W + (r & ~(int64_t)3) * rb, (int)(r & 3), x, xs, y, ys, n, 2, T);           \
+    }                                                                                              \
+    MOE_DEF_PLAIN_GEMM(gemm_x4_##NAME, group_x4_##NAME, tile_##NAME, 2, 2)
 
 DEF_PLAIN_X4(f32, ld8_f32, 4)
 DEF_PLAIN_X4(f16, ld8_f16, 2)

@@ -176,28 +176,11 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m512 *v, float *st, 
         for (; r < q; r++) tile_##NAME(W + r * rb, (size_t)q * rb, x, 0, y + r, 0, (size_t)q, n, 4, 1); \
         for (r = 4 * q; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, 1, n, 1, 1);  \
     }                                                                                              \
-    static void gemm_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs,   \
-                            int64_t ntok, float *y, size_t ys, int64_t n) {                        \
-        const uint8_t *W = w;                                                                      \
-        for (int64_t t0 = 0; t0 < ntok; t0 += 32) {                                                \
-            const int64_t t1 = t0 + 32 < ntok ? t0 + 32 : ntok;                                    \
-            int64_t r = 0;                                                                         \
-            for (; r + 4 <= nrows; r += 4) {                                                       \
-                int64_t t = t0;                                                                    \
-                for (; t + 4 <= t1; t += 4)                                                        \
-                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 4, 4);      \
-                for (; t < t1; t++)                                                                \
-                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 4, 1);      \
-            }                                                                                      \
-            for (; r < nrows; r++) {                                                               \
-                int64_t t = t0;                                                                    \
-                for (; t + 4 <= t1; t += 4)                                                        \
-                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 1, 4);      \
-                for (; t < t1; t++)                                                                \
-                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 1, 1);      \
-            }                                                                                      \
-        }                                                                                          \
-    }
+    ALWAYS_INLINE void group_##NAME(const uint8_t *W, int64_t r, size_t rb, const float *x, size_t xs, \
+                                    float *y, size_t ys, int64_t n, const int T) {                 \
+        tile_##NAME(W + r * rb, rb, x, xs, y, ys, 1, n, 4, T);                                     \
+    }                                                                                              \
+    MOE_DEF_PLAIN_GEMM(gemm_##NAME, group_##NAME, tile_##NAME, 4, 4)
 
 /* gemm over plain rows (x4 = 0) or x4-interleaved groups (x4 = 1): 4 rows x
  * 4 tokens per tile, tokens in blocks of 32. */
@@ -329,27 +312,11 @@ DEF_PLAIN_KERNELS(bf16, ld_bf16, 2)
         for (; r + 4 <= nrows; r += 4) tile_x4_##NAME(W + r * rb, x, 0, y + r, 0, n, 1);           \
         for (; r < nrows; r++) tile_##NAME(W + r * rb, rb, x, 0, y + r, 0, 1, n, 1, 1);            \
     }                                                                                              \
-    static void gemm_x4_##NAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs, \
-                               int64_t ntok, float *y, size_t ys, int64_t n) {                     \
-        const uint8_t *W = w;                                                                      \
-        for (int64_t t0 = 0; t0 < ntok; t0 += 32) {                                                \
-            const int64_t t1 = t0 + 32 < ntok ? t0 + 32 : ntok;                                    \
-            int64_t r = 0;                                                                         \
-            for (; r + 4 <= nrows; r += 4) {                                                       \
-                int64_t t = t0;                                                                    \
-                for (; t + 4 <= t1; t += 4)                                                        \
-                    tile_x4_##NAME(W + r * rb, x + t * xs, xs, y + t * ys + r, ys, n, 4);          \
-                for (; t < t1; t++) tile_x4_##NAME(W + r * rb, x + t * xs, xs, y + t * ys + r, ys, n, 1); \
-            }                                                                                      \
-            for (; r < nrows; r++) {                                                               \
-                int64_t t = t0;                                                                    \
-                for (; t + 4 <= t1; t += 4)                                                        \
-                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 1, 4);   \
-                for (; t < t1; t++)                                                                \
-                    tile_##NAME(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 1, 1);   \
-            }                                                                                      \
-        }                                                                                          \
-    }
+    ALWAYS_INLINE void group_x4_##NAME(const uint8_t *W, int64_t r, size_t rb, const float *x,     \
+                                       size_t xs, float *y, size_t ys, int64_t n, const int T) {   \
+        tile_x4_##NAME(W + r * rb, x, xs, y, ys, n, T);                                            \
+    }                                                                                              \
+    MOE_DEF_PLAIN_GEMM(gemm_x4_##NAME, group_x4_##NAME, tile_##NAME, 4, 4)
 
 DEF_PLAIN_X4(f32, ld_f32, 4)
 DEF_PLAIN_X4(f16, ld_f16, 2)

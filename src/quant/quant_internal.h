@@ -82,6 +82,35 @@ static inline uint16_t moe_rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2)
         gemm_body_##NAME(w, rb, nrows, x, xs, ntok, y, ys, n, 1, QBYTES);                          \
     }
 
+/* The gemm driver of F32/F16/BF16 rows, plain or x4 layout, shared by the
+ * SIMD files: tokens in blocks of 32 (their activations stay in L2 while
+ * the rows stream by); the rows of the full groups of 4, RS at a time, by
+ * GROUP(W, r, rb, x, xs, y, ys, n, T) over all tokens of the block, TT at a
+ * time, then 1 (so a tile's rows stay in L1 across the block); the last
+ * nrows % 4 rows (plain in both layouts) by TILE1(row, rb, x, xs, y, ys, 1,
+ * n, 1, T). */
+#define MOE_DEF_PLAIN_GEMM(FNAME, GROUP, TILE1, RS, TT)                                            \
+    static void FNAME(const void *w, size_t rb, int64_t nrows, const float *x, size_t xs,          \
+                      int64_t ntok, float *y, size_t ys, int64_t n) {                              \
+        const uint8_t *W = w;                                                                      \
+        const int64_t full = nrows - nrows % 4;                                                    \
+        for (int64_t t0 = 0; t0 < ntok; t0 += 32) {                                                \
+            const int64_t t1 = t0 + 32 < ntok ? t0 + 32 : ntok;                                    \
+            int64_t r = 0;                                                                         \
+            for (; r < full; r += (RS)) {                                                          \
+                int64_t t = t0;                                                                    \
+                for (; t + (TT) <= t1; t += (TT)) GROUP(W, r, rb, x + t * xs, xs, y + t * ys + r, ys, n, TT); \
+                for (; t < t1; t++) GROUP(W, r, rb, x + t * xs, xs, y + t * ys + r, ys, n, 1);    \
+            }                                                                                      \
+            for (; r < nrows; r++) {                                                               \
+                int64_t t = t0;                                                                    \
+                for (; t + (TT) <= t1; t += (TT))                                                  \
+                    TILE1(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 1, TT);        \
+                for (; t < t1; t++) TILE1(W + r * rb, rb, x + t * xs, xs, y + t * ys + r, ys, 1, n, 1, 1); \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
 /* ---- gemm_wide (flag gemm_wide): the driver shared by the SIMD files ----
  * Each file defines, for a format NAME, fill_NAME(g, rs, S, R, k0, kc, wb,
  * st): values [k0, k0+kc) of the R (<= 4) rows of a group (row rr at g +
