@@ -84,7 +84,7 @@ ALWAYS_INLINE void tile_q8_0(const uint8_t *w, size_t rb, const uint8_t *xa, siz
  * too). Per row the contract's steps: its sums from corr, S = dw * da, one
  * FMA from +0 per block (lanes past gn stay +0, as untouched accumulators
  * are), then the 16-lane tree with A's (and B's) lanes 8..15 = +0, both
- * rows' trees in one register: a[l] + 0, then +4, +2, +1, lower lane first. */
+ * rows' trees in one register (hsum8x2). */
 ALWAYS_INLINE void pair_q8_0_short(const uint8_t *ga, const uint8_t *gb, const __m512i a[8], __m512i corr, __m512 da,
                                    float *ya, float *yb, const int gn) {
     const __mmask32 mb = (__mmask32)(((uint64_t)1 << (4 * gn)) - 1);
@@ -100,14 +100,7 @@ ALWAYS_INLINE void pair_q8_0_short(const uint8_t *ga, const uint8_t *gb, const _
     const __m256i dh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_maskz_loadu_epi16(mh, ga)),
                                                _mm_maskz_loadu_epi16(mh, gb), 1);
     const __m512 S = _mm512_mul_ps(_mm512_cvtph_ps(dh), da);
-    const __m512 zero = _mm512_setzero_ps();
-    __m512 x = _mm512_maskz_fmadd_ps(ml, _mm512_cvtepi32_ps(is), S, zero);
-    x = _mm512_add_ps(x, zero);                                               /* a[l] + a[l+8] (= +0) */
-    x = _mm512_add_ps(x, _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(3, 3, 1, 1))); /* + 4 */
-    x = _mm512_add_ps(x, _mm512_shuffle_ps(x, x, _MM_SHUFFLE(3, 2, 3, 2)));    /* + 2 */
-    x = _mm512_add_ps(x, _mm512_shuffle_ps(x, x, _MM_SHUFFLE(1, 1, 1, 1)));    /* + 1 */
-    *ya = _mm512_cvtss_f32(x);
-    *yb = _mm_cvtss_f32(_mm512_extractf32x4_ps(x, 2));
+    hsum8x2(_mm512_maskz_fmadd_ps(ml, _mm512_cvtepi32_ps(is), S, _mm512_setzero_ps()), ya, yb);
 }
 
 /* Decode: rows r and r + h in one tile (h = nrows/2), the odd row left over
@@ -492,8 +485,7 @@ ALWAYS_INLINE void pair_4bit_short(const uint8_t *ga, const uint8_t *gb, const _
     const __mmask32 mb = (__mmask32)(((uint64_t)1 << (4 * gn)) - 1);
     const __mmask16 ml = (__mmask16)(((1u << gn) - 1) | ((1u << gn) - 1) << 8);
     const uint8_t *ca = ga + (size_t)(SB * gn), *cb = gb + (size_t)(SB * gn);
-    const __m512 zero = _mm512_setzero_ps();
-    __m512 x = zero;
+    __m512 x = _mm512_setzero_ps();
     UNROLL for (int h = 0; h < NP; h++) {
         __m512i is = corr[h];
         UNROLL for (int i = 0; i < PPP; i++) {
@@ -508,12 +500,7 @@ ALWAYS_INLINE void pair_4bit_short(const uint8_t *ga, const uint8_t *gb, const _
         const __m512 S = _mm512_mul_ps(w_scales_pair(ga, gb, gn, h, FMT), da);
         x = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(is), S, x, ml);
     }
-    x = _mm512_add_ps(x, zero);                                               /* a[l] + a[l+8] (= +0) */
-    x = _mm512_add_ps(x, _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(3, 3, 1, 1))); /* + 4 */
-    x = _mm512_add_ps(x, _mm512_shuffle_ps(x, x, _MM_SHUFFLE(3, 2, 3, 2)));    /* + 2 */
-    x = _mm512_add_ps(x, _mm512_shuffle_ps(x, x, _MM_SHUFFLE(1, 1, 1, 1)));    /* + 1 */
-    *ya = _mm512_cvtss_f32(x);
-    *yb = _mm_cvtss_f32(_mm512_extractf32x4_ps(x, 2));
+    hsum8x2(x, ya, yb);
 }
 
 /* The activation side of the short pairs, loaded once per gemv: its 8

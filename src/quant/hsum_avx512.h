@@ -14,6 +14,19 @@ static inline __attribute__((always_inline)) float hsum16(__m512 a) {
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
+/* The tree of two accumulators packed in one register, a's lanes 0..7 in
+ * lanes 0..7 and b's in lanes 8..15, each with lanes 8..15 = +0 (rows of one
+ * partial group of <= 8 blocks): step 1 is then x[l] + 0, steps 2-4 run in
+ * both 256-bit halves at once. *a = hsum16 of the first, *b of the second. */
+static inline __attribute__((always_inline)) void hsum8x2(__m512 x, float *a, float *b) {
+    x = _mm512_add_ps(x, _mm512_setzero_ps());                                /* + 8 (= +0) */
+    x = _mm512_add_ps(x, _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(3, 3, 1, 1))); /* + 4 */
+    x = _mm512_add_ps(x, _mm512_shuffle_ps(x, x, _MM_SHUFFLE(3, 2, 3, 2)));    /* + 2 */
+    x = _mm512_add_ps(x, _mm512_shuffle_ps(x, x, _MM_SHUFFLE(1, 1, 1, 1)));    /* + 1 */
+    *a = _mm512_cvtss_f32(x);
+    *b = _mm_cvtss_f32(_mm512_extractf32x4_ps(x, 2));
+}
+
 /* Reduces 16 accumulators at once with the same tree, lane by lane: step 1
  * adds the 256-bit halves (a[l] + a[l+8]) of two accumulators in one add,
  * step 2 the 128-bit quarters (+4), steps 3 and 4 the pairs (+2, +1) inside
