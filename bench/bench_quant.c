@@ -158,26 +158,29 @@ static void gemm_rep(void *p) {
  * self-contained, so rows of n = 2048 repacked once are also valid n = 512
  * rows, four per 2048-row: one repack serves all three shapes; for Q4_K and
  * Q6_K a group is two whole super-blocks, so the same holds). */
-/* One core's compute limit: a 128x2048 matrix that stays in L2, 200 gemvs
- * per repetition, GB/s of weights per second of this thread's CPU time
- * (median of REPS). a8: the matrix and x are in the act_q8 layouts. */
-#define L2_ROWS 128
+/* One core's compute limit: a matrix that stays in L2 (128x2048; and
+ * 1024x256, the shape of the bench models' laguna expert down projections,
+ * whose rows are one partial act_q8 group), 200 gemvs per repetition, GB/s of
+ * weights per second of this thread's CPU time (median of REPS). a8: the
+ * matrix and x are in the act_q8 layouts. */
 #define L2_ITERS 200
 static void bench_l2(const moe_kernels *k, uint32_t type, const uint8_t *w, const float *x, const uint8_t *xa,
-                     float *y, const char *name) {
-    const size_t rb = (size_t)moe_row_bytes(type, 2048);
+                     float *y, const char *name, int64_t rows, int64_t n) {
+    const size_t rb = (size_t)moe_row_bytes(type, (uint64_t)n);
     double c[REPS];
     for (int r = 0; r < REPS; r++) {
         const double c0 = thread_cpu();
         for (int i = 0; i < L2_ITERS; i++) {
-            if (xa) k->gemv_a8[type](w, rb, L2_ROWS, xa, y, 2048);
-            else k->gemv[type](w, rb, L2_ROWS, x, y, 2048);
+            if (xa) k->gemv_a8[type](w, rb, rows, xa, y, n);
+            else k->gemv[type](w, rb, rows, x, y, n);
         }
         c[r] = thread_cpu() - c0;
     }
     qsort(c, REPS, sizeof c[0], cmpd);
-    const double bytes = (double)rb * L2_ROWS * L2_ITERS;
-    printf("%-8s %-14s %9.1f %8.1f..%-8.1f GB/s per CPU-second, 1 thread, weights in L2\n", name, "128x2048",
+    const double bytes = (double)rb * (double)rows * L2_ITERS;
+    char label[32];
+    snprintf(label, sizeof label, "%lldx%lld", (long long)rows, (long long)n);
+    printf("%-8s %-14s %9.1f %8.1f..%-8.1f GB/s per CPU-second, 1 thread, weights in L2\n", name, label,
            bytes / c[REPS / 2] * 1e-9, bytes / c[REPS - 1] * 1e-9, bytes / c[0] * 1e-9);
 }
 
@@ -231,7 +234,18 @@ static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_
         printf("%-8s %-14s %9.1f %8.1f..%-8.1f GOP/s   %4.0f%%\n", name, "gemm 512tok", op / med * 1e-9,
                op / hi * 1e-9, op / lo * 1e-9, 100 * g_cpu_share);
     }
-    bench_l2(k, type, wa, NULL, xa, y, name);
+    bench_l2(k, type, wa, NULL, xa, y, name, 128, 2048);
+    /* n = 256: a partial group has its own a8 layout, so its own repack (the
+     * plain rows of n = 2048 are also valid rows of n = 256) */
+    const size_t rb256 = (size_t)moe_row_bytes(type, 256);
+    uint8_t *wa256 = malloc(rb256 * 1024), *xa256 = malloc((size_t)moe_act8_row_bytes(256));
+    if (wa256 && xa256) {
+        moe_repack_a8(type, buf, wa256, 1024, 256);
+        moe_quantize_act8(x, xa256, 256);
+        bench_l2(k, type, wa256, NULL, xa256, y, name, 1024, 256);
+    }
+    free(wa256);
+    free(xa256);
     free(xa512);
     free(xa);
 }
@@ -300,7 +314,8 @@ int main(int argc, char **argv) {
             printf("%-8s %-14s %9.1f %8.1f..%-8.1f GB/s per CPU-second, 1 thread\n", name, "100352x2048",
                    bytes / c[REPS / 2] * 1e-9, bytes / c[REPS - 1] * 1e-9, bytes / c[0] * 1e-9);
         }
-        bench_l2(k, type, buf, x, NULL, y, name);
+        bench_l2(k, type, buf, x, NULL, y, name, 128, 2048);
+        bench_l2(k, type, buf, x, NULL, y, name, 1024, 256);
         {
             decode_arg a = {.pool = pool};
             a.j = (job){.k = k, .type = type, .w = buf, .rb = (size_t)moe_row_bytes(type, 2048),
