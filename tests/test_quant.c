@@ -11,6 +11,7 @@
  *  - ISA selection (moe_set_isa, MOEFAST_ISA warnings). */
 #include "check.h"
 #include "quant/quant.h"
+#include "quant/quant_internal.h"
 #include "gguf.h"
 #include "util.h"
 #include "moefast.h"
@@ -693,6 +694,13 @@ int main(void) {
     test_known_values();
     const moe_kernels *ref = moe_kernels_for(MOE_ISA_SCALAR);
     test_ref_contract(ref);
+    /* the NVFP4 value table the AVX-512 dequantizer loads (filled when the
+     * kernel tables were first asked for): every byte x code, signed zeros too */
+    for (int b = 0; b < 256; b++)
+        for (int c = 0; c < 16; c++) {
+            const float want = moe_kvalues_fp4_f[c] * moe_ue4m3_half[b];
+            CHECK_MSG(!memcmp(&moe_nvfp4_wtab[b][c], &want, 4), "moe_nvfp4_wtab[%d][%d]", b, c);
+        }
     int levels = 0;
     for (int i = 1; i < MOE_ISA_COUNT; i++) {
         const moe_kernels *k = moe_kernels_for((moe_isa)i);

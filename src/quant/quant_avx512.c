@@ -56,14 +56,14 @@ ALWAYS_INLINE void dq_mxfp4(const uint8_t *row, int64_t i, __m512 *v, float *st,
     v[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), tab);
 }
 
-/* NVFP4: part = block of 64; sub-block s: t[c] = (float)kv[c] * ue4m3_half[d[s]].
- * Its 8 code bytes become the 16 bytes {b, b >> 4} in an xmm register (cheap
- * 128-bit ops), widened to 16 dword indices; vpermps reads the low 4 bits. */
+/* NVFP4: part = block of 64; sub-block s: t[c] = (float)kv[c] * ue4m3_half[d[s]],
+ * one row of moe_nvfp4_wtab. Its 8 code bytes become the 16 bytes {b, b >> 4}
+ * in an xmm register (cheap 128-bit ops), widened to 16 dword indices;
+ * vpermps reads the low 4 bits. */
 ALWAYS_INLINE void dq_nvfp4(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
     const uint8_t *b = row + i * QB_NVFP4 * S;
-    const __m512 kv = _mm512_loadu_ps(moe_kvalues_fp4_f);
     UNROLL for (int s = 0; s < 4; s++) {
-        const __m512 tab = _mm512_mul_ps(kv, _mm512_set1_ps(moe_ue4m3_half[b[s]]));
+        const __m512 tab = _mm512_load_ps(moe_nvfp4_wtab[b[s]]);
         const __m128i q = _mm_loadl_epi64((const __m128i *)(b + 4 + 8 * s));
         const __m512i idx = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(q, _mm_srli_epi16(q, 4)));
         v[s] = _mm512_permutexvar_ps(idx, tab);

@@ -22,6 +22,14 @@ extern const float moe_kvalues_fp4_f[16];
 /* Half of the UE4M3 value of each scale byte, exactly ggml_ue4m3_to_fp32():
  * bit 7 ignored, 0x00 and 0x7F give 0, exponent 15 decodes like any other. */
 extern const float moe_ue4m3_half[256];
+/* Every NVFP4 weight value, by scale byte and code: moe_kvalues_fp4_f[c] *
+ * moe_ue4m3_half[b], the exact product the dequantizers form (signed zeros
+ * included), 64-byte rows: AVX-512 loads a sub-block's 16 values with one
+ * load instead of a broadcast and a multiply (bench_quant NVFP4 gemv +8 %
+ * in L2). Filled once by the kernel tables' initialisation (kernels.c),
+ * before any kernel is handed out. */
+extern float moe_nvfp4_wtab[256][16];
+void moe_nvfp4_wtab_init(void);
 /* ggml's GGML_E8M0_TO_FP32_HALF(e) = 2^(e-128) (e = 0 and 1 are subnormal). */
 static inline float moe_e8m0_half(uint8_t e) {
     uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;

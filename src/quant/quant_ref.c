@@ -86,6 +86,13 @@ const float moe_ue4m3_half[256] = {
 #undef UE_ROW
 #undef UE_LOW
 
+float moe_nvfp4_wtab[256][16] __attribute__((aligned(64)));
+
+void moe_nvfp4_wtab_init(void) {
+    for (int b = 0; b < 256; b++)
+        for (int c = 0; c < 16; c++) moe_nvfp4_wtab[b][c] = moe_kvalues_fp4_f[c] * moe_ue4m3_half[b];
+}
+
 /* ---- dequantization: the bit layouts ------------------------------------ *
  * All multi-byte fields are little-endian; "f16" is IEEE binary16 converted
  * exactly (moe_f16_to_f32), including subnormals, Inf and NaN.
