@@ -694,8 +694,8 @@ int main(void) {
     test_known_values();
     const moe_kernels *ref = moe_kernels_for(MOE_ISA_SCALAR);
     test_ref_contract(ref);
-    /* the NVFP4 value table the AVX-512 dequantizer loads (filled when the
-     * kernel tables were first asked for): every byte x code, signed zeros too */
+    /* the NVFP4 value table the AVX-512 dequantizer loads (folded at compile
+     * time): every byte x code equals the run-time product, signed zeros too */
     for (int b = 0; b < 256; b++)
         for (int c = 0; c < 16; c++) {
             const float want = moe_kvalues_fp4_f[c] * moe_ue4m3_half[b];

@@ -191,8 +191,8 @@ static int collect_weights(moe_model *m, moe_weight **out) {
  * in 32-value runs, rows with n % 32 == 0): BF16 41-43 -> 53-54, F16 40-42 ->
  * 54, F32 39-46 -> 52-56 in the VM's fast memory state, equal in its slow one
  * (the two builds alternating); AVX2 BF16 32-33 -> 36. */
-static bool repack_helps(uint32_t type) {
-    return moe_type_has_x4(type) && type != MOE_T_Q4_K && type != MOE_T_Q6_K;
+static bool repack_helps(uint32_t type, int64_t n) {
+    return moe_x4_fits(type, n) && type != MOE_T_Q4_K && type != MOE_T_Q6_K;
 }
 
 /* The layout weight w gets at load: 'a' (a8: flag act_q8 and a type with
@@ -200,9 +200,7 @@ static bool repack_helps(uint32_t type) {
  * 'x' (x4: flag repack, where it pays) or 0 (the file's). */
 static char load_layout(const moe_model *m, const moe_weight *w) {
     if (moe_flag_on(m->flags, MOE_FLAG_ACT_Q8) && moe_type_has_a8(w->type) && w->n_in % 32 == 0) return 'a';
-    if (moe_flag_on(m->flags, MOE_FLAG_REPACK) && repack_helps(w->type) && moe_x4_fits(w->type, w->n_in) &&
-        w->n_out >= 4)
-        return 'x';
+    if (moe_flag_on(m->flags, MOE_FLAG_REPACK) && repack_helps(w->type, w->n_in) && w->n_out >= 4) return 'x';
     return 0;
 }
 

@@ -76,9 +76,17 @@ ALWAYS_INLINE void tile_q8_0(const uint8_t *w, size_t rb, const uint8_t *xa, siz
         y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t]);
 }
 
+/* The activation side of a decode row of n <= 256 (one partial group),
+ * loaded once per gemv: its 8 slabs and da, blocks 0..7 in both halves. */
+ALWAYS_INLINE void short_slabs(const uint8_t *A, __m512i a[8], __m512 *da) {
+    UNROLL for (int s = 0; s < 8; s++) a[s] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(A + 64 * s)));
+    *da = _mm512_broadcast_f32x8(_mm256_loadu_ps((const float *)(A + 576)));
+}
+
 /* Decode rows of n <= 256 (one partial group of gn <= 8 blocks: laguna's
  * expert down projections, n = 256): tile_q8_0 leaves lanes gn..15 of every
- * zmm idle (43 against 100 GB/s per core in L2, 1024x256 against 256x1024),
+ * zmm idle (bench_quant "a8 1024x256" read 35 GB/s per core against 80 on
+ * 128x2048),
  * so here two rows A and B share one zmm: lanes 0..7 hold A's blocks, 8..15
  * B's, against the activation's first 8 blocks in both halves (corr and da
  * too). Per row the contract's steps: its sums from corr, S = dw * da, one
@@ -118,9 +126,9 @@ void moe_gemv_a8_q8_0_avx512(const void *w, size_t rb, int64_t nrows, const void
          * halves) stay in registers for all rows */
         const uint8_t *A = xa;
         __m512i a[8];
-        UNROLL for (int s = 0; s < 8; s++) a[s] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(A + 64 * s)));
+        __m512 da;
+        short_slabs(A, a, &da);
         const __m512i corr = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(A + 512)));
-        const __m512 da = _mm512_broadcast_f32x8(_mm256_loadu_ps((const float *)(A + 576)));
         const int gn = (int)(n / 32);
         for (int64_t r = 0; r < h; r++)
             pair_q8_0_short(W + (size_t)r * rb, W + (size_t)(r + h) * rb, a, corr, da, y + r, y + r + h, gn);
@@ -503,15 +511,13 @@ ALWAYS_INLINE void pair_4bit_short(const uint8_t *ga, const uint8_t *gb, const _
     hsum8x2(x, ya, yb);
 }
 
-/* The activation side of the short pairs, loaded once per gemv: its 8
- * slabs, the part corrections (corr4) and da, blocks 0..7 in both halves. */
+/* short_slabs plus the part corrections (corr4), for the 4-bit formats. */
 ALWAYS_INLINE void short_act(const uint8_t *A, __m512i a[8], __m512i corr[2], __m512 *da, const int FMT) {
-    UNROLL for (int s = 0; s < 8; s++) a[s] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(A + 64 * s)));
+    short_slabs(A, a, da);
     UNROLL for (int h = 0; h < 2; h++) {
         const __m512i c = corr4(A, h, FMT);
         corr[h] = _mm512_shuffle_i64x2(c, c, 0x44);
     }
-    *da = _mm512_broadcast_f32x8(_mm256_loadu_ps((const float *)(A + 576)));
 }
 
 /* gemv (rows r and r + nrows/2 paired, as for Q8_0) and gemm of each 4-bit

@@ -49,7 +49,6 @@ static int isa_by_name(const char *name) {
 }
 
 static void init_once(void) {
-    moe_nvfp4_wtab_init();
     for (int i = 0; i < MOE_ISA_COUNT; i++) {
         g_has[i] = cpu_has((moe_isa)i);
         if (g_has[i]) g_best = (moe_isa)i;

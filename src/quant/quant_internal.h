@@ -26,10 +26,8 @@ extern const float moe_ue4m3_half[256];
  * moe_ue4m3_half[b], the exact product the dequantizers form (signed zeros
  * included), 64-byte rows: AVX-512 loads a sub-block's 16 values with one
  * load instead of a broadcast and a multiply (bench_quant NVFP4 gemv +8 %
- * in L2). Filled once by the kernel tables' initialisation (kernels.c),
- * before any kernel is handed out. */
-extern float moe_nvfp4_wtab[256][16];
-void moe_nvfp4_wtab_init(void);
+ * in L2). A compile-time table (quant_ref.c). */
+extern const float moe_nvfp4_wtab[256][16];
 /* ggml's GGML_E8M0_TO_FP32_HALF(e) = 2^(e-128) (e = 0 and 1 are subnormal). */
 static inline float moe_e8m0_half(uint8_t e) {
     uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;

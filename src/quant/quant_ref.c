@@ -82,16 +82,27 @@ const float moe_ue4m3_half[256] = {
     UE_LOW, UE(15,0), UE(15,1), UE(15,2), UE(15,3), UE(15,4), UE(15,5), UE(15,6), 0.0f /* 0x7F */,
     UE_LOW, UE_ROW(15) /* 0x80 -> 0 via UE(0,0); 0xFF -> 240 (= 480 / 2) */
 };
+/* moe_nvfp4_wtab: the same entry of byte b (a constant expression), times
+ * each moe_kvalues_fp4_f code, folded by the compiler (every product is
+ * exact, and -1.0f * 0.0f gives -0 as at run time; test_quant compares all
+ * 4096 entries with the run-time products). */
+#define UEB(b) (((b) & 0x7F) == 0x7F ? ((b) == 0xFF ? UE(15, 7) : 0.0f) : UE(((b) & 0x7F) >> 3, (b) & 7))
+#define NV_ROW(b)                                                                                  \
+    {0.0f * UEB(b),  1.0f * UEB(b),  2.0f * UEB(b),  3.0f * UEB(b),  4.0f * UEB(b),  6.0f * UEB(b),  \
+     8.0f * UEB(b),  12.0f * UEB(b), 0.0f * UEB(b),  -1.0f * UEB(b), -2.0f * UEB(b), -3.0f * UEB(b), \
+     -4.0f * UEB(b), -6.0f * UEB(b), -8.0f * UEB(b), -12.0f * UEB(b)}
+#define NV_R4(b) NV_ROW(b), NV_ROW((b) + 1), NV_ROW((b) + 2), NV_ROW((b) + 3)
+#define NV_R16(b) NV_R4(b), NV_R4((b) + 4), NV_R4((b) + 8), NV_R4((b) + 12)
+#define NV_R64(b) NV_R16(b), NV_R16((b) + 16), NV_R16((b) + 32), NV_R16((b) + 48)
+const float moe_nvfp4_wtab[256][16] __attribute__((aligned(64))) = {NV_R64(0), NV_R64(64), NV_R64(128), NV_R64(192)};
+#undef NV_R64
+#undef NV_R16
+#undef NV_R4
+#undef NV_ROW
+#undef UEB
 #undef UE
 #undef UE_ROW
 #undef UE_LOW
-
-float moe_nvfp4_wtab[256][16] __attribute__((aligned(64)));
-
-void moe_nvfp4_wtab_init(void) {
-    for (int b = 0; b < 256; b++)
-        for (int c = 0; c < 16; c++) moe_nvfp4_wtab[b][c] = moe_kvalues_fp4_f[c] * moe_ue4m3_half[b];
-}
 
 /* ---- dequantization: the bit layouts ------------------------------------ *
  * All multi-byte fields are little-endian; "f16" is IEEE binary16 converted
