@@ -242,11 +242,17 @@ static void repack_worker(void *ctx, int ith, int nth) {
                  * head) is never resident twice */
                 int64_t step = ((int64_t)(1 << 20) / (int64_t)w->row_bytes) & ~(int64_t)3;
                 if (step < 4) step = 4;
+                size_t released = 0;   /* bytes of src from which the next release starts */
                 for (int64_t r = 0; r < w->n_out; r += step) {
                     const int64_t nr = w->n_out - r < step ? w->n_out - r : step;
                     moe_repack_x4(w->type, src + (size_t)r * w->row_bytes, dst + (size_t)r * w->row_bytes, nr,
                                   w->n_in);
-                    release_pages(src + (size_t)r * w->row_bytes, (size_t)nr * w->row_bytes, rj->page);
+                    /* from where the last release stopped, so a page that
+                     * straddles two chunks is released too */
+                    const size_t end = (size_t)(r + nr) * w->row_bytes;
+                    release_pages(src + released, end - released, rj->page);
+                    const uintptr_t done = ((uintptr_t)src + end) & ~(rj->page - 1);  /* released up to here */
+                    if (done > (uintptr_t)src) released = done - (uintptr_t)src;
                 }
             }
     }
