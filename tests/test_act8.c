@@ -968,10 +968,6 @@ static void test_quantize_spec(void) {
 static size_t layout_code(uint32_t type, int gn, int j, int k, int *hi) {
     if (type == MOE_T_Q8_0) { *hi = 0; return (size_t)(2 * gn + (k / 4) * gn * 4 + j * 4 + k % 4); }
     const size_t scales = (size_t)((type == MOE_T_MXFP4 ? 1 : 2) * gn);   /* Q4_K: gn/8 headers of 16 bytes */
-    if (gn == 16) {               /* slab k/4, byte 4 (j % 8) + k % 4; blocks 8.. in the high nibble */
-        *hi = j >= 8;
-        return scales + (size_t)(32 * (k / 4) + 4 * (j % 8) + k % 4);
-    }
     *hi = k % 8 >= 4;             /* pair k/8 (4 gn bytes), byte 4j + k%4; values 8p+4.. high */
     return scales + (size_t)(4 * gn * (k / 8) + 4 * j + k % 4);
 }
@@ -1027,9 +1023,12 @@ static int layout_diffs(uint32_t type, const uint8_t *G, int gn, int j, const ui
         return bad;
     }
     switch (type) {
-    case MOE_T_NVFP4: { /* sc[h][j]: half h's UE4M3 byte */
+    case MOE_T_NVFP4: { /* sc[h][j]: half h's UE4M3 byte, canonical (bit 7 clear, 0 as 0x00, 480 as 0x7F) */
         const uint8_t *blk = plain + (b / 2) * 36;
-        bad += G[j] != blk[2 * (b % 2)] || G[gn + j] != blk[2 * (b % 2) + 1];
+        for (int h = 0; h < 2; h++) {
+            const uint8_t f = blk[2 * (b % 2) + h], want = f == 0x7F ? 0x00 : f == 0xFF ? 0x7F : (uint8_t)(f & 0x7F);
+            bad += G[gn * h + j] != want;
+        }
         break;
     }
     case MOE_T_MXFP4: bad += G[j] != plain[b * 17]; break;

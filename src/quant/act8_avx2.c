@@ -241,12 +241,10 @@ void moe_gemm_a8_q8_0_avx2(const void *w, size_t rb, int64_t nrows, const void *
  * activation byte (-128 included). After 4 slabs vpmaddwd with ones widens
  * to the int32 block sums, which start from the correction (act8_ref.c).
  * Lane halves as for Q8_0: L = 0 covers blocks 0..7, L = 1 blocks 8..15. A
- * full group's slab t (32 bytes) gives lanes 0..7 in its low nibbles and
- * 8..15 in its high ones; a partial group's slab pair p gives, for lane half
- * L (its bytes 32L.., dword-masked to the live blocks), slab 2p in the low
- * nibbles and 2p + 1 in the high ones. Each lane half is done on its own
- * (the weight bytes of a full slab are loaded once per half: an L1 hit, and
- * half the live registers).
+ * group's slab pair p gives, for lane half L (its bytes 32L..: a plain load
+ * in a full group, load_run in a partial one), slab 2p in the low nibbles
+ * and 2p + 1 in the high ones. Each lane half is done on its own (half the
+ * live registers).
  * Q4_K: u = the nibble (0..15), so all 8 slabs fit in int16 (8 * 2 * 15 *
  * 128 = 30720) before one widening; sums start from 0. In a full group lane
  * half L is super-block L (its 16-byte header unpacked by q4k_scales8), a
@@ -255,13 +253,11 @@ void moe_gemm_a8_q8_0_avx2(const void *w, size_t rb, int64_t nrows, const void *
  * follows after these. */
 enum { FMT_Q4_0, FMT_MXFP4, FMT_NVFP4, FMT_Q4_K, FMT_Q6_K };
 
-/* moe_ue4m3_half of 8 bytes (see act8_avx512.c: (b & 0x7F) << 20 as a float
- * times 2^119, 0 for the byte 0x7F). */
+/* moe_ue4m3_half[c | 0x80] of 8 canonical a8 scale bytes c (see
+ * act8_avx512.c: c << 20 as a float times 2^119). */
 ALWAYS_INLINE __m256 ue4m3_half8(__m128i bytes) {
-    const __m256i v = _mm256_cvtepu8_epi32(bytes), x7f = _mm256_set1_epi32(0x7F);
-    const __m256 f = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(v, x7f), 20)),
-                                   _mm256_set1_ps(0x1p119f));
-    return _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, x7f)), f);
+    return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu8_epi32(bytes), 20)),
+                         _mm256_set1_ps(0x1p119f));
 }
 /* moe_e8m0_half of 8 bytes: (e - 1) << 23 for e >= 2, 0x00200000 << e for e < 2. */
 ALWAYS_INLINE __m256 e8m0_half8(__m128i bytes) {
@@ -313,28 +309,13 @@ ALWAYS_INLINE void q4k_scales8(__m128i X, __m256 *d1, __m256 *m1) {
     *m1 = _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), m);
 }
 
-/* p16 += the products of slabs s0 .. s0+3 (a partial group: pairs s0/2,
- * s0/2 + 1), lane half L, R rows (codes at C + r*rs) x T tokens. */
+/* p16 += the products of slabs s0 .. s0+3 (pairs s0/2, s0/2 + 1), lane
+ * half L, R rows (codes at C + r*rs) x T tokens. */
 ALWAYS_INLINE void chunk4(const uint8_t *C, size_t rs, int gn, const uint8_t *A, size_t xs, int L, int s0,
                           __m256i live, __m256i p16[4][4], const int R, const int T, const int FMT, const int PARTIAL) {
     const __m256i tab = _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    if (!PARTIAL) {
-        UNROLL for (int i = 0; i < 4; i++) {
-            const int s = s0 + i;
-            __m256i a[4];
-            UNROLL for (int t = 0; t < T; t++) a[t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 64 * s + 32 * L));
-            UNROLL for (int r = 0; r < R; r++) {
-                __m256i z = _mm256_loadu_si256((const __m256i *)(C + (size_t)r * rs + 32 * s));
-                if (L) z = _mm256_srli_epi16(z, 4);
-                const __m256i u = to_u(_mm256_and_si256(z, m4), tab, FMT);
-                UNROLL for (int t = 0; t < T; t++) {
-                    p16[r][t] = _mm256_add_epi16(p16[r][t], _mm256_maddubs_epi16(u, a[t]));
-                    KEEP(p16[r][t]);
-                }
-            }
-        }
-    } else {
+    {
         UNROLL for (int i = 0; i < 2; i++) {
             const int p = s0 / 2 + i;
             __m256i a0[4], a1[4];
@@ -343,7 +324,8 @@ ALWAYS_INLINE void chunk4(const uint8_t *C, size_t rs, int gn, const uint8_t *A,
                 a1[t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 128 * p + 64 + 32 * L));
             }
             UNROLL for (int r = 0; r < R; r++) {
-                const __m256i z = load_run(C + (size_t)r * rs + (size_t)(4 * gn * p), gn, L, live);
+                const uint8_t *cp = C + (size_t)r * rs + (size_t)(4 * gn * p);
+                const __m256i z = PARTIAL ? load_run(cp, gn, L, live) : _mm256_loadu_si256((const __m256i *)(cp + 32 * L));
                 const __m256i u0 = to_u(_mm256_and_si256(z, m4), tab, FMT);
                 const __m256i u1 = to_u(_mm256_and_si256(_mm256_srli_epi16(z, 4), m4), tab, FMT);
                 UNROLL for (int t = 0; t < T; t++) {
@@ -470,15 +452,9 @@ ALWAYS_INLINE void group_q6k(const uint8_t *G, size_t rs, const uint8_t *A, size
                 a1[t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 64 * s0 + 64 + 32 * L));
             }
             UNROLL for (int r = 0; r < R; r++) {
-                __m256i z0, z1;
-                if (PARTIAL) {
-                    z0 = load_run(C + (size_t)r * rs + (size_t)(2 * gn * s0), gn, L, live);
-                    z1 = _mm256_srli_epi16(z0, 4);
-                } else {
-                    z0 = _mm256_loadu_si256((const __m256i *)(C + (size_t)r * rs + 32 * s0));
-                    z1 = _mm256_loadu_si256((const __m256i *)(C + (size_t)r * rs + 32 * s0 + 32));
-                    if (L) { z0 = _mm256_srli_epi16(z0, 4); z1 = _mm256_srli_epi16(z1, 4); }
-                }
+                const uint8_t *cp = C + (size_t)r * rs + (size_t)(2 * gn * s0);   /* pair s0 / 2 */
+                const __m256i z0 = PARTIAL ? load_run(cp, gn, L, live) : _mm256_loadu_si256((const __m256i *)(cp + 32 * L));
+                const __m256i z1 = _mm256_srli_epi16(z0, 4);
                 const __m256i u0 = q6k_u8(z0, H[r], 2 * i), u1 = q6k_u8(z1, H[r], 2 * i + 1);
                 UNROLL for (int t = 0; t < T; t++) {
                     const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(u0, a0[t]), _mm256_maddubs_epi16(u1, a1[t]));

@@ -185,16 +185,14 @@ void moe_gemm_a8_q8_0_avx512(const void *w, size_t rb, int64_t nrows, const void
  * scales are d * sc (int8). */
 enum { FMT_Q4_0, FMT_MXFP4, FMT_NVFP4, FMT_Q4_K, FMT_Q6_K };
 
-/* moe_ue4m3_half of 16 bytes: (byte & 0x7F) << 20 is a float whose exponent
- * field is the UE4M3 exponent and whose top 3 mantissa bits its mantissa;
- * times 2^119 (exact, a power of two; subnormal inputs become normal) it is
- * (8 + m) * 2^(e - 11) or m * 2^-10 for e = 0. Byte 0x7F alone gives 0
- * (0xFF decodes as e = 15, m = 7, as in the table). */
+/* moe_ue4m3_half[c | 0x80] of 16 canonical a8 scale bytes c (act8_ref.c:
+ * bit 7 clear, no special byte): c << 20 is a float whose exponent field is
+ * the UE4M3 exponent and whose top 3 mantissa bits its mantissa; times 2^119
+ * (exact, a power of two; subnormal inputs become normal) it is (8 + m) *
+ * 2^(e - 11) or m * 2^-10 for e = 0. */
 ALWAYS_INLINE __m512 ue4m3_half16(__m128i bytes) {
-    const __m512i v = _mm512_cvtepu8_epi32(bytes);
-    const __m512i f = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x7F)), 20);
-    return _mm512_maskz_mul_ps(_mm512_cmpneq_epi32_mask(v, _mm512_set1_epi32(0x7F)), _mm512_castsi512_ps(f),
-                               _mm512_set1_ps(0x1p119f));
+    const __m512i f = _mm512_slli_epi32(_mm512_cvtepu8_epi32(bytes), 20);
+    return _mm512_mul_ps(_mm512_castsi512_ps(f), _mm512_set1_ps(0x1p119f));
 }
 /* moe_e8m0_half of 16 bytes: (e - 1) << 23 for e >= 2, 0x00200000 << e for e < 2. */
 ALWAYS_INLINE __m512 e8m0_half16(__m128i bytes) {
@@ -294,20 +292,92 @@ ALWAYS_INLINE __m512i q6k_u(__m512i z, __m512i H, const int s) {
     return _mm512_ternarylogic_epi32(z, _mm512_set1_epi8(0x0F), _mm512_and_si512(hb, _mm512_set1_epi8(0x30)), 0xEA);
 }
 
-/* R rows x T tokens of a 4-bit format (a8 layout), as tile_q8_0. */
-/* The two activation-aligned slabs of a partial group's slab pair: low and
- * high nibbles of z (Q6_K: plus the high bits of the pair's slabs from H). */
+/* The activation-aligned slab 2i + k of a slab pair z: its low (k = 0) or
+ * high (k = 1) nibbles as unsigned bytes (Q6_K: plus the slab's high bits
+ * from H). */
+ALWAYS_INLINE __m512i slab_u(__m512i z, __m512i H, int i, const int k, __m512i tab, const int FMT) {
+    const __m512i zk = k ? _mm512_srli_epi16(z, 4) : z;
+    if (FMT == FMT_Q6_K) return q6k_u(zk, H, 2 * i + k);
+    return to_u(_mm512_and_si512(zk, _mm512_set1_epi8(0x0F)), tab, FMT);
+}
+
+/* Both slabs of a slab pair. */
 ALWAYS_INLINE void pair_u(__m512i z, __m512i H, int i, __m512i tab, const int FMT, __m512i *u0, __m512i *u1) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    if (FMT == FMT_Q6_K) {
-        *u0 = q6k_u(z, H, 2 * i);
-        *u1 = q6k_u(_mm512_srli_epi16(z, 4), H, 2 * i + 1);
-    } else {
-        *u0 = to_u(_mm512_and_si512(z, m4), tab, FMT);
-        *u1 = to_u(_mm512_and_si512(_mm512_srli_epi16(z, 4), m4), tab, FMT);
+    *u0 = slab_u(z, H, i, 0, tab, FMT);
+    *u1 = slab_u(z, H, i, 1, tab, FMT);
+}
+
+/* One group of gn blocks (16, or fewer when PARTIAL: a row's last) for R
+ * rows x T tokens, slab pair by slab pair (act8_ref.c: a pair's nibble
+ * split gives two activation-aligned slabs for any gn; a full group's pair
+ * is one plain 64-byte load). */
+ALWAYS_INLINE void group_pairs(const uint8_t *G, const uint8_t *C, const uint8_t *HI, size_t rb, const uint8_t *A,
+                               size_t xs, int gn, __m512 acc[4][4], const int R, const int T, const int FMT,
+                               const int PARTIAL) {
+    const int NP = FMT == FMT_NVFP4 || FMT == FMT_Q6_K ? 2 : 1; /* parts (FMAs) per block */
+    const int SPP = 8 / NP;                                      /* slabs per part */
+    const __m512i tab = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __mmask64 mb = PARTIAL ? ((__mmask64)1 << (4 * gn)) - 1 : ~(__mmask64)0;
+    const __mmask16 ml = PARTIAL ? (__mmask16)((1u << gn) - 1) : (__mmask16)0xFFFF;
+    UNROLL for (int h = 0; h < NP; h++) {
+        __m512i is[4][4];
+        UNROLL for (int t = 0; t < T; t++) {
+            const __m512i c = corr4(A + (size_t)t * xs, h, FMT);
+            UNROLL for (int r = 0; r < R; r++) is[r][t] = c;
+        }
+        __m512i H[4];
+        if (FMT == FMT_Q6_K)
+            UNROLL for (int r = 0; r < R; r++) {
+                const uint8_t *hp = HI + (size_t)r * rb + (size_t)(4 * gn * h);
+                H[r] = PARTIAL ? _mm512_maskz_loadu_epi8(mb, hp) : _mm512_loadu_si512(hp);
+            }
+        UNROLL for (int i = 0; i < SPP / 2; i++) {
+            const int p = SPP / 2 * h + i;
+            if (T == 1) {      /* both activation slabs in registers, each row's pair loaded once */
+                const __m512i a0 = _mm512_loadu_si512(A + 128 * p), a1 = _mm512_loadu_si512(A + 128 * p + 64);
+                UNROLL for (int r = 0; r < R; r++) {
+                    const uint8_t *cp = C + (size_t)r * rb + (size_t)(4 * gn * p);
+                    const __m512i z = PARTIAL ? _mm512_maskz_loadu_epi8(mb, cp) : _mm512_loadu_si512(cp);
+                    __m512i u0, u1;
+                    pair_u(z, FMT == FMT_Q6_K ? H[r] : z, i, tab, FMT, &u0, &u1);
+                    is[r][0] = _mm512_dpbusd_epi32(is[r][0], u0, a0);
+                    is[r][0] = _mm512_dpbusd_epi32(is[r][0], u1, a1);
+                }
+            } else {           /* slab 2p for all rows, then 2p + 1 (the pair read again, from L1):
+                                * T activation vectors live instead of 2 T (the 4x3 tile would spill) */
+                UNROLL for (int k = 0; k < 2; k++) {
+                    __m512i a[4];
+                    UNROLL for (int t = 0; t < T; t++) a[t] = _mm512_loadu_si512(A + (size_t)t * xs + 128 * p + 64 * k);
+                    UNROLL for (int r = 0; r < R; r++) {
+                        const uint8_t *cp = C + (size_t)r * rb + (size_t)(4 * gn * p);
+                        const __m512i z = PARTIAL ? _mm512_maskz_loadu_epi8(mb, cp) : _mm512_loadu_si512(cp);
+                        const __m512i u = slab_u(z, FMT == FMT_Q6_K ? H[r] : z, i, k, tab, FMT);
+                        UNROLL for (int t = 0; t < T; t++) is[r][t] = _mm512_dpbusd_epi32(is[r][t], u, a[t]);
+                    }
+                }
+            }
+        }
+        UNROLL for (int r = 0; r < R; r++) {
+            __m512 sc, m1 = _mm512_setzero_ps();
+            /* Q4_K: a full group is two super-blocks (two headers), a partial
+             * one (gn = 8) one header (lanes 8..15 compute from a copy, masked off) */
+            if (FMT == FMT_Q4_K)
+                q4k_scales(PARTIAL ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(G + (size_t)r * rb)))
+                                   : _mm256_loadu_si256((const __m256i *)(G + (size_t)r * rb)),
+                           &sc, &m1);
+            else sc = w_scales(G + (size_t)r * rb, gn, h, FMT, PARTIAL);
+            UNROLL for (int t = 0; t < T; t++) {
+                const __m512 da = _mm512_loadu_ps((const float *)(A + (size_t)t * xs + 576));
+                const __m512 S = _mm512_mul_ps(sc, da);
+                acc[r][t] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), S, acc[r][t], ml);
+                if (FMT == FMT_Q4_K)
+                    acc[r][t] = _mm512_mask3_fnmadd_ps(q4k_qsum(A + (size_t)t * xs), _mm512_mul_ps(m1, da), acc[r][t], ml);
+            }
+        }
     }
 }
 
+/* R rows x T tokens of a 4-bit format (a8 layout), as tile_q8_0. */
 ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, size_t xs, float *y, size_t ys,
                              size_t yr, int64_t n, const int R, const int T, const int FMT) {
     const int64_t nb = n / 32;
@@ -316,7 +386,6 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, siz
     const int NP = FMT == FMT_NVFP4 || FMT == FMT_Q6_K ? 2 : 1; /* parts (FMAs) per block */
     const int SPP = 8 / NP;                                      /* slabs per part */
     const __m512i tab = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[4][4];
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
     for (int64_t g0 = 0; g0 < nb; g0 += A8_G) {
@@ -327,49 +396,7 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, siz
         const uint8_t *C = FMT == FMT_Q6_K ? G + (size_t)(18 * (gn / 8)) : G + (size_t)(SB * gn);
         const uint8_t *HI = C + 16 * gn; /* Q6_K: the high bits, chunk h at HI + 4 gn h */
         if (gn == A8_G) {
-            UNROLL for (int h = 0; h < NP; h++) {
-                __m512i is[4][4];
-                UNROLL for (int t = 0; t < T; t++) {
-                    const __m512i c = corr4(A + (size_t)t * xs, h, FMT);
-                    UNROLL for (int r = 0; r < R; r++) is[r][t] = c;
-                }
-                __m512i H[4];
-                if (FMT == FMT_Q6_K) UNROLL for (int r = 0; r < R; r++) H[r] = _mm512_loadu_si512(HI + (size_t)r * rb + 64 * h);
-                UNROLL for (int i = 0; i < SPP; i++) {
-                    const int s = SPP * h + i;
-                    __m512i a[4];
-                    UNROLL for (int t = 0; t < T; t++) a[t] = _mm512_loadu_si512(A + (size_t)t * xs + 64 * s);
-                    UNROLL for (int r = 0; r < R; r++) {
-                        __m512i z = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(C + (size_t)r * rb + 32 * s)));
-                        z = _mm512_mask_srli_epi16(z, 0xFFFF0000u, z, 4);
-                        const __m512i u = FMT == FMT_Q6_K ? q6k_u(z, H[r], i) : to_u(_mm512_and_si512(z, m4), tab, FMT);
-                        UNROLL for (int t = 0; t < T; t++) is[r][t] = _mm512_dpbusd_epi32(is[r][t], u, a[t]);
-                    }
-                }
-                if (FMT == FMT_Q4_K) {    /* acc = fma(isum, d1 da, acc); acc = fma(-qsum, m1 da, acc) */
-                    __m512 da[4], qs[4];
-                    UNROLL for (int t = 0; t < T; t++) {
-                        da[t] = _mm512_loadu_ps((const float *)(A + (size_t)t * xs + 576));
-                        qs[t] = q4k_qsum(A + (size_t)t * xs);
-                    }
-                    UNROLL for (int r = 0; r < R; r++) {
-                        __m512 d1, m1;
-                        q4k_scales(_mm256_loadu_si256((const __m256i *)(G + (size_t)r * rb)), &d1, &m1);
-                        UNROLL for (int t = 0; t < T; t++) {
-                            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), _mm512_mul_ps(d1, da[t]), acc[r][t]);
-                            acc[r][t] = _mm512_fnmadd_ps(qs[t], _mm512_mul_ps(m1, da[t]), acc[r][t]);
-                        }
-                    }
-                } else {
-                    UNROLL for (int r = 0; r < R; r++) {
-                        const __m512 sc = w_scales(G + (size_t)r * rb, A8_G, h, FMT, 0);
-                        UNROLL for (int t = 0; t < T; t++) {
-                            const __m512 S = _mm512_mul_ps(sc, _mm512_loadu_ps((const float *)(A + (size_t)t * xs + 576)));
-                            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), S, acc[r][t]);
-                        }
-                    }
-                }
-            }
+            group_pairs(G, C, HI, rb, A, xs, A8_G, acc, R, T, FMT, 0);
         } else if (R % 2 == 0 && gn <= 8) {
             /* a partial group of <= 8 blocks fills half a zmm: two rows share
              * one (row 2q in lanes 0..7, row 2q+1 in lanes 8..15) against
@@ -430,50 +457,8 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rb, const uint8_t *xa, siz
                     }
                 }
             }
-        } else {                       /* the row's last, partial group: slab pairs */
-            const __mmask64 mb = ((__mmask64)1 << (4 * gn)) - 1;
-            const __mmask16 ml = (__mmask16)((1u << gn) - 1);
-            UNROLL for (int h = 0; h < NP; h++) {
-                __m512i is[4][4];
-                UNROLL for (int t = 0; t < T; t++) {
-                    const __m512i c = corr4(A + (size_t)t * xs, h, FMT);
-                    UNROLL for (int r = 0; r < R; r++) is[r][t] = c;
-                }
-                __m512i H[4];
-                if (FMT == FMT_Q6_K)
-                    UNROLL for (int r = 0; r < R; r++) H[r] = _mm512_maskz_loadu_epi8(mb, HI + (size_t)r * rb + (size_t)(4 * gn * h));
-                UNROLL for (int i = 0; i < SPP / 2; i++) {
-                    const int p = SPP / 2 * h + i;
-                    __m512i a0[4], a1[4];
-                    UNROLL for (int t = 0; t < T; t++) {
-                        a0[t] = _mm512_loadu_si512(A + (size_t)t * xs + 128 * p);
-                        a1[t] = _mm512_loadu_si512(A + (size_t)t * xs + 128 * p + 64);
-                    }
-                    UNROLL for (int r = 0; r < R; r++) {
-                        const __m512i z = _mm512_maskz_loadu_epi8(mb, C + (size_t)r * rb + (size_t)(4 * gn * p));
-                        __m512i u0, u1;
-                        pair_u(z, FMT == FMT_Q6_K ? H[r] : z, i, tab, FMT, &u0, &u1);
-                        UNROLL for (int t = 0; t < T; t++) {
-                            is[r][t] = _mm512_dpbusd_epi32(is[r][t], u0, a0[t]);
-                            is[r][t] = _mm512_dpbusd_epi32(is[r][t], u1, a1[t]);
-                        }
-                    }
-                }
-                UNROLL for (int r = 0; r < R; r++) {
-                    __m512 sc, m1 = _mm512_setzero_ps();
-                    /* Q4_K: gn = 8, one header (lanes 8..15 compute from a copy, masked off) */
-                    if (FMT == FMT_Q4_K)
-                        q4k_scales(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(G + (size_t)r * rb))), &sc, &m1);
-                    else sc = w_scales(G + (size_t)r * rb, gn, h, FMT, 1);
-                    UNROLL for (int t = 0; t < T; t++) {
-                        const __m512 da = _mm512_loadu_ps((const float *)(A + (size_t)t * xs + 576));
-                        const __m512 S = _mm512_mul_ps(sc, da);
-                        acc[r][t] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), S, acc[r][t], ml);
-                        if (FMT == FMT_Q4_K)
-                            acc[r][t] = _mm512_mask3_fnmadd_ps(q4k_qsum(A + (size_t)t * xs), _mm512_mul_ps(m1, da), acc[r][t], ml);
-                    }
-                }
-            }
+        } else {                       /* the row's last, partial group */
+            group_pairs(G, C, HI, rb, A, xs, gn, acc, R, T, FMT, 1);
         }
     }
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
