@@ -184,6 +184,30 @@ static void bench_l2(const moe_kernels *k, uint32_t type, const uint8_t *w, cons
            bytes / c[REPS / 2] * 1e-9, bytes / c[REPS - 1] * 1e-9, bytes / c[0] * 1e-9);
 }
 
+/* One core's GEMM rate without memory in the way: a8 weights of 256 rows
+ * x 2048 (1.1 MB of Q8_0, less for the others: in L2) against 48 tokens (an
+ * expert's share of a prompt chunk), GOP/s per second of this thread's CPU
+ * time (median of REPS); the 2-thread "gemm 512tok" row above also streams
+ * the weights and moves with the VM's state. */
+#define L2_GEMM_ROWS 256
+#define L2_GEMM_TOK 48
+#define L2_GEMM_ITERS 50
+static void bench_l2_gemm(const moe_kernels *k, uint32_t type, const uint8_t *wa, const uint8_t *xa, float *y,
+                          const char *name) {
+    const size_t rb = (size_t)moe_row_bytes(type, 2048), xs = (size_t)moe_act8_row_bytes(2048);
+    double c[REPS];
+    for (int r = 0; r < REPS; r++) {
+        const double c0 = thread_cpu();
+        for (int i = 0; i < L2_GEMM_ITERS; i++)
+            k->gemm_a8[type](wa, rb, L2_GEMM_ROWS, xa, xs, L2_GEMM_TOK, y, L2_GEMM_ROWS, 2048);
+        c[r] = thread_cpu() - c0;
+    }
+    qsort(c, REPS, sizeof c[0], cmpd);
+    const double op = 2.0 * L2_GEMM_ROWS * 2048 * L2_GEMM_TOK * L2_GEMM_ITERS;
+    printf("%-8s %-14s %9.1f %8.1f..%-8.1f GOP/s per CPU-second, 1 thread, weights in L2\n", name, "gemm 256x48",
+           op / c[REPS / 2] * 1e-9, op / c[REPS - 1] * 1e-9, op / c[0] * 1e-9);
+}
+
 static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_t *buf, size_t filled, size_t cap,
                      const float *x, float *y, int64_t ntok) {
     char name[16];
@@ -235,6 +259,7 @@ static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_
                op / hi * 1e-9, op / lo * 1e-9, 100 * g_cpu_share);
     }
     bench_l2(k, type, wa, NULL, xa, y, name, 128, 2048);
+    if (ntok >= L2_GEMM_TOK && rows >= L2_GEMM_ROWS) bench_l2_gemm(k, type, wa, xa, y, name);
     /* n = 256: a partial group has its own a8 layout, so its own repack (the
      * plain rows of n = 2048 are also valid rows of n = 256) */
     const size_t rb256 = (size_t)moe_row_bytes(type, 256);
