@@ -101,10 +101,16 @@ ALWAYS_INLINE __m256i load_run(const uint8_t *p, int gn, int h, __m256i live) {
     return _mm256_maskload_epi32((const int *)p, live);
 }
 
-/* 32 weight bytes of lane half h of the slab at p (a partial group's: see
- * load_run) as their even (ue) and odd (uo) bytes in 16-bit words. */
+/* Lane half h (bytes 32h..) of a full group's 64-byte run at p (a Q8_0
+ * slab, a 4-bit slab pair), or of a partial group's run (load_run). */
+ALWAYS_INLINE __m256i load_half(const uint8_t *p, int gn, int h, __m256i live, const int PARTIAL) {
+    return PARTIAL ? load_run(p, gn, h, live) : _mm256_loadu_si256((const __m256i *)(p + 32 * h));
+}
+
+/* 32 weight bytes of lane half h of the slab at p (load_half) as their even
+ * (ue) and odd (uo) bytes in 16-bit words. */
 ALWAYS_INLINE void load_w(const uint8_t *p, int gn, int h, __m256i live, __m256i *ue, __m256i *uo, const int PARTIAL) {
-    const __m256i u = PARTIAL ? load_run(p, gn, h, live) : _mm256_loadu_si256((const __m256i *)(p + 32 * h));
+    const __m256i u = load_half(p, gn, h, live, PARTIAL);
     *ue = _mm256_and_si256(u, _mm256_set1_epi16(0x00FF));
     *uo = _mm256_srli_epi16(u, 8);
 }
@@ -315,25 +321,22 @@ ALWAYS_INLINE void chunk4(const uint8_t *C, size_t rs, int gn, const uint8_t *A,
                           __m256i live, __m256i p16[4][4], const int R, const int T, const int FMT, const int PARTIAL) {
     const __m256i tab = _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    {
-        UNROLL for (int i = 0; i < 2; i++) {
-            const int p = s0 / 2 + i;
-            __m256i a0[4], a1[4];
+    UNROLL for (int i = 0; i < 2; i++) {
+        const int p = s0 / 2 + i;
+        __m256i a0[4], a1[4];
+        UNROLL for (int t = 0; t < T; t++) {
+            a0[t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 128 * p + 32 * L));
+            a1[t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 128 * p + 64 + 32 * L));
+        }
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m256i z = load_half(C + (size_t)r * rs + (size_t)(4 * gn * p), gn, L, live, PARTIAL);
+            const __m256i u0 = to_u(_mm256_and_si256(z, m4), tab, FMT);
+            const __m256i u1 = to_u(_mm256_and_si256(_mm256_srli_epi16(z, 4), m4), tab, FMT);
             UNROLL for (int t = 0; t < T; t++) {
-                a0[t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 128 * p + 32 * L));
-                a1[t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 128 * p + 64 + 32 * L));
-            }
-            UNROLL for (int r = 0; r < R; r++) {
-                const uint8_t *cp = C + (size_t)r * rs + (size_t)(4 * gn * p);
-                const __m256i z = PARTIAL ? load_run(cp, gn, L, live) : _mm256_loadu_si256((const __m256i *)(cp + 32 * L));
-                const __m256i u0 = to_u(_mm256_and_si256(z, m4), tab, FMT);
-                const __m256i u1 = to_u(_mm256_and_si256(_mm256_srli_epi16(z, 4), m4), tab, FMT);
-                UNROLL for (int t = 0; t < T; t++) {
-                    p16[r][t] = _mm256_add_epi16(p16[r][t], _mm256_maddubs_epi16(u0, a0[t]));
-                    KEEP(p16[r][t]);
-                    p16[r][t] = _mm256_add_epi16(p16[r][t], _mm256_maddubs_epi16(u1, a1[t]));
-                    KEEP(p16[r][t]);
-                }
+                p16[r][t] = _mm256_add_epi16(p16[r][t], _mm256_maddubs_epi16(u0, a0[t]));
+                KEEP(p16[r][t]);
+                p16[r][t] = _mm256_add_epi16(p16[r][t], _mm256_maddubs_epi16(u1, a1[t]));
+                KEEP(p16[r][t]);
             }
         }
     }
@@ -452,8 +455,7 @@ ALWAYS_INLINE void group_q6k(const uint8_t *G, size_t rs, const uint8_t *A, size
                 a1[t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 64 * s0 + 64 + 32 * L));
             }
             UNROLL for (int r = 0; r < R; r++) {
-                const uint8_t *cp = C + (size_t)r * rs + (size_t)(2 * gn * s0);   /* pair s0 / 2 */
-                const __m256i z0 = PARTIAL ? load_run(cp, gn, L, live) : _mm256_loadu_si256((const __m256i *)(cp + 32 * L));
+                const __m256i z0 = load_half(C + (size_t)r * rs + (size_t)(2 * gn * s0), gn, L, live, PARTIAL); /* pair s0/2 */
                 const __m256i z1 = _mm256_srli_epi16(z0, 4);
                 const __m256i u0 = q6k_u8(z0, H[r], 2 * i), u1 = q6k_u8(z1, H[r], 2 * i + 1);
                 UNROLL for (int t = 0; t < T; t++) {

@@ -307,6 +307,13 @@ ALWAYS_INLINE void pair_u(__m512i z, __m512i H, int i, __m512i tab, const int FM
     *u1 = slab_u(z, H, i, 1, tab, FMT);
 }
 
+/* A group's run of 4 gn bytes at p (a slab pair, a Q6_K high-bit chunk):
+ * one 64-byte load in a full group, the first 4 gn bytes (mask mb) in a
+ * partial one. */
+ALWAYS_INLINE __m512i ld_run(const uint8_t *p, __mmask64 mb, const int PARTIAL) {
+    return PARTIAL ? _mm512_maskz_loadu_epi8(mb, p) : _mm512_loadu_si512(p);
+}
+
 /* One group of gn blocks (16, or fewer when PARTIAL: a row's last) for R
  * rows x T tokens, slab pair by slab pair (act8_ref.c: a pair's nibble
  * split gives two activation-aligned slabs for any gn; a full group's pair
@@ -327,17 +334,13 @@ ALWAYS_INLINE void group_pairs(const uint8_t *G, const uint8_t *C, const uint8_t
         }
         __m512i H[4];
         if (FMT == FMT_Q6_K)
-            UNROLL for (int r = 0; r < R; r++) {
-                const uint8_t *hp = HI + (size_t)r * rb + (size_t)(4 * gn * h);
-                H[r] = PARTIAL ? _mm512_maskz_loadu_epi8(mb, hp) : _mm512_loadu_si512(hp);
-            }
+            UNROLL for (int r = 0; r < R; r++) H[r] = ld_run(HI + (size_t)r * rb + (size_t)(4 * gn * h), mb, PARTIAL);
         UNROLL for (int i = 0; i < SPP / 2; i++) {
             const int p = SPP / 2 * h + i;
             if (T == 1) {      /* both activation slabs in registers, each row's pair loaded once */
                 const __m512i a0 = _mm512_loadu_si512(A + 128 * p), a1 = _mm512_loadu_si512(A + 128 * p + 64);
                 UNROLL for (int r = 0; r < R; r++) {
-                    const uint8_t *cp = C + (size_t)r * rb + (size_t)(4 * gn * p);
-                    const __m512i z = PARTIAL ? _mm512_maskz_loadu_epi8(mb, cp) : _mm512_loadu_si512(cp);
+                    const __m512i z = ld_run(C + (size_t)r * rb + (size_t)(4 * gn * p), mb, PARTIAL);
                     __m512i u0, u1;
                     pair_u(z, FMT == FMT_Q6_K ? H[r] : z, i, tab, FMT, &u0, &u1);
                     is[r][0] = _mm512_dpbusd_epi32(is[r][0], u0, a0);
@@ -349,8 +352,7 @@ ALWAYS_INLINE void group_pairs(const uint8_t *G, const uint8_t *C, const uint8_t
                     __m512i a[4];
                     UNROLL for (int t = 0; t < T; t++) a[t] = _mm512_loadu_si512(A + (size_t)t * xs + 128 * p + 64 * k);
                     UNROLL for (int r = 0; r < R; r++) {
-                        const uint8_t *cp = C + (size_t)r * rb + (size_t)(4 * gn * p);
-                        const __m512i z = PARTIAL ? _mm512_maskz_loadu_epi8(mb, cp) : _mm512_loadu_si512(cp);
+                        const __m512i z = ld_run(C + (size_t)r * rb + (size_t)(4 * gn * p), mb, PARTIAL);
                         const __m512i u = slab_u(z, FMT == FMT_Q6_K ? H[r] : z, i, k, tab, FMT);
                         UNROLL for (int t = 0; t < T; t++) is[r][t] = _mm512_dpbusd_epi32(is[r][t], u, a[t]);
                     }
