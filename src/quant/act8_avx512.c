@@ -160,12 +160,10 @@ void moe_gemm_a8_q8_0_avx512(const void *w, size_t rb, int64_t nrows, const void
 /* ---- the 4-bit formats (NVFP4, MXFP4, Q4_0) --------------------------------
  * Codes become unsigned bytes u (act8_ref.c): a vpshufb of a 16-entry table
  * kv + 12 (NVFP4, MXFP4) or the code itself (Q4_0), and each sum starts
- * from the activation's correction. A full group's slab t (32 bytes) is
- * broadcast to both halves of a zmm, the upper half shifted by 4 bits, then
- * masked to nibbles: lanes 0..7 get the low nibbles (blocks 0..7), lanes
- * 8..15 the high ones (blocks 8..15), against the 64-byte activation slab t.
- * A partial group's slab pair p (4 gn bytes, one masked load) gives slab 2p
- * (low nibbles) and 2p+1 (high nibbles) with block j at bytes 4j..4j+3.
+ * from the activation's correction. A group's slab pair p (4 gn bytes: one
+ * 64-byte load in a full group, a masked one in a partial group) gives slab
+ * 2p (low nibbles) and 2p+1 (high nibbles) with block j at bytes 4j..4j+3,
+ * against the 64-byte activation slabs 2p and 2p+1 (group_pairs).
  * A partial group of gn <= 8 blocks (n = 256: the experts' down projections
  * of the laguna bench model) would leave half of every zmm idle, so tiles
  * with an even row count put two rows in one zmm (lanes 0..7 and 8..15);
