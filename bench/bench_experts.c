@@ -21,12 +21,12 @@
 #include "quant/quant.h"
 #include "threads.h"
 #include "util.h"
+#include "../tools/stats.h"   /* the order statistics bench --ab and price use */
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
 #define THREADS 2
 #define LAYERS 15
@@ -35,17 +35,6 @@
 #define ROWS 256
 #define N_IN 1024
 #define STEPS 300
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 typedef struct {
     const moe_kernels *k;
@@ -109,17 +98,17 @@ static void run(moe_pool *pool, const moe_kernels *k, uint32_t type) {
             }
             const uint8_t *base = pool_mem + 2 * tensor * (size_t)l;
             phase_job j = {k, type, base, base + tensor, rb, mb, ex, xa, y};
-            const double t0 = now_s();
+            const double t0 = moe_now();
             moe_pool_run(pool, phase_worker, &j);
-            sum += now_s() - t0;
+            sum += moe_now() - t0;
         }
         t[s] = sum;
     }
-    qsort(t, STEPS, sizeof t[0], cmp_d);
+    qsort(t, STEPS, sizeof t[0], stats_cmp_double);
     const double bytes = (double)LAYERS * 2 * USED * (double)mb;
     printf("%-6s a8  %5.1f GB/s (p10 %5.1f, p90 %5.1f) over %d steps of %d phases of %.2f MB; read bandwidth before: %.1f GB/s\n",
-           name, bytes / t[STEPS / 2] * 1e-9, bytes / t[STEPS * 9 / 10] * 1e-9, bytes / t[STEPS / 10] * 1e-9, STEPS,
-           LAYERS, 2 * USED * (double)mb / 1e6, bw);
+           name, bytes / stats_quantile_sorted(t, STEPS, 0.5) * 1e-9, bytes / stats_quantile_sorted(t, STEPS, 0.9) * 1e-9,
+           bytes / stats_quantile_sorted(t, STEPS, 0.1) * 1e-9, STEPS, LAYERS, 2 * USED * (double)mb / 1e6, bw);
     munmap(pool_mem, total);
     free(plain); free(xa); free(x); free(y);
 }
