@@ -151,6 +151,22 @@ static void gemm_rep(void *p) {
     moe_pool_run(a->pool, gemm_task, &a->j);
 }
 
+/* One thread's rate: job j whole on this thread (gemm when j->ntok, else
+ * gemv), `iters` times per repetition, REPS repetitions timed in this
+ * thread's CPU seconds; prints amount (bytes or operations per repetition)
+ * per CPU-second, median and min..max, then `unit`. */
+static void one_thread_rate(const char *name, const char *label, job *j, int iters, double amount, const char *unit) {
+    double c[REPS];
+    for (int r = 0; r < REPS; r++) {
+        const double c0 = thread_cpu();
+        for (int i = 0; i < iters; i++) (j->ntok ? gemm_task : gemv_task)(j, 0, 1);
+        c[r] = thread_cpu() - c0;
+    }
+    qsort(c, REPS, sizeof c[0], cmpd);
+    printf("%-8s %-14s %9.1f %8.1f..%-8.1f %s\n", name, label, amount / c[REPS / 2] * 1e-9, amount / c[REPS - 1] * 1e-9,
+           amount / c[0] * 1e-9, unit);
+}
+
 /* The act_q8 rows of a format ("Q8_0 a8"), same shapes and methodology as
  * above. buf holds `filled` bytes of valid plain rows of the format (n =
  * 2048); they are repacked with moe_repack_a8 into the space after them (the
@@ -166,26 +182,16 @@ static void gemm_rep(void *p) {
 #define L2_ITERS 200
 static void bench_l2(const moe_kernels *k, uint32_t type, const uint8_t *w, const float *x, const uint8_t *xa,
                      float *y, const char *name, int64_t rows, int64_t n) {
-    const size_t rb = (size_t)moe_row_bytes(type, (uint64_t)n);
-    double c[REPS];
-    for (int r = 0; r < REPS; r++) {
-        const double c0 = thread_cpu();
-        for (int i = 0; i < L2_ITERS; i++) {
-            if (xa) k->gemv_a8[type](w, rb, rows, xa, y, n);
-            else k->gemv[type](w, rb, rows, x, y, n);
-        }
-        c[r] = thread_cpu() - c0;
-    }
-    qsort(c, REPS, sizeof c[0], cmpd);
-    const double bytes = (double)rb * (double)rows * L2_ITERS;
+    job j = {.k = k, .type = type, .w = w, .rb = (size_t)moe_row_bytes(type, (uint64_t)n), .nrows = rows, .n = n,
+             .x = x, .y = y, .xa = xa};
     char label[32];
     snprintf(label, sizeof label, "%lldx%lld", (long long)rows, (long long)n);
-    printf("%-8s %-14s %9.1f %8.1f..%-8.1f GB/s per CPU-second, 1 thread, weights in L2\n", name, label,
-           bytes / c[REPS / 2] * 1e-9, bytes / c[REPS - 1] * 1e-9, bytes / c[0] * 1e-9);
+    one_thread_rate(name, label, &j, L2_ITERS, (double)j.rb * (double)rows * L2_ITERS,
+                    "GB/s per CPU-second, 1 thread, weights in L2");
 }
 
 /* One core's GEMM rate without memory in the way: a8 weights of 256 rows
- * x 2048 (1.1 MB of Q8_0, less for the others: in L2) against 48 tokens (an
+ * x 2048 (557 KB of Q8_0, less for the others: in L2) against 48 tokens (an
  * expert's share of a prompt chunk), GOP/s per second of this thread's CPU
  * time (median of REPS); the 2-thread "gemm 512tok" row above also streams
  * the weights and moves with the VM's state. */
@@ -194,18 +200,10 @@ static void bench_l2(const moe_kernels *k, uint32_t type, const uint8_t *w, cons
 #define L2_GEMM_ITERS 50
 static void bench_l2_gemm(const moe_kernels *k, uint32_t type, const uint8_t *wa, const uint8_t *xa, float *y,
                           const char *name) {
-    const size_t rb = (size_t)moe_row_bytes(type, 2048), xs = (size_t)moe_act8_row_bytes(2048);
-    double c[REPS];
-    for (int r = 0; r < REPS; r++) {
-        const double c0 = thread_cpu();
-        for (int i = 0; i < L2_GEMM_ITERS; i++)
-            k->gemm_a8[type](wa, rb, L2_GEMM_ROWS, xa, xs, L2_GEMM_TOK, y, L2_GEMM_ROWS, 2048);
-        c[r] = thread_cpu() - c0;
-    }
-    qsort(c, REPS, sizeof c[0], cmpd);
-    const double op = 2.0 * L2_GEMM_ROWS * 2048 * L2_GEMM_TOK * L2_GEMM_ITERS;
-    printf("%-8s %-14s %9.1f %8.1f..%-8.1f GOP/s per CPU-second, 1 thread, weights in L2\n", name, "gemm 256x48",
-           op / c[REPS / 2] * 1e-9, op / c[REPS - 1] * 1e-9, op / c[0] * 1e-9);
+    job j = {.k = k, .type = type, .w = wa, .rb = (size_t)moe_row_bytes(type, 2048), .nrows = L2_GEMM_ROWS, .n = 2048,
+             .ntok = L2_GEMM_TOK, .y = y, .xa = xa};
+    one_thread_rate(name, "gemm 256x48", &j, L2_GEMM_ITERS, 2.0 * L2_GEMM_ROWS * 2048 * L2_GEMM_TOK * L2_GEMM_ITERS,
+                    "GOP/s per CPU-second, 1 thread, weights in L2");
 }
 
 static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_t *buf, size_t filled, size_t cap,
@@ -238,16 +236,8 @@ static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_
                bytes / hi * 1e-9, bytes / lo * 1e-9, 100.0 * bytes / med * 1e-9 / g_bw, 100 * g_cpu_share);
     }
     {
-        double c[REPS];
-        for (int r = 0; r < REPS; r++) {
-            const double c0 = thread_cpu();
-            k->gemv_a8[type](wa, rb2048, LMHEAD_ROWS, xa, y, 2048);
-            c[r] = thread_cpu() - c0;
-        }
-        qsort(c, REPS, sizeof c[0], cmpd);
-        const double bytes = (double)rb2048 * LMHEAD_ROWS;
-        printf("%-8s %-14s %9.1f %8.1f..%-8.1f GB/s per CPU-second, 1 thread\n", name, "100352x2048",
-               bytes / c[REPS / 2] * 1e-9, bytes / c[REPS - 1] * 1e-9, bytes / c[0] * 1e-9);
+        job j = {.k = k, .type = type, .w = wa, .rb = rb2048, .nrows = LMHEAD_ROWS, .n = 2048, .y = y, .xa = xa};
+        one_thread_rate(name, "100352x2048", &j, 1, (double)rb2048 * LMHEAD_ROWS, "GB/s per CPU-second, 1 thread");
     }
     {
         decode_arg a = {.pool = pool};
@@ -327,17 +317,9 @@ int main(int argc, char **argv) {
                    bytes / hi * 1e-9, bytes / lo * 1e-9, 100.0 * bytes / med * 1e-9 / bw, 100 * g_cpu_share);
         }
         {
-            const size_t rb = (size_t)moe_row_bytes(type, 2048);
-            double c[REPS];
-            for (int r = 0; r < REPS; r++) {
-                const double c0 = thread_cpu();
-                k->gemv[type](buf, rb, LMHEAD_ROWS, x, y, 2048);
-                c[r] = thread_cpu() - c0;
-            }
-            qsort(c, REPS, sizeof c[0], cmpd);
-            const double bytes = (double)rb * LMHEAD_ROWS;
-            printf("%-8s %-14s %9.1f %8.1f..%-8.1f GB/s per CPU-second, 1 thread\n", name, "100352x2048",
-                   bytes / c[REPS / 2] * 1e-9, bytes / c[REPS - 1] * 1e-9, bytes / c[0] * 1e-9);
+            job j = {.k = k, .type = type, .w = buf, .rb = (size_t)moe_row_bytes(type, 2048), .nrows = LMHEAD_ROWS,
+                     .n = 2048, .x = x, .y = y};
+            one_thread_rate(name, "100352x2048", &j, 1, (double)j.rb * LMHEAD_ROWS, "GB/s per CPU-second, 1 thread");
         }
         bench_l2(k, type, buf, x, NULL, y, name, 128, 2048);
         bench_l2(k, type, buf, x, NULL, y, name, 1024, 256);

@@ -127,10 +127,7 @@
  *     load, a shift, two ANDs and two lookups for two vpdpbusd; the earlier
  *     full-group layout (slab t of 32 bytes, blocks 8.. in the high nibbles)
  *     took a broadcast load, a masked shift, an AND and a lookup per
- *     vpdpbusd. bench_quant "a8 128x2048" (AVX-512, 1 thread, weights in L2,
- *     GB/s, both builds alternating, with the canonical NVFP4 scales below):
- *     NVFP4 27.5-28.9 -> 39.5-40.8, MXFP4 31.5-32.1 -> 39.0-39.3, Q4_K 30.0-
- *     30.2 -> 39.9-40.4, Q6_K 40.3-40.4 -> 44.2-44.5, Q4_0 equal.
+ *     vpdpbusd (figures: docs/KERNELS.md, the 4-bit formats under act_q8).
  *   The kernels turn codes into unsigned bytes u for vpdpbusd and start the
  *   sums from corrections: NVFP4 / MXFP4 u = kv[code] + 12 (0..24, a
  *   16-entry table), starting from -12 * hsum (NVFP4 half h: -12 * hsum[16h
