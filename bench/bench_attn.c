@@ -54,10 +54,11 @@ typedef struct {
 static int cache_fill(cache *c, int fmt, int nheads, moe_rng *r) {
     const size_t el = fmt == FMT_F32 || fmt == FMT_F32S ? 4 : fmt == FMT_F16 ? 2 : 1;
     c->kbytes = c->vbytes = (size_t)CP * D * el;
-    c->k = malloc(c->kbytes * (size_t)nheads);
-    c->v = malloc(c->vbytes * (size_t)nheads);
-    c->kd = fmt == FMT_Q8 ? malloc(sizeof(uint16_t) * (D / 32) * CP * (size_t)nheads) : NULL;
-    c->vd = fmt == FMT_Q8 ? malloc(sizeof(uint16_t) * (D / 32) * CP * (size_t)nheads) : NULL;
+    /* on cache lines, as a session's buffers */
+    c->k = moe_calloc_aligned(c->kbytes, (size_t)nheads, 0);
+    c->v = moe_calloc_aligned(c->vbytes, (size_t)nheads, 0);
+    c->kd = fmt == FMT_Q8 ? moe_calloc_aligned(sizeof(uint16_t) * (D / 32) * CP, (size_t)nheads, 0) : NULL;
+    c->vd = fmt == FMT_Q8 ? moe_calloc_aligned(sizeof(uint16_t) * (D / 32) * CP, (size_t)nheads, 0) : NULL;
     if (!c->k || !c->v || (fmt == FMT_Q8 && (!c->kd || !c->vd))) return -1;
     uint8_t a8[A8_GROUP_BYTES];
     float x[D];
@@ -80,10 +81,10 @@ static int cache_fill(cache *c, int fmt, int nheads, moe_rng *r) {
 }
 
 static void cache_free(cache *c) {
-    free(c->k);
-    free(c->v);
-    free(c->kd);
-    free(c->vd);
+    moe_free_aligned(c->k);
+    moe_free_aligned(c->v);
+    moe_free_aligned(c->kd);
+    moe_free_aligned(c->vd);
 }
 
 /* The FP32 / kv_f16 softmax of the forward pass over G heads: max and exp
@@ -152,9 +153,9 @@ int main(int argc, char **argv) {
     const char *isa_names[MOE_ISA_COUNT] = {"scalar", "avx2", "avx512"};
     moe_rng r;
     moe_rng_seed(&r, 11);
-    float *q = malloc(sizeof(float) * 8 * D), *sc = calloc(8 * CP, sizeof(float));
-    float *wb = malloc(sizeof(float) * 8 * (D / 32) * CP), *o = malloc(sizeof(float) * 8 * D);
-    uint8_t *qa = malloc((size_t)moe_act8_row_bytes(D) * 8);
+    float *q = moe_calloc_aligned(sizeof(float), 8 * D, 0), *sc = moe_calloc_aligned(8 * CP, sizeof(float), 0);
+    float *wb = moe_calloc_aligned(sizeof(float), 8 * (D / 32) * CP, 0), *o = moe_calloc_aligned(sizeof(float), 8 * D, 0);
+    uint8_t *qa = moe_calloc_aligned((size_t)moe_act8_row_bytes(D), 8, 0);
     if (!q || !sc || !wb || !o || !qa) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
     for (int i = 0; i < 8 * D; i++) q[i] = (float)moe_rng_normal(&r);
     printf("attention per (token, KV head) item, head size %d, 1 thread, us (median of %d x %d items, scalar %d);\n"
@@ -189,10 +190,10 @@ int main(int argc, char **argv) {
         cache_free(&c1);
         cache_free(&cm);
     }
-    free(q);
-    free(sc);
-    free(wb);
-    free(o);
-    free(qa);
+    moe_free_aligned(q);
+    moe_free_aligned(sc);
+    moe_free_aligned(wb);
+    moe_free_aligned(o);
+    moe_free_aligned(qa);
     return 0;
 }

@@ -66,12 +66,12 @@ static void run(moe_pool *pool, const moe_kernels *k, uint32_t type) {
     const size_t rb = (size_t)moe_row_bytes(type, N_IN), mb = rb * ROWS;
     const size_t tensor = mb * EXPERTS, total = 2 * tensor * LAYERS;
     uint8_t *pool_mem = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    uint8_t *plain = malloc(mb), *xa = malloc((size_t)moe_act8_row_bytes(N_IN));
-    float *x = malloc(sizeof(float) * N_IN), *y = malloc(sizeof(float) * 2 * USED * ROWS);
+    uint8_t *plain = malloc(mb), *xa = moe_calloc_aligned((size_t)moe_act8_row_bytes(N_IN), 1, 0);   /* on cache lines, as a session's */
+    float *x = moe_calloc_aligned(sizeof(float), N_IN, 0), *y = moe_calloc_aligned(sizeof(float), 2 * USED * ROWS, 0);
     if (pool_mem == MAP_FAILED || !plain || !xa || !x || !y) {
         printf("%-6s (cannot allocate %zu MB)\n", name, total >> 20);
         if (pool_mem != MAP_FAILED) munmap(pool_mem, total);
-        free(plain); free(xa); free(x); free(y);
+        free(plain); moe_free_aligned(xa); moe_free_aligned(x); moe_free_aligned(y);
         return;
     }
 #ifdef MADV_HUGEPAGE
@@ -109,7 +109,7 @@ static void run(moe_pool *pool, const moe_kernels *k, uint32_t type) {
            name, bytes / stats_quantile_sorted(t, STEPS, 0.5) * 1e-9, bytes / stats_quantile_sorted(t, STEPS, 0.9) * 1e-9,
            bytes / stats_quantile_sorted(t, STEPS, 0.1) * 1e-9, STEPS, LAYERS, 2 * USED * (double)mb / 1e6, bw);
     munmap(pool_mem, total);
-    free(plain); free(xa); free(x); free(y);
+    free(plain); moe_free_aligned(xa); moe_free_aligned(x); moe_free_aligned(y);
 }
 
 int main(int argc, char **argv) {

@@ -219,7 +219,7 @@ static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_
      * it is one pass over each token's n floats per matrix input (not per
      * matrix row), a small cost next to reading the weights. */
     const size_t ab512 = (size_t)moe_act8_row_bytes(512), ab2048 = (size_t)moe_act8_row_bytes(2048);
-    uint8_t *xa512 = malloc(ab512), *xa = malloc(ab2048 * (size_t)ntok);
+    uint8_t *xa512 = moe_calloc_aligned(ab512, 1, 0), *xa = moe_calloc_aligned(ab2048, (size_t)ntok, 0);   /* on cache lines, as a session's */
     moe_quantize_act8(x, xa512, 512);
     for (int64_t t = 0; t < ntok; t++) moe_quantize_act8(x + t * 2048, xa + (size_t)t * ab2048, 2048);
     static const struct { int64_t rows, n; const char *label; } shapes[] = {
@@ -253,16 +253,16 @@ static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_
     /* n = 256: a partial group has its own a8 layout, so its own repack (the
      * plain rows of n = 2048 are also valid rows of n = 256) */
     const size_t rb256 = (size_t)moe_row_bytes(type, 256);
-    uint8_t *wa256 = malloc(rb256 * 1024), *xa256 = malloc((size_t)moe_act8_row_bytes(256));
+    uint8_t *wa256 = malloc(rb256 * 1024), *xa256 = moe_calloc_aligned((size_t)moe_act8_row_bytes(256), 1, 0);
     if (wa256 && xa256) {
         moe_repack_a8(type, buf, wa256, 1024, 256);
         moe_quantize_act8(x, xa256, 256);
         bench_l2(k, type, wa256, NULL, xa256, y, name, 1024, 256);
     }
     free(wa256);
-    free(xa256);
-    free(xa512);
-    free(xa);
+    moe_free_aligned(xa256);
+    moe_free_aligned(xa512);
+    moe_free_aligned(xa);
 }
 
 int main(int argc, char **argv) {
@@ -283,7 +283,7 @@ int main(int argc, char **argv) {
     madvise(buf, cap, MADV_HUGEPAGE);
 #endif
     const int64_t ntok = 512;
-    float *x = malloc(sizeof(float) * 2048 * (size_t)ntok), *y = malloc(sizeof(float) * LMHEAD_ROWS * 4 + sizeof(float) * 2048 * (size_t)ntok);
+    float *x = moe_calloc_aligned(sizeof(float) * 2048, (size_t)ntok, 0), *y = moe_calloc_aligned(sizeof(float), LMHEAD_ROWS * 4 + 2048 * (size_t)ntok, 0);
     moe_rng rng;
     moe_rng_seed(&rng, 1);
     for (int64_t i = 0; i < 2048 * ntok; i++) x[i] = (float)(moe_rng_uniform(&rng) - 0.5);
@@ -344,7 +344,7 @@ int main(int argc, char **argv) {
     /* act_q8's activation quantizer (one pass per matrix input per token):
      * the scalar specification and the active level, ns per value */
     if (argc < 2) {
-        uint8_t *qa = malloc((size_t)moe_act8_row_bytes(2048));
+        uint8_t *qa = moe_calloc_aligned((size_t)moe_act8_row_bytes(2048), 1, 0);
         for (int lvl = 0; lvl < 2; lvl++) {
             double c[REPS];
             for (int r = 0; r < REPS; r++) {
@@ -360,10 +360,10 @@ int main(int argc, char **argv) {
             printf("%-8s %-14s %9.2f %8.2f..%-8.2f ns per value, 1 thread CPU time\n", "act8 q",
                    lvl ? k->name : "spec", c[REPS / 2] / v * 1e9, c[0] / v * 1e9, c[REPS - 1] / v * 1e9);
         }
-        free(qa);
+        moe_free_aligned(qa);
     }
     munmap(buf, cap);
-    free(x); free(y);
+    moe_free_aligned(x); moe_free_aligned(y);
     moe_pool_free(pool);
     return 0;
 }

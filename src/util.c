@@ -77,6 +77,25 @@ double moe_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void *moe_calloc_aligned(size_t n, size_t size, size_t offset) {
+    offset &= 63;
+    if (size && n > (SIZE_MAX - 128) / size) return NULL;
+    unsigned char *raw = calloc(1, n * size + 128);
+    if (!raw) return NULL;
+    /* the first boundary at least 16 bytes in (malloc aligns to 16, so 16..64
+     * bytes): room before p for the pointer free needs */
+    unsigned char *p = raw + 64 - ((uintptr_t)raw & 63) + offset;
+    memcpy(p - sizeof raw, &raw, sizeof raw);
+    return p;
+}
+
+void moe_free_aligned(void *p) {
+    if (!p) return;
+    unsigned char *raw;
+    memcpy(&raw, (unsigned char *)p - sizeof raw, sizeof raw);
+    free(raw);
+}
+
 void moe_sha256_hex(const void *data, size_t len, char hex[65]) {
     unsigned char md[32];
     unsigned int n = 0;

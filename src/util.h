@@ -81,6 +81,17 @@ static inline float moe_expf(float x) {
 /* Monotonic clock in seconds. */
 double moe_now(void);
 
+/* n * size zeroed bytes starting `offset` bytes (0..63) past a 64-byte
+ * boundary, NULL on overflow or out of memory; release with
+ * moe_free_aligned. Why: the SIMD kernels read activation rows, KV rows and
+ * scratch in 64-byte pieces, and with calloc's 16-byte alignment every such
+ * piece straddles two cache lines (two loads each); offset 16 reproduces
+ * that placement on purpose (flag aligned_buffers off). Built on calloc, so
+ * large blocks stay lazily zero-filled and count in the resident set only
+ * once touched. */
+void *moe_calloc_aligned(size_t n, size_t size, size_t offset);
+void moe_free_aligned(void *p);
+
 /* SHA-256 of a memory range (used for trace provenance). hex must hold 65 bytes. */
 void moe_sha256_hex(const void *data, size_t len, char hex[65]);
 /* sha256 of a file read in chunks (does not keep the file resident). */

@@ -283,6 +283,21 @@ static void check_sibling(const char *path, size_t V) {
         CHECK_MSG(!memcmp(b, r, V * sizeof(float)), "sibling logits differ from a kv_q8 session's at call %d", c);
         CHECK_MSG(memcmp(a, b, V * sizeof(float)), "kv_q8 sibling logits equal the FP32 session's at call %d", c);
     }
+    /* aligned_buffers is per session: a sibling without it has its buffers 16
+     * bytes past a cache line (the reference placement), the session's are on one */
+    moe_session *sm = NULL;
+    CHECK_EQ_INT(moe_session_new_sibling(s, "-aligned_buffers", &sm, err, sizeof err), MOE_OK);
+    if (sm) {
+        const void *on[] = {s->x, s->xn, s->q, s->att, s->k_cache, s->v_cache, s->hg, s->scores};
+        const void *off[] = {sm->x, sm->xn, sm->q, sm->att, sm->k_cache, sm->v_cache, sm->hg, sm->scores};
+        for (size_t i = 0; i < sizeof on / sizeof on[0]; i++) {
+            CHECK_MSG((uintptr_t)on[i] % 64 == 0, "buffer %zu at %zu past a line with aligned_buffers", i,
+                      (size_t)((uintptr_t)on[i] % 64));
+            CHECK_MSG((uintptr_t)off[i] % 64 == 16, "buffer %zu at %zu past a line without aligned_buffers", i,
+                      (size_t)((uintptr_t)off[i] % 64));
+        }
+        moe_session_free(sm);
+    }
 done:
     moe_session_free(sb);
     moe_session_free(s);

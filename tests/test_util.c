@@ -1,5 +1,5 @@
 /* test_util.c — the small pieces: moe_expf accuracy, half/bfloat conversion,
- * static partitioning, flag specs, the sampler. */
+ * static partitioning, flag specs, the sampler, the aligned allocator. */
 #include <math.h>
 #include <stdint.h>
 
@@ -139,8 +139,34 @@ static void test_sampler(void) {
     CHECK(moe_sampler_new(&p, 0, &s, err, sizeof err) == MOE_EINVAL);
 }
 
+/* moe_calloc_aligned: the asked placement past a 64-byte boundary, zeroed,
+ * every byte writable (ASan checks the bounds), NULL on overflow. */
+static void test_aligned_alloc(void) {
+    static const size_t sizes[] = {1, 3, 64, 100, 4096, 1 << 20};
+    for (size_t o = 0; o < 64; o += 16)
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            unsigned char *p = moe_calloc_aligned(sizes[i], 1, o);
+            CHECK_MSG(p != NULL, "%zu bytes at offset %zu: NULL", sizes[i], o);
+            if (!p) continue;
+            CHECK_MSG((uintptr_t)p % 64 == o, "%zu bytes at offset %zu: address %% 64 = %zu", sizes[i], o,
+                      (size_t)((uintptr_t)p % 64));
+            size_t nz = 0;
+            for (size_t b = 0; b < sizes[i]; b++) nz += p[b] != 0;
+            CHECK_MSG(nz == 0, "%zu bytes at offset %zu: %zu not zero", sizes[i], o, nz);
+            memset(p, 0xA5, sizes[i]);
+            moe_free_aligned(p);
+        }
+    float *f = moe_calloc_aligned(1000, sizeof(float), 0);
+    CHECK(f != NULL && (uintptr_t)f % 64 == 0);
+    moe_free_aligned(f);
+    CHECK(moe_calloc_aligned(SIZE_MAX / 2, 4, 0) == NULL);
+    CHECK(moe_calloc_aligned(SIZE_MAX - 64, 1, 0) == NULL);
+    moe_free_aligned(NULL);
+}
+
 int main(void) {
     test_expf();
+    test_aligned_alloc();
     test_half();
     test_split();
     test_flags();

@@ -53,11 +53,18 @@ static void rope_table(const moe_rope *r, int n_ctx, float *tab) {
     }
 }
 
-static void *xcalloc(size_t n, size_t sz, bool *ok) {
-    if (!*ok) return NULL;
+/* A session's buffers: on a cache line, or 16 bytes past one with flag
+ * aligned_buffers off (util.h says why it matters); the first failure sticks. */
+typedef struct {
+    bool ok;
+    size_t offset;
+} buf_alloc;
+
+static void *xcalloc(size_t n, size_t sz, buf_alloc *a) {
+    if (!a->ok) return NULL;
     if (n == 0) n = 1;
-    void *p = calloc(n, sz);
-    if (!p) *ok = false;
+    void *p = moe_calloc_aligned(n, sz, a->offset);
+    if (!p) a->ok = false;
     return p;
 }
 
@@ -113,63 +120,63 @@ static int session_create(moe_model *m, const moe_session_params *p, uint64_t fl
     const size_t D = (size_t)hp->head_dim, Dv = (size_t)hp->head_dim_v, Hkv = (size_t)hp->n_head_kv;
     const size_t K = (size_t)hp->n_expert_used, NE = (size_t)hp->n_expert, L = (size_t)hp->n_layer;
     const size_t C = (size_t)n_ctx;
-    bool ok = true;
+    buf_alloc al = {true, moe_flag_on(flags, MOE_FLAG_ALIGNED_BUFFERS) ? 0 : 16};
     s->kv_half = moe_flag_on(flags, MOE_FLAG_KV_F16);
     s->kv_q8 = moe_flag_on(flags, MOE_FLAG_KV_Q8);
     s->ctx_pad = (n_ctx + 15) / 16 * 16;
     if (s->kv_q8) {                                   /* layouts: attn.h */
         const size_t Cp = (size_t)s->ctx_pad, Dm = D > Dv ? D : Dv;
         s->a8_row = (size_t)moe_act8_row_bytes((int64_t)Dm);
-        s->k_cache = xcalloc(L * Hkv * Cp, D, &ok);
-        s->v_cache = xcalloc(L * Hkv * Cp, Dv, &ok);
-        s->k_scale = xcalloc(L * Hkv * (D / 32) * Cp, sizeof(uint16_t), &ok);
-        s->v_scale = xcalloc(L * Hkv * (Dv / 32) * Cp, sizeof(uint16_t), &ok);
-        s->q_a8 = xcalloc((size_t)n_threads * Hm, s->a8_row, &ok);
-        s->kv_a8 = xcalloc((size_t)n_threads, s->a8_row, &ok);
-        s->attn_w = xcalloc((size_t)n_threads * Hm * (Dv / 32) * C, sizeof(float), &ok);
+        s->k_cache = xcalloc(L * Hkv * Cp, D, &al);
+        s->v_cache = xcalloc(L * Hkv * Cp, Dv, &al);
+        s->k_scale = xcalloc(L * Hkv * (D / 32) * Cp, sizeof(uint16_t), &al);
+        s->v_scale = xcalloc(L * Hkv * (Dv / 32) * Cp, sizeof(uint16_t), &al);
+        s->q_a8 = xcalloc((size_t)n_threads * Hm, s->a8_row, &al);
+        s->kv_a8 = xcalloc((size_t)n_threads, s->a8_row, &al);
+        s->attn_w = xcalloc((size_t)n_threads * Hm * (Dv / 32) * C, sizeof(float), &al);
     } else {
         const size_t kv_elem = s->kv_half ? sizeof(uint16_t) : sizeof(float);
-        s->k_cache = xcalloc(L * C * Hkv * D, kv_elem, &ok);
-        s->v_cache = xcalloc(L * C * Hkv * Dv, kv_elem, &ok);
+        s->k_cache = xcalloc(L * C * Hkv * D, kv_elem, &al);
+        s->v_cache = xcalloc(L * C * Hkv * Dv, kv_elem, &al);
     }
-    s->rope_full = xcalloc(C * (size_t)hp->rope_full.n_rot, sizeof(float), &ok);
-    if (hp->swa_window > 0) s->rope_swa = xcalloc(C * (size_t)hp->rope_swa.n_rot, sizeof(float), &ok);
-    s->x = xcalloc(B * E, sizeof(float), &ok);
-    s->xn = xcalloc(B * E, sizeof(float), &ok);
-    s->proj = xcalloc(B * E, sizeof(float), &ok);
-    s->ffn_out = xcalloc(B * E, sizeof(float), &ok);
-    s->q = xcalloc(B * Hm * D, sizeof(float), &ok);
-    s->k = xcalloc(B * Hkv * D, sizeof(float), &ok);
-    s->v = xcalloc(B * Hkv * Dv, sizeof(float), &ok);
-    s->att = xcalloc(B * Hm * Dv, sizeof(float), &ok);
-    s->gate = xcalloc(B * Hm * Dv, sizeof(float), &ok);
-    s->router = xcalloc(B * NE, sizeof(float), &ok);
-    s->selw = xcalloc(B * K, sizeof(float), &ok);
-    s->sel = xcalloc(B * K, sizeof(int32_t), &ok);
-    s->ex_slot = xcalloc(B * K, sizeof(int32_t), &ok);
-    s->gather_src = xcalloc(B * K, sizeof(int32_t), &ok);
-    s->expert_rows = xcalloc(NE, sizeof(int32_t), &ok);
-    s->jobs = xcalloc(NE + 1, sizeof *s->jobs, &ok);
-    s->job_pre = xcalloc(2 * (NE + 2), sizeof *s->job_pre, &ok);
-    s->xg = xcalloc(B * K * E, sizeof(float), &ok);
-    s->eout = xcalloc(B * K * E, sizeof(float), &ok);
+    s->rope_full = xcalloc(C * (size_t)hp->rope_full.n_rot, sizeof(float), &al);
+    if (hp->swa_window > 0) s->rope_swa = xcalloc(C * (size_t)hp->rope_swa.n_rot, sizeof(float), &al);
+    s->x = xcalloc(B * E, sizeof(float), &al);
+    s->xn = xcalloc(B * E, sizeof(float), &al);
+    s->proj = xcalloc(B * E, sizeof(float), &al);
+    s->ffn_out = xcalloc(B * E, sizeof(float), &al);
+    s->q = xcalloc(B * Hm * D, sizeof(float), &al);
+    s->k = xcalloc(B * Hkv * D, sizeof(float), &al);
+    s->v = xcalloc(B * Hkv * Dv, sizeof(float), &al);
+    s->att = xcalloc(B * Hm * Dv, sizeof(float), &al);
+    s->gate = xcalloc(B * Hm * Dv, sizeof(float), &al);
+    s->router = xcalloc(B * NE, sizeof(float), &al);
+    s->selw = xcalloc(B * K, sizeof(float), &al);
+    s->sel = xcalloc(B * K, sizeof(int32_t), &al);
+    s->ex_slot = xcalloc(B * K, sizeof(int32_t), &al);
+    s->gather_src = xcalloc(B * K, sizeof(int32_t), &al);
+    s->expert_rows = xcalloc(NE, sizeof(int32_t), &al);
+    s->jobs = xcalloc(NE + 1, sizeof *s->jobs, &al);
+    s->job_pre = xcalloc(2 * (NE + 2), sizeof *s->job_pre, &al);
+    s->xg = xcalloc(B * K * E, sizeof(float), &al);
+    s->eout = xcalloc(B * K * E, sizeof(float), &al);
     size_t hid = max3(B * K * (size_t)hp->n_ff_exp + B * (size_t)hp->n_ff_shexp, B * (size_t)hp->n_ff, 1);
-    s->hg = xcalloc(hid, sizeof(float), &ok);
-    s->hu = xcalloc(hid, sizeof(float), &ok);
-    s->scores = xcalloc((size_t)n_threads * Hm * C, sizeof(float), &ok);
-    s->attn_sum = xcalloc((size_t)n_threads * Hm, sizeof(float), &ok);
-    if (shadow) s->logits_tmp = xcalloc(B * (size_t)hp->n_vocab, sizeof(float), &ok); /* the twin's logits */
+    s->hg = xcalloc(hid, sizeof(float), &al);
+    s->hu = xcalloc(hid, sizeof(float), &al);
+    s->scores = xcalloc((size_t)n_threads * Hm * C, sizeof(float), &al);
+    s->attn_sum = xcalloc((size_t)n_threads * Hm, sizeof(float), &al);
+    if (shadow) s->logits_tmp = xcalloc(B * (size_t)hp->n_vocab, sizeof(float), &al); /* the twin's logits */
     if (moe_flag_on(flags, MOE_FLAG_ACT_Q8)) {
         const size_t in_max = E > Hm * Dv ? E : Hm * Dv;
         const size_t aE = (size_t)moe_act8_row_bytes((int64_t)E);
         const size_t aX = (size_t)moe_act8_row_bytes((int64_t)in_max);
         const size_t aFx = (size_t)moe_act8_row_bytes(hp->n_ff_exp), aFs = (size_t)moe_act8_row_bytes(hp->n_ff_shexp);
         const size_t aF = (size_t)moe_act8_row_bytes(hp->n_ff);
-        s->xa = xcalloc(B, aX, &ok);
-        s->xga = xcalloc(B * K, aE, &ok);
-        s->ha = xcalloc(max3(B * K * aFx + B * aFs, B * aF, 1), 1, &ok);
+        s->xa = xcalloc(B, aX, &al);
+        s->xga = xcalloc(B * K, aE, &al);
+        s->ha = xcalloc(max3(B * K * aFx + B * aFs, B * aF, 1), 1, &al);
     }
-    if (!ok) {
+    if (!al.ok) {
         moe_session_free(s);
         return moe_errf(err, errlen, MOE_ENOMEM, "session: out of memory for n_ctx %d, n_batch %d", n_ctx, n_batch);
     }
@@ -226,26 +233,26 @@ int moe_session_new_sibling(moe_session *s, const char *spec, moe_session **out,
 void moe_session_free(moe_session *s) {
     if (!s) return;
     if (!s->pool_borrowed) moe_pool_free(s->pool);
-    free(s->k_cache);
-    free(s->v_cache);
-    free(s->k_scale);
-    free(s->v_scale);
-    free(s->q_a8);
-    free(s->kv_a8);
-    free(s->attn_w);
+    moe_free_aligned(s->k_cache);
+    moe_free_aligned(s->v_cache);
+    moe_free_aligned(s->k_scale);
+    moe_free_aligned(s->v_scale);
+    moe_free_aligned(s->q_a8);
+    moe_free_aligned(s->kv_a8);
+    moe_free_aligned(s->attn_w);
     float *fs[] = {s->rope_full, s->rope_swa, s->x, s->xn, s->proj, s->ffn_out, s->q,
                    s->k, s->v, s->att, s->gate, s->router, s->selw, s->xg, s->eout, s->hg, s->hu, s->scores, s->attn_sum,
                    s->logits_tmp};
-    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) free(fs[i]);
-    free(s->sel);
-    free(s->ex_slot);
-    free(s->gather_src);
-    free(s->expert_rows);
-    free(s->jobs);
-    free(s->job_pre);
-    free(s->xa);
-    free(s->xga);
-    free(s->ha);
+    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) moe_free_aligned(fs[i]);
+    moe_free_aligned(s->sel);
+    moe_free_aligned(s->ex_slot);
+    moe_free_aligned(s->gather_src);
+    moe_free_aligned(s->expert_rows);
+    moe_free_aligned(s->jobs);
+    moe_free_aligned(s->job_pre);
+    moe_free_aligned(s->xa);
+    moe_free_aligned(s->xga);
+    moe_free_aligned(s->ha);
     moe_session_free(s->shadow);
     free(s);
 }
