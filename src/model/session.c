@@ -233,26 +233,12 @@ int moe_session_new_sibling(moe_session *s, const char *spec, moe_session **out,
 void moe_session_free(moe_session *s) {
     if (!s) return;
     if (!s->pool_borrowed) moe_pool_free(s->pool);
-    moe_free_aligned(s->k_cache);
-    moe_free_aligned(s->v_cache);
-    moe_free_aligned(s->k_scale);
-    moe_free_aligned(s->v_scale);
-    moe_free_aligned(s->q_a8);
-    moe_free_aligned(s->kv_a8);
-    moe_free_aligned(s->attn_w);
-    float *fs[] = {s->rope_full, s->rope_swa, s->x, s->xn, s->proj, s->ffn_out, s->q,
-                   s->k, s->v, s->att, s->gate, s->router, s->selw, s->xg, s->eout, s->hg, s->hu, s->scores, s->attn_sum,
-                   s->logits_tmp};
-    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) moe_free_aligned(fs[i]);
-    moe_free_aligned(s->sel);
-    moe_free_aligned(s->ex_slot);
-    moe_free_aligned(s->gather_src);
-    moe_free_aligned(s->expert_rows);
-    moe_free_aligned(s->jobs);
-    moe_free_aligned(s->job_pre);
-    moe_free_aligned(s->xa);
-    moe_free_aligned(s->xga);
-    moe_free_aligned(s->ha);
+    /* every buffer session_create allocated (xcalloc) */
+    void *bufs[] = {s->k_cache, s->v_cache, s->k_scale, s->v_scale, s->q_a8, s->kv_a8, s->attn_w, s->rope_full,
+                    s->rope_swa, s->x, s->xn, s->proj, s->ffn_out, s->q, s->k, s->v, s->att, s->gate, s->router,
+                    s->selw, s->xg, s->eout, s->hg, s->hu, s->scores, s->attn_sum, s->logits_tmp, s->sel, s->ex_slot,
+                    s->gather_src, s->expert_rows, s->jobs, s->job_pre, s->xa, s->xga, s->ha};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) moe_free_aligned(bufs[i]);
     moe_session_free(s->shadow);
     free(s);
 }
