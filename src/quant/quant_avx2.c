@@ -31,7 +31,7 @@ ALWAYS_INLINE __m256 i8f(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_e
 
 ALWAYS_INLINE void dq_q8_0(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
     const uint8_t *b = row + i * QB_Q8_0 * S;
-    const __m256 d = _mm256_set1_ps(f16s(b));
+    const __m256 d = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(b)]);   /* a broadcast load (quant_internal.h) */
     UNROLL for (int j = 0; j < 4; j++) v[j] = _mm256_mul_ps(i8f(ld64(b + 2 + 8 * j)), d);
 }
 

@@ -30,10 +30,10 @@ static const float K_0_15[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
 
 /* ---- part dequantizers ---------------------------------------------------- */
 
-/* Q8_0: part = block of 32. w = (float)q * d */
+/* Q8_0: part = block of 32. w = (float)q * d; d broadcast from moe_f16_f32_tab */
 ALWAYS_INLINE void dq_q8_0(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
     const uint8_t *b = row + i * QB_Q8_0 * S;
-    const __m512 d = _mm512_set1_ps(f16s(b));
+    const __m512 d = _mm512_set1_ps(moe_f16_f32_tab[moe_rd16(b)]);
     v[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(b + 2))), d);
     v[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld128(b + 18))), d);
 }
