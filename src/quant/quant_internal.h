@@ -65,6 +65,7 @@ static inline void moe_q4k_unpack16(const uint8_t *q, uint8_t out[16]) {
     memcpy(out, u, 16);
 }
 static inline uint16_t moe_rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static inline uint64_t moe_rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
 /* The gemv / gemm entry points of a block format, shared by the SIMD files:
  * each file defines tile_NAME(w, row_step, x, xs, y, ys, n, R, T, S) (R rows x
