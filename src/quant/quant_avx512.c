@@ -59,7 +59,8 @@ ALWAYS_INLINE void dq_mxfp4(const uint8_t *row, int64_t i, __m512 *v, float *st,
 /* NVFP4: part = block of 64; sub-block s: t[c] = (float)kv[c] * ue4m3_half[d[s]],
  * one row of moe_nvfp4_wtab. Its 8 code bytes become the 16 bytes {b, b >> 4}
  * in an xmm register (cheap 128-bit ops), widened to 16 dword indices;
- * vpermps reads the low 4 bits. */
+ * vpermps reads the low 4 bits. The contract's lane order: the wide fill's;
+ * the gemv/gemm tiles use dq_nvfp4p below. */
 ALWAYS_INLINE void dq_nvfp4(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
     const uint8_t *b = row + i * QB_NVFP4 * S;
     UNROLL for (int s = 0; s < 4; s++) {
