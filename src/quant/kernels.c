@@ -49,9 +49,11 @@ static int isa_by_name(const char *name) {
 }
 
 float moe_f16_f32_tab[65536] __attribute__((aligned(64)));
+float moe_e8m0_half_tab[256] __attribute__((aligned(64)));
 
 static void init_once(void) {
     for (uint32_t h = 0; h < 65536; h++) moe_f16_f32_tab[h] = moe_f16_to_f32((uint16_t)h);
+    for (int e = 0; e < 256; e++) moe_e8m0_half_tab[e] = moe_e8m0_half((uint8_t)e);
     for (int i = 0; i < MOE_ISA_COUNT; i++) {
         g_has[i] = cpu_has((moe_isa)i);
         if (g_has[i]) g_best = (moe_isa)i;

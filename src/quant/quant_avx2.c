@@ -37,7 +37,7 @@ ALWAYS_INLINE void dq_q8_0(const uint8_t *row, int64_t i, __m256 *v, float *st, 
 
 ALWAYS_INLINE void dq_q4_0(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
     const uint8_t *b = row + i * QB_Q4_0 * S;
-    const __m256 d = _mm256_set1_ps(f16s(b));
+    const __m256 d = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(b)]);
     const __m128i q = ld128(b + 2), m = _mm_set1_epi8(15), c8 = _mm_set1_epi8(8);
     const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m), c8);
     const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m), c8);
@@ -49,7 +49,7 @@ ALWAYS_INLINE void dq_q4_0(const uint8_t *row, int64_t i, __m256 *v, float *st, 
 
 ALWAYS_INLINE void dq_mxfp4(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
     const uint8_t *b = row + i * QB_MXFP4 * S;
-    const __m256 d = _mm256_set1_ps(moe_e8m0_half(b[0]));
+    const __m256 d = _mm256_set1_ps(moe_e8m0_half_tab[b[0]]);
     const __m128i kv = _mm_loadu_si128((const __m128i *)moe_kvalues_fp4), m = _mm_set1_epi8(15);
     const __m128i q = ld128(b + 1);
     const __m128i lo = _mm_shuffle_epi8(kv, _mm_and_si128(q, m));

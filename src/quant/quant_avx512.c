@@ -41,7 +41,7 @@ ALWAYS_INLINE void dq_q8_0(const uint8_t *row, int64_t i, __m512 *v, float *st, 
 /* Q4_0: table t[c] = (float)(c-8) * d; vpermps uses the low 4 bits of each index. */
 ALWAYS_INLINE void dq_q4_0(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
     const uint8_t *b = row + i * QB_Q4_0 * S;
-    const __m512 tab = _mm512_mul_ps(_mm512_loadu_ps(K_M8), _mm512_set1_ps(f16s(b)));
+    const __m512 tab = _mm512_mul_ps(_mm512_loadu_ps(K_M8), _mm512_set1_ps(moe_f16_f32_tab[moe_rd16(b)]));
     const __m512i idx = _mm512_cvtepu8_epi32(ld128(b + 2));
     v[0] = _mm512_permutexvar_ps(idx, tab);
     v[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), tab);
@@ -50,7 +50,7 @@ ALWAYS_INLINE void dq_q4_0(const uint8_t *row, int64_t i, __m512 *v, float *st, 
 /* MXFP4: t[c] = (float)kv[c] * 2^(e-128). */
 ALWAYS_INLINE void dq_mxfp4(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
     const uint8_t *b = row + i * QB_MXFP4 * S;
-    const __m512 tab = _mm512_mul_ps(_mm512_loadu_ps(moe_kvalues_fp4_f), _mm512_set1_ps(moe_e8m0_half(b[0])));
+    const __m512 tab = _mm512_mul_ps(_mm512_loadu_ps(moe_kvalues_fp4_f), _mm512_set1_ps(moe_e8m0_half_tab[b[0]]));
     const __m512i idx = _mm512_cvtepu8_epi32(ld128(b + 1));
     v[0] = _mm512_permutexvar_ps(idx, tab);
     v[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), tab);

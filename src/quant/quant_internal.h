@@ -29,13 +29,17 @@ extern const float moe_ue4m3_half[256];
  * in L2). A compile-time table (quant_ref.c). */
 extern const float moe_nvfp4_wtab[256][16];
 /* Every IEEE half as a float (moe_f16_to_f32, exact), filled once before any
- * kernel table is handed out (kernels.c). Why: the FP32-contract Q8_0
- * dequantizers need each block's scale in all lanes, and a broadcast load
- * from this table is a plain load, where converting the half in a register
- * took an insert, a conversion and a broadcast on the vector pipes those
- * kernels are bound by (one core, weights in L2: 20.8 -> 22.4 GB/s). 256 KB,
+ * kernel table is handed out (kernels.c). Why: the FP32-contract Q8_0 and
+ * Q4_0 dequantizers need each block's scale in all lanes, and a broadcast
+ * load from this table is a plain load (or a multiply's embedded broadcast),
+ * where converting the half in a register took an insert, a conversion and a
+ * broadcast on the vector pipes those kernels are bound by (AVX-512, one
+ * core, weights in L2: Q8_0 20.8 -> 22.4 GB/s, Q4_0 11.5 -> 14.6). 256 KB,
  * of which a model's scales touch a few lines. */
 extern float moe_f16_f32_tab[65536];
+/* moe_e8m0_half of every byte, filled alongside: MXFP4's block scales, the
+ * same reason (AVX-512 MXFP4 11.4 -> 13.8 GB/s). */
+extern float moe_e8m0_half_tab[256];
 /* ggml's GGML_E8M0_TO_FP32_HALF(e) = 2^(e-128) (e = 0 and 1 are subnormal). */
 static inline float moe_e8m0_half(uint8_t e) {
     uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
