@@ -33,12 +33,14 @@ extern const float moe_nvfp4_wtab[256][16];
  * Q4_0 dequantizers need each block's scale in all lanes, and a broadcast
  * load from this table is a plain load (or a multiply's embedded broadcast),
  * where converting the half in a register took an insert, a conversion and a
- * broadcast on the vector pipes those kernels are bound by (AVX-512, one
- * core, weights in L2: Q8_0 20.8 -> 22.4 GB/s, Q4_0 11.5 -> 14.6). 256 KB,
+ * broadcast on the vector pipes those kernels are bound by (bench_quant,
+ * AVX-512, one core, weights in L2: Q8_0 19.7-20.8 -> 21.8-22.2 GB/s, Q4_0
+ * 11.6 -> 14.8-14.9). Filling it costs ~0.25 ms once (the first kernel
+ * table handed out). 256 KB,
  * of which a model's scales touch a few lines. */
 extern float moe_f16_f32_tab[65536];
 /* moe_e8m0_half of every byte, filled alongside: MXFP4's block scales, the
- * same reason (AVX-512 MXFP4 11.4 -> 13.8 GB/s). */
+ * same reason (the same rows: MXFP4 9.5-11.5 -> 13.9-14.0 GB/s). */
 extern float moe_e8m0_half_tab[256];
 /* ggml's GGML_E8M0_TO_FP32_HALF(e) = 2^(e-128) (e = 0 and 1 are subnormal). */
 static inline float moe_e8m0_half(uint8_t e) {
