@@ -87,6 +87,14 @@ void moe_session_free(moe_session *s);
 int  moe_session_n_past(const moe_session *s);
 /* Threads the session really uses (1 when the threads flag is off). */
 int  moe_session_threads(const moe_session *s);
+/* Bytes of the KV cache that attention reads for one token at position pos
+ * (0-based), summed over the layers: the keys and values of every position
+ * the token sees (pos + 1, or a sliding layer's window), for every KV head,
+ * in the session's cache format (FP32, half, or kv_q8's codes plus a half
+ * scale per 32). The decode-step cost that moe_model_bytes_per_token leaves
+ * out; the phase profile's attention kv_bytes is the same sum. 0 for a NULL
+ * session or pos < 0. */
+double moe_session_kv_bytes_at(const moe_session *s, int pos);
 /* Drops cached positions >= n_past (n_past <= current). */
 int  moe_session_truncate(moe_session *s, int n_past);
 

@@ -96,6 +96,8 @@ awk -v a="$d_s" -v b="$d_spt" -v c="$st_s" 'BEGIN { exit !(b * 8 / a > 0.999 && 
   bad "decode figures inconsistent: seconds $d_s, s/tok $d_spt, steps $st_s"
 is_val $j decode.bandwidth_gb_per_second null
 is_val $j decode.pct_of_bandwidth_limit null
+is_val $j decode.pct_of_bandwidth_limit_with_kv null
+num_ok $j decode.kv_bytes_per_token "v > 0"
 num_ok $j decode.runs_seconds[1] "v > 0"
 is_val $j token_check null
 is_val $j ab null
@@ -138,9 +140,16 @@ awk -v a="$p0" -v b="$p1" -v x="$b0" -v y="$b1" -v s="$s0" -v t="$s1" -v n="$ns"
     exit !(a > 0 && b > 0 && n == (s == "true") + (t == "true") && ep - m < 1e-6 && m - ep < 1e-6 &&
            eb - w < 1e-6 && w - eb < 1e-6) }' ||
   bad "pct_of_bandwidth_limit $pm / bandwidth $bm do not follow from the windows ($p0, $p1; $b0, $b1; steady $s0, $s1; $ns)"
+# the limit counting the KV cache: the same figure scaled by (weights + KV) / weights
+pk=$(jget $d/d.json decode.pct_of_bandwidth_limit_with_kv); kv=$(jget $d/d.json decode.kv_bytes_per_token)
+bp=$(jget $d/d.json decode.bytes_per_token)
+awk -v m="$pm" -v k="$pk" -v kv="$kv" -v b="$bp" 'BEGIN { e = m * (b + kv) / b; exit !(kv > 0 && k > m && (k - e) / e < 1e-6 && (e - k) / e < 1e-6) }' ||
+  bad "pct_of_bandwidth_limit_with_kv $pk does not follow from $pm, KV $kv and weights $bp bytes per token"
 "$RB" bench -m "$M" -t 2 --prompt-len 16 --decode-steps 8 --window decode --repeat 2 >"$d/dt.txt" 2>"$d/err" ||
   bad "--window decode (text) failed: $(cat "$d/err")"
 grep -q "bandwidth limit .* % (median over the [0-2] of 2 repeats" "$d/dt.txt" || bad "text report lacks the per-window bandwidth line: $(cat "$d/dt.txt")"
+grep -q "KV cache per token .* MB" "$d/dt.txt" || bad "text report lacks the KV bytes line: $(cat "$d/dt.txt")"
+grep -q "limit with KV .* %" "$d/dt.txt" || bad "text report lacks the limit with KV: $(cat "$d/dt.txt")"
 
 # ---- human-readable report
 $B --no-bandwidth >"$d/h.txt" 2>"$d/err" || bad "text report failed: $(cat "$d/err")"

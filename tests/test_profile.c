@@ -167,6 +167,10 @@ static void check_decode_step(moe_session *s, const expect_t *x, bool glue, floa
     if (a) {
         double kv = kv_of(s, pos, 1);
         CHECK_MSG(a->kv_bytes == kv, "%s: attention read %.0f KV bytes, expected %.0f", what, a->kv_bytes, kv);
+        /* the public figure `bench` reports per step is the same sum */
+        CHECK_MSG(moe_session_kv_bytes_at(s, pos) == kv, "%s: moe_session_kv_bytes_at(%d) = %.0f, expected %.0f", what,
+                  pos, moe_session_kv_bytes_at(s, pos), kv);
+        CHECK_MSG(moe_session_kv_bytes_at(s, -1) == 0, "%s: a negative position has KV bytes", what);
     }
     check_times(&p, wall, what);
 }
@@ -332,6 +336,7 @@ int main(void) {
         check_model(path, "default", true);   /* differential mode: the twin adds nothing */
         if (c == 0) check_api(path);
     }
+    CHECK(moe_session_kv_bytes_at(NULL, 5) == 0);
     CHECK_MSG(ran > 0, "no shared models found under %s/oracle", check_shared_dir());
     return check_report("test_profile");
 }

@@ -534,6 +534,13 @@ int cmd_bench(int argc, char **argv) {
      * high-water mark before the first one. */
     long long hwm = peak_rss_bytes();
     const uint64_t bpt = moe_model_bytes_per_token(m);
+    /* the KV cache the decode steps read (positions P .. P+D-1), per step on
+     * average: the bytes the weight-only limit leaves out */
+    double kvpt = 0;
+    if (o.windows & WIN_DECODE) {
+        for (int i = 0; i < D; i++) kvpt += moe_session_kv_bytes_at(s, P + i);
+        kvpt /= D;
+    }
 
     for (int r = 0; r < o.repeat; r++) {
         /* --phases: the last repeat only, so earlier ones run as without it */
@@ -675,6 +682,9 @@ int cmd_bench(int argc, char **argv) {
     double achieved = (double)bpt * steps_tps / 1e9;
     bool have_bw = have_d && bw > 0;
     if (have_bw && o.ab) pct = 100.0 * achieved / bw;
+    /* the same limit counting the KV cache's bytes too: (weights + KV) per
+     * step / bandwidth, over the same step time */
+    const double pct_kv = bpt ? pct * ((double)bpt + kvpt) / (double)bpt : 0;
     if (o.ab) {
         /* pairs: steps (2k, 2k+1) of every repeat (an odd D's last step, A,
          * has no partner); with a sibling B, A's and B's runs of each step */
@@ -739,6 +749,8 @@ int cmd_bench(int argc, char **argv) {
             json_object_set_new(jd, "achieved_gb_per_second", json_real(achieved));
             json_object_set_new(jd, "bandwidth_gb_per_second", num_or_null(have_bw, bw));
             json_object_set_new(jd, "pct_of_bandwidth_limit", num_or_null(have_bw, pct));
+            json_object_set_new(jd, "kv_bytes_per_token", json_real(kvpt));
+            json_object_set_new(jd, "pct_of_bandwidth_limit_with_kv", num_or_null(have_bw, pct_kv));
             json_object_set_new(jd, "bandwidth_runs_gb_per_second",
                                 have_bw && !o.ab ? runs_array(tm.bw, o.repeat) : json_null());
             json_object_set_new(jd, "bandwidth_before_runs_gb_per_second",
@@ -817,6 +829,8 @@ int cmd_bench(int argc, char **argv) {
             printf("  decode steps alone   %10.2f tok/s   %9.3f ms/tok  (seed %.3f s)\n", steps_tps,
                    1e3 * steps_s / D, seed_s);
             printf("  weights per token    %10.3f MB\n", (double)bpt / 1e6);
+            printf("  KV cache per token   %10.3f MB  (mean over the steps: keys and values attention reads)\n",
+                   kvpt / 1e6);
             printf("  achieved             %10.3f GB/s", achieved);
             if (have_bw && o.ab)
                 printf("  = %.1f %% of the measured %.2f GB/s read bandwidth (limit %.1f tok/s)\n", pct, bw,
@@ -834,6 +848,9 @@ int cmd_bench(int argc, char **argv) {
                        bw_hi > 1.25 * bw_lo ? "; the machine's bandwidth changed between repeats" : "");
             else
                 printf("  (bandwidth not measured)\n");
+            if (have_bw)
+                printf("  limit with KV        %10.1f %% (the same, counting the KV cache's bytes too: (weights + KV)\n"
+                       "                                  per step / bandwidth)\n", pct_kv);
         }
         if (o.ab) {
             printf("  in-process A/B (--ab %s%s): %d pairs of %s\n", o.ab[0] ? o.ab : "''",

@@ -165,17 +165,28 @@ static double mats_bytes(const moe_weight *const *w, int count) {
     return b;
 }
 
-static double attn_kv_bytes(const moe_session *s, const moe_layer *L, int n) {
+/* KV-cache bytes layer L's attention reads for tokens at positions pos ..
+ * pos+n-1: keys and values of every visible position, every KV head. */
+static double kv_bytes_span(const moe_session *s, const moe_layer *L, int pos, int n) {
     const moe_hparams *hp = &s->m->hp;
     double keys = 0;
     for (int t = 0; t < n; t++) {
-        const int pos = s->n_past + t;
-        int j0 = L->swa ? pos - hp->swa_window + 1 : 0;
+        const int p = pos + t;
+        int j0 = L->swa ? p - hp->swa_window + 1 : 0;
         if (j0 < 0) j0 = 0;
-        keys += pos - j0 + 1;
+        keys += p - j0 + 1;
     }
     const double elem = s->kv_q8 ? 34.0 / 32.0 : s->kv_half ? 2.0 : 4.0;   /* kv_q8: a code + a half per 32 */
     return keys * hp->n_head_kv * (double)(hp->head_dim + hp->head_dim_v) * elem;
+}
+
+static double attn_kv_bytes(const moe_session *s, const moe_layer *L, int n) { return kv_bytes_span(s, L, s->n_past, n); }
+
+double moe_session_kv_bytes_at(const moe_session *s, int pos) {
+    if (!s || pos < 0) return 0;
+    double b = 0;
+    for (int il = 0; il < s->m->hp.n_layer; il++) b += kv_bytes_span(s, &s->m->layers[il], pos, 1);
+    return b;
 }
 
 /* ---- elementwise operations (scalar; their order is fixed) ------------------------ */
