@@ -403,7 +403,7 @@ static void draw_rows(const draw_job *j, int64_t r0, int64_t r1, float *row) {
         moe_rng r;
         moe_rng_seed(&r, j->seed + 0x9e3779b97f4a7c15ull * (uint64_t)(ir + 1));
         uint8_t *out = j->dst + (uint64_t)ir * j->row_bytes;
-        for (int64_t b = 0; b < n / 32; b++) {
+        for (int64_t b = 0; b < (n + 31) / 32; b++) {
             uint16_t d16;
             int8_t q[32];
             draw_block(&r, d_base, &d16, q);
@@ -412,8 +412,10 @@ static void draw_rows(const draw_job *j, int64_t r0, int64_t r1, float *row) {
                 memcpy(out + 34 * b + 2, q, 32);
                 continue;
             }
+            /* a float row's last block may be partial: its first n % 32 values */
             const float d = moe_f16_to_f32(d16);
-            for (int i = 0; i < 32; i++) row[32 * b + i] = d * (float)q[i];
+            const int m = n - 32 * b < 32 ? (int)(n - 32 * b) : 32;
+            for (int i = 0; i < m; i++) row[32 * b + i] = d * (float)q[i];
         }
         if (t->type != MOE_T_Q8_0) moe_quantize_row((uint32_t)t->type, row, out, n);
     }
@@ -588,16 +590,18 @@ int moe_gen_model(const char *arch, const char *preset, const char *const *overr
 
     plan p = {0};
     if (build_plan(&c, &p)) { free(p.t); return moe_errf(err, errlen, MOE_ENOMEM, "out of memory"); }
-    /* shape checks before any drawing: every row is whole 32-value draw blocks
-     * and whole blocks of its type */
+    /* shape checks before any drawing: every row is whole blocks of its type,
+     * and a quantized row whole 32-value draw blocks (a float row's last
+     * draw block may be partial: real files have such rows, e.g. an output
+     * projection of 5 heads x 20 dims, and the engine must take them) */
     int64_t max_row = 0;
     uint64_t max_bytes = 0;
     for (size_t i = 0; i < p.n; i++) {
         const tplan *t = &p.t[i];
         const moe_type_info *ti = moe_type_get((uint32_t)t->type);
-        if (t->kind == W_MATRIX && (t->ne[0] % 32 || t->ne[0] % ti->block)) {
+        if (t->kind == W_MATRIX && ((ti->block > 1 && t->ne[0] % 32) || t->ne[0] % ti->block)) {
             rc = moe_errf(err, errlen, MOE_EINVAL,
-                          "tensor %s: row length %lld is not a multiple of %u (block of %s; weights are drawn in blocks of 32)",
+                          "tensor %s: row length %lld is not a multiple of %u (block of %s; quantized weights are drawn in blocks of 32)",
                           t->name, (long long)t->ne[0], t->ne[0] % 32 ? 32 : ti->block, ti->name);
             free(p.t);
             return rc;
