@@ -80,7 +80,18 @@ typedef struct moe_attn_kernels {
      * passes of 32 dims (2 heads per tile). The other levels have one shape. */
     void (*accum_stream)(const float *p, size_t p_stride, int G, const float *v, size_t v_stride, int n_keys,
                          int Dv, float *out, size_t out_stride);
+    /* accum_q8 with the same bits, for values that come from memory (decode,
+     * flag value_prefetch): each value-sum tile prefetches the rows it will
+     * read MOE_VALUE_PREFETCH_KEYS keys later. The scalar level is accum_q8. */
+    void (*accum_q8_stream)(const float *p, size_t p_stride, int G, const int8_t *v8, const uint16_t *vd,
+                            size_t vd_stride, int j0, int nk, int Dv, float *wbuf, float *out, size_t out_stride);
 } moe_attn_kernels;
+
+/* How far ahead accum_q8_stream prefetches, in keys (rows of Dv bytes):
+ * 16 keys gave 1-2.5 % of a kv_q8 decode step on the bench models (`bench
+ * --ab -value_prefetch`, context 513-640); 32 and 64 were no better in a
+ * throwaway build (docs/PERFORMANCE.md). */
+#define MOE_VALUE_PREFETCH_KEYS 16
 
 /* The softmax denominators of the FP32 and F16 caches: sums[h] = r_h[0] +
  * r_h[1] + ... + r_h[n-1] in key order from +0.0f, r_h = r + h*stride, for

@@ -376,16 +376,22 @@ static void scores_q8_avx2(const uint8_t *qa, size_t qas, int G, const int8_t *k
 }
 
 /* One tile of the weighted sum: HN heads x NC vectors of 8 dims from d0,
- * all inside one 32-block (8 NC divides 32), over all keys in order. */
+ * all inside one 32-block (8 NC divides 32), over all keys in order.
+ * PF (accum_q8_stream): the tiles whose d0 starts a 64-byte run (the first
+ * of the passes over it) prefetch that run of the row
+ * MOE_VALUE_PREFETCH_KEYS keys ahead. */
 static inline __attribute__((always_inline)) void aq8_tile(const float *wbuf, int NB, int h0, const int8_t *v8, int j0,
                                                            int nk, int d0, int Dv, float *out, size_t os, const int HN,
-                                                           const int NC) {
+                                                           const int NC, const int PF) {
+    const bool pf = PF && d0 % 64 == 0;
     const float *wp[4];
     UNROLL for (int hh = 0; hh < HN; hh++) wp[hh] = wbuf + ((size_t)(h0 + hh) * (size_t)NB + (size_t)(d0 / 32)) * (size_t)nk;
     __m256 o[8];
     UNROLL for (int i = 0; i < HN * NC; i++) o[i] = _mm256_setzero_ps();
     for (int j = 0; j < nk; j++) {
         const int8_t *vr = v8 + (size_t)(j0 + j) * (size_t)Dv + (size_t)d0;
+        if (pf && j + MOE_VALUE_PREFETCH_KEYS < nk)
+            _mm_prefetch((const char *)(vr + (size_t)MOE_VALUE_PREFETCH_KEYS * (size_t)Dv), _MM_HINT_T0);
         __m256 vv[4];
         UNROLL for (int c = 0; c < NC; c++)
             vv[c] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(vr + 8 * c))));
@@ -398,8 +404,9 @@ static inline __attribute__((always_inline)) void aq8_tile(const float *wbuf, in
         UNROLL for (int c = 0; c < NC; c++) _mm256_storeu_ps(out + (size_t)(h0 + hh) * os + (size_t)d0 + 8 * (size_t)c, o[hh * NC + c]);
 }
 
-static void accum_q8_avx2(const float *p, size_t ps, int G, const int8_t *v8, const uint16_t *vd, size_t vds, int j0,
-                          int nk, int Dv, float *wbuf, float *out, size_t os) {
+static inline __attribute__((always_inline)) void accum_q8_impl(const float *p, size_t ps, int G, const int8_t *v8,
+                                                                const uint16_t *vd, size_t vds, int j0, int nk, int Dv,
+                                                                float *wbuf, float *out, size_t os, const int PF) {
     const int NB = Dv / 32;
     for (int h = 0; h < G; h++)                       /* w = p * dv, one rounding each */
         for (int b = 0; b < NB; b++) {
@@ -414,11 +421,20 @@ static void accum_q8_avx2(const float *p, size_t ps, int G, const int8_t *v8, co
         }
     int h0 = 0;
     for (; h0 + 4 <= G; h0 += 4)
-        for (int d0 = 0; d0 < Dv; d0 += 16) aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, 4, 2);
+        for (int d0 = 0; d0 < Dv; d0 += 16) aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, 4, 2, PF);
     for (; h0 + 2 <= G; h0 += 2)
-        for (int d0 = 0; d0 < Dv; d0 += 32) aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, 2, 4);
+        for (int d0 = 0; d0 < Dv; d0 += 32) aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, 2, 4, PF);
     if (h0 < G)
-        for (int d0 = 0; d0 < Dv; d0 += 32) aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, 1, 4);
+        for (int d0 = 0; d0 < Dv; d0 += 32) aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, 1, 4, PF);
+}
+
+static void accum_q8_avx2(const float *p, size_t ps, int G, const int8_t *v8, const uint16_t *vd, size_t vds, int j0,
+                          int nk, int Dv, float *wbuf, float *out, size_t os) {
+    accum_q8_impl(p, ps, G, v8, vd, vds, j0, nk, Dv, wbuf, out, os, 0);
+}
+static void accum_q8_stream_avx2(const float *p, size_t ps, int G, const int8_t *v8, const uint16_t *vd, size_t vds,
+                                 int j0, int nk, int Dv, float *wbuf, float *out, size_t os) {
+    accum_q8_impl(p, ps, G, v8, vd, vds, j0, nk, Dv, wbuf, out, os, 1);
 }
 
 /* the scalar routine, as exp_shift (the compiler may vectorize its loops) */
@@ -471,4 +487,4 @@ static float max_f32_avx2(const float *r, int n) {
 const moe_attn_kernels moe_attn_avx2 = {scores_avx2,    accum_avx2,     scores_h_avx2,  accum_h_avx2,
                                         exp_shift_avx2, silu_mul_avx2, to_half_avx2,   combine_avx2,
                                         scores_q8_avx2, accum_q8_avx2,  softmax_q8_avx2, max_f32_avx2,
-                                        scores_stream_avx2, accum_stream_avx2};
+                                        scores_stream_avx2, accum_stream_avx2, accum_q8_stream_avx2};

@@ -295,10 +295,12 @@ static void scores_q8_avx512(const uint8_t *qa, size_t qas, int G, const int8_t 
 /* One tile of the weighted sum: HN heads x NV vectors of 16 dims from d0
  * (NV even: whole 32-blocks), over all keys in order; each value vector is
  * converted once and serves HN heads; the weights w come from wbuf
- * [G][Dv/32][nk]. NV is a constant, so the unrolled loops carry no checks. */
+ * [G][Dv/32][nk]. NV is a constant, so the unrolled loops carry no checks.
+ * PF (accum_q8_stream): prefetch the bytes this tile reads of the row
+ * MOE_VALUE_PREFETCH_KEYS keys ahead, one prefetch per 64 bytes. */
 static inline __attribute__((always_inline)) void aq8_tile(const float *wbuf, int NB, int h0, const int8_t *v8, int j0,
                                                            int nk, int d0, int Dv, float *out, size_t os, const int HN,
-                                                           const int NV) {
+                                                           const int NV, const int PF) {
     const float *wp[12];
     UNROLL for (int hh = 0; hh < HN; hh++)
         UNROLL for (int c = 0; c < NV; c += 2)
@@ -307,6 +309,9 @@ static inline __attribute__((always_inline)) void aq8_tile(const float *wbuf, in
     UNROLL for (int i = 0; i < HN * NV; i++) acc[i] = _mm512_setzero_ps();
     for (int j = 0; j < nk; j++) {
         const int8_t *vr = v8 + (size_t)(j0 + j) * (size_t)Dv + (size_t)d0;
+        if (PF && j + MOE_VALUE_PREFETCH_KEYS < nk)
+            UNROLL for (int o = 0; o < 16 * NV; o += 64)
+                _mm_prefetch((const char *)(vr + (size_t)MOE_VALUE_PREFETCH_KEYS * (size_t)Dv + (size_t)o), _MM_HINT_T0);
         __m512 vv[8];
         UNROLL for (int c = 0; c < NV; c++)
             vv[c] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(vr + 16 * c))));
@@ -326,17 +331,18 @@ static inline __attribute__((always_inline)) void aq8_tile(const float *wbuf, in
  * last 2, 4 or 6 (Dv % 32 == 0) */
 static inline __attribute__((always_inline)) void aq8_heads(const float *wbuf, int NB, int h0, const int8_t *v8, int j0,
                                                             int nk, int Dv, float *out, size_t os, const int HN,
-                                                            const int NC) {
+                                                            const int NC, const int PF) {
     int d0 = 0;
-    for (; d0 + 16 * NC <= Dv; d0 += 16 * NC) aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, HN, NC);
+    for (; d0 + 16 * NC <= Dv; d0 += 16 * NC) aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, HN, NC, PF);
     const int left = (Dv - d0) / 16;
-    if (left >= 6 && NC > 6) { aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, HN, 6); return; }
-    if (left >= 4 && NC > 4) { aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, HN, 4); return; }
-    if (left >= 2) aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, HN, 2);
+    if (left >= 6 && NC > 6) { aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, HN, 6, PF); return; }
+    if (left >= 4 && NC > 4) { aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, HN, 4, PF); return; }
+    if (left >= 2) aq8_tile(wbuf, NB, h0, v8, j0, nk, d0, Dv, out, os, HN, 2, PF);
 }
 
-static void accum_q8_avx512(const float *p, size_t ps, int G, const int8_t *v8, const uint16_t *vd, size_t vds,
-                            int j0, int nk, int Dv, float *wbuf, float *out, size_t os) {
+static inline __attribute__((always_inline)) void accum_q8_impl(const float *p, size_t ps, int G, const int8_t *v8,
+                                                                const uint16_t *vd, size_t vds, int j0, int nk, int Dv,
+                                                                float *wbuf, float *out, size_t os, const int PF) {
     const int NB = Dv / 32;
     for (int h = 0; h < G; h++)                       /* w = p * dv, one rounding each */
         for (int b = 0; b < NB; b++) {
@@ -354,13 +360,22 @@ static void accum_q8_avx512(const float *p, size_t ps, int G, const int8_t *v8, 
      * (laguna's sliding layers: 24 / 4 = 6): each value vector converted once
      * for 6 heads instead of once for 4 and again for the last 2 */
     if (G % 4)
-        for (; h0 + 6 <= G; h0 += 6) aq8_heads(wbuf, NB, h0, v8, j0, nk, Dv, out, os, 6, 4);
-    for (; h0 + 4 <= G; h0 += 4) aq8_heads(wbuf, NB, h0, v8, j0, nk, Dv, out, os, 4, 4);
+        for (; h0 + 6 <= G; h0 += 6) aq8_heads(wbuf, NB, h0, v8, j0, nk, Dv, out, os, 6, 4, PF);
+    for (; h0 + 4 <= G; h0 += 4) aq8_heads(wbuf, NB, h0, v8, j0, nk, Dv, out, os, 4, 4, PF);
     if (h0 + 2 <= G) {
-        aq8_heads(wbuf, NB, h0, v8, j0, nk, Dv, out, os, 2, 8);
+        aq8_heads(wbuf, NB, h0, v8, j0, nk, Dv, out, os, 2, 8, PF);
         h0 += 2;
     }
-    if (h0 < G) aq8_heads(wbuf, NB, h0, v8, j0, nk, Dv, out, os, 1, 8);
+    if (h0 < G) aq8_heads(wbuf, NB, h0, v8, j0, nk, Dv, out, os, 1, 8, PF);
+}
+
+static void accum_q8_avx512(const float *p, size_t ps, int G, const int8_t *v8, const uint16_t *vd, size_t vds,
+                            int j0, int nk, int Dv, float *wbuf, float *out, size_t os) {
+    accum_q8_impl(p, ps, G, v8, vd, vds, j0, nk, Dv, wbuf, out, os, 0);
+}
+static void accum_q8_stream_avx512(const float *p, size_t ps, int G, const int8_t *v8, const uint16_t *vd, size_t vds,
+                                   int j0, int nk, int Dv, float *wbuf, float *out, size_t os) {
+    accum_q8_impl(p, ps, G, v8, vd, vds, j0, nk, Dv, wbuf, out, os, 1);
 }
 
 /* The max: vmaxps returns its second operand when either is NaN, so NaN
@@ -391,4 +406,4 @@ static float softmax_q8_avx512(float *r, int n) {
 const moe_attn_kernels moe_attn_avx512 = {scores_avx512,   accum_avx512,     scores_h_avx512, accum_h_avx512,
                                           exp_shift_avx512, silu_mul_avx512, to_half_avx512,  combine_avx512,
                                           scores_q8_avx512, accum_q8_avx512, softmax_q8_avx512, max_f32_avx512,
-                                          scores_stream_avx512, accum_avx512};
+                                          scores_stream_avx512, accum_avx512, accum_q8_stream_avx512};

@@ -33,6 +33,7 @@ typedef enum moe_flag {
     MOE_FLAG_GEMM_WIDE,       /* prefill GEMM: dequantize a 4-row group once per token block (quant_internal.h) */
     MOE_FLAG_KEY_STREAM,      /* decode scores over the FP32 cache read key row by key row (attn.h scores_stream) */
     MOE_FLAG_ALIGNED_BUFFERS, /* session buffers start on a 64-byte cache line (off: 16 bytes past one) */
+    MOE_FLAG_VALUE_PREFETCH,  /* decode over the kv_q8 cache: value rows prefetched ahead (attn.h accum_q8_stream) */
     MOE_FLAG_ACT_Q8,          /* NUMERICS: 8-bit activation blocks, integer dot products (act8_ref.c) */
     MOE_FLAG_KV_F16,          /* NUMERICS: KV cache stored as IEEE half */
     MOE_FLAG_KV_Q8,           /* NUMERICS: KV cache stored as 8-bit blocks, integer scores (attn.h) */

@@ -291,6 +291,7 @@ int main(void) {
                     for (int i = 0; i < G * CP; i++) s0[i] = s1[i] = -1.0f;  /* outside the range: untouched */
                     moe_attn_scalar.scores_q8(qa, ab, G, k8, kd, CP, j0, nk, D, 0.125f, s0, CP);
                     moe_attn_scalar.accum_q8(p, CP, G, v8, vd, CP, j0, nk, Dv, wb, o0, (size_t)Dv);
+                    CHECK(moe_attn_scalar.accum_q8_stream == moe_attn_scalar.accum_q8);
                     double err = 0, mag = 0, verr = 0, vmag = 0;  /* against the float attention */
                     for (int h = 0; h < G; h++) {
                         for (int j = j0; j < j0 + nk; j++) {
@@ -330,6 +331,11 @@ int main(void) {
                                   (int)isas[ii], D, G, j0, nk);
                         CHECK_MSG(!memcmp(o0, o1, sizeof(float) * (size_t)G * Dv), "accum_q8 differs: isa %d Dv %d G %d keys %d+%d",
                                   (int)isas[ii], Dv, G, j0, nk);
+                        /* the decode variant (flag value_prefetch) only adds prefetches */
+                        memset(o1, 0xAB, sizeof(float) * (size_t)G * Dv);
+                        a->accum_q8_stream(p, CP, G, v8, vd, CP, j0, nk, Dv, wb, o1, (size_t)Dv);
+                        CHECK_MSG(!memcmp(o0, o1, sizeof(float) * (size_t)G * Dv),
+                                  "accum_q8_stream differs: isa %d Dv %d G %d keys %d+%d", (int)isas[ii], Dv, G, j0, nk);
                         compared++;
                     }
                 }

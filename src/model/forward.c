@@ -337,8 +337,9 @@ static void attn_prep(moe_session *s, const moe_layer *L, int il, int t, int g, 
 /* kv_q8 (attn.h): one item's scores, softmax and weighted sum. The query
  * heads are quantized to A8 rows, the scores go to sc[h][j] at the key's
  * absolute position j, the softmax is the FP32 one over j0 .. j0+nk-1. */
+/* stream: a decode step (one token), whose keys and values come from memory */
 static void attn_item_q8(moe_session *s, int il, int g, int G, const float *q, int j0, int nk, float kq_scale,
-                         int ith, float *sc, float *sums, float *o) {
+                         int ith, bool stream, float *sc, float *sums, float *o) {
     const moe_hparams *hp = &s->m->hp;
     const int D = hp->head_dim, Dv = hp->head_dim_v;
     const size_t C = (size_t)s->n_ctx, Cp = (size_t)s->ctx_pad, lg = (size_t)il * (size_t)hp->n_head_kv + (size_t)g;
@@ -348,8 +349,11 @@ static void attn_item_q8(moe_session *s, int il, int g, int G, const float *q, i
                        s->k_scale + lg * (size_t)(D / 32) * Cp, Cp, j0, nk, D, kq_scale, sc, C);
     for (int h = 0; h < G; h++) sums[h] = s->attn->softmax_q8(sc + (size_t)h * C + (size_t)j0, nk);
     float *w = s->attn_w + (size_t)ith * (size_t)hp->n_head_max * (size_t)(Dv / 32) * C;
-    s->attn->accum_q8(sc, C, G, (const int8_t *)s->v_cache + lg * Cp * (size_t)Dv, s->v_scale + lg * (size_t)(Dv / 32) * Cp,
-                      Cp, j0, nk, Dv, w, o, (size_t)Dv);
+    /* value_prefetch: a decode step's values come from memory (attn.h) */
+    const bool pf = stream && moe_flag_on(s->flags, MOE_FLAG_VALUE_PREFETCH);
+    (pf ? s->attn->accum_q8_stream : s->attn->accum_q8)(sc, C, G, (const int8_t *)s->v_cache + lg * Cp * (size_t)Dv,
+                                                        s->v_scale + lg * (size_t)(Dv / 32) * Cp, Cp, j0, nk, Dv, w, o,
+                                                        (size_t)Dv);
     for (int h = 0; h < G; h++) {
         const float inv = 1.0f / sums[h];
         for (int d = 0; d < Dv; d++) o[(size_t)h * Dv + d] *= inv;
@@ -403,7 +407,7 @@ static void attn_worker(void *ctx, int ith, int nth) {
         const float *q = s->q + ((size_t)t * H + (size_t)g * G) * D;      /* heads g*G .. g*G+G-1 */
         float *o = s->att + ((size_t)t * H + (size_t)g * G) * Dv;
         if (s->kv_q8) {                           /* the same steps on 8-bit blocks, keys indexed absolutely */
-            attn_item_q8(s, at->il, g, G, q, j0, nk, kq_scale, ith, sc, sums, o);
+            attn_item_q8(s, at->il, g, G, q, j0, nk, kq_scale, ith, at->n == 1, sc, sums, o);
             if (at->gate) attn_gate(s, L, t, g * G, (g + 1) * G);
             continue;
         }
