@@ -336,8 +336,8 @@ static void attn_prep(moe_session *s, const moe_layer *L, int il, int t, int g, 
 
 /* kv_q8 (attn.h): one item's scores, softmax and weighted sum. The query
  * heads are quantized to A8 rows, the scores go to sc[h][j] at the key's
- * absolute position j, the softmax is the FP32 one over j0 .. j0+nk-1. */
-/* stream: a decode step (one token), whose keys and values come from memory */
+ * absolute position j, the softmax is the FP32 one over j0 .. j0+nk-1.
+ * stream: a decode step (one token), whose keys and values come from memory. */
 static void attn_item_q8(moe_session *s, int il, int g, int G, const float *q, int j0, int nk, float kq_scale,
                          int ith, bool stream, float *sc, float *sums, float *o) {
     const moe_hparams *hp = &s->m->hp;
