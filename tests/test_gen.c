@@ -423,6 +423,44 @@ static void check_overrides(void) {
     }
     unlink(p);
 
+    /* float rows need not be whole 32-value draw blocks (5 heads x 18 dims:
+     * 90-value output-projection rows): written, strict, the same bytes
+     * twice, and a BF16 file of them is quantize(F32) as for whole rows */
+    const char *odd[] = {"head_dim=18", "n_head=5", "n_head_kv=1", "n_layer=2", NULL};
+    const char *p2 = tpath("ov2.gguf"), *p3 = tpath("ov3.gguf");
+    rc = gen("laguna", "tiny", odd, p, err);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK(gen("laguna", "tiny", odd, p2, err) == 0 && check_same_file(p, p2));
+    CHECK(strict_gguf(p, NULL));
+    if (rc == 0 && gguf_open(p, &f, err, sizeof err) == 0) {
+        const gguf_tensor *o = gguf_find_tensor(f, "blk.1.attn_output.weight");
+        CHECK(o && o->ne[0] == 90 && o->type == MOE_T_F32);
+        /* each row's last 26 values are drawn for that row: not zero, and
+         * not another row's (a tail left undrawn keeps the scratch row) */
+        if (o && o->ne[0] == 90 && o->type == MOE_T_F32) {
+            const float *w = (const float *)(const void *)o->data;
+            int bad_tail = 0;
+            for (int64_t r = 0; r < o->ne[1]; r++) {
+                const float *t = w + r * 90 + 64;
+                bool nz = false, same = r > 0;
+                for (int i = 0; i < 26; i++) {
+                    nz |= t[i] != 0.0f;
+                    same &= r > 0 && t[i] == t[i - 90];
+                }
+                bad_tail += !nz || same;
+            }
+            CHECK_MSG(bad_tail == 0, "%d rows of 90 with an undrawn tail", bad_tail);
+        }
+        gguf_close(f);
+    }
+    const char *odd16[] = {"head_dim=18", "n_head=5", "n_head_kv=1", "n_layer=2", "type=BF16", NULL};
+    CHECK(gen("laguna", "tiny", odd16, p2, err) == 0);
+    CHECK_MSG(moe_quantize_file(p, p3, "bf16", NULL, err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(check_same_file(p2, p3), "odd rows: quantize F32->BF16 differs from gen --type BF16");
+    unlink(p);
+    unlink(p2);
+    unlink(p3);
+
     struct { const char *arch, *preset, *ov, *msg; } bad[] = {
         {"laguna", "tiny", "n_layers=3", "n_layers"},
         {"laguna", "tiny", "n_layer=0", "n_layer"},
