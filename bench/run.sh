@@ -121,8 +121,8 @@ fi
 
 echo
 echo "== summary (threads $T; build/bench/*.json)"
-printf "%-26s %-5s %7s %9s %9s %9s %9s %6s %7s %8s %6s %6s %8s %6s\n" model num "load s" "prefill/s" "decode/s" "steps/s" \
-  "MB/token" "KV MB" "GB/s" "bw GB/s" "% bw" "+KV %" "peak MB" tokens
+printf "%-26s %-5s %7s %9s %9s %9s %9s %6s %7s %8s %6s %6s %7s %6s %8s %6s\n" model num "load s" "prefill/s" "decode/s" \
+  "steps/s" "MB/token" "KV MB" "GB/s" "bw GB/s" "% bw" "+KV %" "ceil/s" "roof %" "peak MB" tokens
 rows=""
 for m in $SEL; do for nm in $NUMS; do rows="$rows $m:$nm:$m$(num_sfx "$nm")"; done; done
 [ -n "$avx2" ] && rows="$rows $avx2:avx2:$avx2.avx2"
@@ -137,14 +137,18 @@ for row in $rows; do
       -v w="$(jget "$j" decode.pct_of_bandwidth_limit)" -v r="$(jget "$j" peak_rss_bytes)" -v t="$tok" \
       -v bw="$(jget "$j" decode.bandwidth_gb_per_second)" -v kv="$(jget "$j" decode.kv_bytes_per_token)" \
       -v wk="$(jget "$j" decode.pct_of_bandwidth_limit_with_kv)" \
-      'BEGIN { printf "%-26s %-5s %7.2f %9.1f %9.2f %9.2f %9.1f %6.1f %7.2f %8s %6s %6s %8.0f %6s\n", m, nm, l, p, d, s, b / 1e6,
-               kv / 1e6, g, (bw == "null" ? "-" : sprintf("%.1f", bw)), (w == "null" ? "-" : sprintf("%.1f", w)),
-               (wk == "null" || wk == "" ? "-" : sprintf("%.1f", wk)), r / 1e6, t }'
+      -v ce="$(jget "$j" decode.compute_ceiling.tokens_per_second)" -v rf="$(jget "$j" decode.pct_of_roofline)" \
+      'BEGIN { printf "%-26s %-5s %7.2f %9.1f %9.2f %9.2f %9.1f %6.1f %7.2f %8s %6s %6s %7s %6s %8.0f %6s\n", m, nm, l, p, d, s,
+               b / 1e6, kv / 1e6, g, (bw == "null" ? "-" : sprintf("%.1f", bw)), (w == "null" ? "-" : sprintf("%.1f", w)),
+               (wk == "null" || wk == "" ? "-" : sprintf("%.1f", wk)), (ce == "null" || ce == "" ? "-" : sprintf("%.0f", ce)),
+               (rf == "null" || rf == "" ? "-" : sprintf("%.1f", rf)), r / 1e6, t }'
 done
 echo "(num: fp32 = default exact FP32 numerics, q8 = +act_q8,+kv_f16, q8kv = +act_q8,+kv_q8, avx2 = fp32 at the AVX2 kernel level;"
 echo " prefill/s: prefill window tokens/s;"
 echo " decode/s: decode window incl. the 512-token seed, per decoded token;"
 echo " steps/s: the 128 steps alone; KV MB: KV-cache bytes a step reads (mean over the steps, not in MB/token);"
+echo " ceil/s: the compute ceiling, the step's matrix products from cache (tok/s); roof %: the steps against the roofline,"
+echo " each kernel's bytes at the slower of the bandwidth and its rate from cache (the same windows as % bw);"
 echo " GB/s: steps/s x MB/token; +KV %: % bw counting the KV bytes too; bw GB/s and % bw: medians over the windows whose"
 echo " bandwidth held steady (measured before and after within 15 %; all windows when none did), so with repeats"
 echo " they may come from other windows than the steps/s median (docs/MEASUREMENT.md); tokens: trace check)"

@@ -95,6 +95,28 @@ int  moe_session_threads(const moe_session *s);
  * out; the phase profile's attention kv_bytes is the same sum. 0 for a NULL
  * session or pos < 0. */
 double moe_session_kv_bytes_at(const moe_session *s, int pos);
+/* The compute side of a decode step's roofline. One kernel of the step's
+ * matrix products: a weight format, layout and row length, the weight bytes
+ * a decoded token multiplies with it, and how fast the session's kernels
+ * (ISA, flags, all its threads, each on its own core's cache) multiply such
+ * a matrix whose bytes are already in cache. */
+typedef struct moe_ceiling_part {
+    char kernel[48];          /* e.g. "Q8_0 a8, rows of 1024" */
+    double bytes_per_token;
+    double gb_per_s;          /* the session's threads together, median of 5 timed runs */
+} moe_ceiling_part;
+/* Measures every kernel of a decode step's matrix products from cache (a
+ * sample of one of its real matrices, up to 160 KB of rows, run by every
+ * thread at once) and sets *seconds to the sum over kernels of bytes per
+ * token / rate: the fastest a step's products can run when memory is no
+ * limit. Attention, norms and the glue between phases are not in it, so a
+ * step takes longer. parts: NULL or room for max entries (the first max are
+ * written); *n_parts (may be NULL): how many kernels there are. The bytes of
+ * the parts plus one embedding row are moe_model_bytes_per_token. Allocates
+ * and takes ~0.1 s: call it between forward calls, not in a decode loop.
+ * MOE_EINVAL on a bad argument, MOE_ENOMEM. */
+int  moe_session_compute_ceiling(moe_session *s, moe_ceiling_part *parts, int max, int *n_parts, double *seconds,
+                                 char *err, size_t errlen);
 /* Drops cached positions >= n_past (n_past <= current). */
 int  moe_session_truncate(moe_session *s, int n_past);
 

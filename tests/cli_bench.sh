@@ -97,6 +97,8 @@ awk -v a="$d_s" -v b="$d_spt" -v c="$st_s" 'BEGIN { exit !(b * 8 / a > 0.999 && 
 is_val $j decode.bandwidth_gb_per_second null
 is_val $j decode.pct_of_bandwidth_limit null
 is_val $j decode.pct_of_bandwidth_limit_with_kv null
+is_val $j decode.compute_ceiling null
+is_val $j decode.pct_of_roofline null
 num_ok $j decode.kv_bytes_per_token "v > 0"
 num_ok $j decode.runs_seconds[1] "v > 0"
 is_val $j token_check null
@@ -150,6 +152,23 @@ awk -v m="$pm" -v k="$pk" -v kv="$kv" -v b="$bp" 'BEGIN { e = m * (b + kv) / b; 
 grep -q "bandwidth limit .* % (median over the [0-2] of 2 repeats" "$d/dt.txt" || bad "text report lacks the per-window bandwidth line: $(cat "$d/dt.txt")"
 grep -q "KV cache per token .* MB" "$d/dt.txt" || bad "text report lacks the KV bytes line: $(cat "$d/dt.txt")"
 grep -q "limit with KV .* %" "$d/dt.txt" || bad "text report lacks the limit with KV: $(cat "$d/dt.txt")"
+grep -q "compute ceiling .* tok/s" "$d/dt.txt" || bad "text report lacks the compute ceiling: $(cat "$d/dt.txt")"
+grep -q "^    F32.*rows of .* MB/token at .* GB/s from cache" "$d/dt.txt" || bad "text report lacks the ceiling's kernels: $(cat "$d/dt.txt")"
+grep -q "roofline .* % (the steps against the roofline" "$d/dt.txt" || bad "text report lacks the roofline: $(cat "$d/dt.txt")"
+# the compute ceiling (its arithmetic: tests/test_profile.c): measured after
+# each window, its kernels with rates, 1 / its seconds; the roofline is never
+# above the bandwidth limit, so the steps are at least as large a share of it
+num_ok $d/d.json decode.compute_ceiling.runs_seconds_per_token[0] "v > 0"
+num_ok $d/d.json decode.compute_ceiling.runs_seconds_per_token[1] "v > 0"
+num_ok $d/d.json decode.compute_ceiling.kernels[0].bytes_per_token "v > 0"
+num_ok $d/d.json decode.compute_ceiling.kernels[0].gb_per_second "v > 0"
+jget $d/d.json decode.compute_ceiling.kernels[0].kernel | grep -q "^\"F32" || bad "first ceiling kernel: $(jget $d/d.json decode.compute_ceiling.kernels[0].kernel)"
+cs=$(jget $d/d.json decode.compute_ceiling.seconds_per_token); ct=$(jget $d/d.json decode.compute_ceiling.tokens_per_second)
+rt=$(jget $d/d.json decode.roofline_tokens_per_second); pr=$(jget $d/d.json decode.pct_of_roofline)
+awk -v s="$cs" -v t="$ct" -v r="$rt" -v p="$pr" -v m="$pm" -v w="$bm" -v b="$bp" 'BEGIN {
+    e = 1 / s; exit !(s > 0 && (t - e) / e < 1e-6 && (e - t) / e < 1e-6 && r > 0 && r <= w * 1e9 / b * (1 + 1e-9) &&
+                      p >= m * (1 - 1e-9)) }' ||
+  bad "ceiling $cs s ($ct tok/s), roofline $rt tok/s at $pr % against bandwidth $bm GB/s, $bp bytes, $pm %"
 
 # ---- human-readable report
 $B --no-bandwidth >"$d/h.txt" 2>"$d/err" || bad "text report failed: $(cat "$d/err")"

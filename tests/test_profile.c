@@ -7,6 +7,7 @@
  * counters, a session never enabled records nothing; the phases' sum fits
  * inside the forward call; the differential twin is not profiled; the read
  * API's arguments are checked. */
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -175,6 +176,54 @@ static void check_decode_step(moe_session *s, const expect_t *x, bool glue, floa
     check_times(&p, wall, what);
 }
 
+/* moe_session_compute_ceiling: its kernels cover the step's weight bytes
+ * exactly (with one embedding row), once per kind, largest first, each with
+ * a rate; the total is the sum of their times; the a8 kernels exactly when
+ * act_q8 is on; max < count writes max entries. */
+static void check_ceiling(moe_session *s, const expect_t *x, bool act_q8, const char *what) {
+    char err[MOE_ERR_LEN];
+    moe_ceiling_part parts[32];
+    int n = -1;
+    double sec = -1;
+    if (moe_session_compute_ceiling(s, parts, 32, &n, &sec, err, sizeof err) != MOE_OK) {
+        CHECK_MSG(0, "%s: compute ceiling: %s", what, err);
+        return;
+    }
+    CHECK_MSG(n >= 1 && n <= 32, "%s: %d ceiling kernels", what, n);
+    if (n < 1 || n > 32) return;
+    double bytes = x->embed_row, t = 0;
+    bool any_a8 = false;
+    for (int i = 0; i < n; i++) {
+        CHECK_MSG(parts[i].kernel[0], "%s: ceiling kernel %d has no name", what, i);
+        for (int j = 0; j < i; j++) CHECK_MSG(strcmp(parts[i].kernel, parts[j].kernel), "%s: kernel %s twice", what, parts[i].kernel);
+        CHECK_MSG(parts[i].bytes_per_token > 0 && (i == 0 || parts[i].bytes_per_token <= parts[i - 1].bytes_per_token),
+                  "%s: kernel %s: %.0f bytes, not in descending order", what, parts[i].kernel, parts[i].bytes_per_token);
+        CHECK_MSG(parts[i].gb_per_s > 0 && parts[i].gb_per_s < 1e5, "%s: kernel %s at %g GB/s", what, parts[i].kernel,
+                  parts[i].gb_per_s);
+        any_a8 |= strstr(parts[i].kernel, " a8,") != NULL;
+        bytes += parts[i].bytes_per_token;
+        t += parts[i].gb_per_s > 0 ? parts[i].bytes_per_token / (parts[i].gb_per_s * 1e9) : 0;
+    }
+    CHECK_MSG(bytes == (double)moe_model_bytes_per_token(s->m), "%s: the ceiling's kernels read %.0f bytes with the "
+              "embedding row, moe_model_bytes_per_token is %llu", what, bytes,
+              (unsigned long long)moe_model_bytes_per_token(s->m));
+    CHECK_MSG(sec > 0 && fabs(sec - t) <= 1e-9 * t, "%s: ceiling %g s, its kernels' times sum to %g", what, sec, t);
+    CHECK_MSG(any_a8 == act_q8, "%s: a8 kernels %s in the ceiling with act_q8 %s", what, any_a8 ? "present" : "absent",
+              act_q8 ? "on" : "off");
+    /* max < count: only max written, the count still n; no parts at all */
+    moe_ceiling_part two[2];
+    memset(two, 0xab, sizeof two);
+    int n1 = -1;
+    CHECK_EQ_INT(moe_session_compute_ceiling(s, two, 1, &n1, NULL, err, sizeof err), MOE_OK);
+    CHECK_EQ_INT(n1, n);
+    const unsigned char *b = (const unsigned char *)&two[1];
+    CHECK_MSG(b[0] == 0xab && b[sizeof two[1] - 1] == 0xab, "%s: compute_ceiling wrote past max", what);
+    CHECK_MSG(!strcmp(two[0].kernel, parts[0].kernel), "%s: the first kernel changed: %s, %s", what, two[0].kernel,
+              parts[0].kernel);
+    CHECK_EQ_INT(moe_session_compute_ceiling(s, NULL, 0, NULL, &sec, err, sizeof err), MOE_OK);
+    CHECK_MSG(sec > 0, "%s: ceiling without parts: %g s", what, sec);
+}
+
 /* The whole check on one model and flag set. */
 static void check_model(const char *path, const char *flags, bool diff) {
     char err[MOE_ERR_LEN], what[256];
@@ -248,6 +297,9 @@ static void check_model(const char *path, const char *flags, bool diff) {
         check_decode_step(s, &x, glue, lg, w3);
         CHECK_MSG(check_allocs() == before, "%s: a profiled decode step allocated %ld times", w3, check_allocs() - before);
     }
+    /* the compute ceiling, between steps: the steps below still give the
+     * unprofiled session's logits */
+    check_ceiling(s, &x, strstr(flags, "+act_q8") != NULL, what);
     /* the same steps again, logits compared with the unprofiled session's */
     moe_session_truncate(s, NPRE);
     moe_session_profile_enable(s, true);
@@ -294,6 +346,8 @@ static void check_api(const char *path) {
     moe_phase_stat st[MAXP];
     CHECK_EQ_INT(moe_session_profile_read(s, NULL, 1), MOE_EINVAL);
     CHECK_EQ_INT(moe_session_profile_read(s, st, -1), MOE_EINVAL);
+    CHECK_EQ_INT(moe_session_compute_ceiling(s, NULL, 1, NULL, NULL, err, sizeof err), MOE_EINVAL);
+    CHECK_EQ_INT(moe_session_compute_ceiling(s, NULL, -1, NULL, NULL, err, sizeof err), MOE_EINVAL);
     const int n = moe_session_profile_read(s, NULL, 0);
     CHECK_MSG(n >= 15 && n <= MAXP, "%d phases", n);
     if (n < 3 || n > MAXP) goto done;
@@ -337,6 +391,14 @@ int main(void) {
         if (c == 0) check_api(path);
     }
     CHECK(moe_session_kv_bytes_at(NULL, 5) == 0);
+    {
+        char err[MOE_ERR_LEN];
+        moe_ceiling_part part;
+        int n = 7;
+        double sec = 7;
+        CHECK_EQ_INT(moe_session_compute_ceiling(NULL, &part, 1, &n, &sec, err, sizeof err), MOE_EINVAL);
+        CHECK_MSG(n == 0 && sec == 0, "compute_ceiling(NULL) left n %d, seconds %g", n, sec);
+    }
     CHECK_MSG(ran > 0, "no shared models found under %s/oracle", check_shared_dir());
     return check_report("test_profile");
 }

@@ -286,6 +286,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
     return 0;
 }
 
+#define MAX_CEIL_PARTS 32
+
 typedef struct {
     double *prefill;              /* [repeat] window seconds */
     double *decode, *seed, *steps; /* [repeat] */
@@ -294,6 +296,9 @@ typedef struct {
     double *bw;                   /* [repeat] the window's bandwidth (stats_bw_windows) */
     double *pct;                  /* [repeat] that window's decode steps as % of its bandwidth limit */
     int *steady;                  /* [repeat] the two measurements agreed (stats_bw_windows) */
+    double *ceil;                 /* [repeat] the compute ceiling measured right after window r, s per step */
+    moe_ceiling_part *parts;      /* [repeat][MAX_CEIL_PARTS] its kernels */
+    int *n_parts;                 /* [repeat] */
 } timings;
 
 static json_t *num_or_null(bool have, double v) { return have ? json_real(v) : json_null(); }
@@ -519,8 +524,11 @@ int cmd_bench(int argc, char **argv) {
     tm.bw = calloc((size_t)o.repeat, sizeof(double));
     tm.pct = calloc((size_t)o.repeat, sizeof(double));
     tm.steady = calloc((size_t)o.repeat, sizeof(int));
+    tm.ceil = calloc((size_t)o.repeat, sizeof(double));
+    tm.parts = calloc((size_t)o.repeat * MAX_CEIL_PARTS, sizeof *tm.parts);
+    tm.n_parts = calloc((size_t)o.repeat, sizeof(int));
     if (!logits || !argmax_ids || !tm.prefill || !tm.decode || !tm.seed || !tm.steps || !tm.bw0 || !tm.bw1 || !tm.bw ||
-        !tm.pct || !tm.steady) {
+        !tm.pct || !tm.steady || !tm.ceil || !tm.parts || !tm.n_parts) {
         cli_fail(CMD, "out of memory");
         goto out;
     }
@@ -635,6 +643,14 @@ int cmd_bench(int argc, char **argv) {
              * the steps alone, as the limit is per step). Not under --ab:
              * its steps mix two configurations. */
             if (o.bandwidth && !o.ab) tm.bw1[r] = moe_measure_read_bandwidth(o.threads);
+            /* and the compute side of the roofline, as the CPU runs now
+             * (its speed drifts too): the step's matrix products from cache */
+            if (o.bandwidth && !o.ab &&
+                moe_session_compute_ceiling(s, tm.parts + (size_t)r * MAX_CEIL_PARTS, MAX_CEIL_PARTS, &tm.n_parts[r],
+                                            &tm.ceil[r], err, sizeof err) != MOE_OK) {
+                cli_fail(CMD, "compute ceiling: %s", err);
+                goto out;
+            }
             if (prof && profile_take(s, &prof_decode, D, tm.steps[r]) != 0) {
                 cli_fail(CMD, "--phases: cannot read the profile");
                 goto out;
@@ -685,6 +701,42 @@ int cmd_bench(int argc, char **argv) {
     /* the same limit counting the KV cache's bytes too: (weights + KV) per
      * step / bandwidth, over the same step time */
     const double pct_kv = bpt ? pct * ((double)bpt + kvpt) / (double)bpt : 0;
+    /* The roofline: the phases run one after another and each multiplies
+     * one kind of matrix, so a step takes at least the sum over kernels of
+     * its bytes at the slower of the read bandwidth and the kernel's rate
+     * from cache (the rest of bytes_per_token, one embedding row, at the
+     * bandwidth). Per window, against its own bandwidth and ceiling;
+     * summarized over the same windows as the bandwidth limit. The last
+     * window's kernels are the ones printed. */
+    double ceil_s = 0, pct_roof = 0, roof_tps = 0;
+    int last_parts = -1;
+    if (have_d && o.bandwidth && !o.ab && bpt) {
+        double cs[o.repeat], prs[o.repeat], rts[o.repeat];
+        int nc = 0, np = 0;
+        for (int r = 0; r < o.repeat; r++) {
+            if (tm.ceil[r] <= 0) continue;
+            cs[nc++] = tm.ceil[r];
+            last_parts = r;
+            if (tm.bw[r] <= 0 || tm.steps[r] <= 0 || (bws.steady && !tm.steady[r])) continue;
+            const moe_ceiling_part *pp = tm.parts + (size_t)r * MAX_CEIL_PARTS;
+            const double bwr = tm.bw[r] * 1e9;
+            double rest = (double)bpt, roof = 0;
+            for (int i = 0; i < tm.n_parts[r] && i < MAX_CEIL_PARTS; i++) {
+                const double rate = pp[i].gb_per_s * 1e9 < bwr ? pp[i].gb_per_s * 1e9 : bwr;
+                roof += rate > 0 ? pp[i].bytes_per_token / rate : 0;
+                rest -= pp[i].bytes_per_token;
+            }
+            roof += rest > 0 ? rest / bwr : 0;
+            rts[np] = 1.0 / roof;
+            prs[np++] = 100.0 * roof * D / tm.steps[r];
+        }
+        ceil_s = nc ? median(cs, nc) : 0;
+        pct_roof = np ? median(prs, np) : 0;
+        roof_tps = np ? median(rts, np) : 0;
+    }
+    const bool have_ceil = ceil_s > 0 && last_parts >= 0;
+    const moe_ceiling_part *ceil_parts = have_ceil ? tm.parts + (size_t)last_parts * MAX_CEIL_PARTS : NULL;
+    const int n_ceil_parts = have_ceil ? tm.n_parts[last_parts] : 0;
     if (o.ab) {
         /* pairs: steps (2k, 2k+1) of every repeat (an odd D's last step, A,
          * has no partner); with a sibling B, A's and B's runs of each step */
@@ -751,6 +803,26 @@ int cmd_bench(int argc, char **argv) {
             json_object_set_new(jd, "pct_of_bandwidth_limit", num_or_null(have_bw, pct));
             json_object_set_new(jd, "kv_bytes_per_token", json_real(kvpt));
             json_object_set_new(jd, "pct_of_bandwidth_limit_with_kv", num_or_null(have_bw, pct_kv));
+            if (have_ceil) {
+                json_t *jce = json_object();
+                json_object_set_new(jce, "seconds_per_token", json_real(ceil_s));
+                json_object_set_new(jce, "tokens_per_second", json_real(1.0 / ceil_s));
+                json_object_set_new(jce, "runs_seconds_per_token", runs_array(tm.ceil, o.repeat));
+                json_t *jk = json_array();
+                for (int i = 0; i < n_ceil_parts && i < MAX_CEIL_PARTS; i++) {
+                    json_t *e = json_object();
+                    json_object_set_new(e, "kernel", json_string(ceil_parts[i].kernel));
+                    json_object_set_new(e, "bytes_per_token", json_real(ceil_parts[i].bytes_per_token));
+                    json_object_set_new(e, "gb_per_second", json_real(ceil_parts[i].gb_per_s));
+                    json_array_append_new(jk, e);
+                }
+                json_object_set_new(jce, "kernels", jk);
+                json_object_set_new(jd, "compute_ceiling", jce);
+            } else {
+                json_object_set_new(jd, "compute_ceiling", json_null());
+            }
+            json_object_set_new(jd, "roofline_tokens_per_second", num_or_null(have_ceil && roof_tps > 0, roof_tps));
+            json_object_set_new(jd, "pct_of_roofline", num_or_null(have_ceil && roof_tps > 0, pct_roof));
             json_object_set_new(jd, "bandwidth_runs_gb_per_second",
                                 have_bw && !o.ab ? runs_array(tm.bw, o.repeat) : json_null());
             json_object_set_new(jd, "bandwidth_before_runs_gb_per_second",
@@ -851,6 +923,20 @@ int cmd_bench(int argc, char **argv) {
             if (have_bw)
                 printf("  limit with KV        %10.1f %% (the same, counting the KV cache's bytes too: (weights + KV)\n"
                        "                                  per step / bandwidth)\n", pct_kv);
+            if (have_ceil) {
+                printf("  compute ceiling      %10.1f tok/s (the step's matrix products with their weights in cache,\n"
+                       "                                  %d thread%s; attention, norms and glue not in it), per kernel:\n",
+                       1.0 / ceil_s, threads_used, threads_used == 1 ? "" : "s");
+                for (int i = 0; i < n_ceil_parts && i < MAX_CEIL_PARTS; i++)
+                    printf("    %-28s %9.3f MB/token at %7.2f GB/s from cache = %6.3f ms%s\n", ceil_parts[i].kernel,
+                           ceil_parts[i].bytes_per_token / 1e6, ceil_parts[i].gb_per_s,
+                           ceil_parts[i].gb_per_s > 0 ? ceil_parts[i].bytes_per_token / ceil_parts[i].gb_per_s / 1e6 : 0.0,
+                           have_bw && ceil_parts[i].gb_per_s < bw ? "  (slower than memory)" : "");
+                if (roof_tps > 0)
+                    printf("  roofline             %10.1f %% (the steps against the roofline, %.1f tok/s: each kernel's bytes at\n"
+                           "                                  the slower of the read bandwidth and its rate from cache)\n",
+                           pct_roof, roof_tps);
+            }
         }
         if (o.ab) {
             printf("  in-process A/B (--ab %s%s): %d pairs of %s\n", o.ab[0] ? o.ab : "''",
@@ -916,6 +1002,9 @@ out:
     free(tm.bw);
     free(tm.pct);
     free(tm.steady);
+    free(tm.ceil);
+    free(tm.parts);
+    free(tm.n_parts);
     free(argmax_ids);
     free(logits);
     free(ids);

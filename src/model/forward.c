@@ -28,9 +28,8 @@ static void par(moe_session *s, moe_task_fn fn, void *ctx) {
 /* Rows [r0, r1) of Y[t][r] = W_mat . X[t] (+ second-level scale). Weights in
  * the a8 layout (flag act_q8) read the inputs as A8 rows xa (xa_stride bytes
  * apart), every other weight the float rows x. */
-static void matmul_rows(const moe_session *s, const moe_weight *w, int64_t mat, const float *x, size_t x_stride,
-                        const uint8_t *xa, size_t xa_stride, int n, float *y, size_t y_stride, int64_t r0,
-                        int64_t r1) {
+void moe_matmul_rows(const moe_session *s, const moe_weight *w, int64_t mat, const float *x, size_t x_stride,
+                     const uint8_t *xa, size_t xa_stride, int n, float *y, size_t y_stride, int64_t r0, int64_t r1) {
     if (r0 >= r1) return;
     const moe_kernels *k = s->kern;
     /* x4 data: r0 is a multiple of 8 (every split is 8-aligned) and r1 is a
@@ -98,7 +97,7 @@ static void mm_worker(void *ctx, int ith, int nth) {
     mm_task *t = ctx;
     int64_t r0, r1;
     moe_split(t->w->n_out, ith, nth, 8, &r0, &r1);
-    matmul_rows(t->s, t->w, t->mat, t->x, (size_t)t->w->n_in, t->xa, (size_t)moe_act8_row_bytes(t->w->n_in),
+    moe_matmul_rows(t->s, t->w, t->mat, t->x, (size_t)t->w->n_in, t->xa, (size_t)moe_act8_row_bytes(t->w->n_in),
                 t->n, t->y, (size_t)t->w->n_out, r0, r1);
 }
 
@@ -132,7 +131,7 @@ static void mm_multi_worker(void *ctx, int ith, int nth) {
         if (r0 < w->n_out && r1 > 0) {
             if (r0 < 0) r0 = 0;
             if (r1 > w->n_out) r1 = w->n_out;
-            matmul_rows(t->s, w, 0, t->x, (size_t)w->n_in, t->xa, (size_t)moe_act8_row_bytes(w->n_in), t->n,
+            moe_matmul_rows(t->s, w, 0, t->x, (size_t)w->n_in, t->xa, (size_t)moe_act8_row_bytes(w->n_in), t->n,
                         t->y[i], (size_t)w->n_out, r0, r1);
         }
         base += (w->n_out + 7) & ~(int64_t)7;
@@ -530,12 +529,12 @@ static void jobs_worker(void *ctx, int ith, int nth) {
         if (r1 > real) r1 = real;                    /* padding rows do not exist */
         if (r0 >= r1) continue;
         const size_t aEn = (size_t)moe_act8_row_bytes((int64_t)En), aF = (size_t)moe_act8_row_bytes((int64_t)F);
-        if (ph == 0 || ph == 1) matmul_rows(jt->s, j->wg, j->mat, j->x, En, j->xa, aEn, j->nr, j->hg, F, r0, r1);
-        if (ph == 0 || ph == 2) matmul_rows(jt->s, j->wu, j->mat, j->x, En, j->xa, aEn, j->nr, j->hu, F, r0, r1);
+        if (ph == 0 || ph == 1) moe_matmul_rows(jt->s, j->wg, j->mat, j->x, En, j->xa, aEn, j->nr, j->hg, F, r0, r1);
+        if (ph == 0 || ph == 2) moe_matmul_rows(jt->s, j->wu, j->mat, j->x, En, j->xa, aEn, j->nr, j->hu, F, r0, r1);
         if (ph == 0 || ph == 3)
             for (int t = 0; t < j->nr; t++)
                 jt->s->attn->silu_mul(j->hg + (size_t)t * F + (size_t)r0, j->hu + (size_t)t * F + (size_t)r0, r1 - r0);
-        if (ph == 4) matmul_rows(jt->s, j->wd, j->mat, j->hg, F, j->ha, aF, j->nr, j->out, (size_t)j->wd->n_out, r0, r1);
+        if (ph == 4) moe_matmul_rows(jt->s, j->wd, j->mat, j->hg, F, j->ha, aF, j->nr, j->out, (size_t)j->wd->n_out, r0, r1);
     }
 }
 

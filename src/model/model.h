@@ -160,6 +160,12 @@ struct moe_session {
 
 /* forward.c: one chunk of n <= n_batch tokens at positions n_past.. */
 int moe_forward_chunk(moe_session *s, const int32_t *tokens, int n, float *logits, bool all_logits);
+/* forward.c: rows [r0, r1) of Y[t][r] = W_mat . X[t] with the session's
+ * kernels, as every matrix product of the forward pass is computed (a8
+ * weights read the A8 rows xa, every other weight the float rows x); r0 a
+ * multiple of 8, r1 one too or the matrix end. ceiling.c times it. */
+void moe_matmul_rows(const moe_session *s, const moe_weight *w, int64_t mat, const float *x, size_t x_stride,
+                     const uint8_t *xa, size_t xa_stride, int n, float *y, size_t y_stride, int64_t r0, int64_t r1);
 
 /* Per-architecture binding (laguna.c, qwen3moe.c). */
 int moe_bind_laguna(moe_model *m, char *err, size_t errlen);

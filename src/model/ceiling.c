@@ -1,0 +1,174 @@
+/* ceiling.c — the compute side of a decode step's roofline.
+ *
+ * The bandwidth limit (weight bytes per token / read bandwidth) assumes the
+ * kernels multiply as fast as memory delivers. Under the FP32 contract they
+ * may not: a Zen 4 core dequantizes and multiplies Q8_0 at ~21 GB/s and
+ * NVFP4 at ~12 GB/s even from cache (docs/PERFORMANCE.md), while this VM's
+ * memory reads 33-60 GB/s on two cores. So `moefast bench` also measures how
+ * fast this session's kernels run each kind of matrix a decode step
+ * multiplies, with the weights already in cache, and sets the step against
+ * the slower of the two limits (the roofline).
+ *
+ * A kind is (format, layout, row length): the row length changes the
+ * kernels' per-row overhead (bench_quant: a8 Q8_0 rows of 2048 read 96 GB/s
+ * per core from L2, rows of 256 64). Each kind is timed on a sample of the
+ * largest of its real matrices (the first rows, up to SAMPLE_BYTES, small
+ * enough for one core's L2 with its activation), every thread of the session
+ * running the same product at once, as a decode phase keeps every core
+ * busy. Only the matrix products: attention, norms, routing and the glue
+ * between phases are not in the ceiling, so a real step is slower than it. */
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "util.h"
+
+#define SAMPLE_BYTES (160 * 1024)   /* rows of the sample, per thread (L2 is 1 MB on the machines measured) */
+#define RUN_SECONDS 2e-3            /* one timed run */
+#define RUNS 5                      /* timed runs per kind; their median */
+
+typedef struct {
+    uint32_t type;
+    char layout;                 /* 'a' a8, 'x' x4, 'p' the file's */
+    int64_t n_in;
+    const moe_weight *w;         /* the sample: the largest matrix of the kind */
+    double bytes;                /* weight bytes per decoded token */
+    double gbps;
+} ceil_kind;
+
+typedef struct {
+    const moe_session *s;
+    const moe_weight *w;
+    int64_t rows;
+    const float *x;
+    const uint8_t *xa;
+    float *y;                    /* [n_threads][y_stride] */
+    size_t y_stride;
+    int reps;
+} ceil_task;
+
+static void ceil_worker(void *ctx, int ith, int nth) {
+    (void)nth;
+    const ceil_task *t = ctx;
+    const int64_t n = t->w->n_in;
+    float *y = t->y + (size_t)ith * t->y_stride;
+    for (int i = 0; i < t->reps; i++)
+        moe_matmul_rows(t->s, t->w, 0, t->x, (size_t)n, t->xa, (size_t)moe_act8_row_bytes(n), 1, y, t->y_stride, 0,
+                        t->rows);
+}
+
+static double run_once(const moe_session *s, ceil_task *t) {
+    const double t0 = moe_now();
+    if (s->n_threads > 1) moe_pool_run(s->pool, ceil_worker, t);
+    else ceil_worker(t, 0, 1);
+    return moe_now() - t0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmp_kind_bytes(const void *a, const void *b) {
+    const ceil_kind *x = a, *y = b;
+    return (x->bytes < y->bytes) - (x->bytes > y->bytes);   /* descending */
+}
+
+/* Adds bytes of weight w (read per token) to its kind, creating it. */
+static void add_kind(ceil_kind *k, int *nk, const moe_weight *w, double bytes) {
+    if (!w->data || bytes <= 0) return;
+    const char layout = w->a8 ? 'a' : w->x4 ? 'x' : 'p';
+    for (int i = 0; i < *nk; i++)
+        if (k[i].type == w->type && k[i].layout == layout && k[i].n_in == w->n_in) {
+            k[i].bytes += bytes;
+            if (w->mat_bytes > k[i].w->mat_bytes) k[i].w = w;
+            return;
+        }
+    k[(*nk)++] = (ceil_kind){w->type, layout, w->n_in, w, bytes, 0};
+}
+
+/* Times one kind: a warm-up run, one to size the runs, RUNS timed ones. */
+static void time_kind(const moe_session *s, ceil_kind *k, const float *x, uint8_t *xa, float *y, size_t y_stride) {
+    const moe_weight *w = k->w;
+    int64_t rows = (int64_t)(SAMPLE_BYTES / w->row_bytes) & ~(int64_t)7;
+    if (rows < 8) rows = 8;
+    if (rows > w->n_out) rows = w->n_out;
+    if (w->a8) s->kern->quantize_act8(x, xa, w->n_in);
+    ceil_task t = {s, w, rows, x, w->a8 ? xa : NULL, y, y_stride, 1};
+    run_once(s, &t);
+    const double t1 = run_once(s, &t);
+    const double want = t1 > 0 ? RUN_SECONDS / t1 : 1e5;
+    t.reps = want < 1 ? 1 : want > 1e5 ? 100000 : (int)want;
+    double r[RUNS];
+    for (int i = 0; i < RUNS; i++) r[i] = run_once(s, &t);
+    qsort(r, RUNS, sizeof r[0], cmp_double);
+    const double bytes = (double)rows * (double)w->row_bytes * (double)t.reps * (double)s->n_threads;
+    k->gbps = r[RUNS / 2] > 0 ? bytes / r[RUNS / 2] / 1e9 : 0;
+}
+
+int moe_session_compute_ceiling(moe_session *s, moe_ceiling_part *parts, int max, int *n_parts, double *seconds,
+                                char *err, size_t errlen) {
+    if (n_parts) *n_parts = 0;
+    if (seconds) *seconds = 0;
+    if (!s) return moe_errf(err, errlen, MOE_EINVAL, "moe_session_compute_ceiling: session is NULL");
+    if (max < 0 || (max > 0 && !parts))
+        return moe_errf(err, errlen, MOE_EINVAL, "moe_session_compute_ceiling: parts is NULL or max < 0");
+    const moe_model *m = s->m;
+    const moe_hparams *hp = &m->hp;
+    ceil_kind *k = calloc((size_t)hp->n_layer * 15 + 1, sizeof *k);
+    if (!k) return moe_errf(err, errlen, MOE_ENOMEM, "out of memory");
+    int nk = 0;
+    /* the matrices a decode step multiplies, and their bytes, as
+     * moe_model_bytes_per_token counts them (loader.c) */
+    for (int il = 0; il < hp->n_layer; il++) {
+        const moe_layer *L = &m->layers[il];
+        const moe_weight *full[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->ffn_gate, &L->ffn_up,
+                                    &L->ffn_down, &L->router, &L->gate_sh, &L->up_sh, &L->down_sh};
+        for (size_t i = 0; i < sizeof full / sizeof full[0]; i++)
+            add_kind(k, &nk, full[i], (double)full[i]->mat_bytes * (double)full[i]->n_mat);
+        const moe_weight *ex[] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++)
+            add_kind(k, &nk, ex[i], (double)hp->n_expert_used * (double)ex[i]->mat_bytes);
+    }
+    add_kind(k, &nk, &m->output, (double)m->output.mat_bytes * (double)m->output.n_mat);
+
+    int64_t n_max = 1, rows_max = 8;
+    for (int i = 0; i < nk; i++) {
+        if (k[i].n_in > n_max) n_max = k[i].n_in;
+        if (k[i].w->n_out > rows_max) rows_max = k[i].w->n_out;
+    }
+    if (rows_max > SAMPLE_BYTES) rows_max = SAMPLE_BYTES;   /* rows of >= 1 byte */
+    const size_t y_stride = ((size_t)rows_max + 15) & ~(size_t)15;
+    float *x = moe_calloc_aligned((size_t)n_max, sizeof(float), 0);
+    uint8_t *xa = moe_calloc_aligned((size_t)moe_act8_row_bytes(((n_max + 31) / 32) * 32), 1, 0);
+    float *y = moe_calloc_aligned((size_t)s->n_threads * y_stride, sizeof(float), 0);
+    if (!x || !xa || !y) {
+        moe_free_aligned(x); moe_free_aligned(xa); moe_free_aligned(y); free(k);
+        return moe_errf(err, errlen, MOE_ENOMEM, "out of memory");
+    }
+    moe_rng rng;                                     /* activations of a realistic spread */
+    moe_rng_seed(&rng, 1);
+    for (int64_t i = 0; i < n_max; i++) x[i] = (float)(2.0 * moe_rng_uniform(&rng) - 1.0);
+
+    double total = 0;
+    for (int i = 0; i < nk; i++) {
+        time_kind(s, &k[i], x, xa, y, y_stride);
+        total += k[i].gbps > 0 ? k[i].bytes / (k[i].gbps * 1e9) : 0;
+    }
+    qsort(k, (size_t)nk, sizeof *k, cmp_kind_bytes);
+    for (int i = 0; i < nk && i < max; i++) {
+        const moe_type_info *ti = moe_type_get(k[i].type);
+        snprintf(parts[i].kernel, sizeof parts[i].kernel, "%s%s, rows of %lld", ti && ti->name ? ti->name : "?",
+                 k[i].layout == 'a' ? " a8" : k[i].layout == 'x' ? " x4" : "", (long long)k[i].n_in);
+        parts[i].bytes_per_token = k[i].bytes;
+        parts[i].gb_per_s = k[i].gbps;
+    }
+    if (n_parts) *n_parts = nk;
+    if (seconds) *seconds = total;
+    moe_free_aligned(x);
+    moe_free_aligned(xa);
+    moe_free_aligned(y);
+    free(k);
+    return MOE_OK;
+}
