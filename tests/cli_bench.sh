@@ -161,6 +161,11 @@ grep -q "roofline .* % (the steps against the roofline" "$d/dt.txt" || bad "text
 num_ok $d/d.json decode.compute_ceiling.runs_seconds_per_token[0] "v > 0"
 num_ok $d/d.json decode.compute_ceiling.runs_seconds_per_token[1] "v > 0"
 num_ok $d/d.json decode.compute_ceiling.kernels[0].bytes_per_token "v > 0"
+# per window: the roofline share is never below the bandwidth limit's
+for i in 0 1; do
+  rr=$(jget $d/d.json "decode.pct_of_roofline_runs[$i]"); pp=$(jget $d/d.json "decode.pct_runs[$i]")
+  awk -v r="$rr" -v p="$pp" 'BEGIN { exit !(r > 0 && r >= p * (1 - 1e-9)) }' || bad "window $i: roofline $rr % against the limit's $pp %"
+done
 num_ok $d/d.json decode.compute_ceiling.kernels[0].gb_per_second "v > 0"
 jget $d/d.json decode.compute_ceiling.kernels[0].kernel | grep -q "^\"F32" || bad "first ceiling kernel: $(jget $d/d.json decode.compute_ceiling.kernels[0].kernel)"
 cs=$(jget $d/d.json decode.compute_ceiling.seconds_per_token); ct=$(jget $d/d.json decode.compute_ceiling.tokens_per_second)

@@ -299,6 +299,7 @@ typedef struct {
     double *ceil;                 /* [repeat] the compute ceiling measured right after window r, s per step */
     moe_ceiling_part *parts;      /* [repeat][MAX_CEIL_PARTS] its kernels */
     int *n_parts;                 /* [repeat] */
+    double *roof;                 /* [repeat] the window's steps as % of its roofline (0: not computed) */
 } timings;
 
 static json_t *num_or_null(bool have, double v) { return have ? json_real(v) : json_null(); }
@@ -527,8 +528,9 @@ int cmd_bench(int argc, char **argv) {
     tm.ceil = calloc((size_t)o.repeat, sizeof(double));
     tm.parts = calloc((size_t)o.repeat * MAX_CEIL_PARTS, sizeof *tm.parts);
     tm.n_parts = calloc((size_t)o.repeat, sizeof(int));
+    tm.roof = calloc((size_t)o.repeat, sizeof(double));
     if (!logits || !argmax_ids || !tm.prefill || !tm.decode || !tm.seed || !tm.steps || !tm.bw0 || !tm.bw1 || !tm.bw ||
-        !tm.pct || !tm.steady || !tm.ceil || !tm.parts || !tm.n_parts) {
+        !tm.pct || !tm.steady || !tm.ceil || !tm.parts || !tm.n_parts || !tm.roof) {
         cli_fail(CMD, "out of memory");
         goto out;
     }
@@ -717,7 +719,7 @@ int cmd_bench(int argc, char **argv) {
             if (tm.ceil[r] <= 0) continue;
             cs[nc++] = tm.ceil[r];
             last_parts = r;
-            if (tm.bw[r] <= 0 || tm.steps[r] <= 0 || (bws.steady && !tm.steady[r])) continue;
+            if (tm.bw[r] <= 0 || tm.steps[r] <= 0) continue;
             const moe_ceiling_part *pp = tm.parts + (size_t)r * MAX_CEIL_PARTS;
             const double bwr = tm.bw[r] * 1e9;
             double rest = (double)bpt, roof = 0;
@@ -727,8 +729,10 @@ int cmd_bench(int argc, char **argv) {
                 rest -= pp[i].bytes_per_token;
             }
             roof += rest > 0 ? rest / bwr : 0;
+            tm.roof[r] = 100.0 * roof * D / tm.steps[r];
+            if (bws.steady && !tm.steady[r]) continue;    /* the summary: the limit's windows */
             rts[np] = 1.0 / roof;
-            prs[np++] = 100.0 * roof * D / tm.steps[r];
+            prs[np++] = tm.roof[r];
         }
         ceil_s = nc ? median(cs, nc) : 0;
         pct_roof = np ? median(prs, np) : 0;
@@ -823,6 +827,7 @@ int cmd_bench(int argc, char **argv) {
             }
             json_object_set_new(jd, "roofline_tokens_per_second", num_or_null(have_ceil && roof_tps > 0, roof_tps));
             json_object_set_new(jd, "pct_of_roofline", num_or_null(have_ceil && roof_tps > 0, pct_roof));
+            json_object_set_new(jd, "pct_of_roofline_runs", have_ceil ? runs_array(tm.roof, o.repeat) : json_null());
             json_object_set_new(jd, "bandwidth_runs_gb_per_second",
                                 have_bw && !o.ab ? runs_array(tm.bw, o.repeat) : json_null());
             json_object_set_new(jd, "bandwidth_before_runs_gb_per_second",
@@ -1005,6 +1010,7 @@ out:
     free(tm.ceil);
     free(tm.parts);
     free(tm.n_parts);
+    free(tm.roof);
     free(argmax_ids);
     free(logits);
     free(ids);
