@@ -103,7 +103,7 @@ double moe_session_kv_bytes_at(const moe_session *s, int pos);
 typedef struct moe_ceiling_part {
     char kernel[48];          /* e.g. "Q8_0 a8, rows of 1024" */
     double bytes_per_token;
-    double gb_per_s;          /* the session's threads together, median of 5 timed runs */
+    double gb_per_s;          /* the session's threads together, the fastest of 7 timed runs */
 } moe_ceiling_part;
 /* Measures every kernel of a decode step's matrix products from cache (a
  * sample of one of its real matrices, up to 160 KB of rows, run by every
