@@ -709,7 +709,8 @@ int cmd_bench(int argc, char **argv) {
      * from cache (the rest of bytes_per_token, one embedding row, at the
      * bandwidth). Per window, against its own bandwidth and ceiling;
      * summarized over the same windows as the bandwidth limit. The last
-     * window's kernels are the ones printed. */
+     * window's kernels are the ones printed. Kinds past MAX_CEIL_PARTS (a
+     * model with that many formats and row lengths) count at the bandwidth. */
     double ceil_s = 0, pct_roof = 0, roof_tps = 0;
     int last_parts = -1;
     if (have_d && o.bandwidth && !o.ab && bpt) {

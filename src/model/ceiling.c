@@ -27,8 +27,8 @@
 #define SAMPLE_BYTES (160 * 1024)   /* rows of the sample, per thread (L2 is 1 MB on the machines measured) */
 #define RUN_SECONDS 2e-3            /* one timed run */
 /* Timed runs per kind; the fastest counts. A ceiling is what the kernel can
- * do: a neighbour on this VM can halve one run's speed (two runs of the same
- * bench read 99 and 197 GB/s for one kind), nothing makes a run faster. */
+ * do: a neighbour on this VM can halve a run's speed (two `bench` runs of one
+ * configuration read 99 and 197 GB/s for one kind), nothing makes it faster. */
 #define RUNS 7
 
 typedef struct {

@@ -98,7 +98,7 @@ static void mm_worker(void *ctx, int ith, int nth) {
     int64_t r0, r1;
     moe_split(t->w->n_out, ith, nth, 8, &r0, &r1);
     moe_matmul_rows(t->s, t->w, t->mat, t->x, (size_t)t->w->n_in, t->xa, (size_t)moe_act8_row_bytes(t->w->n_in),
-                t->n, t->y, (size_t)t->w->n_out, r0, r1);
+                    t->n, t->y, (size_t)t->w->n_out, r0, r1);
 }
 
 /* Y[n][n_out] = X[n][n_in] W^T */
@@ -132,7 +132,7 @@ static void mm_multi_worker(void *ctx, int ith, int nth) {
             if (r0 < 0) r0 = 0;
             if (r1 > w->n_out) r1 = w->n_out;
             moe_matmul_rows(t->s, w, 0, t->x, (size_t)w->n_in, t->xa, (size_t)moe_act8_row_bytes(w->n_in), t->n,
-                        t->y[i], (size_t)w->n_out, r0, r1);
+                            t->y[i], (size_t)w->n_out, r0, r1);
         }
         base += (w->n_out + 7) & ~(int64_t)7;
     }
