@@ -746,6 +746,7 @@ int cmd_bench(int argc, char **argv) {
     const bool have_ceil = ceil_s > 0 && last_parts >= 0;
     const moe_ceiling_part *ceil_parts = have_ceil ? tm.parts + (size_t)last_parts * MAX_CEIL_PARTS : NULL;
     const int n_ceil_parts = have_ceil ? tm.n_parts[last_parts] : 0;
+    const double ceil_bw = have_ceil ? tm.bw[last_parts] : 0;   /* that window's bandwidth (0: none) */
     if (o.ab) {
         /* pairs: steps (2k, 2k+1) of every repeat (an odd D's last step, A,
          * has no partner); with a sibling B, A's and B's runs of each step */
@@ -935,13 +936,14 @@ int cmd_bench(int argc, char **argv) {
                        "                                  per step / bandwidth)\n", pct_kv);
             if (have_ceil) {
                 printf("  compute ceiling      %10.1f tok/s (the step's matrix products with their weights in cache,\n"
-                       "                                  %d thread%s; attention, norms and glue not in it), per kernel:\n",
+                       "                                  %d thread%s; attention, norms and glue not in it), per kernel\n"
+                       "                                  (measured after the last window):\n",
                        1.0 / ceil_s, threads_used, threads_used == 1 ? "" : "s");
                 for (int i = 0; i < n_ceil_parts && i < MAX_CEIL_PARTS; i++)
                     printf("    %-28s %9.3f MB/token at %7.2f GB/s from cache = %6.3f ms%s\n", ceil_parts[i].kernel,
                            ceil_parts[i].bytes_per_token / 1e6, ceil_parts[i].gb_per_s,
                            ceil_parts[i].gb_per_s > 0 ? ceil_parts[i].bytes_per_token / ceil_parts[i].gb_per_s / 1e6 : 0.0,
-                           have_bw && ceil_parts[i].gb_per_s < bw ? "  (slower than memory)" : "");
+                           ceil_parts[i].gb_per_s < ceil_bw ? "  (slower than that window's memory)" : "");
                 if (roof_tps > 0)
                     printf("  roofline             %10.1f %% (the steps against the roofline, %.1f tok/s: each kernel's bytes at\n"
                            "                                  the slower of the read bandwidth and its rate from cache)\n",

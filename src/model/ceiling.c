@@ -63,9 +63,16 @@ static void ceil_worker(void *ctx, int ith, int nth) {
 
 static double run_once(const moe_session *s, ceil_task *t) {
     const double t0 = moe_now();
-    if (s->n_threads > 1) moe_pool_run(s->pool, ceil_worker, t);
-    else ceil_worker(t, 0, 1);
+    moe_session_par(s, ceil_worker, t);
     return moe_now() - t0;
+}
+
+/* Rows of a kind's sample: whole 8-row groups (the x4 and a8 layouts' thread
+ * cuts) up to SAMPLE_BYTES, at least 8, at most the matrix. */
+static int64_t sample_rows(const moe_weight *w) {
+    int64_t rows = (int64_t)(SAMPLE_BYTES / w->row_bytes) & ~(int64_t)7;
+    if (rows < 8) rows = 8;
+    return rows > w->n_out ? w->n_out : rows;
 }
 
 static int cmp_kind_bytes(const void *a, const void *b) {
@@ -89,9 +96,7 @@ static void add_kind(ceil_kind *k, int *nk, const moe_weight *w, double bytes) {
 /* Times one kind: a warm-up run, one to size the runs, RUNS timed ones. */
 static void time_kind(const moe_session *s, ceil_kind *k, const float *x, uint8_t *xa, float *y, size_t y_stride) {
     const moe_weight *w = k->w;
-    int64_t rows = (int64_t)(SAMPLE_BYTES / w->row_bytes) & ~(int64_t)7;
-    if (rows < 8) rows = 8;
-    if (rows > w->n_out) rows = w->n_out;
+    const int64_t rows = sample_rows(w);
     if (w->a8) s->kern->quantize_act8(x, xa, w->n_in);
     ceil_task t = {s, w, rows, x, w->a8 ? xa : NULL, y, y_stride, 1};
     run_once(s, &t);
@@ -133,12 +138,11 @@ int moe_session_compute_ceiling(moe_session *s, moe_ceiling_part *parts, int max
     }
     add_kind(k, &nk, &m->output, (double)m->output.mat_bytes * (double)m->output.n_mat);
 
-    int64_t n_max = 1, rows_max = 8;
+    int64_t n_max = 1, rows_max = 1;
     for (int i = 0; i < nk; i++) {
         if (k[i].n_in > n_max) n_max = k[i].n_in;
-        if (k[i].w->n_out > rows_max) rows_max = k[i].w->n_out;
+        if (sample_rows(k[i].w) > rows_max) rows_max = sample_rows(k[i].w);
     }
-    if (rows_max > SAMPLE_BYTES) rows_max = SAMPLE_BYTES;   /* rows of >= 1 byte */
     const size_t y_stride = ((size_t)rows_max + 15) & ~(size_t)15;
     float *x = moe_calloc_aligned((size_t)n_max, sizeof(float), 0);
     uint8_t *xa = moe_calloc_aligned((size_t)moe_act8_row_bytes(((n_max + 31) / 32) * 32), 1, 0);

@@ -20,10 +20,7 @@
 
 /* ---- parallel helpers --------------------------------------------------------- */
 
-static void par(moe_session *s, moe_task_fn fn, void *ctx) {
-    if (s->n_threads > 1) moe_pool_run(s->pool, fn, ctx);
-    else fn(ctx, 0, 1);
-}
+static void par(moe_session *s, moe_task_fn fn, void *ctx) { moe_session_par(s, fn, ctx); }
 
 /* Rows [r0, r1) of Y[t][r] = W_mat . X[t] (+ second-level scale). Weights in
  * the a8 layout (flag act_q8) read the inputs as A8 rows xa (xa_stride bytes

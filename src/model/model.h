@@ -160,6 +160,12 @@ struct moe_session {
 
 /* forward.c: one chunk of n <= n_batch tokens at positions n_past.. */
 int moe_forward_chunk(moe_session *s, const int32_t *tokens, int n, float *logits, bool all_logits);
+/* fn on every thread of the session's pool (ith 0 is the caller), or on the
+ * caller alone with one thread. */
+static inline void moe_session_par(const moe_session *s, moe_task_fn fn, void *ctx) {
+    if (s->n_threads > 1) moe_pool_run(s->pool, fn, ctx);
+    else fn(ctx, 0, 1);
+}
 /* forward.c: rows [r0, r1) of Y[t][r] = W_mat . X[t] with the session's
  * kernels, as every matrix product of the forward pass is computed (a8
  * weights read the A8 rows xa, every other weight the float rows x); r0 a
