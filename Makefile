@@ -31,7 +31,7 @@ B ?= build/$(MODE)
 
 CFLAGS_ALL = $(CSTD) $(WARN) $(OPT) $(INC) $(PKG_CFLAGS) $(CFLAGS)
 
-LIB_SRC  := $(wildcard src/*.c src/quant/*.c src/model/*.c)
+LIB_SRC  := $(wildcard src/*/*.c src/*/*/*.c)
 TOOL_SRC := $(wildcard tools/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
 BENCH_SRC:= $(wildcard bench/*.c)
@@ -80,7 +80,7 @@ RUN_PROMPT ?= The quick brown fox
 RUN_N ?= 48
 
 # Regenerated only when the generator changes; otherwise cached.
-$(DEFAULT_MODEL): src/gen.c src/gen_vocab.c
+$(DEFAULT_MODEL): src/lab/gen.c src/lab/gen_vocab.c
 	@$(MAKE) --no-print-directory MODE=rel build/rel/moefast
 	@mkdir -p $(dir $@)
 	build/rel/moefast gen --arch laguna --preset default -o $@

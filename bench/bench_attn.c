@@ -14,9 +14,9 @@
  * kv_f16 softmax is the forward pass's (max and exp by the kernels, the
  * key-order sums by moe_attn_row_sums), kv_q8's its softmax_q8 kernel.
  * Arguments, if any: the ISA levels to run (scalar, avx2, avx512). */
-#include "attn.h"
+#include "attention/attn.h"
 #include "quant/quant.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -19,8 +19,8 @@
  * Arguments, if any: the formats (default NVFP4 Q8_0), each with act_q8. */
 #include "moefast.h"
 #include "quant/quant.h"
-#include "threads.h"
-#include "util.h"
+#include "base/threads.h"
+#include "base/util.h"
 #include "../tools/stats.h"   /* the order statistics bench --ab and price use */
 
 #include <stdio.h>

@@ -23,8 +23,8 @@
  * Arguments, if any, name the formats to run (e.g. `bench_quant NVFP4 Q8_0`). */
 #include "moefast.h"
 #include "quant/quant.h"
-#include "threads.h"
-#include "util.h"
+#include "base/threads.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

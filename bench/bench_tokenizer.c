@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "gguf/gguf.h"
+#include "text/tokenizer.h"
+#include "base/util.h"
 
 static const char *const SAMPLES[] = {
     "The quick brown fox jumps over the lazy dog. Once upon a time, in a land far away, "

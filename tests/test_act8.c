@@ -36,7 +36,7 @@
  *      tokens are split across threads or batches cannot matter). */
 #include "check.h"
 #include "quant/quant.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdbool.h>

@@ -5,9 +5,9 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "attn.h"
+#include "attention/attn.h"
 #include "check.h"
-#include "util.h"
+#include "base/util.h"
 
 int main(void) {
     moe_rng r;

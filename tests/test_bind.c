@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "gguf.h"
+#include "gguf/gguf.h"
 #include "moefast.h"
 #include "quant/quant.h"
 

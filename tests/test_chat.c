@@ -1,8 +1,8 @@
 /* test_chat.c — chat-template recognition and rendering (src/chat.c) on the
  * templates the shared GGUFs carry, plus the errors. */
 #include "check.h"
-#include "chat.h"
-#include "gguf.h"
+#include "text/chat.h"
+#include "gguf/gguf.h"
 #include "moefast.h"
 
 static char *template_of(const char *rel) {

@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "gguf.h"
+#include "gguf/gguf.h"
 #include "quant/quant.h"
-#include "util.h"
+#include "base/util.h"
 
 static char tmpdir[256];
 

@@ -12,8 +12,8 @@
 #include "check.h"
 #include "quant/quant.h"
 #include "quant/quant_internal.h"
-#include "gguf.h"
-#include "util.h"
+#include "gguf/gguf.h"
+#include "base/util.h"
 #include "moefast.h"
 
 #include <math.h>

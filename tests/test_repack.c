@@ -6,7 +6,7 @@
 
 #include "check.h"
 #include "quant/quant.h"
-#include "util.h"
+#include "base/util.h"
 
 int main(void) {
     const uint32_t types[] = {MOE_T_Q8_0, MOE_T_Q4_0, MOE_T_Q4_K,  MOE_T_Q6_K, MOE_T_MXFP4,

@@ -10,9 +10,9 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "attn.h"
+#include "attention/attn.h"
 #include "check.h"
-#include "flags.h"
+#include "base/flags.h"
 #include "model/model.h"
 #include "moefast.h"
 

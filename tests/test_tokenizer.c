@@ -5,10 +5,10 @@
 #include <stdint.h>
 
 #include "check.h"
-#include "gguf.h"
+#include "gguf/gguf.h"
 #include "moefast.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "text/tokenizer.h"
+#include "base/util.h"
 
 static char g_err[MOE_ERR_LEN];
 

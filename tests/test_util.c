@@ -4,10 +4,10 @@
 #include <stdint.h>
 
 #include "check.h"
-#include "flags.h"
+#include "base/flags.h"
 #include "moefast.h"
-#include "threads.h"
-#include "util.h"
+#include "base/threads.h"
+#include "base/util.h"
 
 static void test_expf(void) {
     double worst = 0;

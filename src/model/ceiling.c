@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "model/model.h"
-#include "util.h"
+#include "base/util.h"
 
 #define SAMPLE_BYTES (160 * 1024)   /* rows of the sample, per thread (L2 is 1 MB on the machines measured) */
 #define RUN_SECONDS 2e-3            /* one timed run */

@@ -13,10 +13,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "attn.h"
-#include "flags.h"
+#include "attention/attn.h"
+#include "base/flags.h"
 #include "model/model.h"
-#include "util.h"
+#include "base/util.h"
 
 /* ---- parallel helpers --------------------------------------------------------- */
 

@@ -8,9 +8,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "flags.h"
+#include "base/flags.h"
 #include "model/model.h"
-#include "util.h"
+#include "base/util.h"
 
 void moe_note(moe_model *m, const char *fmt, ...) {
     if (m->n_notes >= MOE_MAX_NOTES) return;

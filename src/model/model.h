@@ -9,10 +9,10 @@
 
 #include <stdio.h>
 #include "moefast.h"
-#include "gguf.h"
+#include "gguf/gguf.h"
 #include "quant/quant.h"
-#include "threads.h"
-#include "tokenizer.h"
+#include "base/threads.h"
+#include "text/tokenizer.h"
 #include "model/profile.h"
 
 typedef enum moe_arch { MOE_ARCH_LAGUNA = 0, MOE_ARCH_QWEN3MOE = 1 } moe_arch;

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "model/model.h"
-#include "util.h"
+#include "base/util.h"
 
 /* Index = moe_phase_id; these are the names `moefast bench --phases` prints
  * and docs/MEASUREMENT.md describes. */

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn.h"
-#include "flags.h"
+#include "attention/attn.h"
+#include "base/flags.h"
 #include "model/model.h"
-#include "util.h"
+#include "base/util.h"
 
 /* ggml's YaRN helpers, reproduced so positions rotate exactly as the
  * ecosystem's reference does (iterative theta in float). */

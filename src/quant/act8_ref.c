@@ -136,7 +136,7 @@
  *   qsum_b = hsum[j] + hsum[16 + j]; Q6_K u = the 6-bit code, half h
  *   starting from -32 * hsum[16h + j]. Every such sum is the exact isum above. */
 #include "quant/quant_internal.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 

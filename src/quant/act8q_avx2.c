@@ -2,7 +2,7 @@
  * AVX2: the same operations lane by lane, so the same bytes (see
  * act8q_avx512.c for why this exists and why the bits agree). */
 #include "quant/quant_internal.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <immintrin.h>
 

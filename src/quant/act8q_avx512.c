@@ -11,7 +11,7 @@
  * round-to-nearest-even conversion gives a8_round's result for every
  * in-range value (|v| <= 127); NaN lanes become 0; the sums are integers. */
 #include "quant/quant_internal.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <immintrin.h>
 

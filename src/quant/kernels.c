@@ -1,7 +1,7 @@
 /* kernels.c — choosing the kernel table: cpuid once (pthread_once), the
  * MOEFAST_ISA environment variable, and moe_set_isa(). */
 #include "quant/quant_internal.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

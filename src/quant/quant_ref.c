@@ -9,7 +9,7 @@
  * operands that SIMD code can form the same way (an int converted to float
  * is exact, so "(float)q * d" is one product). */
 #include "quant/quant_internal.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <string.h>

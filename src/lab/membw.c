@@ -11,8 +11,8 @@
  * (moe_split) with 128-bit SSE2 loads, or 256-bit AVX2 loads when the CPU has
  * them (membw_avx2.c). The result is the median pass. Prints nothing. */
 #include "moefast.h"
-#include "threads.h"
-#include "util.h"
+#include "base/threads.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <stdio.h>

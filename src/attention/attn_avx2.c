@@ -3,8 +3,8 @@
  * same tree; one FMA per element. */
 #include <immintrin.h>
 
-#include "attn.h"
-#include "util.h"
+#include "attention/attn.h"
+#include "base/util.h"
 
 static inline float hsum16(__m256 lo, __m256 hi) {
     const __m256 s8 = _mm256_add_ps(lo, hi);

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 /* Shared with gen.c (declared there). */
 typedef struct moe_gen_vocab {

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "model/model.h"
-#include "util.h"
+#include "base/util.h"
 
 #define MAX_LAYERS 4096
 

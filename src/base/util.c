@@ -1,5 +1,5 @@
 /* util.c — error formatting, half/bfloat conversion, clock, sha256, PRNG. */
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -1,6 +1,6 @@
 /* flags.c — the optimisation flag registry (see flags.h). */
-#include "flags.h"
-#include "util.h"
+#include "base/flags.h"
+#include "base/util.h"
 
 #include <ctype.h>
 #include <stdio.h>

@@ -3,8 +3,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "attn.h"
-#include "util.h"
+#include "attention/attn.h"
+#include "base/util.h"
 
 static float dot16(const float *a, const float *b, int n) {
     float acc[16] = {0};

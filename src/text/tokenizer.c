@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer.h"
-#include "util.h"
+#include "text/tokenizer.h"
+#include "base/util.h"
 
 enum { TT_UNDEFINED = 0, TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3,
        TT_USER_DEFINED = 4, TT_UNUSED = 5, TT_BYTE = 6 };

@@ -7,7 +7,7 @@
  * warning. Logits are written in the shortest decimal form that reads back to
  * the same float through the loader's own path (decimal -> double -> float),
  * so a saved trace round-trips bit for bit. */
-#include "util.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <fcntl.h>

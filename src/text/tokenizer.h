@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
-#include "gguf.h"
+#include "gguf/gguf.h"
 
 typedef struct moe_tokenizer moe_tokenizer;
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 
 #include "model/model.h"
-#include "util.h"
+#include "base/util.h"
 
 int moe_bind_qwen3moe(moe_model *m, char *err, size_t errlen) {
     moe_hparams *hp = &m->hp;

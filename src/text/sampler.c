@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "moefast.h"
-#include "util.h"
+#include "base/util.h"
 
 typedef struct { float logit; int32_t id; float p; } cand;
 

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
-#include "util.h"
+#include "text/chat.h"
+#include "base/util.h"
 
 typedef struct sbuf { char *p; size_t n, cap; bool oom; } sbuf;
 

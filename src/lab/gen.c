@@ -18,10 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "gguf/gguf.h"
 #include "quant/quant.h"
-#include "threads.h"
-#include "util.h"
+#include "base/threads.h"
+#include "base/util.h"
 
 /* gen_vocab.c */
 typedef struct moe_gen_vocab {

@@ -11,8 +11,8 @@
  * Workers spin briefly on the generation (a decode step launches many short
  * jobs, so sleeping between them would dominate) and then block on a
  * condition variable. */
-#include "threads.h"
-#include "util.h"
+#include "base/threads.h"
+#include "base/util.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "gguf/gguf.h"
 #include "quant/quant.h"
-#include "util.h"
+#include "base/util.h"
 
 int moe_gen_ftype(int type_experts); /* gen.c */
 

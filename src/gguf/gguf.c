@@ -9,8 +9,8 @@
  * allocating. Strings (keys, values, the 150k-entry vocabularies) are views
  * into the mapping; only keys and tensor names are copied, into one pool,
  * after the parse succeeded. See docs/GGUF.md for the error classes. */
-#include "gguf.h"
-#include "util.h"
+#include "gguf/gguf.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <fcntl.h>

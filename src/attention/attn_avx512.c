@@ -2,8 +2,8 @@
  * zmm per 16-lane dot accumulator, the same tree, one FMA per element. */
 #include <immintrin.h>
 
-#include "attn.h"
-#include "util.h"
+#include "attention/attn.h"
+#include "base/util.h"
 #include "quant/hsum_avx512.h"
 
 /* Loops over register arrays must be fully unrolled, or GCC keeps the array

@@ -1,0 +1,157 @@
+/* moefast/engine.h — the engine: models, the tokenizer, contexts and batches,
+ * sessions, sampling, chat templates, the ISA level.
+ *
+ * Opaque handles, int return codes (MOE_OK == 0, negative on error) and a
+ * caller-provided error buffer that receives one line naming the file, field
+ * and byte offset when something is wrong. The library never exits or aborts
+ * on bad input. */
+#ifndef MOEFAST_ENGINE_H
+#define MOEFAST_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+
+enum moe_status {
+    MOE_OK = 0,
+    MOE_EIO = -1,          /* cannot open / map / write a file */
+    MOE_EFORMAT = -2,      /* malformed file contents */
+    MOE_EUNSUPPORTED = -3, /* valid file, feature not supported */
+    MOE_EINVAL = -4,       /* bad argument */
+    MOE_ENOMEM = -5,       /* allocation failed */
+    MOE_ERANGE = -6,       /* context full, token id out of range, ... */
+    MOE_EDIVERGE = -7,     /* differential mode found a mismatch */
+};
+
+#define MOE_ERR_LEN 512
+
+typedef struct moe_model moe_model;
+typedef struct moe_session moe_session;
+typedef struct moe_sampler moe_sampler;
+
+/* ---- models ---------------------------------------------------------- */
+
+typedef struct moe_load_params {
+    const char *flags;   /* optimisation flag spec ("none", "-name,+name"); NULL: defaults + MOEFAST_FLAGS */
+    bool vocab_only;     /* load only the tokenizer (vocabulary-only GGUF files work too) */
+    bool diff;           /* differential mode (also MOEFAST_DIFF=1): see moe_session_forward */
+} moe_load_params;
+
+int  moe_model_load(const char *path, const moe_load_params *params,
+                    moe_model **out, char *err, size_t errlen);
+void moe_model_free(moe_model *m);
+
+int  moe_model_n_vocab(const moe_model *m);
+int  moe_model_n_ctx_train(const moe_model *m);
+const char *moe_model_arch(const moe_model *m);
+const char *moe_model_path(const moe_model *m);
+/* Weight bytes a single decoded token reads (dense weights + the selected experts). */
+uint64_t moe_model_bytes_per_token(const moe_model *m);
+/* Writes the `moefast info` report (hyperparameters, defaults used, tensor table). */
+int  moe_model_print_info(const moe_model *m, void *file /* FILE* */);
+/* sha256 of the whole file, hex; computed on first call and cached. */
+const char *moe_model_sha256(moe_model *m);
+
+/* ---- tokenizer (text <-> ids, from the GGUF vocabulary) ---------------- */
+
+/* Encodes UTF-8 text (len bytes, any bytes accepted). Special tokens written
+ * in the text are matched when parse_special is true. Writes at most cap ids
+ * and stores the total count in *n_out (may exceed cap: call again). */
+int moe_tokenize(const moe_model *m, const char *text, size_t len, bool add_bos,
+                 bool parse_special, int32_t *ids, size_t cap, size_t *n_out,
+                 char *err, size_t errlen);
+/* The bytes of one token (control tokens give "" unless show_special). */
+int moe_token_piece(const moe_model *m, int32_t id, bool show_special,
+                    const char **bytes, size_t *len);
+int32_t moe_token_eos(const moe_model *m);
+int32_t moe_token_bos(const moe_model *m);
+/* tokenizer.ggml.add_bos_token (false when the file has no tokenizer) */
+bool moe_token_add_bos(const moe_model *m);
+/* true for tokens that end a turn (eos, eot, <|im_end|>, ...) */
+bool moe_token_is_eog(const moe_model *m, int32_t id);
+
+/* ---- sessions (a KV cache plus scratch; one thread uses a session) ---- */
+
+typedef struct moe_session_params {
+    int n_ctx;        /* 0: min(model context, 4096) */
+    int n_threads;    /* 0: available cores */
+    int n_batch;      /* max tokens per forward call chunk; 0: 512 */
+} moe_session_params;
+
+int  moe_session_new(moe_model *m, const moe_session_params *p,
+                     moe_session **out, char *err, size_t errlen);
+void moe_session_free(moe_session *s);
+int  moe_session_n_past(const moe_session *s);
+/* Threads the session really uses (1 when the threads flag is off). */
+int  moe_session_threads(const moe_session *s);
+/* Drops cached positions >= n_past (n_past <= current). */
+int  moe_session_truncate(moe_session *s, int n_past);
+
+/* Runs n tokens through the model at positions n_past .. n_past+n-1 (split
+ * internally into chunks of n_batch). logits: NULL, or n_vocab floats for
+ * the last token, or n*n_vocab floats when all_logits is true. Results are
+ * bit-identical for any chunking, thread count and ISA level. */
+int  moe_session_forward(moe_session *s, const int32_t *tokens, int n,
+                         float *logits, bool all_logits);
+const char *moe_session_error(const moe_session *s);
+
+/* ---- sampling ---------------------------------------------------------- */
+
+typedef struct moe_sampler_params {
+    float temp;      /* <= 0: greedy (argmax, ties to the lowest id) */
+    int   top_k;     /* 0: off */
+    float top_p;     /* 0 or 1: off */
+    float min_p;     /* <= 0: off */
+    uint64_t seed;
+} moe_sampler_params;
+
+int  moe_sampler_new(const moe_sampler_params *p, int n_vocab, moe_sampler **out,
+                     char *err, size_t errlen);
+void moe_sampler_free(moe_sampler *s);
+int32_t moe_sampler_sample(moe_sampler *s, const float *logits);
+/* argmax with ties to the lowest id */
+int32_t moe_argmax(const float *logits, int n);
+
+/* ---- runtime configuration -------------------------------------------- */
+
+/* Name of the SIMD level in use ("scalar", "avx2", "avx512"). */
+const char *moe_isa_name(void);
+/* Force a SIMD level for sessions created afterwards ("scalar"|"avx2"|"avx512",
+ * or "auto" for the best this CPU has); fails when the CPU lacks it.
+ * MOEFAST_ISA does the same from the environment. */
+int moe_set_isa(const char *name, char *err, size_t errlen);
+
+/* ---- chat (src/text/chat.c) ---------------------------------------------------- */
+
+typedef struct moe_chat_msg { const char *role; const char *content; } moe_chat_msg;
+/* The model's tokenizer.chat_template, or NULL. */
+const char *moe_model_chat_template(const moe_model *m);
+/* Renders messages with the named format ("chatml", "laguna", ...) or, when
+ * format is NULL, the one recognised from the model's template. *out is
+ * malloc'd (caller frees). MOE_EUNSUPPORTED with a message listing the known
+ * formats when the template is not recognised. */
+int moe_chat_render(const moe_model *m, const char *format, const moe_chat_msg *msgs, size_t n,
+                    bool add_generation_prompt, char **out, char *err, size_t errlen);
+
+/* ---- streaming UTF-8 output (implemented in src/text/tokenizer.c) ------------------
+ * Token pieces are raw bytes; a character may be split across tokens. The
+ * stream holds back an incomplete sequence until it completes, and turns a
+ * sequence known to be invalid into U+FFFD, so printed text is always valid
+ * UTF-8. push/flush write at most cap bytes to out and return the count
+ * (cap >= 4 * len + 4 is always enough). */
+typedef struct moe_utf8_stream moe_utf8_stream;
+moe_utf8_stream *moe_utf8_stream_new(void);
+void   moe_utf8_stream_free(moe_utf8_stream *u);
+size_t moe_utf8_stream_push(moe_utf8_stream *u, const char *bytes, size_t len, char *out, size_t cap);
+size_t moe_utf8_stream_flush(moe_utf8_stream *u, char *out, size_t cap);
+
+
+#ifdef __cplusplus
+}
+#endif
+#endif
