@@ -69,24 +69,24 @@ static expect_t expect_of(const moe_model *m) {
     x.lm_head = (double)m->output.mat_bytes;
     for (int il = 0; il < hp->n_layer; il++) {
         const moe_layer *L = &m->layers[il];
-        x.qkv += (double)L->wq.mat_bytes + (double)L->wk.mat_bytes + (double)L->wv.mat_bytes;
-        if (L->has_gate) x.qkv += (double)L->wgate.mat_bytes;
-        x.wo += (double)L->wo.mat_bytes;
+        x.qkv += (double)L->attn.wq.mat_bytes + (double)L->attn.wk.mat_bytes + (double)L->attn.wv.mat_bytes;
+        if (L->attn.wextra.data) x.qkv += (double)L->attn.wextra.mat_bytes;
+        x.wo += (double)L->attn.wo.mat_bytes;
         if (L->dense) {
             x.n_dense++;
-            x.dense += (double)L->ffn_gate.mat_bytes + (double)L->ffn_up.mat_bytes + (double)L->ffn_down.mat_bytes;
+            x.dense += (double)L->ffn.gate.mat_bytes + (double)L->ffn.up.mat_bytes + (double)L->ffn.down.mat_bytes;
             continue;
         }
         x.n_moe++;
-        x.router += (double)L->router.mat_bytes;
+        x.router += (double)L->moe.router.w.mat_bytes;
         const double K = hp->n_expert_used;
-        x.gu_routed += K * ((double)L->gate_exps.mat_bytes + (double)L->up_exps.mat_bytes);
-        x.dn_routed += K * (double)L->down_exps.mat_bytes;
-        bool a8 = L->down_exps.a8;
-        if (L->has_shexp) {
-            x.gu_shared += (double)L->gate_sh.mat_bytes + (double)L->up_sh.mat_bytes;
-            x.dn_shared += (double)L->down_sh.mat_bytes;
-            a8 |= L->down_sh.a8;
+        x.gu_routed += K * ((double)L->moe.gate_exps.mat_bytes + (double)L->moe.up_exps.mat_bytes);
+        x.dn_routed += K * (double)L->moe.down_exps.mat_bytes;
+        bool a8 = L->moe.down_exps.a8;
+        if (L->moe.has_shared) {
+            x.gu_shared += (double)L->moe.gate_sh.mat_bytes + (double)L->moe.up_sh.mat_bytes;
+            x.dn_shared += (double)L->moe.down_sh.mat_bytes;
+            a8 |= L->moe.down_sh.a8;
         }
         x.n_a8 += a8;
     }
@@ -95,15 +95,17 @@ static expect_t expect_of(const moe_model *m) {
 
 /* KV-cache bytes of n tokens at positions pos.. (every layer, every KV head). */
 static double kv_of(const moe_session *s, int pos, int n) {
-    const moe_hparams *hp = &s->m->hp;
+    const moe_context *c = s->c;
+    const moe_hparams *hp = &c->m->hp;
     double b = 0;
     for (int il = 0; il < hp->n_layer; il++)
         for (int t = 0; t < n; t++) {
             const int p = pos + t;
-            int j0 = s->m->layers[il].swa ? p - hp->swa_window + 1 : 0;
+            const int window = c->m->layers[il].attn.window;
+            int j0 = window > 0 ? p - window + 1 : 0;
             if (j0 < 0) j0 = 0;
             b += (double)(p - j0 + 1) * hp->n_head_kv * (hp->head_dim + hp->head_dim_v) *
-                 (s->kv_q8 ? 34.0 / 32.0 : s->kv_half ? 2 : 4);   /* kv_q8: a code and 1/32 of a half */
+                 (c->kv_q8 ? 34.0 / 32.0 : c->kv_half ? 2 : 4);   /* kv_q8: a code and 1/32 of a half */
         }
     return b;
 }
@@ -162,8 +164,8 @@ static void check_decode_step(moe_session *s, const expect_t *x, bool glue, floa
     /* one decode step streams what moe_model_bytes_per_token says, no more, no less */
     double wsum = 0;
     for (int i = 0; i < p.n; i++) wsum += p.st[i].weight_bytes;
-    CHECK_MSG(wsum == (double)moe_model_bytes_per_token(s->m), "%s: the phases' weight bytes sum to %.0f, "
-              "moe_model_bytes_per_token is %llu", what, wsum, (unsigned long long)moe_model_bytes_per_token(s->m));
+    CHECK_MSG(wsum == (double)moe_model_bytes_per_token(s->c->m), "%s: the phases' weight bytes sum to %.0f, "
+              "moe_model_bytes_per_token is %llu", what, wsum, (unsigned long long)moe_model_bytes_per_token(s->c->m));
     const moe_phase_stat *a = ph(&p, "attention");
     if (a) {
         double kv = kv_of(s, pos, 1);
@@ -204,9 +206,9 @@ static void check_ceiling(moe_session *s, const expect_t *x, bool act_q8, const 
         bytes += parts[i].bytes_per_token;
         t += parts[i].gb_per_s > 0 ? parts[i].bytes_per_token / (parts[i].gb_per_s * 1e9) : 0;
     }
-    CHECK_MSG(bytes == (double)moe_model_bytes_per_token(s->m), "%s: the ceiling's kernels read %.0f bytes with the "
+    CHECK_MSG(bytes == (double)moe_model_bytes_per_token(s->c->m), "%s: the ceiling's kernels read %.0f bytes with the "
               "embedding row, moe_model_bytes_per_token is %llu", what, bytes,
-              (unsigned long long)moe_model_bytes_per_token(s->m));
+              (unsigned long long)moe_model_bytes_per_token(s->c->m));
     CHECK_MSG(sec > 0 && fabs(sec - t) <= 1e-9 * t, "%s: ceiling %g s, its kernels' times sum to %g", what, sec, t);
     CHECK_MSG(any_a8 == act_q8, "%s: a8 kernels %s in the ceiling with act_q8 %s", what, any_a8 ? "present" : "absent",
               act_q8 ? "on" : "off");

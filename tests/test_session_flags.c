@@ -162,7 +162,7 @@ static void check_api(const char *path) {
         const moe_flag_info *f = moe_flag_get(i);
         if (!f->fixed) continue;
         char spec[64], name[64];
-        snprintf(spec, sizeof spec, "%c%s", moe_flag_on(s->flags, (moe_flag)i) ? '-' : '+', f->name);
+        snprintf(spec, sizeof spec, "%c%s", moe_flag_on(s->c->flags, (moe_flag)i) ? '-' : '+', f->name);
         snprintf(name, sizeof name, "'%s'", f->name);
         err[0] = 0;
         CHECK_EQ_INT(moe_session_set_flags(s, spec, err, sizeof err), MOE_EINVAL);
@@ -202,14 +202,14 @@ static void check_api(const char *path) {
 
     /* simd: the scalar table when off, and when back on the level the session
      * was created with, even after moe_set_isa (which is for later sessions) */
-    const moe_kernels *k0 = s->kern;
+    const moe_kernels *k0 = s->c->kern;
     CHECK_EQ_INT(moe_session_set_flags(s, "-simd", err, sizeof err), MOE_OK);
-    CHECK_EQ_INT(s->kern->isa, MOE_ISA_SCALAR);
-    CHECK(s->attn == moe_attn_for(MOE_ISA_SCALAR));
+    CHECK_EQ_INT(s->c->kern->isa, MOE_ISA_SCALAR);
+    CHECK(s->c->attn == moe_attn_for(MOE_ISA_SCALAR));
     if (moe_set_isa("scalar", err, sizeof err) == MOE_OK) {
         CHECK_EQ_INT(moe_session_set_flags(s, "+simd", err, sizeof err), MOE_OK);
-        CHECK(s->kern == k0);
-        CHECK(s->attn == moe_attn_for(k0->isa));
+        CHECK(s->c->kern == k0);
+        CHECK(s->c->attn == moe_attn_for(k0->isa));
         moe_set_isa("auto", err, sizeof err);
     }
 
@@ -288,8 +288,8 @@ static void check_sibling(const char *path, size_t V) {
     moe_session *sm = NULL;
     CHECK_EQ_INT(moe_session_new_sibling(s, "-aligned_buffers", &sm, err, sizeof err), MOE_OK);
     if (sm) {
-        const void *on[] = {s->x, s->xn, s->q, s->att, s->k_cache, s->v_cache, s->hg, s->scores};
-        const void *off[] = {sm->x, sm->xn, sm->q, sm->att, sm->k_cache, sm->v_cache, sm->hg, sm->scores};
+        const void *on[] = {s->c->x, s->c->xn, s->c->q, s->c->att, s->c->k_cache, s->c->v_cache, s->c->hg, s->c->scores};
+        const void *off[] = {sm->c->x, sm->c->xn, sm->c->q, sm->c->att, sm->c->k_cache, sm->c->v_cache, sm->c->hg, sm->c->scores};
         for (size_t i = 0; i < sizeof on / sizeof on[0]; i++) {
             CHECK_MSG((uintptr_t)on[i] % 64 == 0, "buffer %zu at %zu past a line with aligned_buffers", i,
                       (size_t)((uintptr_t)on[i] % 64));

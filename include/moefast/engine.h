@@ -32,6 +32,7 @@ enum moe_status {
 
 typedef struct moe_model moe_model;
 typedef struct moe_session moe_session;
+typedef struct moe_context moe_context;
 typedef struct moe_sampler moe_sampler;
 
 /* ---- models ---------------------------------------------------------- */
@@ -75,7 +76,60 @@ bool moe_token_add_bos(const moe_model *m);
 /* true for tokens that end a turn (eos, eot, <|im_end|>, ...) */
 bool moe_token_is_eog(const moe_model *m, int32_t id);
 
-/* ---- sessions (a KV cache plus scratch; one thread uses a session) ---- */
+/* ---- contexts and batches: several sequences in one step ------------------
+ *
+ * A context owns one worker pool, scratch for n_batch tokens and the KV
+ * caches of n_seq sequences (numbered 0 .. n_seq-1). moe_context_decode runs
+ * one batch: any mix of prompt chunks and single decode tokens of any
+ * sequences, every matrix streamed once for all of them (the routed experts:
+ * the union of those the tokens selected), attention per sequence over its
+ * own cache. CONTRACT: a sequence's logits are bit-identical whether it runs
+ * alone or in any batch, in any order of arrival, at any thread count and ISA
+ * level (docs/EXACTNESS.md). One thread uses a context at a time. */
+
+typedef struct moe_context_params {
+    int n_ctx;        /* positions per sequence; 0: min(model context, 4096) */
+    int n_threads;    /* 0: available cores */
+    int n_batch;      /* max tokens per step; larger batches run in steps of n_batch; 0: 512 */
+    int n_seq;        /* sequences (KV caches); 0: 1 */
+} moe_context_params;
+
+/* One step's tokens: token i belongs to sequence seq[i] at position pos[i].
+ * A sequence's tokens appear in position order and continue it: the first
+ * one at moe_context_seq_len(seq), the next at +1, ... (pos may be NULL:
+ * then that is what they get). logits: NULL (only the batch's last token's
+ * logits are wanted) or per token, whether its logits are wanted. */
+typedef struct moe_batch {
+    int n_tokens;
+    const int32_t *token;
+    const int32_t *pos;      /* may be NULL */
+    const int32_t *seq;
+    const bool *logits;      /* may be NULL */
+} moe_batch;
+
+int  moe_context_new(moe_model *m, const moe_context_params *p, moe_context **out, char *err, size_t errlen);
+void moe_context_free(moe_context *c);
+int  moe_context_n_seq(const moe_context *c);
+int  moe_context_n_ctx(const moe_context *c);
+int  moe_context_threads(const moe_context *c);
+/* Positions cached for sequence seq (-1 for a bad seq). */
+int  moe_context_seq_len(const moe_context *c, int seq);
+/* Forgets the positions >= n_past of sequence seq (n_past <= its length;
+ * 0 empties it). */
+int  moe_context_seq_truncate(moe_context *c, int seq, int n_past);
+/* Makes sequence dst hold the first n positions of sequence src (n <= its
+ * length): a shared prompt prefix computed once. dst's old positions are
+ * dropped. The copied cache is the same bits, so dst continues exactly as
+ * if it had computed the prefix itself. */
+int  moe_context_seq_copy(moe_context *c, int src, int dst, int n);
+/* Runs one batch. logits: [n_wanted][n_vocab] floats, the wanted tokens in
+ * batch order (NULL: compute none). On an error (MOE_EINVAL: a bad token,
+ * sequence or position, naming the batch index; MOE_ERANGE: a sequence
+ * would pass n_ctx) nothing has been run and no sequence changed. */
+int  moe_context_decode(moe_context *c, const moe_batch *b, float *logits);
+const char *moe_context_error(const moe_context *c);
+
+/* ---- sessions (one sequence: a context with n_seq 1) --------------------- */
 
 typedef struct moe_session_params {
     int n_ctx;        /* 0: min(model context, 4096) */

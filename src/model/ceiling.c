@@ -41,7 +41,7 @@ typedef struct {
 } ceil_kind;
 
 typedef struct {
-    const moe_session *s;
+    const moe_context *c;
     const moe_weight *w;
     int64_t rows;
     const float *x;
@@ -57,13 +57,13 @@ static void ceil_worker(void *ctx, int ith, int nth) {
     const int64_t n = t->w->n_in;
     float *y = t->y + (size_t)ith * t->y_stride;
     for (int i = 0; i < t->reps; i++)
-        moe_matmul_rows(t->s, t->w, 0, t->x, (size_t)n, t->xa, (size_t)moe_act8_row_bytes(n), 1, y, t->y_stride, 0,
+        moe_matmul_rows(t->c, t->w, 0, t->x, (size_t)n, t->xa, (size_t)moe_act8_row_bytes(n), 1, y, t->y_stride, 0,
                         t->rows);
 }
 
-static double run_once(const moe_session *s, ceil_task *t) {
+static double run_once(const moe_context *c, ceil_task *t) {
     const double t0 = moe_now();
-    moe_session_par(s, ceil_worker, t);
+    moe_ctx_par(c, ceil_worker, t);
     return moe_now() - t0;
 }
 
@@ -94,7 +94,7 @@ static void add_kind(ceil_kind *k, int *nk, const moe_weight *w, double bytes) {
 }
 
 /* Times one kind: a warm-up run, one to size the runs, RUNS timed ones. */
-static void time_kind(const moe_session *s, ceil_kind *k, const float *x, uint8_t *xa, float *y, size_t y_stride) {
+static void time_kind(const moe_context *s, ceil_kind *k, const float *x, uint8_t *xa, float *y, size_t y_stride) {
     const moe_weight *w = k->w;
     const int64_t rows = sample_rows(w);
     if (w->a8) s->kern->quantize_act8(x, xa, w->n_in);
@@ -112,7 +112,7 @@ static void time_kind(const moe_session *s, ceil_kind *k, const float *x, uint8_
     k->gbps = best > 0 ? bytes / best / 1e9 : 0;
 }
 
-int moe_session_compute_ceiling(moe_session *s, moe_ceiling_part *parts, int max, int *n_parts, double *seconds,
+int moe_context_compute_ceiling_(moe_context *s, moe_ceiling_part *parts, int max, int *n_parts, double *seconds,
                                 char *err, size_t errlen) {
     if (n_parts) *n_parts = 0;
     if (seconds) *seconds = 0;
@@ -121,22 +121,16 @@ int moe_session_compute_ceiling(moe_session *s, moe_ceiling_part *parts, int max
         return moe_errf(err, errlen, MOE_EINVAL, "moe_session_compute_ceiling: parts is NULL or max < 0");
     const moe_model *m = s->m;
     const moe_hparams *hp = &m->hp;
-    ceil_kind *k = calloc((size_t)hp->n_layer * 15 + 1, sizeof *k);
+    ceil_kind *k = calloc((size_t)m->n_weights + 1, sizeof *k);
     if (!k) return moe_errf(err, errlen, MOE_ENOMEM, "out of memory");
     int nk = 0;
     /* the matrices a decode step multiplies, and their bytes, as
-     * moe_model_bytes_per_token counts them (loader.c) */
-    for (int il = 0; il < hp->n_layer; il++) {
-        const moe_layer *L = &m->layers[il];
-        const moe_weight *full[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->ffn_gate, &L->ffn_up,
-                                    &L->ffn_down, &L->router, &L->gate_sh, &L->up_sh, &L->down_sh};
-        for (size_t i = 0; i < sizeof full / sizeof full[0]; i++)
-            add_kind(k, &nk, full[i], (double)full[i]->mat_bytes * (double)full[i]->n_mat);
-        const moe_weight *ex[] = {&L->gate_exps, &L->up_exps, &L->down_exps};
-        for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++)
-            add_kind(k, &nk, ex[i], (double)hp->n_expert_used * (double)ex[i]->mat_bytes);
+     * moe_model_bytes_per_token counts them (loader.c): the weight list */
+    for (int i = 0; i < m->n_weights; i++) {
+        const moe_weight *w = m->weights[i].w;
+        add_kind(k, &nk, w, m->weights[i].use == MOE_USE_TOPK ? (double)hp->n_expert_used * (double)w->mat_bytes
+                                                               : (double)w->mat_bytes * (double)w->n_mat);
     }
-    add_kind(k, &nk, &m->output, (double)m->output.mat_bytes * (double)m->output.n_mat);
 
     int64_t n_max = 1, rows_max = 1;
     for (int i = 0; i < nk; i++) {

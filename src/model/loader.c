@@ -9,178 +9,22 @@
 #include <unistd.h>
 
 #include "base/flags.h"
-#include "model/model.h"
+#include "model/arch/arch.h"
+#include "model/bind.h"
+#include "model/blocks.h"
 #include "base/util.h"
 
-void moe_note(moe_model *m, const char *fmt, ...) {
-    if (m->n_notes >= MOE_MAX_NOTES) return;
-    char buf[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    m->notes[m->n_notes] = strdup(buf);
-    if (m->notes[m->n_notes]) m->n_notes++;
-}
-
-static void shape_str(const int64_t *ne, int n, char *buf, size_t len) {
-    size_t o = 0;
-    buf[0] = 0;
-    o += (size_t)snprintf(buf + o, len - o, "[");
-    for (int i = 0; i < n && o < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? ", " : "", (long long)ne[i]);
-    if (o < len) snprintf(buf + o, len - o, "]");
-}
-
-int moe_bind_weight(moe_model *m, moe_weight *w, const char *name, int64_t n_in, int64_t n_out,
-                    int64_t n_mat, bool required, char *err, size_t errlen) {
-    memset(w, 0, sizeof *w);
-    const gguf_tensor *t = gguf_find_tensor(m->gf, name);
-    if (!t) {
-        if (!required) return 1;
-        return moe_errf(err, errlen, MOE_EFORMAT, "%s: missing tensor '%s' (%s)", m->path, name, m->arch_name);
-    }
-    int64_t want[3] = {n_in, n_out, n_mat};
-    int want_dims = n_mat > 0 ? 3 : 2;
-    bool ok = true;
-    for (int i = 0; i < GGUF_MAX_DIMS; i++) {
-        int64_t e = i < want_dims ? want[i] : 1;
-        if (t->ne[i] != e) ok = false;
-    }
-    if (!ok) {
-        char a[96], b[96];
-        shape_str(t->ne, (int)(t->n_dims ? t->n_dims : 1), a, sizeof a);
-        shape_str(want, want_dims, b, sizeof b);
-        return moe_errf(err, errlen, MOE_EFORMAT, "%s: tensor '%s' has shape %s, expected %s",
-                        m->path, name, a, b);
-    }
-    const moe_type_info *ti = moe_type_get(t->type);
-    if (!ti || !ti->supported)
-        return moe_errf(err, errlen, MOE_EUNSUPPORTED, "%s: tensor '%s' has type %s, which moefast cannot compute with",
-                        m->path, name, ti && ti->name ? ti->name : "unknown");
-    if (n_in % ti->block)
-        return moe_errf(err, errlen, MOE_EFORMAT, "%s: tensor '%s' row length %lld is not a multiple of the %s block size %u",
-                        m->path, name, (long long)n_in, ti->name, ti->block);
-    w->name = t->name;
-    w->data = t->data;
-    w->type = t->type;
-    w->n_in = n_in;
-    w->n_out = n_out;
-    w->n_mat = n_mat > 0 ? n_mat : 1;
-    w->row_bytes = (size_t)moe_row_bytes(t->type, (uint64_t)n_in);
-    w->mat_bytes = w->row_bytes * (size_t)n_out;
-    /* Second-level scale: "<base>.scale" next to "<base>.weight". */
-    size_t nl = strlen(name);
-    if (nl > 7 && !strcmp(name + nl - 7, ".weight")) {
-        char sname[256];
-        snprintf(sname, sizeof sname, "%.*s.scale", (int)(nl - 7), name);
-        const gguf_tensor *st = gguf_find_tensor(m->gf, sname);
-        if (st) {
-            int64_t ns = st->ne[0] * st->ne[1] * st->ne[2] * st->ne[3];
-            if (st->type != MOE_T_F32 || !(ns == 1 || ns == w->n_mat))
-                return moe_errf(err, errlen, MOE_EFORMAT,
-                                "%s: tensor '%s' must be F32 with 1 or %lld values (has %lld values of type %u)",
-                                m->path, sname, (long long)w->n_mat, (long long)ns, st->type);
-            w->scale = (const float *)st->data;
-            w->n_scale = ns;
-        }
-    }
-    return MOE_OK;
-}
-
-int moe_bind_vector(moe_model *m, const float **out, const char *name, int64_t n, bool required,
-                    char *err, size_t errlen) {
-    *out = NULL;
-    const gguf_tensor *t = gguf_find_tensor(m->gf, name);
-    if (!t) {
-        if (!required) return 1;
-        return moe_errf(err, errlen, MOE_EFORMAT, "%s: missing tensor '%s' (%s)", m->path, name, m->arch_name);
-    }
-    if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) {
-        char a[96];
-        shape_str(t->ne, (int)(t->n_dims ? t->n_dims : 1), a, sizeof a);
-        return moe_errf(err, errlen, MOE_EFORMAT, "%s: tensor '%s' has shape %s, expected [%lld]",
-                        m->path, name, a, (long long)n);
-    }
-    if (t->type == MOE_T_F32) {
-        *out = (const float *)t->data;
-        return MOE_OK;
-    }
-    const moe_type_info *ti = moe_type_get(t->type);
-    if (!ti || !ti->supported || n % ti->block)
-        return moe_errf(err, errlen, MOE_EUNSUPPORTED, "%s: vector tensor '%s' has unsupported type %s",
-                        m->path, name, ti && ti->name ? ti->name : "unknown");
-    if (m->owned_used + (size_t)n > m->owned_cap)
-        return moe_errf(err, errlen, MOE_EFORMAT, "%s: too many non-F32 vector tensors ('%s')", m->path, name);
-    float *dst = m->owned_vectors + m->owned_used;
-    moe_dequant_row(t->type, t->data, dst, n);
-    m->owned_used += (size_t)n;
-    *out = dst;
-    return MOE_OK;
-}
-
-int moe_get_u32_def(moe_model *m, const char *key, uint32_t def, uint32_t *out, bool required,
-                    char *err, size_t errlen) {
-    char full[160];
-    snprintf(full, sizeof full, "%s.%s", m->arch_name, key);
-    *out = def;
-    int rc = gguf_get_u32(m->gf, full, out, err, errlen);
-    if (rc < 0) return rc;
-    if (rc == 1) {
-        if (required)
-            return moe_errf(err, errlen, MOE_EFORMAT, "%s: missing required key '%s'", m->path, full);
-        moe_note(m, "%s absent: default %u used", full, def);
-    }
-    return MOE_OK;
-}
-
-int moe_get_f32_def(moe_model *m, const char *key, float def, float *out, char *err, size_t errlen) {
-    char full[160];
-    snprintf(full, sizeof full, "%s.%s", m->arch_name, key);
-    *out = def;
-    int rc = gguf_get_f32(m->gf, full, out, err, errlen);
-    if (rc < 0) return rc;
-    if (rc == 1) moe_note(m, "%s absent: default %g used", full, (double)def);
-    return MOE_OK;
-}
-
-/* Weight bytes one decoded token reads: every dense matrix, the selected
- * experts' matrices, one embedding row, norm vectors are negligible. */
-static uint64_t weight_bytes(const moe_weight *w) { return w->data ? (uint64_t)w->mat_bytes * (uint64_t)w->n_mat : 0; }
-static uint64_t expert_bytes(const moe_weight *w) { return w->data ? (uint64_t)w->mat_bytes : 0; }
-
+/* Weight bytes one decoded token reads: every row of the matrices it reads
+ * whole, n_expert_used of each expert stack, one embedding row (norm vectors
+ * are negligible). From the weight list, as the ceiling counts them. */
 static void compute_bytes_per_token(moe_model *m) {
-    const moe_hparams *hp = &m->hp;
-    uint64_t b = m->tok_embd.row_bytes + weight_bytes(&m->output);
-    for (int il = 0; il < hp->n_layer; il++) {
-        const moe_layer *L = &m->layers[il];
-        b += weight_bytes(&L->wq) + weight_bytes(&L->wk) + weight_bytes(&L->wv) + weight_bytes(&L->wo);
-        b += weight_bytes(&L->wgate);
-        if (L->dense) {
-            b += weight_bytes(&L->ffn_gate) + weight_bytes(&L->ffn_up) + weight_bytes(&L->ffn_down);
-        } else {
-            b += weight_bytes(&L->router);
-            b += (uint64_t)hp->n_expert_used *
-                 (expert_bytes(&L->gate_exps) + expert_bytes(&L->up_exps) + expert_bytes(&L->down_exps));
-            b += weight_bytes(&L->gate_sh) + weight_bytes(&L->up_sh) + weight_bytes(&L->down_sh);
-        }
+    uint64_t b = m->tok_embd.row_bytes;
+    for (int i = 0; i < m->n_weights; i++) {
+        const moe_weight *w = m->weights[i].w;
+        b += m->weights[i].use == MOE_USE_TOPK ? (uint64_t)m->hp.n_expert_used * (uint64_t)w->mat_bytes
+                                               : (uint64_t)w->mat_bytes * (uint64_t)w->n_mat;
     }
     m->bytes_per_token = b;
-}
-
-/* Every matrix the forward pass multiplies with (not the embedding, which is
- * read row by row; not the lm head when it is tied to the embedding). */
-static int collect_weights(moe_model *m, moe_weight **out) {
-    int n = 0;
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        moe_layer *L = &m->layers[il];
-        moe_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
-                            &L->router, &L->gate_exps, &L->up_exps, &L->down_exps, &L->gate_sh, &L->up_sh, &L->down_sh};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            if (ws[i]->data) { if (out) out[n] = ws[i]; n++; }
-    }
-    if (m->output.data != m->tok_embd.data) { if (out) out[n] = &m->output; n++; }
-    return n;
 }
 
 /* Which formats are worth repacking: measured with bench_quant (2 threads,
@@ -263,11 +107,13 @@ static void repack_worker(void *ctx, int ith, int nth) {
  * x4 kernel results are identical to the plain layout's; a8 is the only
  * layout the act_q8 kernels read. */
 static int repack_weights(moe_model *m, char *err, size_t errlen) {
-    int nw = collect_weights(m, NULL);
-    moe_weight **ws = malloc((size_t)(nw ? nw : 1) * sizeof *ws);
-    char *layout = malloc((size_t)(nw ? nw : 1));
+    int nw = 0;
+    moe_weight **ws = malloc((size_t)(m->n_weights ? m->n_weights : 1) * sizeof *ws);
+    char *layout = malloc((size_t)(m->n_weights ? m->n_weights : 1));
     if (!ws || !layout) { free(ws); free(layout); return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", m->path); }
-    collect_weights(m, ws);
+    /* the lm head tied to the embedding keeps its layout: embed() reads its rows */
+    for (int i = 0; i < m->n_weights; i++)
+        if (m->weights[i].w->data != m->tok_embd.data) ws[nw++] = m->weights[i].w;
     size_t total = 0;
     for (int i = 0; i < nw; i++) {
         layout[i] = load_layout(m, ws[i]);
@@ -367,18 +213,15 @@ int moe_model_load(const char *path, const moe_load_params *params, moe_model **
         *out = m;
         return MOE_OK;
     }
-    if (arch.len == 6 && !memcmp(arch.ptr, "laguna", 6)) {
-        m->arch = MOE_ARCH_LAGUNA;
-        m->arch_name = "laguna";
-    } else if (arch.len == 8 && !memcmp(arch.ptr, "qwen3moe", 8)) {
-        m->arch = MOE_ARCH_QWEN3MOE;
-        m->arch_name = "qwen3moe";
-    } else {
-        rc = moe_errf(err, errlen, MOE_EUNSUPPORTED,
-                      "%s: general.architecture '%.*s' is not supported (supported: laguna, qwen3moe)",
-                      path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
+    m->arch = moe_arch_find(arch.ptr, (size_t)arch.len);
+    if (!m->arch) {
+        char list[256];
+        moe_arch_list(list, sizeof list);
+        rc = moe_errf(err, errlen, MOE_EUNSUPPORTED, "%s: general.architecture '%.*s' is not supported (supported: %s)",
+                      path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr, list);
         goto fail;
     }
+    m->arch_name = m->arch->name;
     int cap = count_vector_capacity(m->gf);
     if (cap < 0) { rc = moe_errf(err, errlen, MOE_EFORMAT, "%s: absurd vector tensor sizes", path); goto fail; }
     if (cap > 0) {
@@ -386,7 +229,7 @@ int moe_model_load(const char *path, const moe_load_params *params, moe_model **
         if (!m->owned_vectors) { rc = moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", path); goto fail; }
         m->owned_cap = (size_t)cap;
     }
-    rc = m->arch == MOE_ARCH_LAGUNA ? moe_bind_laguna(m, err, errlen) : moe_bind_qwen3moe(m, err, errlen);
+    rc = m->arch->bind(m, err, errlen);
     if (rc) goto fail;
     if (m->tok && moe_tokenizer_n_vocab(m->tok) > m->hp.n_vocab) {
         rc = moe_errf(err, errlen, MOE_EFORMAT, "%s: tokenizer has %d tokens but the embedding has %d rows",
@@ -417,6 +260,7 @@ void moe_model_free(moe_model *m) {
     moe_tokenizer_free(m->tok);
     gguf_close(m->gf);
     free(m->layers);
+    free(m->weights);
     free(m->owned_vectors);
     free(m->chat_template);
     if (m->repacked) munmap(m->repacked, m->repacked_bytes);
@@ -532,6 +376,41 @@ static const char *vtype_value(const gguf_kv *kv, char *buf, size_t len) {
     return buf;
 }
 
+/* The layers as their descriptors say: heads and windows, RoPE tables, the
+ * FFN kinds and the router. */
+static void print_layers(const moe_model *m, FILE *f) {
+    const moe_hparams *hp = &m->hp;
+    int window = 0, n_dense = 0;
+    const moe_router_desc *router = NULL;
+    fprintf(f, "  query heads per layer:");
+    for (int il = 0; il < hp->n_layer; il++) {
+        const moe_layer *L = &m->layers[il];
+        fprintf(f, " %d%s", L->attn.n_head, L->attn.window > 0 ? "s" : "");
+        if (L->attn.window > window) window = L->attn.window;
+        if (L->dense) n_dense++;
+        else if (!router) router = &L->moe.router;
+    }
+    fprintf(f, "  (s = sliding window)\n");
+    fprintf(f, "  kv heads %d, head dim %d (v %d), rms eps %g\n", hp->n_head_kv, hp->head_dim, hp->head_dim_v,
+            (double)hp->rms_eps);
+    if (window > 0) fprintf(f, "  sliding window %d on the layers marked s, full attention elsewhere\n", window);
+    for (int i = 0; i < m->n_ropes; i++) {
+        const moe_rope *r = &m->ropes[i];
+        fprintf(f, "  rope %d%s: base %g, %d rotated dims%s", i, window > 0 ? (i ? " (sliding layers)" : " (full layers)") : "",
+                (double)r->base, r->n_rot, r->yarn ? ", YaRN" : "");
+        if (r->yarn)
+            fprintf(f, " factor %g, original context %d, beta_fast %g, beta_slow %g", (double)r->yarn_factor,
+                    r->yarn_orig_ctx, (double)r->yarn_beta_fast, (double)r->yarn_beta_slow);
+        fprintf(f, "\n");
+    }
+    fprintf(f, "  experts %d, used %d, expert FFN %d, shared expert FFN %d, dense FFN %d, dense layers %d\n",
+            hp->n_expert, hp->n_expert_used, hp->n_ff_exp, hp->n_ff_shexp, hp->n_ff, n_dense);
+    if (router)
+        fprintf(f, "  router: %s%s, weights %s, scale %g\n", moe_router_name(router->probs),
+                router->select_bias ? " + selection bias" : "", router->renorm ? "renormalised" : "not renormalised",
+                (double)router->scale);
+}
+
 int moe_model_print_info(const moe_model *m, void *file) {
     FILE *f = file ? (FILE *)file : stdout;
     if (!m) return MOE_EINVAL;
@@ -550,25 +429,7 @@ int moe_model_print_info(const moe_model *m, void *file) {
         fprintf(f, "\nhyperparameters:\n");
         fprintf(f, "  layers %d, embedding %d, vocab %d, context (trained) %d\n", hp->n_layer, hp->n_embd,
                 hp->n_vocab, hp->n_ctx_train);
-        fprintf(f, "  query heads per layer:");
-        for (int il = 0; il < hp->n_layer; il++) fprintf(f, " %d%s", m->layers[il].n_head, m->layers[il].swa ? "s" : "");
-        fprintf(f, "  (s = sliding window)\n");
-        fprintf(f, "  kv heads %d, head dim %d (v %d), rms eps %g\n", hp->n_head_kv, hp->head_dim, hp->head_dim_v,
-                (double)hp->rms_eps);
-        if (hp->swa_window > 0)
-            fprintf(f, "  sliding window %d, full attention every %d layers from 0\n", hp->swa_window, hp->swa_pattern);
-        const moe_rope *r = &hp->rope_full;
-        fprintf(f, "  rope (full layers): base %g, %d rotated dims%s", (double)r->base, r->n_rot, r->yarn ? ", YaRN" : "");
-        if (r->yarn)
-            fprintf(f, " factor %g, original context %d, beta_fast %g, beta_slow %g", (double)r->yarn_factor,
-                    r->yarn_orig_ctx, (double)r->yarn_beta_fast, (double)r->yarn_beta_slow);
-        fprintf(f, "\n");
-        if (hp->swa_window > 0)
-            fprintf(f, "  rope (sliding layers): base %g, %d rotated dims\n", (double)hp->rope_swa.base, hp->rope_swa.n_rot);
-        fprintf(f, "  experts %d, used %d, expert FFN %d, shared expert FFN %d, dense FFN %d, leading dense layers %d\n",
-                hp->n_expert, hp->n_expert_used, hp->n_ff_exp, hp->n_ff_shexp, hp->n_ff, hp->n_dense_lead);
-        fprintf(f, "  router: %s, weights %s, scale %g\n", hp->gating_func == 2 ? "sigmoid" : "softmax",
-                hp->expert_weights_norm ? "renormalised" : "not renormalised", (double)hp->expert_weights_scale);
+        print_layers(m, f);
         fprintf(f, "  weight bytes read per decoded token: %llu (%.2f MB)\n", (unsigned long long)m->bytes_per_token,
                 (double)m->bytes_per_token / 1e6);
         for (int i = 0; i < m->n_notes; i++) fprintf(f, "  note: %s\n", m->notes[i]);
@@ -582,163 +443,12 @@ int moe_model_print_info(const moe_model *m, void *file) {
     for (uint64_t i = 0; i < gf->n_tensors; i++) {
         const gguf_tensor *t = &gf->tensors[i];
         char sh[96];
-        shape_str(t->ne, (int)(t->n_dims ? t->n_dims : 1), sh, sizeof sh);
+        moe_shape_str(t->ne, (int)(t->n_dims ? t->n_dims : 1), sh, sizeof sh);
         const moe_type_info *ti = moe_type_get(t->type);
         fprintf(f, "  %-36s %-6s %-24s %12llu\n", t->name, ti && ti->name ? ti->name : "?", sh,
                 (unsigned long long)t->nbytes);
         total += t->nbytes;
     }
     fprintf(f, "  total tensor bytes: %llu (%.2f MB)\n", (unsigned long long)total, (double)total / 1e6);
-    return MOE_OK;
-}
-
-/* ---- binding helpers shared by the architectures ----------------------------- */
-
-int moe_read_rope(moe_model *m, moe_rope *r, const char *base_key, float base_def, const char *dims_key,
-                  int dims_def, bool allow_scaling, char *err, size_t errlen) {
-    memset(r, 0, sizeof *r);
-    uint32_t nrot;
-    int rc = moe_get_f32_def(m, base_key, base_def, &r->base, err, errlen);
-    if (!rc) rc = moe_get_u32_def(m, dims_key, (uint32_t)dims_def, &nrot, false, err, errlen);
-    if (rc) return rc;
-    if (nrot == 0 || nrot > (uint32_t)m->hp.head_dim || nrot % 2)
-        return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s.%s = %u must be even and in 2..%d", m->path,
-                        m->arch_name, dims_key, nrot, m->hp.head_dim);
-    if (!(r->base > 0)) return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s.%s must be > 0", m->path, m->arch_name, base_key);
-    r->n_rot = (int)nrot;
-    r->attn_factor = 1.0f;
-    if (!allow_scaling) return MOE_OK;
-    char key[160];
-    snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch_name);
-    gguf_str st = {0};
-    rc = gguf_get_str(m->gf, key, &st, err, errlen);
-    if (rc < 0) return rc;
-    if (rc == 1 || (st.len == 4 && !memcmp(st.ptr, "none", 4))) return MOE_OK;
-    if (!(st.len == 4 && !memcmp(st.ptr, "yarn", 4)))
-        return moe_errf(err, errlen, MOE_EUNSUPPORTED, "%s: %s = '%.*s' is not supported (none, yarn)", m->path, key,
-                        (int)(st.len > 32 ? 32 : st.len), st.ptr);
-    r->yarn = true;
-    r->yarn_ext_factor = 1.0f;
-    uint32_t orig;
-    rc = moe_get_f32_def(m, "rope.scaling.factor", 1.0f, &r->yarn_factor, err, errlen);
-    if (!rc) rc = moe_get_u32_def(m, "rope.scaling.original_context_length", (uint32_t)m->hp.n_ctx_train, &orig, false, err, errlen);
-    if (!rc) rc = moe_get_f32_def(m, "rope.scaling.yarn_beta_fast", 32.0f, &r->yarn_beta_fast, err, errlen);
-    if (!rc) rc = moe_get_f32_def(m, "rope.scaling.yarn_beta_slow", 1.0f, &r->yarn_beta_slow, err, errlen);
-    if (rc) return rc;
-    if (!(r->yarn_factor >= 1.0f) || orig == 0)
-        return moe_errf(err, errlen, MOE_EFORMAT, "%s: YaRN needs rope.scaling.factor >= 1 and original_context_length > 0", m->path);
-    r->yarn_orig_ctx = (int)orig;
-    return MOE_OK;
-}
-
-int moe_bind_attention(moe_model *m, int il, char *err, size_t errlen) {
-    moe_layer *L = &m->layers[il];
-    const moe_hparams *hp = &m->hp;
-    char n[128];
-    int rc;
-#define T(suffix) (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), n)
-    if ((rc = moe_bind_vector(m, &L->attn_norm, T("attn_norm.weight"), hp->n_embd, true, err, errlen))) return rc;
-    if ((rc = moe_bind_weight(m, &L->wq, T("attn_q.weight"), hp->n_embd, (int64_t)L->n_head * hp->head_dim, 0, true, err, errlen))) return rc;
-    if ((rc = moe_bind_weight(m, &L->wk, T("attn_k.weight"), hp->n_embd, (int64_t)hp->n_head_kv * hp->head_dim, 0, true, err, errlen))) return rc;
-    if ((rc = moe_bind_weight(m, &L->wv, T("attn_v.weight"), hp->n_embd, (int64_t)hp->n_head_kv * hp->head_dim_v, 0, true, err, errlen))) return rc;
-    if ((rc = moe_bind_weight(m, &L->wo, T("attn_output.weight"), (int64_t)L->n_head * hp->head_dim_v, hp->n_embd, 0, true, err, errlen))) return rc;
-    if ((rc = moe_bind_vector(m, &L->q_norm, T("attn_q_norm.weight"), hp->head_dim, false, err, errlen)) < 0) return rc;
-    if ((rc = moe_bind_vector(m, &L->k_norm, T("attn_k_norm.weight"), hp->head_dim, false, err, errlen)) < 0) return rc;
-    if ((rc = moe_bind_vector(m, &L->ffn_norm, T("ffn_norm.weight"), hp->n_embd, true, err, errlen))) return rc;
-#undef T
-    return MOE_OK;
-}
-
-int moe_bind_ffn(moe_model *m, int il, char *err, size_t errlen) {
-    moe_layer *L = &m->layers[il];
-    const moe_hparams *hp = &m->hp;
-    char n[128];
-    int rc;
-#define T(suffix) (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), n)
-    if (L->dense) {
-        if ((rc = moe_bind_weight(m, &L->ffn_gate, T("ffn_gate.weight"), hp->n_embd, hp->n_ff, 0, true, err, errlen))) return rc;
-        if ((rc = moe_bind_weight(m, &L->ffn_up, T("ffn_up.weight"), hp->n_embd, hp->n_ff, 0, true, err, errlen))) return rc;
-        if ((rc = moe_bind_weight(m, &L->ffn_down, T("ffn_down.weight"), hp->n_ff, hp->n_embd, 0, true, err, errlen))) return rc;
-        return MOE_OK;
-    }
-    if ((rc = moe_bind_weight(m, &L->router, T("ffn_gate_inp.weight"), hp->n_embd, hp->n_expert, 0, true, err, errlen))) return rc;
-    if ((rc = moe_bind_vector(m, &L->exp_bias, T("exp_probs_b.bias"), hp->n_expert, false, err, errlen)) < 0) return rc;
-    if ((rc = moe_bind_weight(m, &L->gate_exps, T("ffn_gate_exps.weight"), hp->n_embd, hp->n_ff_exp, hp->n_expert, true, err, errlen))) return rc;
-    if ((rc = moe_bind_weight(m, &L->up_exps, T("ffn_up_exps.weight"), hp->n_embd, hp->n_ff_exp, hp->n_expert, true, err, errlen))) return rc;
-    if ((rc = moe_bind_weight(m, &L->down_exps, T("ffn_down_exps.weight"), hp->n_ff_exp, hp->n_embd, hp->n_expert, true, err, errlen))) return rc;
-    if (hp->n_ff_shexp > 0) {
-        L->has_shexp = true;
-        if ((rc = moe_bind_weight(m, &L->gate_sh, T("ffn_gate_shexp.weight"), hp->n_embd, hp->n_ff_shexp, 0, true, err, errlen))) return rc;
-        if ((rc = moe_bind_weight(m, &L->up_sh, T("ffn_up_shexp.weight"), hp->n_embd, hp->n_ff_shexp, 0, true, err, errlen))) return rc;
-        if ((rc = moe_bind_weight(m, &L->down_sh, T("ffn_down_shexp.weight"), hp->n_ff_shexp, hp->n_embd, 0, true, err, errlen))) return rc;
-    }
-#undef T
-    return MOE_OK;
-}
-
-/* Embedding, final norm and lm head (tied to the embedding when output.weight is absent). */
-int moe_bind_io(moe_model *m, char *err, size_t errlen) {
-    moe_hparams *hp = &m->hp;
-    const gguf_tensor *te = gguf_find_tensor(m->gf, "token_embd.weight");
-    if (!te) return moe_errf(err, errlen, MOE_EFORMAT, "%s: missing tensor 'token_embd.weight'", m->path);
-    if (hp->n_vocab <= 0) hp->n_vocab = (int)te->ne[1];
-    int rc = moe_bind_weight(m, &m->tok_embd, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, true, err, errlen);
-    if (rc) return rc;
-    if ((rc = moe_bind_vector(m, &m->output_norm, "output_norm.weight", hp->n_embd, true, err, errlen))) return rc;
-    rc = moe_bind_weight(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab, 0, false, err, errlen);
-    if (rc < 0) return rc;
-    if (rc == 1) {
-        m->output = m->tok_embd;
-        moe_note(m, "output.weight absent: lm head tied to token_embd.weight");
-    }
-    return MOE_OK;
-}
-
-/* The keys every MoE architecture here carries, under "<arch>.". */
-int moe_read_common_hparams(moe_model *m, char *err, size_t errlen) {
-    moe_hparams *hp = &m->hp;
-    struct { const char *key; uint32_t def; bool required; int *dst; } keys[] = {
-        {"block_count", 0, true, &hp->n_layer},
-        {"embedding_length", 0, true, &hp->n_embd},
-        {"context_length", 4096, false, &hp->n_ctx_train},
-        {"vocab_size", 0, false, &hp->n_vocab},
-        {"feed_forward_length", 0, false, &hp->n_ff},
-        {"expert_count", 0, true, &hp->n_expert},
-        {"expert_used_count", 0, true, &hp->n_expert_used},
-        {"expert_feed_forward_length", 0, true, &hp->n_ff_exp},
-    };
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        uint32_t u;
-        int rc = moe_get_u32_def(m, keys[i].key, keys[i].def, &u, keys[i].required, err, errlen);
-        if (rc) return rc;
-        if (u > 0x7fffffffu)
-            return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s.%s = %u is out of range", m->path, m->arch_name,
-                            keys[i].key, u);
-        *keys[i].dst = (int)u;
-    }
-    return moe_get_f32_def(m, "attention.layer_norm_rms_epsilon", 1e-6f, &hp->rms_eps, err, errlen);
-}
-
-/* Checks common to every architecture once the hyperparameters are read. */
-int moe_check_hparams(moe_model *m, char *err, size_t errlen) {
-    const moe_hparams *hp = &m->hp;
-#define NEED(cond, what) do { if (!(cond)) return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s: %s", m->path, m->arch_name, what); } while (0)
-    NEED(hp->n_layer >= 1 && hp->n_layer <= 4096, "block_count out of range 1..4096");
-    NEED(hp->n_embd >= 1 && hp->n_embd <= (1 << 20), "embedding_length out of range");
-    NEED(hp->n_head_kv >= 1 && hp->n_head_kv <= 4096, "attention.head_count_kv out of range");
-    NEED(hp->head_dim >= 2 && hp->head_dim <= 4096 && hp->head_dim % 2 == 0, "attention.key_length must be even, 2..4096");
-    NEED(hp->head_dim_v >= 1 && hp->head_dim_v <= 4096, "attention.value_length out of range");
-    NEED(hp->rms_eps > 0 && hp->rms_eps < 1, "attention.layer_norm_rms_epsilon out of range");
-    NEED(hp->n_expert >= 1 && hp->n_expert <= 4096, "expert_count out of range 1..4096");
-    NEED(hp->n_expert_used >= 1 && hp->n_expert_used <= hp->n_expert, "expert_used_count must be 1..expert_count");
-    NEED(hp->n_ff_exp >= 1, "expert_feed_forward_length must be >= 1");
-    NEED(hp->n_ctx_train >= 1, "context_length must be >= 1");
-    for (int il = 0; il < hp->n_layer; il++) {
-        int h = m->layers[il].n_head;
-        if (h < 1 || h > 4096 || h % hp->n_head_kv)
-            return moe_errf(err, errlen, MOE_EFORMAT, "%s: layer %d has %d query heads, not a positive multiple of %d KV heads",
-                            m->path, il, h, hp->n_head_kv);
-    }
-#undef NEED
     return MOE_OK;
 }

@@ -1,9 +1,15 @@
-/* model.h — internal representation of a loaded model and of a session.
+/* model.h — the internal representation of a loaded model and of a context.
  *
- * A moe_model owns the mapped GGUF, the tokenizer and per-layer views of the
- * weights; it is read-only after load and can be shared by sessions. A
- * moe_session owns the KV cache, the worker pool and every scratch buffer,
- * all allocated up front so that a forward call allocates nothing. */
+ * A moe_model owns the mapped GGUF, the tokenizer, the hyperparameters and
+ * per-layer descriptors of the shared building blocks (blocks.h) with views
+ * of their weights; it is read-only after load and shared by contexts. Which
+ * blocks a layer runs, and with which parameters, is the architecture's
+ * business (model/arch/): generic code reads only the descriptors.
+ *
+ * A moe_context owns one worker pool, the KV caches of up to n_seq
+ * sequences and every scratch buffer, all allocated up front so that a
+ * forward step allocates nothing. A moe_session (the public one-sequence
+ * API) is a context with one sequence and its length. */
 #ifndef MOE_MODEL_H
 #define MOE_MODEL_H
 
@@ -14,8 +20,6 @@
 #include "base/threads.h"
 #include "text/tokenizer.h"
 #include "model/profile.h"
-
-typedef enum moe_arch { MOE_ARCH_LAGUNA = 0, MOE_ARCH_QWEN3MOE = 1 } moe_arch;
 
 /* A weight matrix (or a stack of n_mat expert matrices): n_out rows of n_in
  * values; row r of matrix e starts at data + e*mat_bytes + r*row_bytes. */
@@ -31,10 +35,24 @@ typedef struct moe_weight {
     int64_t n_scale;
 } moe_weight;
 
+/* How a decoded token reads a bound matrix: every row of it (dense
+ * projections, routers, shared experts, the lm head), or n_expert_used of
+ * its n_mat matrices (routed experts). */
+typedef enum moe_weight_use { MOE_USE_ALL = 0, MOE_USE_TOPK = 1 } moe_weight_use;
+
+/* The model's list of the matrices the forward pass multiplies with, in
+ * binding order: filled by moe_bind_weight (bind.c) and read by everything
+ * that needs "every matrix" — the load-time repack, the bytes per token, the
+ * compute ceiling, `info`. The embedding is not in it (read row by row). */
+typedef struct moe_weight_ref {
+    moe_weight *w;
+    moe_weight_use use;
+} moe_weight_ref;
+
 typedef struct moe_rope {
     int n_rot;               /* rotated dims per head (NEOX pairs i, i + n_rot/2) */
     float base;
-    bool yarn;               /* YaRN (full-attention laguna layers) */
+    bool yarn;               /* YaRN context extension */
     float yarn_factor;       /* context extension factor (freq_scale = 1/factor) */
     int yarn_orig_ctx;
     float yarn_beta_fast, yarn_beta_slow;
@@ -42,53 +60,98 @@ typedef struct moe_rope {
     float attn_factor;       /* mscale before the YaRN correction (1.0) */
 } moe_rope;
 
-typedef struct moe_layer {
-    int n_head;              /* query heads of this layer */
-    bool swa;                /* sliding-window attention layer */
-    bool dense;              /* dense SwiGLU FFN instead of MoE */
-    const moe_rope *rope;
-    const float *attn_norm, *q_norm, *k_norm, *ffn_norm; /* F32 vectors */
+#define MOE_MAX_ROPES 2      /* distinct RoPE tables a model may use (laguna: full and sliding layers) */
+
+struct moe_context;
+
+/* ---- block descriptors (what the architectures fill in; blocks.h runs them) ---- */
+
+/* Grouped-query attention with RoPE (blocks.h: moe_block_attention):
+ *   h = RMSNorm(x) * norm;  q, k, v = Wq h, Wk h, Wv h  (+ Wextra h)
+ *   q, k = RoPE(RMSNorm_head(q) * q_norm), ... (each norm optional)
+ *   a = softmax(q k^T / sqrt(head_dim) + mask) v,  mask: causal, or the last
+ *       `window` positions
+ *   a = head_hook(a)  (optional, per query head, e.g. an output gate)
+ *   x += Wo a */
+typedef struct moe_attn_desc {
+    int n_head;              /* query heads of this layer (a multiple of the KV heads) */
+    int window;              /* 0: every earlier position; > 0: the last `window` positions */
+    int rope;                /* index into moe_model.ropes (and the context's RoPE tables) */
+    const float *norm, *q_norm, *k_norm;   /* F32 vectors; q_norm / k_norm may be NULL */
     moe_weight wq, wk, wv, wo;
-    moe_weight wgate;        /* laguna: softplus output gate (n_out = n_head or n_head*head_dim) */
-    bool has_gate, gate_per_elem;
-    moe_weight ffn_gate, ffn_up, ffn_down;         /* dense FFN */
-    moe_weight router;                             /* ffn_gate_inp: n_in E, n_out n_expert */
-    const float *exp_bias;                         /* laguna exp_probs_b [n_expert] or NULL */
-    moe_weight gate_exps, up_exps, down_exps;      /* n_mat = n_expert */
-    moe_weight gate_sh, up_sh, down_sh;            /* shared expert */
-    bool has_shexp;
+    /* An extra projection of the attention input, computed in the same pool
+     * phase as Q/K/V into the context's `gate` rows (n_out per token), and a
+     * hook applied to query heads [h0, h1) of token t's attention output
+     * before Wo; both absent (wextra.data NULL, head_hook NULL) when unused. */
+    moe_weight wextra;
+    void (*head_hook)(const struct moe_context *c, const struct moe_attn_desc *d, int t, int h0, int h1);
+    int hook_arg;            /* free for the hook (laguna: gate values per element, not per head) */
+} moe_attn_desc;
+
+/* Router scores: logits -> probabilities in place (blocks.h provides the
+ * softmax and the sigmoid). */
+typedef void (*moe_router_probs_fn)(float *p, int n);
+
+typedef struct moe_router_desc {
+    moe_weight w;                  /* ffn_gate_inp: n_in n_embd, n_out n_expert */
+    moe_router_probs_fn probs;
+    const float *select_bias;      /* added to the probabilities for the top-k choice only, or NULL */
+    bool renorm;                   /* chosen weights divided by their sum (clamped >= 2^-14) */
+    float scale;                   /* chosen weights multiplied by it (1: none) */
+} moe_router_desc;
+
+/* SwiGLU FFN: Wd (silu(Wg h) * Wu h) with h = RMSNorm(x) * norm. */
+typedef struct moe_ffn_desc {
+    const float *norm;
+    moe_weight gate, up, down;
+} moe_ffn_desc;
+
+/* Mixture of experts: x += sum_k w_k SwiGLU_{e_k}(h) (+ SwiGLU_shared(h)). */
+typedef struct moe_moe_desc {
+    const float *norm;
+    moe_router_desc router;
+    moe_weight gate_exps, up_exps, down_exps;   /* n_mat = n_expert */
+    bool has_shared;
+    moe_weight gate_sh, up_sh, down_sh;         /* the always-on shared expert */
+} moe_moe_desc;
+
+/* One layer: the architecture's layer function reads its descriptors. */
+typedef struct moe_layer {
+    moe_attn_desc attn;
+    bool dense;              /* the FFN is `ffn` (dense), not `moe` */
+    moe_ffn_desc ffn;
+    moe_moe_desc moe;
 } moe_layer;
 
 typedef struct moe_hparams {
     int n_layer, n_embd, n_vocab, n_ctx_train;
     int n_head_max, n_head_kv, head_dim, head_dim_v;
     float rms_eps;
-    int swa_window, swa_pattern;
-    int n_expert, n_expert_used, n_ff, n_ff_exp, n_ff_shexp, n_dense_lead;
-    bool expert_weights_norm;
-    float expert_weights_scale;
-    int gating_func;         /* 1 softmax, 2 sigmoid (llama.cpp's numbering) */
-    moe_rope rope_full, rope_swa;
+    int n_expert, n_expert_used, n_ff, n_ff_exp, n_ff_shexp;
 } moe_hparams;
 
 #define MOE_MAX_NOTES 32
 
+struct moe_arch;
+
 struct moe_model {
     char *path;
     gguf_file *gf;
-    moe_arch arch;
+    const struct moe_arch *arch;
     const char *arch_name;
     bool vocab_only;
     moe_hparams hp;
+    moe_rope ropes[MOE_MAX_ROPES];
+    int n_ropes;
     moe_layer *layers;
-    const uint8_t *tok_embd_data;
+    moe_weight_ref *weights; /* every bound matrix (bind.c), n_weights of them */
+    int n_weights, cap_weights;
     moe_weight tok_embd;     /* n_in = n_embd, n_out = n_vocab */
     moe_weight output;       /* lm head (tied to tok_embd when absent) */
     const float *output_norm;
     float *owned_vectors;    /* norm vectors converted to F32 at load */
     uint8_t *repacked;       /* anonymous mapping holding x4-repacked weights, or NULL */
     size_t repacked_bytes;
-    double load_seconds;
     size_t owned_used, owned_cap;
     moe_tokenizer *tok;
     char *chat_template;     /* NUL-terminated copy of tokenizer.chat_template, or NULL */
@@ -100,9 +163,9 @@ struct moe_model {
     int n_notes;
 };
 
-/* ---- session ---------------------------------------------------------------- */
+/* ---- context ------------------------------------------------------------------ */
 
-/* One SwiGLU job of an FFN block (forward.c). */
+/* One SwiGLU job of an FFN block (ffn.c). */
 typedef struct moe_ffn_job {
     const moe_weight *wg, *wu, *wd;
     int64_t mat;             /* expert index (0 for dense / shared) */
@@ -114,30 +177,37 @@ typedef struct moe_ffn_job {
     float *out;              /* [nr][n_out] */
 } moe_ffn_job;
 
-struct moe_session {
+struct moe_context {
     moe_model *m;
     const moe_kernels *kern;
     const struct moe_attn_kernels *attn;
     /* The level the simd flag selects, taken at creation (moe_set_isa affects
-     * sessions created afterwards), so moe_session_set_flags can switch simd
-     * back on without picking up a later moe_set_isa. */
+     * contexts created afterwards), so set_flags can switch simd back on
+     * without picking up a later moe_set_isa. */
     const moe_kernels *kern_simd;
     moe_pool *pool;
-    bool pool_borrowed;         /* a sibling's: the pool belongs to the session it was made from */
-    int n_threads, n_ctx, n_batch, n_past;
+    bool pool_borrowed;         /* a sibling's: the pool belongs to the context it was made from */
+    int n_threads, n_ctx, n_batch, n_seq;
     uint64_t flags;
-    void *k_cache, *v_cache;    /* [n_layer][n_head_kv][n_ctx][head_dim]: float, or IEEE half (kv_half);
-                                 * kv_q8: int8 key tiles [n_layer][n_head_kv][ctx_pad][head_dim] and
-                                 * value rows [n_layer][n_head_kv][ctx_pad][head_dim_v] (layouts: attn.h) */
+    int *seq_len;               /* [n_seq]: positions cached per sequence */
+    /* The tokens of the step being run (forward.c): position and sequence of
+     * each of its n_tok tokens. */
+    int n_tok;
+    int32_t *tok_pos, *tok_seq; /* [n_batch] */
+    int32_t *out_rows;          /* [n_batch]: the tokens whose logits are wanted */
+    /* KV cache, a block per sequence, [n_seq][n_layer][n_head_kv] then: F32 or
+     * IEEE half (kv_half) [n_ctx][head_dim]; kv_q8: int8 key tiles
+     * [ctx_pad][head_dim] and value rows [ctx_pad][head_dim_v] (layouts: attn.h) */
+    void *k_cache, *v_cache;
     bool kv_half;               /* flag kv_f16 */
     bool kv_q8;                 /* flag kv_q8 */
     int ctx_pad;                /* n_ctx rounded up to 16 (the kv_q8 key tiles) */
-    uint16_t *k_scale, *v_scale;/* kv_q8: half [n_layer][n_head_kv][head_dim(_v)/32][ctx_pad] */
+    uint16_t *k_scale, *v_scale;/* kv_q8: half [n_seq][n_layer][n_head_kv][head_dim(_v)/32][ctx_pad] */
     uint8_t *q_a8;              /* kv_q8: [n_threads][n_head_max] A8 rows of the query heads, a8_row apart */
     uint8_t *kv_a8;             /* kv_q8: [n_threads] one A8 row: the key or value being stored */
     size_t a8_row;              /* kv_q8: moe_act8_row_bytes(max(head_dim, head_dim_v)) */
     float *attn_w;              /* kv_q8: [n_threads][n_head_max * head_dim_v/32 * n_ctx] accum_q8 scratch */
-    float *rope_full, *rope_swa;/* [n_ctx][n_rot/2][2] cos, sin */
+    float *rope_tab[MOE_MAX_ROPES]; /* [n_ctx][n_rot/2][2] cos, sin per model rope */
     /* scratch, sized for n_batch tokens */
     float *x, *xn, *q, *k, *v, *att, *gate, *proj, *ffn_out;
     float *router, *selw, *eout, *hg, *hu, *xg;
@@ -153,47 +223,48 @@ struct moe_session {
     uint8_t *xa;                /* [n_batch] rows of max(n_embd, n_head_max*head_dim_v) */
     uint8_t *xga;               /* [n_batch*n_expert_used] rows of n_embd: gathered expert inputs */
     uint8_t *ha;                /* hidden rows of the FFN jobs (input of the down projections) */
-    struct moe_session *shadow; /* differential mode: the all-flags-off twin */
-    moe_prof prof;              /* phase profile (profile.h); off unless moe_session_profile_enable */
+    struct moe_context *shadow; /* differential mode: the reference twin (numerics flags only) */
+    bool diverged;              /* differential mode: a block's tensors differed (err says where) */
+    moe_prof prof;              /* phase profile (profile.h); off unless enabled */
     char err[MOE_ERR_LEN];
 };
 
-/* forward.c: one chunk of n <= n_batch tokens at positions n_past.. */
-int moe_forward_chunk(moe_session *s, const int32_t *tokens, int n, float *logits, bool all_logits);
-/* fn on every thread of the session's pool (ith 0 is the caller), or on the
+struct moe_session {
+    moe_context *c;             /* one sequence: seq 0 */
+};
+
+/* fn on every thread of the context's pool (ith 0 is the caller), or on the
  * caller alone with one thread. */
-static inline void moe_session_par(const moe_session *s, moe_task_fn fn, void *ctx) {
-    if (s->n_threads > 1) moe_pool_run(s->pool, fn, ctx);
-    else fn(ctx, 0, 1);
+static inline void moe_ctx_par(const moe_context *c, moe_task_fn fn, void *arg) {
+    if (c->n_threads > 1) moe_pool_run(c->pool, fn, arg);
+    else fn(arg, 0, 1);
 }
-/* forward.c: rows [r0, r1) of Y[t][r] = W_mat . X[t] with the session's
+
+/* forward.c: one step over n <= n_batch tokens whose positions and sequences
+ * are in c->tok_pos / c->tok_seq (validated by the caller); logits of the
+ * n_out tokens listed in c->out_rows go to logits [n_out][n_vocab]. */
+int moe_forward_step(moe_context *c, const int32_t *tokens, int n, float *logits, int n_out);
+
+/* context.c: creation with an explicit flag set (sessions, siblings, the
+ * differential twin), flag changes, the per-context measurements. */
+int moe_context_create(moe_model *m, const moe_context_params *p, uint64_t flags, moe_pool *borrow,
+                       moe_context **out, char *err, size_t errlen);
+int moe_context_set_flags_(moe_context *c, const char *spec, char *err, size_t errlen);
+int moe_context_sibling_(moe_context *c, const char *spec, moe_context **out, char *err, size_t errlen);
+int moe_context_profile_enable_(moe_context *c, bool on);
+int moe_context_profile_read_(const moe_context *c, moe_phase_stat *out, int max);
+int moe_context_compute_ceiling_(moe_context *c, moe_ceiling_part *parts, int max, int *n_parts, double *seconds,
+                                 char *err, size_t errlen);
+/* KV-cache bytes one layer's attention reads for a token at position pos. */
+double moe_attn_kv_bytes(const moe_context *c, const moe_attn_desc *d, int pos);
+
+/* matmul.c: rows [r0, r1) of Y[t][r] = W_mat . X[t] with the context's
  * kernels, as every matrix product of the forward pass is computed (a8
  * weights read the A8 rows xa, every other weight the float rows x); r0 a
  * multiple of 8, r1 one too or the matrix end. ceiling.c times it. */
-void moe_matmul_rows(const moe_session *s, const moe_weight *w, int64_t mat, const float *x, size_t x_stride,
+void moe_matmul_rows(const moe_context *c, const moe_weight *w, int64_t mat, const float *x, size_t x_stride,
                      const uint8_t *xa, size_t xa_stride, int n, float *y, size_t y_stride, int64_t r0, int64_t r1);
 
-/* Per-architecture binding (laguna.c, qwen3moe.c). */
-int moe_bind_laguna(moe_model *m, char *err, size_t errlen);
-int moe_bind_qwen3moe(moe_model *m, char *err, size_t errlen);
-
-/* loader.c helpers shared by the binders. */
-int moe_bind_weight(moe_model *m, moe_weight *w, const char *name, int64_t n_in, int64_t n_out,
-                    int64_t n_mat, bool required, char *err, size_t errlen);
-int moe_bind_vector(moe_model *m, const float **out, const char *name, int64_t n, bool required,
-                    char *err, size_t errlen);
-int moe_get_u32_def(moe_model *m, const char *key, uint32_t def, uint32_t *out, bool required,
-                    char *err, size_t errlen);
-int moe_get_f32_def(moe_model *m, const char *key, float def, float *out, char *err, size_t errlen);
+/* loader.c */
 void moe_note(moe_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-
-
-int moe_read_rope(moe_model *m, moe_rope *r, const char *base_key, float base_def, const char *dims_key,
-                  int dims_def, bool allow_scaling, char *err, size_t errlen);
-int moe_bind_attention(moe_model *m, int il, char *err, size_t errlen);
-int moe_bind_ffn(moe_model *m, int il, char *err, size_t errlen);
-int moe_bind_io(moe_model *m, char *err, size_t errlen);
-int moe_check_hparams(moe_model *m, char *err, size_t errlen);
-int moe_read_common_hparams(moe_model *m, char *err, size_t errlen);
 #endif

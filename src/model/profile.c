@@ -15,7 +15,7 @@ static const char *const phase_names[MOE_PH_COUNT] = {
     [MOE_PH_COMBINE] = "combine",     [MOE_PH_DENSE_FFN] = "dense_ffn", [MOE_PH_LM_HEAD] = "lm_head",
 };
 
-int moe_session_profile_enable(moe_session *s, bool on) {
+int moe_context_profile_enable_(moe_context *s, bool on) {
     if (!s) return MOE_EINVAL;
     memset(s->prof.e, 0, sizeof s->prof.e);
     s->prof.t = 0;
@@ -23,7 +23,7 @@ int moe_session_profile_enable(moe_session *s, bool on) {
     return MOE_OK;
 }
 
-int moe_session_profile_read(const moe_session *s, moe_phase_stat *out, int max) {
+int moe_context_profile_read_(const moe_context *s, moe_phase_stat *out, int max) {
     if (!s || max < 0 || (max > 0 && !out)) return MOE_EINVAL;
     for (int i = 0; i < MOE_PH_COUNT && i < max; i++) {
         const moe_prof_entry *e = &s->prof.e[i];

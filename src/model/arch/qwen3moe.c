@@ -1,4 +1,4 @@
-/* qwen3moe.c — Qwen3 mixture-of-experts.
+/* qwen3moe.c — Qwen3 mixture-of-experts (Qwen3 technical report, 2025).
  *
  * Per layer (x: [n_tok][n_embd]):
  *   h  = RMSNorm(x) * attn_norm
@@ -8,14 +8,18 @@
  *   x += Wo softmax(q k^T / sqrt(head_dim) + causal) v
  *   h  = RMSNorm(x) * ffn_norm
  *   p  = softmax(Wr h); e = top-k(p); w = p[e] / sum p[e]
- *   x += sum_k w_k * Wdown_{e_k} (SiLU(Wgate_{e_k} h) * Wup_{e_k} h)
- * The forward pass is the shared one in forward.c. */
-#include <stdlib.h>
-
-#include "model/model.h"
+ *   x += sum_k w_k * Wdown_{e_k} (SiLU(Wgate_{e_k} h) * Wup_{e_k} h) */
+#include "model/arch/arch.h"
+#include "model/bind.h"
+#include "model/blocks.h"
 #include "base/util.h"
 
-int moe_bind_qwen3moe(moe_model *m, char *err, size_t errlen) {
+static void qwen3moe_layer(moe_context *c, const moe_layer *L, int il) {
+    moe_block_attention(c, &L->attn, il);
+    moe_block_moe(c, &L->moe, il);
+}
+
+static int qwen3moe_bind(moe_model *m, char *err, size_t errlen) {
     moe_hparams *hp = &m->hp;
     uint32_t u;
     int rc;
@@ -27,22 +31,19 @@ int moe_bind_qwen3moe(moe_model *m, char *err, size_t errlen) {
     U32("attention.key_length", (uint32_t)(hp->n_embd / hp->n_head_max), false, hp->head_dim);
     U32("attention.value_length", (uint32_t)hp->head_dim, false, hp->head_dim_v);
 #undef U32
-    hp->expert_weights_norm = true; /* Qwen3-MoE renormalises the top-k weights (norm_topk_prob) */
-    hp->expert_weights_scale = 1.0f;
-    hp->gating_func = 1;
-    if (hp->n_layer < 1 || hp->n_layer > 4096)
-        return moe_errf(err, errlen, MOE_EFORMAT, "%s: qwen3moe.block_count %d out of range", m->path, hp->n_layer);
-    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
-    if (!m->layers) return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", m->path);
-    for (int il = 0; il < hp->n_layer; il++) m->layers[il].n_head = hp->n_head_max;
+    for (int il = 0; il < hp->n_layer; il++) m->layers[il].attn.n_head = hp->n_head_max;
     if ((rc = moe_check_hparams(m, err, errlen))) return rc;
-    if ((rc = moe_read_rope(m, &hp->rope_full, "rope.freq_base", 10000.0f, "rope.dimension_count", hp->head_dim, true, err, errlen))) return rc;
+    if ((rc = moe_read_rope(m, 0, "rope.freq_base", 10000.0f, "rope.dimension_count", hp->head_dim, true, err, errlen)))
+        return rc;
     if ((rc = moe_bind_io(m, err, errlen))) return rc;
     for (int il = 0; il < hp->n_layer; il++) {
         moe_layer *L = &m->layers[il];
-        L->rope = &hp->rope_full;
-        if ((rc = moe_bind_attention(m, il, err, errlen))) return rc;
-        if ((rc = moe_bind_ffn(m, il, err, errlen))) return rc;
+        if ((rc = moe_bind_attention(m, il, &L->attn, err, errlen))) return rc;
+        if ((rc = moe_bind_moe(m, il, &L->moe, err, errlen))) return rc;
+        L->moe.router.probs = moe_router_softmax;
+        L->moe.router.renorm = true;   /* Qwen3-MoE renormalises the top-k weights (norm_topk_prob) */
     }
     return MOE_OK;
 }
+
+const moe_arch moe_arch_qwen3moe = {"qwen3moe", qwen3moe_bind, qwen3moe_layer};

@@ -1,0 +1,326 @@
+/* bind.c — the binding helpers of bind.h: keys with defaults, tensors with
+ * checked shapes, the standard tensor names of the shared blocks. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/bind.h"
+#include "base/util.h"
+
+void moe_note(moe_model *m, const char *fmt, ...) {
+    if (m->n_notes >= MOE_MAX_NOTES) return;
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    m->notes[m->n_notes] = strdup(buf);
+    if (m->notes[m->n_notes]) m->n_notes++;
+}
+
+void moe_shape_str(const int64_t *ne, int n, char *buf, size_t len) {
+    size_t o = 0;
+    buf[0] = 0;
+    o += (size_t)snprintf(buf + o, len - o, "[");
+    for (int i = 0; i < n && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? ", " : "", (long long)ne[i]);
+    if (o < len) snprintf(buf + o, len - o, "]");
+}
+
+/* Enters w in the model's list of matrices. */
+static int list_weight(moe_model *m, moe_weight *w, moe_weight_use use, char *err, size_t errlen) {
+    if (m->n_weights == m->cap_weights) {
+        const int cap = m->cap_weights ? 2 * m->cap_weights : 64;
+        moe_weight_ref *nw = realloc(m->weights, (size_t)cap * sizeof *nw);
+        if (!nw) return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", m->path);
+        m->weights = nw;
+        m->cap_weights = cap;
+    }
+    m->weights[m->n_weights++] = (moe_weight_ref){w, use};
+    return MOE_OK;
+}
+
+/* The tensor's second-level scale "<base>.scale" next to "<base>.weight". */
+static int bind_scale(moe_model *m, moe_weight *w, const char *name, char *err, size_t errlen) {
+    const size_t nl = strlen(name);
+    if (nl <= 7 || strcmp(name + nl - 7, ".weight")) return MOE_OK;
+    char sname[256];
+    snprintf(sname, sizeof sname, "%.*s.scale", (int)(nl - 7), name);
+    const gguf_tensor *st = gguf_find_tensor(m->gf, sname);
+    if (!st) return MOE_OK;
+    const int64_t ns = st->ne[0] * st->ne[1] * st->ne[2] * st->ne[3];
+    if (st->type != MOE_T_F32 || !(ns == 1 || ns == w->n_mat))
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: tensor '%s' must be F32 with 1 or %lld values (has %lld values of type %u)",
+                        m->path, sname, (long long)w->n_mat, (long long)ns, st->type);
+    w->scale = (const float *)st->data;
+    w->n_scale = ns;
+    return MOE_OK;
+}
+
+int moe_bind_weight(moe_model *m, moe_weight *w, const char *name, int64_t n_in, int64_t n_out, int64_t n_mat,
+                    moe_weight_use use, bool required, char *err, size_t errlen) {
+    memset(w, 0, sizeof *w);
+    const gguf_tensor *t = gguf_find_tensor(m->gf, name);
+    if (!t) {
+        if (!required) return 1;
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: missing tensor '%s' (%s)", m->path, name, m->arch_name);
+    }
+    int64_t want[3] = {n_in, n_out, n_mat};
+    int want_dims = n_mat > 0 ? 3 : 2;
+    bool ok = true;
+    for (int i = 0; i < GGUF_MAX_DIMS; i++) {
+        int64_t e = i < want_dims ? want[i] : 1;
+        if (t->ne[i] != e) ok = false;
+    }
+    if (!ok) {
+        char a[96], b[96];
+        moe_shape_str(t->ne, (int)(t->n_dims ? t->n_dims : 1), a, sizeof a);
+        moe_shape_str(want, want_dims, b, sizeof b);
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: tensor '%s' has shape %s, expected %s", m->path, name, a, b);
+    }
+    const moe_type_info *ti = moe_type_get(t->type);
+    if (!ti || !ti->supported)
+        return moe_errf(err, errlen, MOE_EUNSUPPORTED, "%s: tensor '%s' has type %s, which moefast cannot compute with",
+                        m->path, name, ti && ti->name ? ti->name : "unknown");
+    if (n_in % ti->block)
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: tensor '%s' row length %lld is not a multiple of the %s block size %u",
+                        m->path, name, (long long)n_in, ti->name, ti->block);
+    w->name = t->name;
+    w->data = t->data;
+    w->type = t->type;
+    w->n_in = n_in;
+    w->n_out = n_out;
+    w->n_mat = n_mat > 0 ? n_mat : 1;
+    w->row_bytes = (size_t)moe_row_bytes(t->type, (uint64_t)n_in);
+    w->mat_bytes = w->row_bytes * (size_t)n_out;
+    int rc = bind_scale(m, w, name, err, errlen);
+    return rc ? rc : list_weight(m, w, use, err, errlen);
+}
+
+int moe_bind_vector(moe_model *m, const float **out, const char *name, int64_t n, bool required, char *err,
+                    size_t errlen) {
+    *out = NULL;
+    const gguf_tensor *t = gguf_find_tensor(m->gf, name);
+    if (!t) {
+        if (!required) return 1;
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: missing tensor '%s' (%s)", m->path, name, m->arch_name);
+    }
+    if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        char a[96];
+        moe_shape_str(t->ne, (int)(t->n_dims ? t->n_dims : 1), a, sizeof a);
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: tensor '%s' has shape %s, expected [%lld]", m->path, name, a,
+                        (long long)n);
+    }
+    if (t->type == MOE_T_F32) {
+        *out = (const float *)t->data;
+        return MOE_OK;
+    }
+    const moe_type_info *ti = moe_type_get(t->type);
+    if (!ti || !ti->supported || n % ti->block)
+        return moe_errf(err, errlen, MOE_EUNSUPPORTED, "%s: vector tensor '%s' has unsupported type %s", m->path, name,
+                        ti && ti->name ? ti->name : "unknown");
+    if (m->owned_used + (size_t)n > m->owned_cap)
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: too many non-F32 vector tensors ('%s')", m->path, name);
+    float *dst = m->owned_vectors + m->owned_used;
+    moe_dequant_row(t->type, t->data, dst, n);
+    m->owned_used += (size_t)n;
+    *out = dst;
+    return MOE_OK;
+}
+
+int moe_get_u32_def(moe_model *m, const char *key, uint32_t def, uint32_t *out, bool required, char *err,
+                    size_t errlen) {
+    char full[160];
+    snprintf(full, sizeof full, "%s.%s", m->arch_name, key);
+    *out = def;
+    int rc = gguf_get_u32(m->gf, full, out, err, errlen);
+    if (rc < 0) return rc;
+    if (rc == 1) {
+        if (required) return moe_errf(err, errlen, MOE_EFORMAT, "%s: missing required key '%s'", m->path, full);
+        moe_note(m, "%s absent: default %u used", full, def);
+    }
+    return MOE_OK;
+}
+
+int moe_get_f32_def(moe_model *m, const char *key, float def, float *out, char *err, size_t errlen) {
+    char full[160];
+    snprintf(full, sizeof full, "%s.%s", m->arch_name, key);
+    *out = def;
+    int rc = gguf_get_f32(m->gf, full, out, err, errlen);
+    if (rc < 0) return rc;
+    if (rc == 1) moe_note(m, "%s absent: default %g used", full, (double)def);
+    return MOE_OK;
+}
+
+int moe_get_bool_def(moe_model *m, const char *key, bool def, bool *out, char *err, size_t errlen) {
+    char full[160];
+    snprintf(full, sizeof full, "%s.%s", m->arch_name, key);
+    *out = def;
+    int rc = gguf_get_bool(m->gf, full, out, err, errlen);
+    if (rc < 0) return rc;
+    if (rc == 1) moe_note(m, "%s absent: default %s used", full, def ? "true" : "false");
+    return MOE_OK;
+}
+
+int moe_read_common_hparams(moe_model *m, char *err, size_t errlen) {
+    moe_hparams *hp = &m->hp;
+    struct { const char *key; uint32_t def; bool required; int *dst; } keys[] = {
+        {"block_count", 0, true, &hp->n_layer},
+        {"embedding_length", 0, true, &hp->n_embd},
+        {"context_length", 4096, false, &hp->n_ctx_train},
+        {"vocab_size", 0, false, &hp->n_vocab},
+        {"feed_forward_length", 0, false, &hp->n_ff},
+        {"expert_count", 0, true, &hp->n_expert},
+        {"expert_used_count", 0, true, &hp->n_expert_used},
+        {"expert_feed_forward_length", 0, true, &hp->n_ff_exp},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        uint32_t u;
+        int rc = moe_get_u32_def(m, keys[i].key, keys[i].def, &u, keys[i].required, err, errlen);
+        if (rc) return rc;
+        if (u > 0x7fffffffu)
+            return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s.%s = %u is out of range", m->path, m->arch_name,
+                            keys[i].key, u);
+        *keys[i].dst = (int)u;
+    }
+    int rc = moe_get_f32_def(m, "attention.layer_norm_rms_epsilon", 1e-6f, &hp->rms_eps, err, errlen);
+    if (rc) return rc;
+    if (hp->n_layer < 1 || hp->n_layer > 4096)
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s.block_count %d out of range", m->path, m->arch_name, hp->n_layer);
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", m->path);
+    return MOE_OK;
+}
+
+int moe_check_hparams(moe_model *m, char *err, size_t errlen) {
+    moe_hparams *hp = &m->hp;
+#define NEED(cond, what) do { if (!(cond)) return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s: %s", m->path, m->arch_name, what); } while (0)
+    NEED(hp->n_layer >= 1 && hp->n_layer <= 4096, "block_count out of range 1..4096");
+    NEED(hp->n_embd >= 1 && hp->n_embd <= (1 << 20), "embedding_length out of range");
+    NEED(hp->n_head_kv >= 1 && hp->n_head_kv <= 4096, "attention.head_count_kv out of range");
+    NEED(hp->head_dim >= 2 && hp->head_dim <= 4096 && hp->head_dim % 2 == 0, "attention.key_length must be even, 2..4096");
+    NEED(hp->head_dim_v >= 1 && hp->head_dim_v <= 4096, "attention.value_length out of range");
+    NEED(hp->rms_eps > 0 && hp->rms_eps < 1, "attention.layer_norm_rms_epsilon out of range");
+    NEED(hp->n_expert >= 1 && hp->n_expert <= 4096, "expert_count out of range 1..4096");
+    NEED(hp->n_expert_used >= 1 && hp->n_expert_used <= hp->n_expert, "expert_used_count must be 1..expert_count");
+    NEED(hp->n_ff_exp >= 1, "expert_feed_forward_length must be >= 1");
+    NEED(hp->n_ctx_train >= 1, "context_length must be >= 1");
+#undef NEED
+    hp->n_head_max = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const int h = m->layers[il].attn.n_head;
+        if (h < 1 || h > 4096 || h % hp->n_head_kv)
+            return moe_errf(err, errlen, MOE_EFORMAT, "%s: layer %d has %d query heads, not a positive multiple of %d KV heads",
+                            m->path, il, h, hp->n_head_kv);
+        if (h > hp->n_head_max) hp->n_head_max = h;
+    }
+    return MOE_OK;
+}
+
+int moe_read_rope(moe_model *m, int i, const char *base_key, float base_def, const char *dims_key, int dims_def,
+                  bool allow_scaling, char *err, size_t errlen) {
+    moe_rope *r = &m->ropes[i];
+    memset(r, 0, sizeof *r);
+    if (i >= m->n_ropes) m->n_ropes = i + 1;
+    uint32_t nrot;
+    int rc = moe_get_f32_def(m, base_key, base_def, &r->base, err, errlen);
+    if (!rc) rc = moe_get_u32_def(m, dims_key, (uint32_t)dims_def, &nrot, false, err, errlen);
+    if (rc) return rc;
+    if (nrot == 0 || nrot > (uint32_t)m->hp.head_dim || nrot % 2)
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s.%s = %u must be even and in 2..%d", m->path, m->arch_name,
+                        dims_key, nrot, m->hp.head_dim);
+    if (!(r->base > 0)) return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s.%s must be > 0", m->path, m->arch_name, base_key);
+    r->n_rot = (int)nrot;
+    r->attn_factor = 1.0f;
+    if (!allow_scaling) return MOE_OK;
+    char key[160];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch_name);
+    gguf_str st = {0};
+    rc = gguf_get_str(m->gf, key, &st, err, errlen);
+    if (rc < 0) return rc;
+    if (rc == 1 || (st.len == 4 && !memcmp(st.ptr, "none", 4))) return MOE_OK;
+    if (!(st.len == 4 && !memcmp(st.ptr, "yarn", 4)))
+        return moe_errf(err, errlen, MOE_EUNSUPPORTED, "%s: %s = '%.*s' is not supported (none, yarn)", m->path, key,
+                        (int)(st.len > 32 ? 32 : st.len), st.ptr);
+    r->yarn = true;
+    r->yarn_ext_factor = 1.0f;
+    uint32_t orig;
+    rc = moe_get_f32_def(m, "rope.scaling.factor", 1.0f, &r->yarn_factor, err, errlen);
+    if (!rc) rc = moe_get_u32_def(m, "rope.scaling.original_context_length", (uint32_t)m->hp.n_ctx_train, &orig, false, err, errlen);
+    if (!rc) rc = moe_get_f32_def(m, "rope.scaling.yarn_beta_fast", 32.0f, &r->yarn_beta_fast, err, errlen);
+    if (!rc) rc = moe_get_f32_def(m, "rope.scaling.yarn_beta_slow", 1.0f, &r->yarn_beta_slow, err, errlen);
+    if (rc) return rc;
+    if (!(r->yarn_factor >= 1.0f) || orig == 0)
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: YaRN needs rope.scaling.factor >= 1 and original_context_length > 0", m->path);
+    r->yarn_orig_ctx = (int)orig;
+    return MOE_OK;
+}
+
+#define T(suffix) (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), n)
+
+int moe_bind_attention(moe_model *m, int il, moe_attn_desc *d, char *err, size_t errlen) {
+    const moe_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, H = d->n_head, D = hp->head_dim, Dv = hp->head_dim_v, Hkv = hp->n_head_kv;
+    char n[128];
+    int rc;
+    if ((rc = moe_bind_vector(m, &d->norm, T("attn_norm.weight"), E, true, err, errlen))) return rc;
+    if ((rc = moe_bind_weight(m, &d->wq, T("attn_q.weight"), E, H * D, 0, MOE_USE_ALL, true, err, errlen))) return rc;
+    if ((rc = moe_bind_weight(m, &d->wk, T("attn_k.weight"), E, Hkv * D, 0, MOE_USE_ALL, true, err, errlen))) return rc;
+    if ((rc = moe_bind_weight(m, &d->wv, T("attn_v.weight"), E, Hkv * Dv, 0, MOE_USE_ALL, true, err, errlen))) return rc;
+    if ((rc = moe_bind_weight(m, &d->wo, T("attn_output.weight"), H * Dv, E, 0, MOE_USE_ALL, true, err, errlen))) return rc;
+    if ((rc = moe_bind_vector(m, &d->q_norm, T("attn_q_norm.weight"), D, false, err, errlen)) < 0) return rc;
+    if ((rc = moe_bind_vector(m, &d->k_norm, T("attn_k_norm.weight"), D, false, err, errlen)) < 0) return rc;
+    return MOE_OK;
+}
+
+int moe_bind_dense_ffn(moe_model *m, int il, moe_ffn_desc *d, char *err, size_t errlen) {
+    const moe_hparams *hp = &m->hp;
+    char n[128];
+    int rc;
+    if ((rc = moe_bind_vector(m, &d->norm, T("ffn_norm.weight"), hp->n_embd, true, err, errlen))) return rc;
+    if ((rc = moe_bind_weight(m, &d->gate, T("ffn_gate.weight"), hp->n_embd, hp->n_ff, 0, MOE_USE_ALL, true, err, errlen))) return rc;
+    if ((rc = moe_bind_weight(m, &d->up, T("ffn_up.weight"), hp->n_embd, hp->n_ff, 0, MOE_USE_ALL, true, err, errlen))) return rc;
+    return moe_bind_weight(m, &d->down, T("ffn_down.weight"), hp->n_ff, hp->n_embd, 0, MOE_USE_ALL, true, err, errlen);
+}
+
+int moe_bind_moe(moe_model *m, int il, moe_moe_desc *d, char *err, size_t errlen) {
+    const moe_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, NE = hp->n_expert, F = hp->n_ff_exp, Fs = hp->n_ff_shexp;
+    char n[128];
+    int rc;
+    if ((rc = moe_bind_vector(m, &d->norm, T("ffn_norm.weight"), E, true, err, errlen))) return rc;
+    if ((rc = moe_bind_weight(m, &d->router.w, T("ffn_gate_inp.weight"), E, NE, 0, MOE_USE_ALL, true, err, errlen))) return rc;
+    if ((rc = moe_bind_vector(m, &d->router.select_bias, T("exp_probs_b.bias"), NE, false, err, errlen)) < 0) return rc;
+    if ((rc = moe_bind_weight(m, &d->gate_exps, T("ffn_gate_exps.weight"), E, F, NE, MOE_USE_TOPK, true, err, errlen))) return rc;
+    if ((rc = moe_bind_weight(m, &d->up_exps, T("ffn_up_exps.weight"), E, F, NE, MOE_USE_TOPK, true, err, errlen))) return rc;
+    if ((rc = moe_bind_weight(m, &d->down_exps, T("ffn_down_exps.weight"), F, E, NE, MOE_USE_TOPK, true, err, errlen))) return rc;
+    d->router.scale = 1.0f;
+    if (Fs <= 0) return MOE_OK;
+    d->has_shared = true;
+    if ((rc = moe_bind_weight(m, &d->gate_sh, T("ffn_gate_shexp.weight"), E, Fs, 0, MOE_USE_ALL, true, err, errlen))) return rc;
+    if ((rc = moe_bind_weight(m, &d->up_sh, T("ffn_up_shexp.weight"), E, Fs, 0, MOE_USE_ALL, true, err, errlen))) return rc;
+    return moe_bind_weight(m, &d->down_sh, T("ffn_down_shexp.weight"), Fs, E, 0, MOE_USE_ALL, true, err, errlen);
+}
+
+#undef T
+
+int moe_bind_io(moe_model *m, char *err, size_t errlen) {
+    moe_hparams *hp = &m->hp;
+    const gguf_tensor *te = gguf_find_tensor(m->gf, "token_embd.weight");
+    if (!te) return moe_errf(err, errlen, MOE_EFORMAT, "%s: missing tensor 'token_embd.weight'", m->path);
+    if (hp->n_vocab <= 0) hp->n_vocab = (int)te->ne[1];
+    /* the embedding is read row by row, not multiplied: not in the weight list */
+    int rc = moe_bind_weight(m, &m->tok_embd, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, MOE_USE_ALL, true, err,
+                             errlen);
+    if (rc) return rc;
+    m->n_weights--;
+    if ((rc = moe_bind_vector(m, &m->output_norm, "output_norm.weight", hp->n_embd, true, err, errlen))) return rc;
+    rc = moe_bind_weight(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab, 0, MOE_USE_ALL, false, err, errlen);
+    if (rc < 0) return rc;
+    if (rc == 1) {
+        m->output = m->tok_embd;
+        moe_note(m, "output.weight absent: lm head tied to token_embd.weight");
+        return list_weight(m, &m->output, MOE_USE_ALL, err, errlen);
+    }
+    return MOE_OK;
+}

@@ -1,0 +1,44 @@
+/* bind.h — what an architecture's bind uses: GGUF keys under "<arch>." with
+ * defaults recorded for `info`, tensors bound with their shapes checked, the
+ * standard tensor names of the shared blocks. Every bound matrix is entered
+ * in the model's weight list (model.h: moe_weight_ref). All return MOE_OK, a
+ * negative status with a one-line error naming the file and the key or
+ * tensor, or (the optional ones, required false) 1 when it is absent. */
+#ifndef MOE_BIND_H
+#define MOE_BIND_H
+
+#include "model/model.h"
+
+int moe_bind_weight(moe_model *m, moe_weight *w, const char *name, int64_t n_in, int64_t n_out, int64_t n_mat,
+                    moe_weight_use use, bool required, char *err, size_t errlen);
+int moe_bind_vector(moe_model *m, const float **out, const char *name, int64_t n, bool required, char *err,
+                    size_t errlen);
+int moe_get_u32_def(moe_model *m, const char *key, uint32_t def, uint32_t *out, bool required, char *err,
+                    size_t errlen);
+int moe_get_f32_def(moe_model *m, const char *key, float def, float *out, char *err, size_t errlen);
+int moe_get_bool_def(moe_model *m, const char *key, bool def, bool *out, char *err, size_t errlen);
+
+/* m->hp's block_count, embedding_length, context_length, vocab_size,
+ * feed_forward_length, expert_count, expert_used_count,
+ * expert_feed_forward_length, layer_norm_rms_epsilon; allocates m->layers. */
+int moe_read_common_hparams(moe_model *m, char *err, size_t errlen);
+/* Range checks every architecture needs, once the layers' head counts are set. */
+int moe_check_hparams(moe_model *m, char *err, size_t errlen);
+/* rope.freq_base / rope.dimension_count style keys (base_key, dims_key under
+ * "<arch>.") into m->ropes[i]; with allow_scaling, rope.scaling.* (YaRN). */
+int moe_read_rope(moe_model *m, int i, const char *base_key, float base_def, const char *dims_key, int dims_def,
+                  bool allow_scaling, char *err, size_t errlen);
+
+/* Standard tensors of layer il ("blk.<il>.attn_q.weight", ...). */
+int moe_bind_attention(moe_model *m, int il, moe_attn_desc *d, char *err, size_t errlen);
+int moe_bind_dense_ffn(moe_model *m, int il, moe_ffn_desc *d, char *err, size_t errlen);
+/* Router, experts and (when hp.n_ff_shexp > 0) the shared expert; the
+ * router's function, bias use, renorm and scale are the architecture's. */
+int moe_bind_moe(moe_model *m, int il, moe_moe_desc *d, char *err, size_t errlen);
+/* token_embd, output_norm, output (tied to token_embd when absent). */
+int moe_bind_io(moe_model *m, char *err, size_t errlen);
+
+/* "[a, b, c]" */
+void moe_shape_str(const int64_t *ne, int n, char *buf, size_t len);
+
+#endif

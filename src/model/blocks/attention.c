@@ -1,0 +1,236 @@
+/* attention.c — the grouped-query attention block (blocks.h):
+ *
+ *   h = RMSNorm(x) * norm
+ *   q, k, v (, extra) = Wq h, Wk h, Wv h (, Wextra h)      one pool phase
+ *   per (token, KV head) item: QK-norm, RoPE, the key and value stored in the
+ *     token's sequence's cache at its position; then scores over the visible
+ *     keys in position order, softmax, the weighted sum of values, the hook
+ *   x += Wo a
+ *
+ * An item reads only its own sequence's cache, so tokens of other sequences
+ * in the step change nothing; which thread runs it never changes its bits. */
+#include <string.h>
+
+#include "attention/attn.h"
+#include "base/flags.h"
+#include "model/blocks.h"
+
+typedef struct {
+    moe_context *c;
+    const moe_attn_desc *d;
+    int il;
+    bool prep;               /* decode with parallel_glue: each item first runs attn_prep */
+    bool hook;               /* parallel_glue: each item applies the head hook to its heads */
+} attn_task;
+
+/* The cache block of layer il, KV head g of sequence seq: index of its first
+ * row ([seq][layer][kv head] blocks of n_ctx (kv_q8: ctx_pad) rows). */
+static size_t cache_block(const moe_context *c, int seq, int il, int g) {
+    const moe_hparams *hp = &c->m->hp;
+    return ((size_t)seq * (size_t)hp->n_layer + (size_t)il) * (size_t)hp->n_head_kv + (size_t)g;
+}
+
+/* Token t, KV head g: QK-norm and RoPE of the query heads g*G .. g*G+G-1 and
+ * of key head g, then key and value row g stored in the cache at the token's
+ * position. Items touch disjoint data, so they may run on any thread. */
+static void attn_prep(moe_context *c, const moe_attn_desc *d, int il, int t, int g, int ith) {
+    const moe_hparams *hp = &c->m->hp;
+    const int H = d->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, Dv = hp->head_dim_v, G = H / Hkv;
+    const int n_rot = c->m->ropes[d->rope].n_rot;
+    const int pos = c->tok_pos[t];
+    const float *cs = c->rope_tab[d->rope] + (size_t)pos * (size_t)n_rot;
+    float *qg = c->q + ((size_t)t * H + (size_t)g * G) * D;      /* the group's G query heads */
+    if (d->q_norm) moe_rms_norm_rows(qg, d->q_norm, D, G, (size_t)D, hp->rms_eps);
+    for (int h = 0; h < G; h++) moe_rope_apply(qg + (size_t)h * D, cs, n_rot);
+    float *k = c->k + ((size_t)t * Hkv + g) * D;
+    if (d->k_norm) moe_rms_norm(k, d->k_norm, k, D, hp->rms_eps);
+    moe_rope_apply(k, cs, n_rot);
+    const float *v = c->v + ((size_t)t * Hkv + g) * Dv;
+    const size_t blk = cache_block(c, c->tok_seq[t], il, g);
+    if (c->kv_q8) {                                               /* kv_q8: 8-bit blocks (attn.h) */
+        const size_t Cp = (size_t)c->ctx_pad;
+        uint8_t *tmp = c->kv_a8 + (size_t)ith * c->a8_row;
+        c->kern->quantize_act8(k, tmp, D);
+        moe_kv8_store_key(tmp, D, (int8_t *)c->k_cache + blk * Cp * (size_t)D, c->k_scale + blk * (size_t)(D / 32) * Cp, Cp,
+                          pos);
+        c->kern->quantize_act8(v, tmp, Dv);
+        moe_kv8_store_value(tmp, Dv, (int8_t *)c->v_cache + blk * Cp * (size_t)Dv,
+                            c->v_scale + blk * (size_t)(Dv / 32) * Cp, Cp, pos);
+        return;
+    }
+    const size_t C = (size_t)c->n_ctx;                            /* rows of n_ctx positions */
+    const size_t kp = (blk * C + (size_t)pos) * (size_t)D, vp = (blk * C + (size_t)pos) * (size_t)Dv;
+    if (c->kv_half) {                                             /* kv_f16: round to nearest even */
+        c->attn->to_half(k, (uint16_t *)c->k_cache + kp, D);
+        c->attn->to_half(v, (uint16_t *)c->v_cache + vp, Dv);
+    } else {
+        memcpy((float *)c->k_cache + kp, k, (size_t)D * sizeof(float));
+        memcpy((float *)c->v_cache + vp, v, (size_t)Dv * sizeof(float));
+    }
+}
+
+/* kv_q8 (attn.h): one item's scores, softmax and weighted sum. The query
+ * heads are quantized to A8 rows, the scores go to sc[h][j] at the key's
+ * absolute position j, the softmax is the FP32 one over j0 .. j0+nk-1.
+ * stream: a decode step (one token), whose keys and values come from memory. */
+static void attn_item_q8(moe_context *c, size_t blk, int G, const float *q, int j0, int nk, float kq_scale, int ith,
+                         bool stream, float *sc, float *sums, float *o) {
+    const moe_hparams *hp = &c->m->hp;
+    const int D = hp->head_dim, Dv = hp->head_dim_v;
+    const size_t C = (size_t)c->n_ctx, Cp = (size_t)c->ctx_pad;
+    uint8_t *qa = c->q_a8 + (size_t)ith * (size_t)hp->n_head_max * c->a8_row;
+    for (int h = 0; h < G; h++) c->kern->quantize_act8(q + (size_t)h * D, qa + (size_t)h * c->a8_row, D);
+    c->attn->scores_q8(qa, c->a8_row, G, (const int8_t *)c->k_cache + blk * Cp * (size_t)D,
+                       c->k_scale + blk * (size_t)(D / 32) * Cp, Cp, j0, nk, D, kq_scale, sc, C);
+    for (int h = 0; h < G; h++) sums[h] = c->attn->softmax_q8(sc + (size_t)h * C + (size_t)j0, nk);
+    float *w = c->attn_w + (size_t)ith * (size_t)hp->n_head_max * (size_t)(Dv / 32) * C;
+    /* value_prefetch: a decode step's values come from memory (attn.h) */
+    const bool pf = stream && moe_flag_on(c->flags, MOE_FLAG_VALUE_PREFETCH);
+    (pf ? c->attn->accum_q8_stream : c->attn->accum_q8)(sc, C, G, (const int8_t *)c->v_cache + blk * Cp * (size_t)Dv,
+                                                        c->v_scale + blk * (size_t)(Dv / 32) * Cp, Cp, j0, nk, Dv, w, o,
+                                                        (size_t)Dv);
+    for (int h = 0; h < G; h++) {
+        const float inv = 1.0f / sums[h];
+        for (int d = 0; d < Dv; d++) o[(size_t)h * Dv + d] *= inv;
+    }
+}
+
+static void prep_worker(void *arg, int ith, int nth) {
+    attn_task *at = arg;
+    const int Hkv = at->c->m->hp.n_head_kv;
+    for (int64_t it = ith; it < (int64_t)at->c->n_tok * Hkv; it += nth)
+        attn_prep(at->c, at->d, at->il, (int)(it / Hkv), (int)(it % Hkv), ith);
+}
+
+/* The first position a token at pos sees. */
+static int first_visible(const moe_attn_desc *d, int pos) {
+    const int j0 = d->window > 0 ? pos - d->window + 1 : 0;
+    return j0 < 0 ? 0 : j0;
+}
+
+/* One item = (token t, KV head g) with the G query heads that share it:
+ * scores over the visible keys j0..pos in position order, softmax per head,
+ * weighted sum of values. Items are independent, so any split over threads
+ * and any batch gives the same bits. */
+static void attn_worker(void *arg, int ith, int nth) {
+    attn_task *at = arg;
+    moe_context *c = at->c;
+    const moe_attn_desc *d = at->d;
+    const moe_hparams *hp = &c->m->hp;
+    const int H = d->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, Dv = hp->head_dim_v;
+    const int G = H / Hkv;
+    const float kq_scale = 1.0f / sqrtf((float)D);
+    const size_t C = (size_t)c->n_ctx;
+    float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * C;  /* [G][n_ctx] */
+    float *sums = c->attn_sum + (size_t)ith * (size_t)hp->n_head_max;   /* [G] */
+    /* key_stream: a decode step's keys and values come from memory, so the
+     * FP32 cache is read by the kernels ordered for that (attn.h) */
+    const moe_attn_kernels *ak = c->attn;
+    const bool stream = c->n_tok == 1 && moe_flag_on(c->flags, MOE_FLAG_KEY_STREAM);
+    void (*const scores_f32)(const float *, size_t, int, const float *, size_t, int, int, float, float *, size_t) =
+        stream ? ak->scores_stream : ak->scores;
+    void (*const accum_f32)(const float *, size_t, int, const float *, size_t, int, int, float *, size_t) =
+        stream ? ak->accum_stream : ak->accum;
+    /* Items are dealt out cyclically: in a prompt, later tokens see more keys,
+     * so contiguous shares would leave the last thread with most of the work.
+     * Which thread runs an item never changes its result. */
+    for (int64_t it = ith; it < (int64_t)c->n_tok * Hkv; it += nth) {
+        const int t = (int)(it / Hkv), g = (int)(it % Hkv);
+        if (at->prep) attn_prep(c, d, at->il, t, g, ith);     /* its own KV head's new row, before reading it */
+        const int pos = c->tok_pos[t], j0 = first_visible(d, pos), nk = pos - j0 + 1;
+        const size_t blk = cache_block(c, c->tok_seq[t], at->il, g);
+        const float *q = c->q + ((size_t)t * H + (size_t)g * G) * D;      /* heads g*G .. g*G+G-1 */
+        float *o = c->att + ((size_t)t * H + (size_t)g * G) * Dv;
+        if (c->kv_q8) {                           /* the same steps on 8-bit blocks, keys indexed absolutely */
+            attn_item_q8(c, blk, G, q, j0, nk, kq_scale, ith, c->n_tok == 1, sc, sums, o);
+        } else {
+            const size_t kg = (blk * C + (size_t)j0) * (size_t)D;         /* keys [nk][D] */
+            const size_t vg = (blk * C + (size_t)j0) * (size_t)Dv;        /* values [nk][Dv] */
+            if (c->kv_half) ak->scores_h(q, (size_t)D, G, (const uint16_t *)c->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
+            else scores_f32(q, (size_t)D, G, (const float *)c->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
+            for (int h = 0; h < G; h++) {                                 /* softmax numerators per head */
+                float *r = sc + (size_t)h * C;
+                ak->exp_shift(r, nk, ak->max_f32(r, nk));                 /* r[j] = exp(r[j] - max) */
+            }
+            moe_attn_row_sums(sc, C, G, nk, sums);                        /* denominators, in key order */
+            if (c->kv_half) ak->accum_h(sc, C, G, (const uint16_t *)c->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
+            else accum_f32(sc, C, G, (const float *)c->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
+            for (int h = 0; h < G; h++) {
+                float inv = 1.0f / sums[h];
+                for (int dd = 0; dd < Dv; dd++) o[(size_t)h * Dv + dd] *= inv;
+            }
+        }
+        if (at->hook) d->head_hook(c, d, t, g * G, (g + 1) * G);
+    }
+}
+
+double moe_attn_kv_bytes(const moe_context *c, const moe_attn_desc *d, int pos) {
+    const moe_hparams *hp = &c->m->hp;
+    const double keys = pos - first_visible(d, pos) + 1;
+    const double elem = c->kv_q8 ? 34.0 / 32.0 : c->kv_half ? 2.0 : 4.0;   /* kv_q8: a code + a half per 32 */
+    return keys * hp->n_head_kv * (double)(hp->head_dim + hp->head_dim_v) * elem;
+}
+
+/* For the profile: the KV bytes the step's attention read. */
+static double step_kv_bytes(const moe_context *c, const moe_attn_desc *d) {
+    double b = 0;
+    for (int t = 0; t < c->n_tok; t++) b += moe_attn_kv_bytes(c, d, c->tok_pos[t]);
+    return b;
+}
+
+static double mats_bytes(const moe_weight *const *w, int count) {
+    double b = 0;
+    for (int i = 0; i < count; i++) b += (double)w[i]->mat_bytes;
+    return b;
+}
+
+static void attention_run(moe_context *c, const moe_attn_desc *d, int il) {
+    const int n = c->n_tok, E = c->m->hp.n_embd;
+    moe_norm_tokens(c, d->norm);                                  /* h = RMSNorm(x) * norm  [n][E] */
+    /* q [n][H][D], k [n][Hkv][D], v [n][Hkv][Dv], extra [n][wextra.n_out] */
+    const moe_weight *ws[4] = {&d->wq, &d->wk, &d->wv, &d->wextra};
+    float *ys[4] = {c->q, c->k, c->v, c->gate};
+    const int nw = d->wextra.data ? 4 : 3;
+    const uint8_t *xa = moe_act_rows_multi(c, ws, nw, c->xn, n);
+    PROF_MARK(c, MOE_PH_ATTN_NORM, 0, 0);
+    moe_matmul_multi(c, ws, ys, nw, c->xn, xa, n);
+    PROF_MARK(c, MOE_PH_QKV, mats_bytes(ws, nw), 0);
+
+    /* QK-norm, RoPE and the cache store: per (token, KV head) item; with
+     * parallel_glue inside the attention phase (decode: an item reads only its
+     * own KV head) or as a phase of its own (several tokens: a token reads
+     * the keys other items of its sequence store), otherwise here in order */
+    const bool glue = moe_flag_on(c->flags, MOE_FLAG_PARALLEL_GLUE);
+    attn_task at = {c, d, il, glue && n == 1, glue && d->head_hook};
+    if (!glue || n > 1) {
+        if (glue) moe_ctx_par(c, prep_worker, &at);
+        else prep_worker(&at, 0, 1);
+        PROF_MARK(c, MOE_PH_ATTN_PREP, 0, 0);
+    }
+    moe_ctx_par(c, attn_worker, &at);                             /* att [n][H][Dv] */
+    if (!glue && d->head_hook)                                    /* the hook, here in order */
+        for (int t = 0; t < n; t++) d->head_hook(c, d, t, 0, d->n_head);
+    PROF_MARK(c, MOE_PH_ATTENTION, 0, step_kv_bytes(c, d));
+    moe_matmul(c, &d->wo, c->att, n, c->proj);                    /* proj [n][E] */
+    for (size_t i = 0; i < (size_t)n * E; i++) c->x[i] += c->proj[i];
+    PROF_MARK(c, MOE_PH_WO, (double)d->wo.mat_bytes, 0);
+}
+
+void moe_block_attention(moe_context *c, const moe_attn_desc *d, int il) {
+    if (c->diverged) return;
+    attention_run(c, d, il);
+    moe_context *r = c->shadow;
+    if (!r) return;
+    attention_run(r, d, il);
+    const moe_hparams *hp = &c->m->hp;
+    const size_t N = (size_t)c->n_tok, E = (size_t)hp->n_embd;
+    const size_t qd = (size_t)d->n_head * (size_t)hp->head_dim, kd = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    const size_t vd = (size_t)hp->n_head_kv * (size_t)hp->head_dim_v, ad = (size_t)d->n_head * (size_t)hp->head_dim_v;
+    (void)(moe_diff_check(c, c->q, r->q, N, qd, "attn q (after QK-norm and RoPE)", il) &&
+           moe_diff_check(c, c->k, r->k, N, kd, "attn k (after QK-norm and RoPE)", il) &&
+           moe_diff_check(c, c->v, r->v, N, vd, "attn v", il) &&
+           moe_diff_check(c, c->att, r->att, N, ad, "attention output (after the head hook)", il) &&
+           moe_diff_check(c, c->proj, r->proj, N, E, "attn_output projection", il) &&
+           moe_diff_check(c, c->x, r->x, N, E, "residual after attention", il));
+    PROF_START(c);                    /* the profile's chain restarts after the twin's block */
+}
