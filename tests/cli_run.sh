@@ -69,7 +69,7 @@ grep -q "head_dim 48" "$d/err" || bad "kv_q8 with heads of 48: $(cat "$d/err")"
 "$BIN" run -m "$SH/oracle/laguna-tiny-f32.gguf" --tokens 5,17,300,42,7,999,0,123,55,66,77,88,99,100 -n 23 --ctx 37 \
   --flags +kv_q8 --json >"$d/q8a.json" 2>"$d/err" || bad "run --flags +kv_q8 --ctx 37: $(cat "$d/err")"
 "$BIN" run -m "$SH/oracle/laguna-tiny-f32.gguf" --tokens 5,17,300,42,7,999,0,123,55,66,77,88,99,100 -n 23 --ctx 37 \
-  --batch 1 -t 3 --flags +kv_q8 --json >"$d/q8b.json" 2>"$d/err" || bad "run --flags +kv_q8 --batch 1: $(cat "$d/err")"
+  --batch-size 1 -t 3 --flags +kv_q8 --json >"$d/q8b.json" 2>"$d/err" || bad "run --flags +kv_q8 --batch-size 1: $(cat "$d/err")"
 [ -n "$(field "$d/q8a.json" tokens)" ] && [ "$(field "$d/q8a.json" tokens)" = "$(field "$d/q8b.json" tokens)" ] ||
   bad "kv_q8: batched prefill and one-token steps differ: $(field "$d/q8a.json" tokens) vs $(field "$d/q8b.json" tokens)"
 expect_err info

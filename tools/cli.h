@@ -6,6 +6,8 @@
 #ifndef MOE_CLI_H
 #define MOE_CLI_H
 
+#include "moefast.h"
+
 int cmd_run(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
@@ -30,6 +32,14 @@ int cli_parse_ids(const char *cmd, const char *s, int **ids, int *n);
  * 0 when it was not, -1 after printing an error. */
 struct moe_sampler_params;
 int cli_sampling_arg(const char *cmd, const char *a, const char *v, struct moe_sampler_params *sp);
+/* `moefast run --batch FILE` (tools/run_batch.c): the prompts of FILE (one
+ * per line, "-" for stdin) generated together in one context. */
+typedef struct run_batch_opts {
+    long n_gen, threads, n_ctx, n_batch;
+    struct moe_sampler_params sampling;
+    bool json, stop_eos;
+} run_batch_opts;
+int run_batch(const char *cmd, struct moe_model *m, const char *file, const run_batch_opts *o);
 /* Prints "moefast <cmd>: <msg>" to stderr and returns 2. */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -10,16 +10,19 @@
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: moefast run -m FILE (-p TEXT | --tokens ID,ID,...) [-n N] [-t THREADS]\n"
+            "usage: moefast run -m FILE (-p TEXT | --tokens ID,ID,... | --batch FILE) [-n N] [-t THREADS]\n"
             "                   [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
-            "                   [--ctx N] [--batch N] [--flags SPEC] [--stop-eos] [--json]\n"
+            "                   [--ctx N] [--batch-size N] [--flags SPEC] [--stop-eos] [--json]\n"
             "  -n N         tokens to generate (default 32)\n"
+            "  --batch FILE the prompts of FILE (one per line, - for stdin) generated together in\n"
+            "               one context; each gets the tokens it gets alone (--json: ids per prompt)\n"
+            "  --batch-size N  tokens per forward step (default 512)\n"
             "  --json       print one JSON object: prompt/generated ids, text, timings\n"
             "  sampling is greedy unless --temp > 0\n");
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *C = "run", *path = NULL, *prompt = NULL, *ids_s = NULL, *flags = NULL;
+    const char *C = "run", *path = NULL, *prompt = NULL, *ids_s = NULL, *flags = NULL, *batch_file = NULL;
     long n_gen = 32, threads = 0, n_ctx = 0, n_batch = 0;
     moe_sampler_params smpp = {.temp = 0.0f, .top_p = 1.0f}; /* greedy unless --temp */
     int sr;
@@ -34,7 +37,8 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_int(C, a, v, 1, 1024, &threads)) return 2; }
         else if ((sr = cli_sampling_arg(C, a, v, &smpp)) != 0) { if (sr < 0) return 2; }
         else if (!strcmp(a, "--ctx")) { if (cli_parse_int(C, a, v, 1, 1 << 22, &n_ctx)) return 2; }
-        else if (!strcmp(a, "--batch")) { if (cli_parse_int(C, a, v, 1, 65536, &n_batch)) return 2; }
+        else if (!strcmp(a, "--batch-size")) { if (cli_parse_int(C, a, v, 1, 65536, &n_batch)) return 2; }
+        else if (!strcmp(a, "--batch")) { if (!v) return cli_fail(C, "--batch needs a file of prompts"); batch_file = v; }
         else if (!strcmp(a, "--flags")) { if (!v) return cli_fail(C, "--flags needs a spec"); flags = v; }
         else if (!strncmp(a, "--flags=", 8)) { flags = a + 8; used = 0; }
         else if (!strcmp(a, "--json")) { json = 1; used = 0; }
@@ -44,7 +48,10 @@ int cmd_run(int argc, char **argv) {
         i += used;
     }
     if (!path) { usage(); return cli_fail(C, "-m FILE is required"); }
-    if (!prompt == !ids_s) { usage(); return cli_fail(C, "give exactly one of -p TEXT or --tokens IDS"); }
+    if (!!prompt + !!ids_s + !!batch_file != 1) {
+        usage();
+        return cli_fail(C, "give exactly one of -p TEXT, --tokens IDS or --batch FILE");
+    }
 
     char err[MOE_ERR_LEN];
     double t0 = 0;
@@ -56,6 +63,12 @@ int cmd_run(int argc, char **argv) {
     if (moe_model_load(path, &lp, &m, err, sizeof err)) return cli_fail(C, "%s", err);
     clock_gettime(CLOCK_MONOTONIC, &ts);
     double t_load = ts.tv_sec + 1e-9 * ts.tv_nsec - t0;
+    if (batch_file) {
+        const run_batch_opts bo = {n_gen, threads, n_ctx, n_batch, smpp, json, stop_eos};
+        int brc = run_batch(C, m, batch_file, &bo);
+        moe_model_free(m);
+        return brc;
+    }
 
     int rc = 2, n_prompt = 0, *prompt_ids = NULL;
     int32_t *toks = NULL, *out_ids = NULL;

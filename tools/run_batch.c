@@ -1,0 +1,207 @@
+/* run_batch.c — `moefast run --batch FILE`: every prompt of FILE (one per
+ * line) in one context, generated together: the prompts' prefill in shared
+ * steps, then one step per token with a decode token of every unfinished
+ * prompt. Each prompt's tokens are those `moefast run -p PROMPT` gives it
+ * alone (the batch contract, docs/EXACTNESS.md), so the command checks the
+ * contract from the command line: compare the --json ids. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "moefast.h"
+
+typedef struct {
+    char *text;
+    int32_t *ids;              /* prompt ids, then the generated ones */
+    int n_prompt, n_gen;
+    bool done;
+    moe_sampler *smp;
+} batch_prompt;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The non-blank lines of path (a trailing '\r' dropped), each malloc'd. */
+static int read_prompts(const char *C, const char *path, batch_prompt **out, int *n) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) return cli_fail(C, "--batch %s: cannot open", path);
+    batch_prompt *ps = NULL;
+    int np = 0, line_no = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) >= 0) {
+        line_no++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (strspn(line, " \t") == (size_t)len) continue;
+        if (np == 4096) { free(line); if (f != stdin) fclose(f); *out = ps; *n = np; return cli_fail(C, "--batch %s: more than 4096 prompts (line %d)", path, line_no); }
+        batch_prompt *nps = realloc(ps, (size_t)(np + 1) * sizeof *ps);
+        char *t = strdup(line);
+        if (!nps || !t) { free(t); free(line); if (f != stdin) fclose(f); *out = nps ? nps : ps; *n = np; return cli_fail(C, "out of memory"); }
+        ps = nps;
+        ps[np++] = (batch_prompt){.text = t};
+    }
+    free(line);
+    const bool bad = ferror(f);
+    if (f != stdin) fclose(f);
+    *out = ps;
+    *n = np;
+    if (bad) return cli_fail(C, "--batch %s: read error", path);
+    if (np == 0) return cli_fail(C, "--batch %s: no prompts (one per line)", path);
+    return 0;
+}
+
+static int tokenize_prompt(const char *C, moe_model *m, batch_prompt *p, int i, long n_gen) {
+    char err[MOE_ERR_LEN];
+    size_t need = 0, len = strlen(p->text);
+    if (moe_tokenize(m, p->text, len, moe_token_add_bos(m), true, NULL, 0, &need, err, sizeof err))
+        return cli_fail(C, "prompt %d: %s", i + 1, err);
+    if (need == 0) return cli_fail(C, "prompt %d has no tokens", i + 1);
+    p->ids = malloc((need + (size_t)n_gen + 1) * sizeof *p->ids);
+    if (!p->ids) return cli_fail(C, "out of memory");
+    if (moe_tokenize(m, p->text, len, moe_token_add_bos(m), true, p->ids, need, &need, err, sizeof err))
+        return cli_fail(C, "prompt %d: %s", i + 1, err);
+    p->n_prompt = (int)need;
+    return 0;
+}
+
+/* The tokens of one step: every unfinished prompt's next input (its whole
+ * prompt in the first step, then its last sampled token), the logits of
+ * each prompt's last input. */
+static int fill_step(batch_prompt *ps, int np, bool first, int32_t *tok, int32_t *seq, bool *want) {
+    int nt = 0;
+    for (int i = 0; i < np; i++) {
+        if (ps[i].done) continue;
+        const int from = first ? 0 : ps[i].n_prompt + ps[i].n_gen - 1, to = ps[i].n_prompt + ps[i].n_gen;
+        for (int k = from; k < to; k++) {
+            tok[nt] = ps[i].ids[k];
+            seq[nt] = i;
+            want[nt] = k == to - 1;
+            nt++;
+        }
+    }
+    return nt;
+}
+
+static void print_results(moe_model *m, const batch_prompt *ps, int np, bool json, int steps, int n_in, int n_out,
+                          double pre_s, double dec_s) {
+    if (!json) {
+        for (int i = 0; i < np; i++) {
+            printf("== prompt %d: %s\n", i + 1, ps[i].text);
+            moe_utf8_stream *us = moe_utf8_stream_new();
+            char buf[4 * 256 + 4];
+            for (int k = 0; k < ps[i].n_gen; k++) {
+                const char *piece;
+                size_t plen;
+                if (moe_token_piece(m, ps[i].ids[ps[i].n_prompt + k], false, &piece, &plen) != MOE_OK) continue;
+                for (size_t off = 0; off < plen; off += 256) {
+                    const size_t part = plen - off < 256 ? plen - off : 256;
+                    fwrite(buf, 1, moe_utf8_stream_push(us, piece + off, part, buf, sizeof buf), stdout);
+                }
+            }
+            fwrite(buf, 1, moe_utf8_stream_flush(us, buf, sizeof buf), stdout);
+            moe_utf8_stream_free(us);
+            printf("\n");
+        }
+        fflush(stdout);
+        fprintf(stderr, "batch: %d prompts, %d prompt tokens in %.3f s (%.1f tok/s); %d steps generated %d tokens in "
+                        "%.3f s (%.1f tok/s); %s\n",
+                np, n_in, pre_s, n_in / (pre_s > 0 ? pre_s : 1e-9), steps, n_out, dec_s,
+                n_out / (dec_s > 0 ? dec_s : 1e-9), moe_model_kernels(m));
+        return;
+    }
+    json_t *o = json_object(), *arr = json_array();
+    for (int i = 0; i < np; i++) {
+        json_t *po = json_object(), *pa = json_array(), *ga = json_array();
+        for (int k = 0; k < ps[i].n_prompt; k++) json_array_append_new(pa, json_integer(ps[i].ids[k]));
+        for (int k = 0; k < ps[i].n_gen; k++) json_array_append_new(ga, json_integer(ps[i].ids[ps[i].n_prompt + k]));
+        json_object_set_new(po, "prompt_tokens", pa);
+        json_object_set_new(po, "tokens", ga);
+        json_array_append_new(arr, po);
+    }
+    json_object_set_new(o, "prompts", arr);
+    json_t *tm = json_object();
+    json_object_set_new(tm, "prefill_s", json_real(pre_s));
+    json_object_set_new(tm, "prefill_tokens", json_integer(n_in));
+    json_object_set_new(tm, "decode_s", json_real(dec_s));
+    json_object_set_new(tm, "decode_steps", json_integer(steps));
+    json_object_set_new(tm, "decode_tokens", json_integer(n_out));
+    json_object_set_new(tm, "decode_tok_s", json_real(n_out / (dec_s > 0 ? dec_s : 1e-9)));
+    json_object_set_new(o, "timings", tm);
+    json_object_set_new(o, "isa", json_string(moe_model_kernels(m)));
+    char *dump = json_dumps(o, JSON_COMPACT);
+    if (dump) { printf("%s\n", dump); free(dump); }
+    json_decref(o);
+}
+
+int run_batch(const char *C, moe_model *m, const char *file, const run_batch_opts *o) {
+    char err[MOE_ERR_LEN];
+    batch_prompt *ps = NULL;
+    int np = 0, rc = 2, n_in = 0, longest = 0;
+    moe_context *ctx = NULL;
+    int32_t *tok = NULL, *seq = NULL;
+    bool *want = NULL;
+    float *logits = NULL;
+    const int V = moe_model_n_vocab(m);
+    if (read_prompts(C, file, &ps, &np)) goto done;
+    for (int i = 0; i < np; i++) {
+        if (tokenize_prompt(C, m, &ps[i], i, o->n_gen)) goto done;
+        n_in += ps[i].n_prompt;
+        if (ps[i].n_prompt > longest) longest = ps[i].n_prompt;
+        if (moe_sampler_new(&o->sampling, V, &ps[i].smp, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
+    }
+    moe_context_params cp = {.n_ctx = (int)o->n_ctx, .n_threads = (int)o->threads, .n_batch = (int)o->n_batch, .n_seq = np};
+    if (!cp.n_ctx) {
+        const long want_ctx = longest + o->n_gen, train = moe_model_n_ctx_train(m);
+        cp.n_ctx = (int)(want_ctx < train ? want_ctx : train);
+    }
+    if (longest + o->n_gen > cp.n_ctx) {
+        cli_fail(C, "the longest prompt (%d) + tokens to generate (%ld) exceed the context (%d)", longest, o->n_gen, cp.n_ctx);
+        goto done;
+    }
+    if (moe_context_new(m, &cp, &ctx, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
+    tok = malloc((size_t)(n_in > np ? n_in : np) * sizeof *tok);
+    seq = malloc((size_t)(n_in > np ? n_in : np) * sizeof *seq);
+    want = malloc((size_t)(n_in > np ? n_in : np) * sizeof *want);
+    logits = malloc((size_t)np * (size_t)V * sizeof *logits);
+    if (!tok || !seq || !want || !logits) { cli_fail(C, "out of memory"); goto done; }
+    const int32_t eos = moe_token_eos(m);
+    double t0 = now_s(), t1 = t0;
+    int steps = 0, n_dec = 0;                              /* tokens sampled from decode steps */
+    for (bool first = true; o->n_gen > 0; first = false) {
+        const int nt = fill_step(ps, np, first, tok, seq, want);
+        if (nt == 0) break;
+        moe_batch b = {.n_tokens = nt, .token = tok, .seq = seq, .logits = want};
+        if (moe_context_decode(ctx, &b, logits)) { cli_fail(C, "%s", moe_context_error(ctx)); goto done; }
+        if (first) t1 = now_s();
+        else steps++;
+        for (int i = 0, row = 0; i < np; i++) {            /* logits rows: the unfinished prompts in order */
+            if (ps[i].done) continue;
+            const int32_t id = moe_sampler_sample(ps[i].smp, logits + (size_t)row++ * V);
+            ps[i].ids[ps[i].n_prompt + ps[i].n_gen++] = id;
+            n_dec += !first;
+            if (ps[i].n_gen >= o->n_gen || (o->stop_eos && (id == eos || moe_token_is_eog(m, id)))) ps[i].done = true;
+        }
+    }
+    print_results(m, ps, np, o->json, steps, n_in, n_dec, t1 - t0, now_s() - t1);
+    rc = 0;
+done:
+    for (int i = 0; i < np; i++) {
+        free(ps[i].text);
+        free(ps[i].ids);
+        moe_sampler_free(ps[i].smp);
+    }
+    free(ps);
+    free(tok);
+    free(seq);
+    free(want);
+    free(logits);
+    moe_context_free(ctx);
+    return rc;
+}
