@@ -22,8 +22,8 @@
 #include "moefast.h"
 
 #define MAX_SEQ 8
-#define MAX_PROMPT 24
-#define N_GEN 6
+#define MAX_PROMPT 16
+#define N_GEN 5
 #define N_CTX 64
 
 typedef struct {
@@ -279,7 +279,9 @@ static void check_model(const char *path, const char *name) {
         const schedule scheds[] = {
             {1, 512, -1, false, 11}, {2, 512, 3, false, 12}, {3, 5, -1, false, 13}, {2, 7, 2, false, 14},
         };
-        for (size_t k = 0; k < sizeof scheds / sizeof scheds[0]; k++) {
+        /* every schedule in FP32; under the other numerics the two with a
+         * removal (the suite's time: each is ~4x a schedule in FP32 under ASan) */
+        for (size_t k = nu ? 1 : 0; k < sizeof scheds / sizeof scheds[0]; k += nu ? 2 : 1) {
             const int n = k == 0 ? 1 : k == 1 ? MAX_SEQ - 1 : k == 2 ? 3 : MAX_SEQ - 1;
             /* the replacement must sit right after the n cases, the copy after it */
             seq_case tmp[MAX_SEQ + 2];
@@ -295,8 +297,9 @@ static void check_model(const char *path, const char *name) {
             const int bad = run_batched(m, tmp, n, &s, V, what);
             CHECK_MSG(bad == 0, "%s: %d tokens' logits differ from the sequence run alone", what, bad);
         }
-        /* every ISA this CPU has: one mixed schedule */
-        for (size_t i = 0; i < 3; i++) {
+        /* every ISA this CPU has: one mixed schedule (FP32 and kv_q8, whose
+         * kernels differ most between ISAs) */
+        for (size_t i = 0; i < 3 && (nu == 0 || nu == 2); i++) {
             if (moe_set_isa(isas[i], err, sizeof err) != MOE_OK) continue;
             seq_case tmp[MAX_SEQ + 2];
             memcpy(tmp, cases, sizeof(seq_case) * 4);
