@@ -101,12 +101,19 @@ $(DEFAULT_MODEL): src/lab/gen.c src/lab/gen_vocab.c
 	@mkdir -p $(dir $@)
 	build/rel/moefast gen --arch laguna --preset default -o $@
 
+# The golden trace of the default model, recorded on the reference path
+# (scalar kernels, one thread, every optimisation off): `run --check` replays
+# it with this machine's kernels and threads, and fails on any changed token.
+DEFAULT_TRACE := tests/golden/laguna-default.trace.json
+
 run: deps
-	@$(MAKE) --no-print-directory MODE=rel build/rel/moefast
-	@$(MAKE) --no-print-directory $(DEFAULT_MODEL)
+	@echo "== building build/rel/moefast and the default model (once; a few minutes)"
+	@$(MAKE) --no-print-directory -s MODE=rel build/rel/moefast
+	@$(MAKE) --no-print-directory -s $(DEFAULT_MODEL)
 	@echo "== $(DEFAULT_MODEL): a small laguna with seeded random weights — the text is"
 	@echo "== meaningless by design; the engine, tokenizer and timings are real."
-	build/rel/moefast run -m $(DEFAULT_MODEL) -p "$(RUN_PROMPT)" -n $(RUN_N)
+	@echo '$$ build/rel/moefast run -m $(DEFAULT_MODEL) -p "$(RUN_PROMPT)" -n $(RUN_N) --check $(DEFAULT_TRACE)'
+	@build/rel/moefast run -m $(DEFAULT_MODEL) -p "$(RUN_PROMPT)" -n $(RUN_N) --check $(DEFAULT_TRACE)
 
 test: deps
 	@$(MAKE) --no-print-directory MODE=asan tests-build
