@@ -3,6 +3,8 @@
 #   make run        build, generate the default model (cached), run it
 #   make test       ASan+UBSan build, then the whole test suite
 #   make bench      benchmarks (timing; never part of the tests)
+#   make install    bin/moefast, lib/libmoefast.{a,so}, include/, lib/pkgconfig/
+#                   under $(DESTDIR)$(PREFIX) (PREFIX=/usr/local); make uninstall
 # Missing Debian packages are installed by scripts/deps.sh (as root).
 
 CC      ?= gcc
@@ -19,10 +21,15 @@ LIBS     = $(PKG_LIBS) -lm -lpthread
 AVX2_FLAGS   := -mavx2 -mfma -mf16c -mbmi2
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx512vbmi -mfma -mf16c -mbmi2
 
+# MODE: rel (release), asan (the tests), pic (the release objects again,
+# position-independent, for the shared library only).
 MODE ?= rel
 ifeq ($(MODE),asan)
   OPT := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -DMOE_TEST_BUILD
   LDSAN := -fsanitize=address,undefined
+else ifeq ($(MODE),pic)
+  OPT := -O2 -g -fPIC
+  LDSAN :=
 else
   OPT := -O2 -g
   LDSAN :=
@@ -40,7 +47,7 @@ TOOL_OBJ := $(TOOL_SRC:%.c=$(B)/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 
-.PHONY: all deps run test bench clean lib tests-build
+.PHONY: all deps run test bench clean lib tests-build install uninstall
 all: deps $(B)/moefast
 
 deps:
@@ -60,6 +67,15 @@ $(B)/libmoefast.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 lib: $(B)/libmoefast.a
+
+# The shared library (MODE=pic): libmoefast.so.$(SOVERSION) is its soname,
+# so a program linked against it keeps running across compatible releases.
+VERSION   := 0.1.0
+SOVERSION := 0
+SHLIB     := libmoefast.so.$(VERSION)
+$(B)/$(SHLIB): $(LIB_OBJ) libmoefast.map
+	$(CC) -shared -Wl,-soname,libmoefast.so.$(SOVERSION) -Wl,--version-script=libmoefast.map \
+	    -o $@ $(LIB_OBJ) $(LIBS)
 
 $(B)/moefast: $(TOOL_OBJ) $(B)/libmoefast.a
 	$(CC) $(LDSAN) -o $@ $(TOOL_OBJ) $(B)/libmoefast.a $(LIBS)
@@ -85,21 +101,61 @@ $(DEFAULT_MODEL): src/lab/gen.c src/lab/gen_vocab.c
 	@mkdir -p $(dir $@)
 	build/rel/moefast gen --arch laguna --preset default -o $@
 
+# The golden trace of the default model, recorded on the reference path
+# (scalar kernels, one thread, every optimisation off): `run --check` replays
+# it with this machine's kernels and threads, and fails on any changed token.
+DEFAULT_TRACE := tests/golden/laguna-default.trace.json
+
 run: deps
-	@$(MAKE) --no-print-directory MODE=rel build/rel/moefast
-	@$(MAKE) --no-print-directory $(DEFAULT_MODEL)
+	@echo "== building build/rel/moefast and the default model (once; a few minutes)"
+	@$(MAKE) --no-print-directory -s MODE=rel build/rel/moefast
+	@$(MAKE) --no-print-directory -s $(DEFAULT_MODEL)
 	@echo "== $(DEFAULT_MODEL): a small laguna with seeded random weights — the text is"
 	@echo "== meaningless by design; the engine, tokenizer and timings are real."
-	build/rel/moefast run -m $(DEFAULT_MODEL) -p "$(RUN_PROMPT)" -n $(RUN_N)
+	@echo '$$ build/rel/moefast run -m $(DEFAULT_MODEL) -p "$(RUN_PROMPT)" -n $(RUN_N) --check $(DEFAULT_TRACE)'
+	@build/rel/moefast run -m $(DEFAULT_MODEL) -p "$(RUN_PROMPT)" -n $(RUN_N) --check $(DEFAULT_TRACE)
 
 test: deps
 	@$(MAKE) --no-print-directory MODE=asan tests-build
 	@$(MAKE) --no-print-directory MODE=rel build/rel/moefast
+	@$(MAKE) --no-print-directory MODE=pic build/pic/$(SHLIB)   # for tests/cli_install.sh
 	@sh tests/run.sh build/asan
 
 bench: deps
 	@$(MAKE) --no-print-directory MODE=rel build/rel/moefast $(BENCH_SRC:bench/%.c=build/rel/bench/%)
 	@sh bench/run.sh build/rel
+
+# ---- install -------------------------------------------------------------
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PCDIR      ?= $(LIBDIR)/pkgconfig
+HEADERS    := include/moefast.h include/moefast/engine.h include/moefast/lab.h
+D          := $(DESTDIR)
+
+# The .pc file is written on every install: its paths are the final ones
+# (PREFIX), not DESTDIR's staging copy, and PREFIX may differ from last time.
+install: deps
+	@$(MAKE) --no-print-directory MODE=rel build/rel/moefast build/rel/libmoefast.a
+	@$(MAKE) --no-print-directory MODE=pic build/pic/$(SHLIB)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' moefast.pc.in > build/moefast.pc
+	install -d $(D)$(BINDIR) $(D)$(LIBDIR) $(D)$(PCDIR) $(D)$(INCLUDEDIR)/moefast
+	install -m 755 build/rel/moefast $(D)$(BINDIR)/moefast
+	install -m 644 build/rel/libmoefast.a $(D)$(LIBDIR)/libmoefast.a
+	install -m 755 build/pic/$(SHLIB) $(D)$(LIBDIR)/$(SHLIB)
+	ln -sf $(SHLIB) $(D)$(LIBDIR)/libmoefast.so.$(SOVERSION)
+	ln -sf libmoefast.so.$(SOVERSION) $(D)$(LIBDIR)/libmoefast.so
+	install -m 644 include/moefast.h $(D)$(INCLUDEDIR)/moefast.h
+	install -m 644 include/moefast/engine.h include/moefast/lab.h $(D)$(INCLUDEDIR)/moefast/
+	install -m 644 build/moefast.pc $(D)$(PCDIR)/moefast.pc
+
+uninstall:
+	rm -f $(D)$(BINDIR)/moefast $(D)$(LIBDIR)/libmoefast.a $(D)$(LIBDIR)/$(SHLIB) \
+	      $(D)$(LIBDIR)/libmoefast.so.$(SOVERSION) $(D)$(LIBDIR)/libmoefast.so \
+	      $(addprefix $(D)$(INCLUDEDIR)/,$(HEADERS:include/%=%)) $(D)$(PCDIR)/moefast.pc
+	rmdir $(D)$(INCLUDEDIR)/moefast 2>/dev/null || true
 
 clean:
 	rm -rf build

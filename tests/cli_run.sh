@@ -72,6 +72,26 @@ grep -q "head_dim 48" "$d/err" || bad "kv_q8 with heads of 48: $(cat "$d/err")"
   --batch-size 1 -t 3 --flags +kv_q8 --json >"$d/q8b.json" 2>"$d/err" || bad "run --flags +kv_q8 --batch-size 1: $(cat "$d/err")"
 [ -n "$(field "$d/q8a.json" tokens)" ] && [ "$(field "$d/q8a.json" tokens)" = "$(field "$d/q8b.json" tokens)" ] ||
   bad "kv_q8: batched prefill and one-token steps differ: $(field "$d/q8a.json" tokens) vs $(field "$d/q8b.json" tokens)"
+# --check TRACE: the golden trace replayed after the run, one line on stderr
+# (make run does this on the default model); a missing, broken or foreign
+# trace fails before generating (exit 2); a divergence exits 1 with a FAIL line
+Q=$SH/oracle/qwen3moe-tiny-q8_0.gguf; G=tests/golden/qwen3moe-tiny-q8_0.trace.json
+"$BIN" run -m "$Q" --tokens 1,2 -n 2 -t 3 --check "$G" >"$d/out" 2>"$d/err" || bad "run --check failed: $(cat "$d/err")"
+grep -q "^check: this machine reproduced all 96 golden tokens of $G (isa [a-z0-9]*, 3 threads)\$" "$d/err" ||
+  bad "run --check: no pass line: $(cat "$d/err")"
+[ -s "$d/out" ] || bad "run --check printed no text"
+expect_err run -m "$Q" --tokens 1 --check "$d/missing.json"
+expect_err run -m "$Q" --tokens 1 --check tests/golden/laguna-tiny-q8_0.trace.json
+grep -q "recorded on" "$d/err" || bad "--check with another model's trace: $(cat "$d/err")"
+printf '{"format": "moefast-trace/1", "model": ' >"$d/broken.json"
+expect_err run -m "$Q" --tokens 1 --check "$d/broken.json"
+expect_err run -m "$Q" --tokens 1 --check
+# the numerics flags change the arithmetic on purpose: this trace diverges
+"$BIN" run -m "$Q" --tokens 1,2 -n 2 --flags +act_q8,+kv_q8 --check "$G" >"$d/out" 2>"$d/err"; rc=$?
+[ $rc -eq 1 ] || bad "run --check with +act_q8,+kv_q8 exited $rc, expected 1: $(cat "$d/err")"
+grep -q '^check: FAIL: [1-9][0-9]* of the 96 golden tokens .* the first: case "[a-z]*" step [0-9]*, expected' "$d/err" ||
+  bad "run --check divergence: no FAIL line: $(cat "$d/err")"
+grep -q "numerics flags +act_q8,+kv_q8" "$d/err" || bad "run --check divergence does not name the numerics flags"
 expect_err info
 expect_err info "$d/missing.gguf"
 

@@ -40,6 +40,17 @@ typedef struct run_batch_opts {
     bool json, stop_eos;
 } run_batch_opts;
 int run_batch(const char *cmd, struct moe_model *m, const char *file, const run_batch_opts *o);
+/* `run --check TRACE` (tools/run_check.c). cli_check_open loads the trace
+ * and checks that it belongs to m (before the run, so a wrong file fails
+ * fast); cli_check_gate replays it with n_threads threads and prints one line
+ * to stderr, "check: this machine reproduced all N golden tokens ..." or
+ * "check: FAIL: ...". Both return 0, 1 (a divergence) or 2 (an error,
+ * printed as "moefast <cmd>: --check: ..."). */
+struct moe_model;
+struct moe_trace;
+int cli_check_open(const char *cmd, const char *trace_path, struct moe_model *m, struct moe_trace **out);
+int cli_check_gate(const char *cmd, struct moe_model *m, const struct moe_trace *t, const char *trace_path,
+                   int n_threads);
 /* Prints "moefast <cmd>: <msg>" to stderr and returns 2. */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -28,7 +28,6 @@
  * printed as a table per window: where a step's time goes, and how fast each
  * matrix phase streams its weights. */
 #include <errno.h>
-#include <jansson.h>
 #include <stdint.h>
 #include <sched.h>
 #include <stdio.h>
@@ -37,36 +36,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "cli.h"
-#include "stats.h"
-#include "moefast.h"
 
-#define CMD "bench"
-#define BENCH_SCHEMA "moefast.bench/1"
 #define TIE_TOPK 8 /* the gate's rule: golden token within the top 8 */
-#define AB_SEED 20260101ull /* --ab bootstrap: fixed, so the same steps give the same interval */
-#define AB_RESAMPLES 2000
-
-enum { WIN_PREFILL = 1, WIN_DECODE = 2 };
-
-typedef struct {
-    const char *model, *flags, *trace;
-    const char *ab;      /* --ab SPEC: B = A changed by SPEC; NULL: no A/B */
-    bool ab_sibling;     /* --ab-sibling: B on a sibling session even when SPEC could switch the live one */
-    int threads, windows, repeat, prompt_len, decode_steps;
-    bool json, bandwidth;
-    bool phases;         /* --phases: profile the last repeat's windows */
-} bench_opts;
-
-/* One token-check failure (or the first tolerated tie, for the record). */
-typedef struct {
-    bool ok;
-    int checked, ties;
-    int step;            /* first failing step (-1: none); 0 = token after the prompt */
-    const char *window;  /* where it failed */
-    char config;         /* --ab: 'A' or 'B', the flags that ran the failing step; 0 otherwise */
-    int32_t expected, actual;
-} token_check;
 
 static double now_s(void) {
     struct timespec ts;
@@ -103,14 +76,6 @@ static double median(const double *v, int n) {
  * price's bootstrap (tools/price_report.c) is bound to its report structs, so
  * this is a small one of the same kind: percentile bootstrap, pairs resampled
  * with replacement, fixed seed. */
-
-
-typedef struct {
-    int pairs;
-    double a_med, b_med;  /* median seconds per step */
-    double speedup;       /* a_med / b_med: > 1, B is faster */
-    double lo, hi;        /* bootstrap 95% interval of the speedup */
-} ab_stats;
 
 /* a[i], b[i]: the A and the B step of pair i (adjacent steps, so both saw
  * the same memory state). A resample draws n pair indices and takes the ratio
@@ -290,45 +255,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
     return 0;
 }
 
-#define MAX_CEIL_PARTS 32
-
-typedef struct {
-    double *prefill;              /* [repeat] window seconds */
-    double *decode, *seed, *steps; /* [repeat] */
-    double *bw0;                  /* [repeat] read bandwidth measured right before decode window r, GB/s */
-    double *bw1;                  /* [repeat] ... and right after it */
-    double *bw;                   /* [repeat] the window's bandwidth (stats_bw_windows) */
-    double *pct;                  /* [repeat] that window's decode steps as % of its bandwidth limit */
-    int *steady;                  /* [repeat] the two measurements agreed (stats_bw_windows) */
-    double *ceil;                 /* [repeat] the compute ceiling measured right after window r, s per step */
-    moe_ceiling_part *parts;      /* [repeat][MAX_CEIL_PARTS] its kernels */
-    int *n_parts;                 /* [repeat] */
-    double *roof;                 /* [repeat] the window's steps as % of its roofline (0: not computed) */
-} timings;
-
-static json_t *num_or_null(bool have, double v) { return have ? json_real(v) : json_null(); }
-
-static json_t *runs_array(const double *v, int n) {
-    json_t *a = json_array();
-    for (int i = 0; i < n; i++) json_array_append_new(a, json_real(v[i]));
-    return a;
-}
-
-/* ---- --phases ------------------------------------------------------------- */
-
-#define MAX_PHASES 64
-
-/* One window's profile: the library's phases (summed over the window's
- * forward calls), the number of steps to divide by (decode: D; prefill: 1,
- * the whole P-token forward) and the window's measured seconds (the same
- * run), which also contain what lies outside the phases. */
-typedef struct {
-    bool have;
-    int n;
-    moe_phase_stat st[MAX_PHASES];
-    int steps;
-    double measured_s;
-} phase_profile;
+/* ---- the run ------------------------------------------------------------------
+ * Each step below returns 0, or 2 after printing its error. */
 
 /* Reads s's profile into pp and switches it off (also resets it). */
 static int profile_take(moe_session *s, phase_profile *pp, int steps, double measured_s) {
@@ -342,688 +270,454 @@ static int profile_take(moe_session *s, phase_profile *pp, int steps, double mea
     return 0;
 }
 
-static double profile_sum_s(const phase_profile *pp) {
-    double t = 0;
-    for (int i = 0; i < pp->n; i++) t += pp->st[i].seconds;
-    return t;
+static int fwd_fail(const moe_session *s) {
+    return cli_fail(CMD, "forward failed: %s", moe_session_error(s));
 }
 
-/* The text table: phases that ran, in data-flow order. */
-static void print_profile(const char *title, const phase_profile *pp) {
-    const double k = 1.0 / pp->steps;
-    printf("  %s\n", title);
-    printf("    %-10s %8s %9s %7s %10s %8s %9s %8s\n", "phase", "calls", "ms", "share", "weight MB", "GB/s",
-           "KV MB", "KV GB/s");
-    for (int i = 0; i < pp->n; i++) {
-        const moe_phase_stat *e = &pp->st[i];
-        if (e->calls == 0) continue;
-        printf("    %-10s %8.2f %9.4f %6.1f%% %10.3f", e->name, (double)e->calls * k, 1e3 * e->seconds * k,
-               100.0 * e->seconds / pp->measured_s, e->weight_bytes * k / 1e6);
-        if (e->weight_bytes > 0 && e->seconds > 0) printf(" %8.2f", e->weight_bytes / e->seconds / 1e9);
-        else printf(" %8s", "-");
-        if (e->kv_bytes > 0 && e->seconds > 0)
-            printf(" %9.3f %8.2f", e->kv_bytes * k / 1e6, e->kv_bytes / e->seconds / 1e9);
-        printf("\n");
-    }
-    const double sum = profile_sum_s(pp);
-    printf("    %-19s %9.4f %5.1f%%   of the measured %.4f ms; the rest, %.4f ms, is outside the phases\n",
-           "sum of phases", 1e3 * sum * k, 100.0 * sum / pp->measured_s, 1e3 * pp->measured_s * k, 1e3 * (pp->measured_s - sum) * k);
-}
-
-static json_t *profile_json(const phase_profile *pp, int tokens) {
-    if (!pp->have) return json_null();
-    const double k = 1.0 / pp->steps, sum = profile_sum_s(pp);
-    json_t *w = json_object();
-    json_object_set_new(w, "steps", json_integer(pp->steps));
-    json_object_set_new(w, "tokens", json_integer(tokens));
-    json_object_set_new(w, "measured_ms_per_step", json_real(1e3 * pp->measured_s * k));
-    json_object_set_new(w, "phases_ms_per_step", json_real(1e3 * sum * k));
-    json_object_set_new(w, "outside_ms_per_step", json_real(1e3 * (pp->measured_s - sum) * k));
-    json_t *a = json_array();
-    for (int i = 0; i < pp->n; i++) {
-        const moe_phase_stat *e = &pp->st[i];
-        if (e->calls == 0) continue;
-        json_t *o = json_object();
-        json_object_set_new(o, "name", json_string(e->name));
-        json_object_set_new(o, "calls_per_step", json_real((double)e->calls * k));
-        json_object_set_new(o, "ms_per_step", json_real(1e3 * e->seconds * k));
-        json_object_set_new(o, "share", json_real(e->seconds / pp->measured_s));
-        json_object_set_new(o, "weight_mb_per_step", json_real(e->weight_bytes * k / 1e6));
-        json_object_set_new(o, "gb_per_s", num_or_null(e->weight_bytes > 0 && e->seconds > 0,
-                                                       e->weight_bytes / e->seconds / 1e9));
-        json_object_set_new(o, "kv_mb_per_step", json_real(e->kv_bytes * k / 1e6));
-        json_object_set_new(o, "kv_gb_per_s", num_or_null(e->kv_bytes > 0 && e->seconds > 0,
-                                                          e->kv_bytes / e->seconds / 1e9));
-        json_array_append_new(a, o);
-    }
-    json_object_set_new(w, "entries", a);
-    return w;
-}
-
-int cmd_bench(int argc, char **argv) {
-    bench_opts o;
-    int pr = parse_args(argc, argv, &o);
-    if (pr) return pr > 0 ? 0 : 2;
-
-    char err[MOE_ERR_LEN] = "";
-    int rc = 2;
-    moe_model *m = NULL;
-    moe_session *s = NULL;
-    moe_trace *tr = NULL;
-    int32_t *ids = NULL, *argmax_ids = NULL;
-    float *logits = NULL;
-    timings tm = {0};
-    char note[512] = "";
-    token_check tc = {.ok = true, .step = -1, .window = NULL, .config = 0, .expected = -1, .actual = -1};
-    /* --ab: every decode step's seconds [repeat][D], the paired A and B steps,
-     * and the two flag sets as absolute specs ("none,+a,+b") so that each
-     * switch is one call whatever the step before ran. */
-    double *step_s = NULL, *step_sb = NULL, *pair_a = NULL, *pair_b = NULL;
-    char a_flags[256] = "", b_flags[256] = "", a_abs[272] = "", b_abs[272] = "";
-    moe_session *sb = NULL;  /* --ab with a KV cache format change: B's sibling session */
-    moe_session *s_fail = NULL; /* the session whose forward failed, when not s */
-    bool b_check = true;     /* --ab: B's steps are checked against the trace (same numerics as A) */
-    bool b_sibling = false;  /* --ab: B ran on a sibling session */
-    ab_stats ab = {0};
-    /* --phases: the last repeat's profiles (static: ~2 x 64 entries) */
-    static phase_profile prof_prefill, prof_decode;
-    prof_prefill.have = prof_decode.have = false;
-
-    moe_load_params lp = {.flags = o.flags};
-    double t_load = now_s();
-    if (moe_model_load(o.model, &lp, &m, err, sizeof err) != MOE_OK) {
-        cli_fail(CMD, "%s", err);
-        goto out;
-    }
-    t_load = now_s() - t_load;
-    const int n_vocab = moe_model_n_vocab(m);
-
-    /* The token sequence: prompt (P ids) then the D teacher-forced inputs. */
-    int P = o.prompt_len, D = o.decode_steps;
-    const int32_t *expected = NULL;
-    int n_expected = 0;
-    float tol = 0;
-    if (o.trace) {
-        if (moe_trace_load(o.trace, &tr, err, sizeof err) != MOE_OK) { cli_fail(CMD, "%s", err); goto out; }
-        if (moe_trace_check_model(tr, m, err, sizeof err) != MOE_OK) {
-            cli_fail(CMD, "trace %s does not belong to this model: %s", o.trace, err);
-            goto out;
-        }
-        const moe_trace_case *c = moe_trace_n_cases(tr) > 0 ? moe_trace_case_at(tr, 0) : NULL;
-        if (!c || c->n_prompt < 1 || c->n_expected < 1) {
-            cli_fail(CMD, "trace %s: needs a first case with a prompt and expected tokens", o.trace);
-            goto out;
-        }
-        tol = moe_trace_tie_tolerance(tr);
-        expected = c->expected;
-        n_expected = c->n_expected;
+/* The token sequence: the prompt (P ids) then the D teacher-forced inputs,
+ * from the trace's first case (which may shorten P and D: said in b->note)
+ * or pseudo-random. */
+static int prepare_ids(bench_run *b) {
+    const char *trace = b->o.trace;
+    const int n_vocab = b->n_vocab;
+    char err[MOE_ERR_LEN];
+    int P = b->o.prompt_len, D = b->o.decode_steps;
+    if (trace) {
+        if (moe_trace_load(trace, &b->tr, err, sizeof err) != MOE_OK) return cli_fail(CMD, "%s", err);
+        if (moe_trace_check_model(b->tr, b->m, err, sizeof err) != MOE_OK)
+            return cli_fail(CMD, "trace %s does not belong to this model: %s", trace, err);
+        const moe_trace_case *c = moe_trace_n_cases(b->tr) > 0 ? moe_trace_case_at(b->tr, 0) : NULL;
+        if (!c || c->n_prompt < 1 || c->n_expected < 1)
+            return cli_fail(CMD, "trace %s: needs a first case with a prompt and expected tokens", trace);
+        b->tol = moe_trace_tie_tolerance(b->tr);
+        b->expected = c->expected;
+        b->n_expected = c->n_expected;
         /* The trace defines the lengths when it is shorter than asked: say so. */
         if (c->n_prompt != P || c->n_expected < D) {
             int d2 = c->n_expected < D ? c->n_expected : D;
-            snprintf(note, sizeof note, "trace case '%s' has a %d-token prompt and %d expected tokens: "
+            snprintf(b->note, sizeof b->note, "trace case '%s' has a %d-token prompt and %d expected tokens: "
                      "windows use prompt %d and %d decode steps (asked %d and %d)",
                      c->name ? c->name : "0", c->n_prompt, c->n_expected, c->n_prompt, d2, P, D);
             P = c->n_prompt;
             D = d2;
         }
-        ids = malloc((size_t)(P + D) * sizeof *ids);
-        if (!ids) { cli_fail(CMD, "out of memory"); goto out; }
-        memcpy(ids, c->prompt, (size_t)P * sizeof *ids);
-        memcpy(ids + P, c->expected, (size_t)D * sizeof *ids);
+        b->ids = malloc((size_t)(P + D) * sizeof *b->ids);
+        if (!b->ids) return cli_fail(CMD, "out of memory");
+        memcpy(b->ids, c->prompt, (size_t)P * sizeof *b->ids);
+        memcpy(b->ids + P, c->expected, (size_t)D * sizeof *b->ids);
         for (int i = 0; i < P + D; i++)
-            if (ids[i] < 0 || ids[i] >= n_vocab) {
-                cli_fail(CMD, "trace %s: token id %d at position %d is outside the vocabulary (%d)",
-                         o.trace, ids[i], i, n_vocab);
-                goto out;
-            }
+            if (b->ids[i] < 0 || b->ids[i] >= n_vocab)
+                return cli_fail(CMD, "trace %s: token id %d at position %d is outside the vocabulary (%d)", trace,
+                                b->ids[i], i, n_vocab);
     } else {
-        ids = malloc((size_t)(P + D) * sizeof *ids);
-        if (!ids) { cli_fail(CMD, "out of memory"); goto out; }
-        random_ids(ids, P + D, n_vocab);
+        b->ids = malloc((size_t)(P + D) * sizeof *b->ids);
+        if (!b->ids) return cli_fail(CMD, "out of memory");
+        random_ids(b->ids, P + D, n_vocab);
     }
+    b->P = P;
+    b->D = D;
+    return 0;
+}
 
-    if (o.ab && D < 2) {
-        cli_fail(CMD, "--ab needs at least 2 decode steps (one A and one B), have %d", D);
-        goto out;
+/* --ab: B is A changed by the spec: switched on the live session when the
+ * spec allows it, else a sibling session (a KV cache format); a flag fixed
+ * at load is refused here, with the library's message. */
+static int setup_ab(bench_run *b) {
+    char err[MOE_ERR_LEN];
+    moe_session_flags(b->s, b->a_flags, sizeof b->a_flags);
+    if (b->o.ab_sibling || moe_session_set_flags(b->s, b->o.ab, err, sizeof err) != MOE_OK) {
+        if (moe_session_new_sibling(b->s, b->o.ab, &b->sb, err, sizeof err) != MOE_OK)
+            return cli_fail(CMD, "--ab: %s", err);
+        b->b_sibling = true;
+        moe_session_flags(b->sb, b->b_flags, sizeof b->b_flags);
+        char na[256], nb[256];
+        if (moe_flags_numerics_of(b->a_flags, na, sizeof na, err, sizeof err) != MOE_OK ||
+            moe_flags_numerics_of(b->b_flags, nb, sizeof nb, err, sizeof err) != MOE_OK)
+            return cli_fail(CMD, "--ab: %s", err);
+        b->b_check = !strcmp(na, nb);
+    } else {
+        moe_session_flags(b->s, b->b_flags, sizeof b->b_flags);
     }
+    snprintf(b->a_abs, sizeof b->a_abs, "none,%s", b->a_flags);
+    snprintf(b->b_abs, sizeof b->b_abs, "none,%s", b->b_flags);
+    if (moe_session_set_flags(b->s, b->a_abs, err, sizeof err) != MOE_OK) return cli_fail(CMD, "--ab: %s", err);
+    const size_t n = (size_t)b->o.repeat * (size_t)b->D;
+    b->step_s = malloc(n * sizeof *b->step_s);
+    if (b->sb) b->step_sb = malloc(n * sizeof *b->step_sb);
+    if (!b->step_s || (b->sb && !b->step_sb)) return cli_fail(CMD, "out of memory");
+    return 0;
+}
 
-    moe_session_params sp = {.n_ctx = P + D + 1, .n_threads = o.threads, .n_batch = 0};
-    if (moe_session_new(m, &sp, &s, err, sizeof err) != MOE_OK) { cli_fail(CMD, "%s", err); goto out; }
-    if (o.ab) {
-        /* B is A changed by the spec: switched on the live session when the
-         * spec allows it, else a sibling session (a KV cache format); a flag
-         * fixed at load is refused here, with the library's message. */
-        moe_session_flags(s, a_flags, sizeof a_flags);
-        if (o.ab_sibling || moe_session_set_flags(s, o.ab, err, sizeof err) != MOE_OK) {
-            if (moe_session_new_sibling(s, o.ab, &sb, err, sizeof err) != MOE_OK) {
-                cli_fail(CMD, "--ab: %s", err);
-                goto out;
-            }
-            b_sibling = true;
-            moe_session_flags(sb, b_flags, sizeof b_flags);
-            char na[256], nb[256];
-            if (moe_flags_numerics_of(a_flags, na, sizeof na, err, sizeof err) != MOE_OK ||
-                moe_flags_numerics_of(b_flags, nb, sizeof nb, err, sizeof err) != MOE_OK) {
-                cli_fail(CMD, "--ab: %s", err);
-                goto out;
-            }
-            b_check = !strcmp(na, nb);
-        } else {
-            moe_session_flags(s, b_flags, sizeof b_flags);
-        }
-        snprintf(a_abs, sizeof a_abs, "none,%s", a_flags);
-        snprintf(b_abs, sizeof b_abs, "none,%s", b_flags);
-        if (moe_session_set_flags(s, a_abs, err, sizeof err) != MOE_OK) { cli_fail(CMD, "--ab: %s", err); goto out; }
-        step_s = malloc((size_t)o.repeat * (size_t)D * sizeof *step_s);
-        if (sb) step_sb = malloc((size_t)o.repeat * (size_t)D * sizeof *step_sb);
-        if (!step_s || (sb && !step_sb)) { cli_fail(CMD, "out of memory"); goto out; }
-    }
-    logits = malloc((size_t)n_vocab * sizeof *logits);
-    argmax_ids = malloc((size_t)(D + 1) * sizeof *argmax_ids);
-    tm.prefill = calloc((size_t)o.repeat, sizeof(double));
-    tm.decode = calloc((size_t)o.repeat, sizeof(double));
-    tm.seed = calloc((size_t)o.repeat, sizeof(double));
-    tm.steps = calloc((size_t)o.repeat, sizeof(double));
-    tm.bw0 = calloc((size_t)o.repeat, sizeof(double));
-    tm.bw1 = calloc((size_t)o.repeat, sizeof(double));
-    tm.bw = calloc((size_t)o.repeat, sizeof(double));
-    tm.pct = calloc((size_t)o.repeat, sizeof(double));
-    tm.steady = calloc((size_t)o.repeat, sizeof(int));
-    tm.ceil = calloc((size_t)o.repeat, sizeof(double));
-    tm.parts = calloc((size_t)o.repeat * MAX_CEIL_PARTS, sizeof *tm.parts);
-    tm.n_parts = calloc((size_t)o.repeat, sizeof(int));
-    tm.roof = calloc((size_t)o.repeat, sizeof(double));
-    if (!logits || !argmax_ids || !tm.prefill || !tm.decode || !tm.seed || !tm.steps || !tm.bw0 || !tm.bw1 || !tm.bw ||
-        !tm.pct || !tm.steady || !tm.ceil || !tm.parts || !tm.n_parts || !tm.roof) {
-        cli_fail(CMD, "out of memory");
-        goto out;
-    }
+static int alloc_buffers(bench_run *b) {
+    const size_t R = (size_t)b->o.repeat;
+    timings *tm = &b->tm;
+    b->logits = malloc((size_t)b->n_vocab * sizeof *b->logits);
+    b->argmax_ids = malloc((size_t)(b->D + 1) * sizeof *b->argmax_ids);
+    tm->prefill = calloc(R, sizeof(double));
+    tm->decode = calloc(R, sizeof(double));
+    tm->seed = calloc(R, sizeof(double));
+    tm->steps = calloc(R, sizeof(double));
+    tm->bw0 = calloc(R, sizeof(double));
+    tm->bw1 = calloc(R, sizeof(double));
+    tm->bw = calloc(R, sizeof(double));
+    tm->pct = calloc(R, sizeof(double));
+    tm->steady = calloc(R, sizeof(int));
+    tm->ceil = calloc(R, sizeof(double));
+    tm->parts = calloc(R * MAX_CEIL_PARTS, sizeof *tm->parts);
+    tm->n_parts = calloc(R, sizeof(int));
+    tm->roof = calloc(R, sizeof(double));
+    if (!b->logits || !b->argmax_ids || !tm->prefill || !tm->decode || !tm->seed || !tm->steps || !tm->bw0 ||
+        !tm->bw1 || !tm->bw || !tm->pct || !tm->steady || !tm->ceil || !tm->parts || !tm->n_parts || !tm->roof)
+        return cli_fail(CMD, "out of memory");
+    return 0;
+}
 
-    /* Untimed warm-up: one forward over the prompt faults in the weights and
-     * the session's buffers. */
-    if (moe_session_forward(s, ids, P, logits, false) != MOE_OK) goto fwd_fail;
-    if (sb && moe_session_forward(sb, ids, P, logits, false) != MOE_OK) { s_fail = sb; goto fwd_fail; }
+/* Model, token sequence, session(s) and buffers; then an untimed warm-up
+ * forward over the prompt, which faults in the weights and the session's
+ * buffers. */
+static int bench_setup(bench_run *b) {
+    char err[MOE_ERR_LEN] = "";
+    moe_load_params lp = {.flags = b->o.flags};
+    b->t_load = now_s();
+    if (moe_model_load(b->o.model, &lp, &b->m, err, sizeof err) != MOE_OK) return cli_fail(CMD, "%s", err);
+    b->t_load = now_s() - b->t_load;
+    b->n_vocab = moe_model_n_vocab(b->m);
+    if (prepare_ids(b)) return 2;
+    if (b->o.ab && b->D < 2)
+        return cli_fail(CMD, "--ab needs at least 2 decode steps (one A and one B), have %d", b->D);
+    moe_session_params sp = {.n_ctx = b->P + b->D + 1, .n_threads = b->o.threads, .n_batch = 0};
+    if (moe_session_new(b->m, &sp, &b->s, err, sizeof err) != MOE_OK) return cli_fail(CMD, "%s", err);
+    if (b->o.ab && setup_ab(b)) return 2;
+    if (alloc_buffers(b)) return 2;
+
+    if (moe_session_forward(b->s, b->ids, b->P, b->logits, false) != MOE_OK) return fwd_fail(b->s);
+    if (b->sb && moe_session_forward(b->sb, b->ids, b->P, b->logits, false) != MOE_OK) return fwd_fail(b->sb);
     /* Everything is allocated now (decode steps allocate nothing), and the
-     * bandwidth measurements below map a buffer of their own: read the
-     * high-water mark before the first one. */
-    long long hwm = peak_rss_bytes();
-    const uint64_t bpt = moe_model_bytes_per_token(m);
+     * bandwidth measurements map a buffer of their own: read the high-water
+     * mark before the first one. */
+    b->hwm = peak_rss_bytes();
+    b->bpt = moe_model_bytes_per_token(b->m);
     /* the KV cache the decode steps read (positions P .. P+D-1), per step on
      * average: the bytes the weight-only limit leaves out */
-    double kvpt = 0;
-    if (o.windows & WIN_DECODE) {
-        for (int i = 0; i < D; i++) kvpt += moe_session_kv_bytes_at(s, P + i);
-        kvpt /= D;
+    b->kvpt = 0;
+    if (b->o.windows & WIN_DECODE) {
+        for (int i = 0; i < b->D; i++) b->kvpt += moe_session_kv_bytes_at(b->s, b->P + i);
+        b->kvpt /= b->D;
     }
+    return 0;
+}
 
-    for (int r = 0; r < o.repeat; r++) {
-        /* --phases: the last repeat only, so earlier ones run as without it */
-        const bool prof = o.phases && r == o.repeat - 1;
-        if (o.windows & WIN_PREFILL) {
-            moe_session_truncate(s, 0); /* KV empty */
-            if (prof) moe_session_profile_enable(s, true);
-            double t0 = now_s();
-            if (moe_session_forward(s, ids, P, logits, false) != MOE_OK) goto fwd_fail;
-            int32_t a = moe_argmax(logits, n_vocab);
-            tm.prefill[r] = now_s() - t0;
-            if (prof && profile_take(s, &prof_prefill, 1, tm.prefill[r]) != 0) {
-                cli_fail(CMD, "--phases: cannot read the profile");
-                goto out;
-            }
-            if (expected) check_step(&tc, "prefill", 0, o.ab ? 'A' : 0, logits, n_vocab, expected[0], a, tol);
-        }
-        if (o.windows & WIN_DECODE) {
-            /* the read bandwidth right before the window (and right after it, below) */
-            if (o.bandwidth && !o.ab) tm.bw0[r] = moe_measure_read_bandwidth(o.threads);
-            if (sb) {                                     /* B's own seed, untimed, before A's window */
-                moe_session_truncate(sb, 0);
-                if (moe_session_forward(sb, ids, P, logits, false) != MOE_OK) { s_fail = sb; goto fwd_fail; }
-            }
-            moe_session_truncate(s, 0);
-            double t0 = now_s();
-            if (moe_session_forward(s, ids, P, logits, false) != MOE_OK) goto fwd_fail;
-            argmax_ids[0] = moe_argmax(logits, n_vocab);
-            if (expected) check_step(&tc, "decode", 0, o.ab ? 'A' : 0, logits, n_vocab, expected[0], argmax_ids[0], tol);
-            if (prof) moe_session_profile_enable(s, true); /* the D steps, not the seed */
-            double t1 = now_s(), t2;
-            if (!o.ab) {
-                for (int i = 0; i < D; i++) {
-                    if (moe_session_forward(s, ids + P + i, 1, logits, false) != MOE_OK) goto fwd_fail;
-                    argmax_ids[i + 1] = moe_argmax(logits, n_vocab);
-                    /* Checked in the loop only because a tie needs this step's
-                     * logits; a match costs one compare. */
-                    if (expected && i + 1 < n_expected)
-                        check_step(&tc, "decode", i + 1, 0, logits, n_vocab, expected[i + 1], argmax_ids[i + 1], tol);
-                }
-                t2 = now_s();
-            } else {
-                /* Each step timed alone (forward + argmax, as above); the
-                 * flag switch and the check stay outside. The window's
-                 * steps figure is then the sum of the timed steps, A and B
-                 * mixed: the ab block is the result. */
-                double sum = 0;
-                for (int i = 0; i < D && !sb; i++) {
-                    const char cfg = i % 2 ? 'B' : 'A';
-                    if (moe_session_set_flags(s, i % 2 ? b_abs : a_abs, err, sizeof err) != MOE_OK) {
-                        cli_fail(CMD, "--ab: %s", err);
-                        goto out;
-                    }
-                    double ts = now_s();
-                    if (moe_session_forward(s, ids + P + i, 1, logits, false) != MOE_OK) goto fwd_fail;
-                    argmax_ids[i + 1] = moe_argmax(logits, n_vocab);
-                    double dt = now_s() - ts;
-                    step_s[(size_t)r * (size_t)D + (size_t)i] = dt;
-                    sum += dt;
-                    if (expected && i + 1 < n_expected)
-                        check_step(&tc, "decode", i + 1, cfg, logits, n_vocab, expected[i + 1], argmax_ids[i + 1], tol);
-                }
-                /* A sibling B: each session must see every token, so every
-                 * step runs both, A first on even steps and B first on odd
-                 * ones; the pair is (A's step i, B's step i). The window's
-                 * steps figure is A's. */
-                for (int i = 0; i < D && sb; i++) {
-                    for (int o2 = 0; o2 < 2; o2++) {
-                        const bool is_b = (o2 ^ (i % 2)) != 0;
-                        moe_session *cur = is_b ? sb : s;
-                        double ts = now_s();
-                        if (moe_session_forward(cur, ids + P + i, 1, logits, false) != MOE_OK) { s_fail = cur; goto fwd_fail; }
-                        const int32_t am = moe_argmax(logits, n_vocab);
-                        double dt = now_s() - ts;
-                        (is_b ? step_sb : step_s)[(size_t)r * (size_t)D + (size_t)i] = dt;
-                        if (!is_b) { sum += dt; argmax_ids[i + 1] = am; }
-                        if (expected && i + 1 < n_expected && (!is_b || b_check))
-                            check_step(&tc, "decode", i + 1, is_b ? 'B' : 'A', logits, n_vocab, expected[i + 1], am, tol);
-                    }
-                }
-                /* the next window (prefill of the next repeat, the seed) runs A */
-                if (moe_session_set_flags(s, a_abs, err, sizeof err) != MOE_OK) { cli_fail(CMD, "--ab: %s", err); goto out; }
-                t2 = t1 + sum;
-            }
-            tm.seed[r] = t1 - t0;
-            tm.steps[r] = t2 - t1;
-            tm.decode[r] = t2 - t0;
-            /* This VM's read bandwidth changes by up to 2x within minutes, so
-             * one measurement at the end can belong to another state than
-             * the runs; each decode window is set against the bandwidth
-             * measured right before and right after it (stats_bw_windows;
-             * the steps alone, as the limit is per step). Not under --ab:
-             * its steps mix two configurations. */
-            if (o.bandwidth && !o.ab) tm.bw1[r] = moe_measure_read_bandwidth(o.threads);
-            /* and the compute side of the roofline, as the CPU runs now
-             * (its speed drifts too): the step's matrix products from cache */
-            if (o.bandwidth && !o.ab &&
-                moe_session_compute_ceiling(s, tm.parts + (size_t)r * MAX_CEIL_PARTS, MAX_CEIL_PARTS, &tm.n_parts[r],
-                                            &tm.ceil[r], err, sizeof err) != MOE_OK) {
-                cli_fail(CMD, "compute ceiling: %s", err);
-                goto out;
-            }
-            if (prof && profile_take(s, &prof_decode, D, tm.steps[r]) != 0) {
-                cli_fail(CMD, "--phases: cannot read the profile");
-                goto out;
-            }
+/* The prefill window of repeat r: one forward of the P-token prompt on an
+ * empty KV cache, plus the argmax of its last logits. */
+static int prefill_window(bench_run *b, int r, bool prof) {
+    moe_session *s = b->s;
+    moe_session_truncate(s, 0); /* KV empty */
+    if (prof) moe_session_profile_enable(s, true);
+    double t0 = now_s();
+    if (moe_session_forward(s, b->ids, b->P, b->logits, false) != MOE_OK) return fwd_fail(s);
+    int32_t a = moe_argmax(b->logits, b->n_vocab);
+    b->tm.prefill[r] = now_s() - t0;
+    if (prof && profile_take(s, &b->prof_prefill, 1, b->tm.prefill[r]) != 0)
+        return cli_fail(CMD, "--phases: cannot read the profile");
+    if (b->expected)
+        check_step(&b->tc, "prefill", 0, b->o.ab ? 'A' : 0, b->logits, b->n_vocab, b->expected[0], a, b->tol);
+    return 0;
+}
+
+/* The D decode steps, each a forward and an argmax. Checked in the loop only
+ * because a tie needs this step's logits; a match costs one compare. */
+static int decode_steps(bench_run *b) {
+    const int32_t *in = b->ids + b->P;
+    for (int i = 0; i < b->D; i++) {
+        if (moe_session_forward(b->s, in + i, 1, b->logits, false) != MOE_OK) return fwd_fail(b->s);
+        b->argmax_ids[i + 1] = moe_argmax(b->logits, b->n_vocab);
+        if (b->expected && i + 1 < b->n_expected)
+            check_step(&b->tc, "decode", i + 1, 0, b->logits, b->n_vocab, b->expected[i + 1], b->argmax_ids[i + 1],
+                       b->tol);
+    }
+    return 0;
+}
+
+/* --ab on the live session: even steps run A, odd ones B. Each step is timed
+ * alone (forward + argmax, as above); the flag switch and the check stay
+ * outside. *sum: the timed steps' seconds, A and B mixed. */
+static int decode_steps_ab_live(bench_run *b, int r, double *sum) {
+    char err[MOE_ERR_LEN];
+    const int32_t *in = b->ids + b->P;
+    for (int i = 0; i < b->D; i++) {
+        const char cfg = i % 2 ? 'B' : 'A';
+        if (moe_session_set_flags(b->s, i % 2 ? b->b_abs : b->a_abs, err, sizeof err) != MOE_OK)
+            return cli_fail(CMD, "--ab: %s", err);
+        double ts = now_s();
+        if (moe_session_forward(b->s, in + i, 1, b->logits, false) != MOE_OK) return fwd_fail(b->s);
+        b->argmax_ids[i + 1] = moe_argmax(b->logits, b->n_vocab);
+        double dt = now_s() - ts;
+        b->step_s[(size_t)r * (size_t)b->D + (size_t)i] = dt;
+        *sum += dt;
+        if (b->expected && i + 1 < b->n_expected)
+            check_step(&b->tc, "decode", i + 1, cfg, b->logits, b->n_vocab, b->expected[i + 1], b->argmax_ids[i + 1],
+                       b->tol);
+    }
+    return 0;
+}
+
+/* --ab with a sibling B: each session must see every token, so every step
+ * runs both, A first on even steps and B first on odd ones; the pair is (A's
+ * step i, B's step i). *sum: A's steps only (the window's figure is A's). */
+static int decode_steps_ab_sibling(bench_run *b, int r, double *sum) {
+    const int32_t *in = b->ids + b->P;
+    for (int i = 0; i < b->D; i++) {
+        for (int o2 = 0; o2 < 2; o2++) {
+            const bool is_b = (o2 ^ (i % 2)) != 0;
+            moe_session *cur = is_b ? b->sb : b->s;
+            double ts = now_s();
+            if (moe_session_forward(cur, in + i, 1, b->logits, false) != MOE_OK) return fwd_fail(cur);
+            const int32_t am = moe_argmax(b->logits, b->n_vocab);
+            double dt = now_s() - ts;
+            (is_b ? b->step_sb : b->step_s)[(size_t)r * (size_t)b->D + (size_t)i] = dt;
+            if (!is_b) { *sum += dt; b->argmax_ids[i + 1] = am; }
+            if (b->expected && i + 1 < b->n_expected && (!is_b || b->b_check))
+                check_step(&b->tc, "decode", i + 1, is_b ? 'B' : 'A', b->logits, b->n_vocab, b->expected[i + 1], am,
+                           b->tol);
         }
     }
+    return 0;
+}
 
-    char flags_buf[256] = "";
-    moe_model_flags(m, flags_buf, sizeof flags_buf);
-    const char *kern_name = moe_model_kernels(m); /* a static string: outlives the model */
-    const int threads_used = s ? moe_session_threads(s) : o.threads;
-    const char *arch = moe_model_arch(m);
-    char arch_buf[64];
-    snprintf(arch_buf, sizeof arch_buf, "%s", arch ? arch : "?");
-    if (sb) moe_session_free(sb);                 /* the sibling before the session whose pool it uses */
-    sb = NULL;
-    if (s) moe_session_free(s);
-    s = NULL;
-    moe_model_free(m);
-    m = NULL;
-
-    const bool have_p = o.windows & WIN_PREFILL, have_d = o.windows & WIN_DECODE;
-    double bw = 0, bw_lo = 0, bw_hi = 0, pct = 0;
-    stats_bw_summary bws = {0, 0, 0, 0, 0, 0};
-    if (have_d && o.bandwidth) {
-        if (o.ab) {
-            bw = bw_lo = bw_hi = moe_measure_read_bandwidth(o.threads);   /* once, as before */
-        } else {
-            /* each window against the bandwidth measured around it; the
-             * summary over the windows during which it held steady */
-            double rate[o.repeat];
-            for (int r = 0; r < o.repeat; r++) rate[r] = tm.steps[r] > 0 ? (double)bpt * D / tm.steps[r] / 1e9 : 0;
-            stats_bw_windows(tm.bw0, tm.bw1, rate, o.repeat, tm.bw, tm.pct, tm.steady, &bws);
-            bw = bws.bw;
-            pct = bws.pct;
-            bw_lo = bws.lo;
-            bw_hi = bws.hi;
-        }
+/* The decode window of repeat r: the P-token seed prefill and the D steps,
+ * with the read bandwidth measured right before and right after it and the
+ * compute ceiling right after (not under --ab). */
+static int decode_window(bench_run *b, int r, bool prof) {
+    const bench_opts *o = &b->o;
+    timings *tm = &b->tm;
+    moe_session *s = b->s;
+    char err[MOE_ERR_LEN];
+    /* the read bandwidth right before the window (and right after it, below) */
+    if (o->bandwidth && !o->ab) tm->bw0[r] = moe_measure_read_bandwidth(o->threads);
+    if (b->sb) {                                     /* B's own seed, untimed, before A's window */
+        moe_session_truncate(b->sb, 0);
+        if (moe_session_forward(b->sb, b->ids, b->P, b->logits, false) != MOE_OK) return fwd_fail(b->sb);
     }
-    double p_s = have_p ? median(tm.prefill, o.repeat) : 0;
-    double d_s = have_d ? median(tm.decode, o.repeat) : 0;
-    double seed_s = have_d ? median(tm.seed, o.repeat) : 0;
-    double steps_s = have_d ? median(tm.steps, o.repeat) : 0;
-    double steps_tps = steps_s > 0 ? D / steps_s : 0;
-    double achieved = (double)bpt * steps_tps / 1e9;
-    bool have_bw = have_d && bw > 0;
-    if (have_bw && o.ab) pct = 100.0 * achieved / bw;
-    /* the same limit counting the KV cache's bytes too: (weights + KV) per
-     * step / bandwidth, over the same step time */
-    const double pct_kv = bpt ? pct * ((double)bpt + kvpt) / (double)bpt : 0;
-    /* The roofline: the phases run one after another and each multiplies
-     * one kind of matrix, so a step takes at least the sum over kernels of
-     * its bytes at the slower of the read bandwidth and the kernel's rate
-     * from cache (the rest of bytes_per_token, one embedding row, at the
-     * bandwidth). Per window, against its own bandwidth and ceiling;
-     * summarized over the same windows as the bandwidth limit. The last
-     * window's kernels are the ones printed. Kinds past MAX_CEIL_PARTS (a
-     * model with that many formats and row lengths) count at the bandwidth. */
-    double ceil_s = 0, pct_roof = 0, roof_tps = 0;
+    moe_session_truncate(s, 0);
+    double t0 = now_s();
+    if (moe_session_forward(s, b->ids, b->P, b->logits, false) != MOE_OK) return fwd_fail(s);
+    b->argmax_ids[0] = moe_argmax(b->logits, b->n_vocab);
+    if (b->expected)
+        check_step(&b->tc, "decode", 0, o->ab ? 'A' : 0, b->logits, b->n_vocab, b->expected[0], b->argmax_ids[0],
+                   b->tol);
+    if (prof) moe_session_profile_enable(s, true); /* the D steps, not the seed */
+    double t1 = now_s(), t2;
+    if (!o->ab) {
+        if (decode_steps(b)) return 2;
+        t2 = now_s();
+    } else {
+        /* the window's steps figure is then the sum of the timed steps: the
+         * ab block is the result */
+        double sum = 0;
+        if ((b->sb ? decode_steps_ab_sibling : decode_steps_ab_live)(b, r, &sum)) return 2;
+        /* the next window (prefill of the next repeat, the seed) runs A */
+        if (moe_session_set_flags(s, b->a_abs, err, sizeof err) != MOE_OK) return cli_fail(CMD, "--ab: %s", err);
+        t2 = t1 + sum;
+    }
+    tm->seed[r] = t1 - t0;
+    tm->steps[r] = t2 - t1;
+    tm->decode[r] = t2 - t0;
+    /* This VM's read bandwidth changes by up to 2x within minutes, so one
+     * measurement at the end can belong to another state than the runs; each
+     * decode window is set against the bandwidth measured right before and
+     * right after it (stats_bw_windows; the steps alone, as the limit is per
+     * step). Not under --ab: its steps mix two configurations. */
+    if (o->bandwidth && !o->ab) tm->bw1[r] = moe_measure_read_bandwidth(o->threads);
+    /* and the compute side of the roofline, as the CPU runs now (its speed
+     * drifts too): the step's matrix products from cache */
+    if (o->bandwidth && !o->ab &&
+        moe_session_compute_ceiling(s, tm->parts + (size_t)r * MAX_CEIL_PARTS, MAX_CEIL_PARTS, &tm->n_parts[r],
+                                    &tm->ceil[r], err, sizeof err) != MOE_OK)
+        return cli_fail(CMD, "compute ceiling: %s", err);
+    if (prof && profile_take(s, &b->prof_decode, b->D, tm->steps[r]) != 0)
+        return cli_fail(CMD, "--phases: cannot read the profile");
+    return 0;
+}
+
+/* The model's and session's facts the report prints; then both are freed
+ * (the sibling before the session whose pool it uses). */
+static void bench_release(bench_run *b) {
+    moe_model_flags(b->m, b->flags_buf, sizeof b->flags_buf);
+    b->kern_name = moe_model_kernels(b->m);
+    b->threads_used = b->s ? moe_session_threads(b->s) : b->o.threads;
+    const char *arch = moe_model_arch(b->m);
+    snprintf(b->arch_buf, sizeof b->arch_buf, "%s", arch ? arch : "?");
+    if (b->sb) moe_session_free(b->sb);
+    b->sb = NULL;
+    if (b->s) moe_session_free(b->s);
+    b->s = NULL;
+    moe_model_free(b->m);
+    b->m = NULL;
+}
+
+/* ---- the summary over the repeats -------------------------------------------- */
+
+/* The bandwidth limit: each window against the bandwidth measured around it,
+ * summarized over the windows during which it held steady; under --ab one
+ * measurement now (the steps mix two configurations). */
+static void summarize_bandwidth(bench_run *b) {
+    bench_summary *u = &b->sum;
+    timings *tm = &b->tm;
+    const int R = b->o.repeat;
+    if (!(u->have_d && b->o.bandwidth)) return;
+    if (b->o.ab) {
+        u->bw = u->bw_lo = u->bw_hi = moe_measure_read_bandwidth(b->o.threads);   /* once, as before */
+        return;
+    }
+    double rate[R];
+    for (int r = 0; r < R; r++) rate[r] = tm->steps[r] > 0 ? (double)b->bpt * b->D / tm->steps[r] / 1e9 : 0;
+    stats_bw_windows(tm->bw0, tm->bw1, rate, R, tm->bw, tm->pct, tm->steady, &u->bws);
+    u->bw = u->bws.bw;
+    u->pct = u->bws.pct;
+    u->bw_lo = u->bws.lo;
+    u->bw_hi = u->bws.hi;
+}
+
+/* The roofline: the phases run one after another and each multiplies one
+ * kind of matrix, so a step takes at least the sum over kernels of its bytes
+ * at the slower of the read bandwidth and the kernel's rate from cache (the
+ * rest of bytes_per_token, one embedding row, at the bandwidth). Per window,
+ * against its own bandwidth and ceiling; summarized over the same windows as
+ * the bandwidth limit. The last window's kernels are the ones printed. Kinds
+ * past MAX_CEIL_PARTS (a model with that many formats and row lengths) count
+ * at the bandwidth. */
+static void summarize_roofline(bench_run *b) {
+    bench_summary *u = &b->sum;
+    timings *tm = &b->tm;
+    const int R = b->o.repeat;
+    const uint64_t bpt = b->bpt;
     int last_parts = -1;
-    if (have_d && o.bandwidth && !o.ab && bpt) {
-        double cs[o.repeat], prs[o.repeat], rts[o.repeat];
+    if (u->have_d && b->o.bandwidth && !b->o.ab && bpt) {
+        double cs[R], prs[R], rts[R];
         int nc = 0, np = 0;
-        for (int r = 0; r < o.repeat; r++) {
-            if (tm.ceil[r] <= 0) continue;
-            cs[nc++] = tm.ceil[r];
+        for (int r = 0; r < R; r++) {
+            if (tm->ceil[r] <= 0) continue;
+            cs[nc++] = tm->ceil[r];
             last_parts = r;
-            if (tm.bw[r] <= 0 || tm.steps[r] <= 0) continue;
-            const moe_ceiling_part *pp = tm.parts + (size_t)r * MAX_CEIL_PARTS;
-            const double bwr = tm.bw[r] * 1e9;
+            if (tm->bw[r] <= 0 || tm->steps[r] <= 0) continue;
+            const moe_ceiling_part *pp = tm->parts + (size_t)r * MAX_CEIL_PARTS;
+            const double bwr = tm->bw[r] * 1e9;
             double rest = (double)bpt, roof = 0;
-            for (int i = 0; i < tm.n_parts[r] && i < MAX_CEIL_PARTS; i++) {
+            for (int i = 0; i < tm->n_parts[r] && i < MAX_CEIL_PARTS; i++) {
                 const double rate = pp[i].gb_per_s * 1e9 < bwr ? pp[i].gb_per_s * 1e9 : bwr;
                 roof += rate > 0 ? pp[i].bytes_per_token / rate : 0;
                 rest -= pp[i].bytes_per_token;
             }
             roof += rest > 0 ? rest / bwr : 0;
-            tm.roof[r] = 100.0 * roof * D / tm.steps[r];
-            if (bws.steady && !tm.steady[r]) continue;    /* the summary: the limit's windows */
+            tm->roof[r] = 100.0 * roof * b->D / tm->steps[r];
+            if (u->bws.steady && !tm->steady[r]) continue;    /* the summary: the limit's windows */
             rts[np] = 1.0 / roof;
-            prs[np++] = tm.roof[r];
+            prs[np++] = tm->roof[r];
         }
-        ceil_s = nc ? median(cs, nc) : 0;
-        pct_roof = np ? median(prs, np) : 0;
-        roof_tps = np ? median(rts, np) : 0;
+        u->ceil_s = nc ? median(cs, nc) : 0;
+        u->pct_roof = np ? median(prs, np) : 0;
+        u->roof_tps = np ? median(rts, np) : 0;
     }
-    const bool have_ceil = ceil_s > 0 && last_parts >= 0;
-    const moe_ceiling_part *ceil_parts = have_ceil ? tm.parts + (size_t)last_parts * MAX_CEIL_PARTS : NULL;
-    const int n_ceil_parts = have_ceil ? tm.n_parts[last_parts] : 0;
-    const double ceil_bw = have_ceil ? tm.bw[last_parts] : 0;   /* that window's bandwidth (0: none) */
-    if (o.ab) {
-        /* pairs: steps (2k, 2k+1) of every repeat (an odd D's last step, A,
-         * has no partner); with a sibling B, A's and B's runs of each step */
-        const int per = b_sibling ? D : D / 2, n = o.repeat * per;
-        pair_a = malloc((size_t)n * sizeof *pair_a);
-        pair_b = malloc((size_t)n * sizeof *pair_b);
-        if (!pair_a || !pair_b) { cli_fail(CMD, "out of memory"); goto out; }
-        for (int r = 0; r < o.repeat; r++)
-            for (int k = 0; k < per; k++) {
-                const size_t ia = (size_t)r * (size_t)D + (b_sibling ? (size_t)k : 2 * (size_t)k);
-                pair_a[r * per + k] = step_s[ia];
-                pair_b[r * per + k] = b_sibling ? step_sb[ia] : step_s[ia + 1];
-            }
-        if (ab_analyse(pair_a, pair_b, n, &ab) != 0) { cli_fail(CMD, "out of memory"); goto out; }
-    }
+    u->have_ceil = u->ceil_s > 0 && last_parts >= 0;
+    u->ceil_parts = u->have_ceil ? tm->parts + (size_t)last_parts * MAX_CEIL_PARTS : NULL;
+    u->n_ceil_parts = u->have_ceil ? tm->n_parts[last_parts] : 0;
+    u->ceil_bw = u->have_ceil ? tm->bw[last_parts] : 0;
+}
 
-    if (o.json) {
-        json_t *root = json_object();
-        json_object_set_new(root, "schema", json_string(BENCH_SCHEMA));
-        json_t *jm = json_object();
-        json_object_set_new(jm, "path", json_string(o.model));
-        json_object_set_new(jm, "arch", json_string(arch_buf));
-        json_object_set_new(jm, "n_vocab", json_integer(n_vocab));
-        json_object_set_new(jm, "bytes_per_token", json_integer((json_int_t)bpt));
-        json_object_set_new(root, "model", jm);
-        json_t *jc = json_object();
-        json_object_set_new(jc, "threads", json_integer(threads_used));
-        json_object_set_new(jc, "flags", json_string(flags_buf));
-        json_object_set_new(jc, "isa", json_string(kern_name));
-        json_object_set_new(jc, "window", json_string(have_p && have_d ? "both" : have_p ? "prefill" : "decode"));
-        json_object_set_new(jc, "prompt_len", json_integer(P));
-        json_object_set_new(jc, "decode_steps", json_integer(D));
-        json_object_set_new(jc, "repeat", json_integer(o.repeat));
-        json_object_set_new(jc, "prompt_source", json_string(o.trace ? "trace" : "random"));
-        json_object_set_new(jc, "trace", o.trace ? json_string(o.trace) : json_null());
-        json_object_set_new(jc, "note", note[0] ? json_string(note) : json_null());
-        json_object_set_new(root, "config", jc);
-        json_object_set_new(root, "load_seconds", json_real(t_load));
-        json_object_set_new(root, "peak_rss_bytes", json_integer(hwm));
-        if (have_p) {
-            json_t *jp = json_object();
-            json_object_set_new(jp, "tokens", json_integer(P));
-            json_object_set_new(jp, "seconds", json_real(p_s));
-            json_object_set_new(jp, "seconds_per_token", json_real(p_s / P));
-            json_object_set_new(jp, "tokens_per_second", json_real(p_s > 0 ? P / p_s : 0));
-            json_object_set_new(jp, "runs_seconds", runs_array(tm.prefill, o.repeat));
-            json_object_set_new(root, "prefill", jp);
-        } else {
-            json_object_set_new(root, "prefill", json_null());
+/* --ab pairs: steps (2k, 2k+1) of every repeat (an odd D's last step, A, has
+ * no partner); with a sibling B, A's and B's runs of each step. */
+static int summarize_ab(bench_run *b) {
+    const int D = b->D, per = b->b_sibling ? D : D / 2, n = b->o.repeat * per;
+    b->pair_a = malloc((size_t)n * sizeof *b->pair_a);
+    b->pair_b = malloc((size_t)n * sizeof *b->pair_b);
+    if (!b->pair_a || !b->pair_b) return cli_fail(CMD, "out of memory");
+    for (int r = 0; r < b->o.repeat; r++)
+        for (int k = 0; k < per; k++) {
+            const size_t ia = (size_t)r * (size_t)D + (b->b_sibling ? (size_t)k : 2 * (size_t)k);
+            b->pair_a[r * per + k] = b->step_s[ia];
+            b->pair_b[r * per + k] = b->b_sibling ? b->step_sb[ia] : b->step_s[ia + 1];
         }
-        if (have_d) {
-            json_t *jd = json_object();
-            json_object_set_new(jd, "seed_tokens", json_integer(P));
-            json_object_set_new(jd, "steps", json_integer(D));
-            json_object_set_new(jd, "seconds", json_real(d_s));
-            json_object_set_new(jd, "seconds_per_token", json_real(d_s / D));
-            json_object_set_new(jd, "tokens_per_second", json_real(d_s > 0 ? D / d_s : 0));
-            json_object_set_new(jd, "seed_seconds", json_real(seed_s));
-            json_object_set_new(jd, "steps_seconds", json_real(steps_s));
-            json_object_set_new(jd, "steps_tokens_per_second", json_real(steps_tps));
-            json_object_set_new(jd, "bytes_per_token", json_integer((json_int_t)bpt));
-            json_object_set_new(jd, "achieved_gb_per_second", json_real(achieved));
-            json_object_set_new(jd, "bandwidth_gb_per_second", num_or_null(have_bw, bw));
-            json_object_set_new(jd, "pct_of_bandwidth_limit", num_or_null(have_bw, pct));
-            json_object_set_new(jd, "kv_bytes_per_token", json_real(kvpt));
-            json_object_set_new(jd, "pct_of_bandwidth_limit_with_kv", num_or_null(have_bw, pct_kv));
-            if (have_ceil) {
-                json_t *jce = json_object();
-                json_object_set_new(jce, "seconds_per_token", json_real(ceil_s));
-                json_object_set_new(jce, "tokens_per_second", json_real(1.0 / ceil_s));
-                json_object_set_new(jce, "runs_seconds_per_token", runs_array(tm.ceil, o.repeat));
-                json_t *jk = json_array();
-                for (int i = 0; i < n_ceil_parts && i < MAX_CEIL_PARTS; i++) {
-                    json_t *e = json_object();
-                    json_object_set_new(e, "kernel", json_string(ceil_parts[i].kernel));
-                    json_object_set_new(e, "bytes_per_token", json_real(ceil_parts[i].bytes_per_token));
-                    json_object_set_new(e, "gb_per_second", json_real(ceil_parts[i].gb_per_s));
-                    json_array_append_new(jk, e);
-                }
-                json_object_set_new(jce, "kernels", jk);
-                json_object_set_new(jd, "compute_ceiling", jce);
-            } else {
-                json_object_set_new(jd, "compute_ceiling", json_null());
-            }
-            json_object_set_new(jd, "roofline_tokens_per_second", num_or_null(have_ceil && roof_tps > 0, roof_tps));
-            json_object_set_new(jd, "pct_of_roofline", num_or_null(have_ceil && roof_tps > 0, pct_roof));
-            json_object_set_new(jd, "pct_of_roofline_runs", have_ceil ? runs_array(tm.roof, o.repeat) : json_null());
-            json_object_set_new(jd, "bandwidth_runs_gb_per_second",
-                                have_bw && !o.ab ? runs_array(tm.bw, o.repeat) : json_null());
-            json_object_set_new(jd, "bandwidth_before_runs_gb_per_second",
-                                have_bw && !o.ab ? runs_array(tm.bw0, o.repeat) : json_null());
-            json_object_set_new(jd, "bandwidth_after_runs_gb_per_second",
-                                have_bw && !o.ab ? runs_array(tm.bw1, o.repeat) : json_null());
-            json_t *st = json_array();
-            for (int r = 0; r < o.repeat && have_bw && !o.ab; r++) json_array_append_new(st, json_boolean(tm.steady[r]));
-            json_object_set_new(jd, "bandwidth_steady_runs", have_bw && !o.ab ? st : (json_decref(st), json_null()));
-            json_object_set_new(jd, "pct_steady_windows", have_bw && !o.ab ? json_integer(bws.steady) : json_null());
-            json_object_set_new(jd, "pct_runs", have_bw && !o.ab ? runs_array(tm.pct, o.repeat) : json_null());
-            json_object_set_new(jd, "runs_seconds", runs_array(tm.decode, o.repeat));
-            json_object_set_new(root, "decode", jd);
-        } else {
-            json_object_set_new(root, "decode", json_null());
-        }
-        if (o.trace) {
-            json_t *jt = json_object();
-            json_object_set_new(jt, "ok", json_boolean(tc.ok));
-            json_object_set_new(jt, "checked", json_integer(tc.checked));
-            json_object_set_new(jt, "ties", json_integer(tc.ties));
-            json_object_set_new(jt, "first_mismatch_step", json_integer(tc.step));
-            json_object_set_new(jt, "window", tc.window ? json_string(tc.window) : json_null());
-            json_object_set_new(jt, "expected", json_integer(tc.expected));
-            json_object_set_new(jt, "actual", json_integer(tc.actual));
-            char cfg[2] = {tc.config, 0};
-            json_object_set_new(jt, "config", tc.config ? json_string(cfg) : json_null());
-            json_object_set_new(root, "token_check", jt);
-        } else {
-            json_object_set_new(root, "token_check", json_null());
-        }
-        if (o.ab) {
-            json_t *ja = json_object();
-            json_object_set_new(ja, "spec", json_string(o.ab));
-            json_object_set_new(ja, "a_flags", json_string(a_flags));
-            json_object_set_new(ja, "b_flags", json_string(b_flags));
-            json_object_set_new(ja, "b_sibling_session", json_boolean(b_sibling));
-            json_object_set_new(ja, "b_tokens_checked", json_boolean(b_check && o.trace));
-            json_object_set_new(ja, "a_median_s", json_real(ab.a_med));
-            json_object_set_new(ja, "b_median_s", json_real(ab.b_med));
-            json_object_set_new(ja, "a_tokens_per_second", json_real(1.0 / ab.a_med));
-            json_object_set_new(ja, "b_tokens_per_second", json_real(1.0 / ab.b_med));
-            json_object_set_new(ja, "speedup", json_real(ab.speedup));
-            json_object_set_new(ja, "lo", json_real(ab.lo));
-            json_object_set_new(ja, "hi", json_real(ab.hi));
-            json_object_set_new(ja, "pairs", json_integer(ab.pairs));
-            json_object_set_new(ja, "resamples", json_integer(AB_RESAMPLES));
-            json_object_set_new(ja, "seed", json_integer((json_int_t)AB_SEED));
-            json_object_set_new(root, "ab", ja);
-        } else {
-            json_object_set_new(root, "ab", json_null());
-        }
-        if (o.phases) {
-            json_t *jph = json_object();
-            json_object_set_new(jph, "profiled_repeat", json_integer(o.repeat));
-            json_object_set_new(jph, "decode", profile_json(&prof_decode, D));
-            json_object_set_new(jph, "prefill", profile_json(&prof_prefill, P));
-            json_object_set_new(root, "phases", jph);
-        } else {
-            json_object_set_new(root, "phases", json_null());
-        }
-        char *txt = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
-        json_decref(root);
-        if (!txt) { cli_fail(CMD, "out of memory"); goto out; }
-        puts(txt);
-        free(txt);
-    } else {
-        printf("moefast bench: %s (%s), %d thread%s, flags %s, isa %s\n", o.model, arch_buf, threads_used, threads_used == 1 ? "" : "s",
-               flags_buf, kern_name);
-        if (note[0]) printf("  note: %s\n", note);
-        printf("  load                 %10.3f s\n", t_load);
-        if (have_p)
-            printf("  prefill  (%4d tok)  %10.2f tok/s   %9.3f ms/tok\n", P, P / p_s, 1e3 * p_s / P);
-        if (have_d) {
-            printf("  decode   (%d seed + %d steps)  %8.2f tok/s   %9.3f ms/tok\n", P, D, D / d_s, 1e3 * d_s / D);
-            printf("  decode steps alone   %10.2f tok/s   %9.3f ms/tok  (seed %.3f s)\n", steps_tps,
-                   1e3 * steps_s / D, seed_s);
-            printf("  weights per token    %10.3f MB\n", (double)bpt / 1e6);
-            printf("  KV cache per token   %10.3f MB  (mean over the steps: keys and values attention reads)\n",
-                   kvpt / 1e6);
-            printf("  achieved             %10.3f GB/s", achieved);
-            if (have_bw && o.ab)
-                printf("  = %.1f %% of the measured %.2f GB/s read bandwidth (limit %.1f tok/s)\n", pct, bw,
-                       bpt ? bw * 1e9 / (double)bpt : 0.0);
-            else if (have_bw && o.repeat == 1)
-                printf("  = %.1f %% of the %.2f GB/s read bandwidth measured around the window (%.2f before, %.2f "
-                       "after%s; limit %.1f tok/s)\n", pct, bw, tm.bw0[0], tm.bw1[0],
-                       tm.steady[0] ? "" : ": NOT steady, the figure is doubtful", bpt ? bw * 1e9 / (double)bpt : 0.0);
-            else if (have_bw)
-                printf("\n  bandwidth limit      %10.1f %% (median over the %d of %d repeats whose read bandwidth, measured\n"
-                       "                                  right before and right after the window, agreed within %.0f %%%s;\n"
-                       "                                  window bandwidths %.2f..%.2f GB/s%s)\n",
-                       pct, bws.steady ? bws.steady : bws.measured, o.repeat, 100.0 * (STATS_BW_STEADY - 1),
-                       bws.steady ? "" : ": none did, so over all of them", bw_lo, bw_hi,
-                       bw_hi > 1.25 * bw_lo ? "; the machine's bandwidth changed between repeats" : "");
-            else
-                printf("  (bandwidth not measured)\n");
-            if (have_bw)
-                printf("  limit with KV        %10.1f %% (the same, counting the KV cache's bytes too: (weights + KV)\n"
-                       "                                  per step / bandwidth)\n", pct_kv);
-            if (have_ceil) {
-                printf("  compute ceiling      %10.1f tok/s (the step's matrix products with their weights in cache,\n"
-                       "                                  %d thread%s; attention, norms and glue not in it), per kernel\n"
-                       "                                  (measured after the last window):\n",
-                       1.0 / ceil_s, threads_used, threads_used == 1 ? "" : "s");
-                for (int i = 0; i < n_ceil_parts && i < MAX_CEIL_PARTS; i++)
-                    printf("    %-28s %9.3f MB/token at %7.2f GB/s from cache = %6.3f ms%s\n", ceil_parts[i].kernel,
-                           ceil_parts[i].bytes_per_token / 1e6, ceil_parts[i].gb_per_s,
-                           ceil_parts[i].gb_per_s > 0 ? ceil_parts[i].bytes_per_token / ceil_parts[i].gb_per_s / 1e6 : 0.0,
-                           ceil_parts[i].gb_per_s < ceil_bw ? "  (slower than that window's memory)" : "");
-                if (roof_tps > 0)
-                    printf("  roofline             %10.1f %% (the steps against the roofline, %.1f tok/s: each kernel's bytes at\n"
-                           "                                  the slower of the read bandwidth and its rate from cache)\n",
-                           pct_roof, roof_tps);
-            }
-        }
-        if (o.ab) {
-            printf("  in-process A/B (--ab %s%s): %d pairs of %s\n", o.ab[0] ? o.ab : "''",
-                   strcmp(a_flags, b_flags) ? "" : ", B = A: an A/A control", ab.pairs,
-                   b_sibling ? "runs of the same decode step, A first on even steps, B first on odd ones"
-                             : "adjacent decode steps, A even, B odd");
-            printf("    A %9.3f ms/step %10.2f tok/s   flags %s\n", 1e3 * ab.a_med, 1.0 / ab.a_med, a_flags);
-            printf("    B %9.3f ms/step %10.2f tok/s   flags %s\n", 1e3 * ab.b_med, 1.0 / ab.b_med, b_flags);
-            if (b_sibling)
-                printf("    (B: a sibling session with its own KV cache and seed, same model and worker pool; the window's\n"
-                       "     figures above are A's%s)\n",
-                       b_check || !o.trace ? "" : "; its numerics differ from A's, so its tokens were not checked");
-            printf("    speedup A/B of the medians %.4f [%.4f, %.4f] (bootstrap 95%%, %d resamples of the pairs, "
-                   "seed %llu; > 1: B faster)\n", ab.speedup, ab.lo, ab.hi, AB_RESAMPLES, (unsigned long long)AB_SEED);
-        }
-        if (prof_prefill.have || prof_decode.have) {
-            char title[256], rep_note[64] = "";
-            if (o.repeat > 1) snprintf(rep_note, sizeof rep_note, " of the last repeat only (%d of %d)", o.repeat, o.repeat);
-            if (prof_prefill.have) {
-                snprintf(title, sizeof title, "phase profile, prefill window (%d tokens, one forward)%s, per window:", P,
-                         rep_note);
-                print_profile(title, &prof_prefill);
-            }
-            if (prof_decode.have) {
-                snprintf(title, sizeof title, "phase profile, decode: the %d steps after the seed (context %d..%d)%s, "
-                         "per step:", D, P + 1, P + D, rep_note);
-                print_profile(title, &prof_decode);
-            }
-        }
-        printf("  peak RSS (VmHWM)     %10.1f MB\n", hwm >= 0 ? (double)hwm / 1e6 : -1.0);
-        if (o.trace) {
-            if (tc.ok)
-                printf("  token check          ok (%d steps checked, %d tolerated ties) against %s\n", tc.checked,
-                       tc.ties, o.trace);
-            else if (tc.config)
-                printf("  token check          FAILED: %s step %d (run with flags %c) expected %d, got %d\n",
-                       tc.window, tc.step, tc.config, tc.expected, tc.actual);
-            else
-                printf("  token check          FAILED: %s step %d expected %d, got %d\n", tc.window, tc.step,
-                       tc.expected, tc.actual);
-        } else {
-            printf("  token check          none (no --trace; prompt = %d pseudo-random ids)\n", P);
-        }
-        if (o.repeat > 1) printf("  (medians of %d repeats)\n", o.repeat);
-    }
-    rc = tc.ok ? 0 : 1;
-    goto out;
+    if (ab_analyse(b->pair_a, b->pair_b, n, &b->ab) != 0) return cli_fail(CMD, "out of memory");
+    return 0;
+}
 
-fwd_fail:
-    cli_fail(CMD, "forward failed: %s", moe_session_error(s_fail ? s_fail : s));
-    rc = 2;
-out:
-    free(step_s);
-    free(step_sb);
-    free(pair_a);
-    free(pair_b);
-    free(tm.prefill);
-    free(tm.decode);
-    free(tm.seed);
-    free(tm.steps);
-    free(tm.bw0);
-    free(tm.bw1);
-    free(tm.bw);
-    free(tm.pct);
-    free(tm.steady);
-    free(tm.ceil);
-    free(tm.parts);
-    free(tm.n_parts);
-    free(tm.roof);
-    free(argmax_ids);
-    free(logits);
-    free(ids);
-    if (tr) moe_trace_free(tr);
-    if (sb) moe_session_free(sb);
-    if (s) moe_session_free(s);
-    moe_model_free(m);
+static int bench_summarize(bench_run *b) {
+    bench_summary *u = &b->sum;
+    const timings *tm = &b->tm;
+    const int R = b->o.repeat;
+    u->have_p = b->o.windows & WIN_PREFILL;
+    u->have_d = b->o.windows & WIN_DECODE;
+    summarize_bandwidth(b);
+    u->p_s = u->have_p ? median(tm->prefill, R) : 0;
+    u->d_s = u->have_d ? median(tm->decode, R) : 0;
+    u->seed_s = u->have_d ? median(tm->seed, R) : 0;
+    u->steps_s = u->have_d ? median(tm->steps, R) : 0;
+    u->steps_tps = u->steps_s > 0 ? b->D / u->steps_s : 0;
+    u->achieved = (double)b->bpt * u->steps_tps / 1e9;
+    u->have_bw = u->have_d && u->bw > 0;
+    if (u->have_bw && b->o.ab) u->pct = 100.0 * u->achieved / u->bw;
+    /* the same limit counting the KV cache's bytes too: (weights + KV) per
+     * step / bandwidth, over the same step time */
+    u->pct_kv = b->bpt ? u->pct * ((double)b->bpt + b->kvpt) / (double)b->bpt : 0;
+    summarize_roofline(b);
+    return b->o.ab ? summarize_ab(b) : 0;
+}
+
+static void bench_free(bench_run *b) {
+    free(b->step_s);
+    free(b->step_sb);
+    free(b->pair_a);
+    free(b->pair_b);
+    free(b->tm.prefill);
+    free(b->tm.decode);
+    free(b->tm.seed);
+    free(b->tm.steps);
+    free(b->tm.bw0);
+    free(b->tm.bw1);
+    free(b->tm.bw);
+    free(b->tm.pct);
+    free(b->tm.steady);
+    free(b->tm.ceil);
+    free(b->tm.parts);
+    free(b->tm.n_parts);
+    free(b->tm.roof);
+    free(b->argmax_ids);
+    free(b->logits);
+    free(b->ids);
+    if (b->tr) moe_trace_free(b->tr);
+    if (b->sb) moe_session_free(b->sb);
+    if (b->s) moe_session_free(b->s);
+    moe_model_free(b->m);
+    free(b);
+}
+
+int cmd_bench(int argc, char **argv) {
+    /* on the heap: the two phase profiles hold 64 entries each */
+    bench_run *b = calloc(1, sizeof *b);
+    if (!b) return cli_fail(CMD, "out of memory");
+    int pr = parse_args(argc, argv, &b->o);
+    if (pr) {
+        free(b);
+        return pr > 0 ? 0 : 2;
+    }
+    b->tc = (token_check){.ok = true, .step = -1, .window = NULL, .config = 0, .expected = -1, .actual = -1};
+    b->b_check = true;
+    int rc = bench_setup(b);
+    for (int r = 0; r < b->o.repeat && !rc; r++) {
+        /* --phases: the last repeat only, so earlier ones run as without it */
+        const bool prof = b->o.phases && r == b->o.repeat - 1;
+        if (b->o.windows & WIN_PREFILL) rc = prefill_window(b, r, prof);
+        if (!rc && (b->o.windows & WIN_DECODE)) rc = decode_window(b, r, prof);
+    }
+    if (!rc) {
+        bench_release(b);
+        rc = bench_summarize(b);
+    }
+    if (!rc) {
+        if (b->o.json) rc = bench_report_json(b);
+        else bench_report_text(b);
+    }
+    if (!rc) rc = b->tc.ok ? 0 : 1;
+    bench_free(b);
     return rc;
 }

@@ -12,17 +12,20 @@ static void usage(void) {
     fprintf(stderr,
             "usage: moefast run -m FILE (-p TEXT | --tokens ID,ID,... | --batch FILE) [-n N] [-t THREADS]\n"
             "                   [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
-            "                   [--ctx N] [--batch-size N] [--flags SPEC] [--stop-eos] [--json]\n"
+            "                   [--ctx N] [--batch-size N] [--flags SPEC] [--stop-eos] [--json] [--check TRACE]\n"
             "  -n N         tokens to generate (default 32)\n"
             "  --batch FILE the prompts of FILE (one per line, - for stdin) generated together in\n"
             "               one context; each gets the tokens it gets alone (--json: ids per prompt)\n"
             "  --batch-size N  tokens per forward step (default 512)\n"
+            "  --check TRACE  then replay the golden trace TRACE on the model (moefast gate) and say\n"
+            "               whether this machine reproduced every token (exit 1 if not)\n"
             "  --json       print one JSON object: prompt/generated ids, text, timings\n"
             "  sampling is greedy unless --temp > 0\n");
 }
 
 int cmd_run(int argc, char **argv) {
     const char *C = "run", *path = NULL, *prompt = NULL, *ids_s = NULL, *flags = NULL, *batch_file = NULL;
+    const char *check = NULL;
     long n_gen = 32, threads = 0, n_ctx = 0, n_batch = 0;
     moe_sampler_params smpp = {.temp = 0.0f, .top_p = 1.0f}; /* greedy unless --temp */
     int sr;
@@ -40,6 +43,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--batch-size")) { if (cli_parse_int(C, a, v, 1, 65536, &n_batch)) return 2; }
         else if (!strcmp(a, "--batch")) { if (!v) return cli_fail(C, "--batch needs a file of prompts"); batch_file = v; }
         else if (!strcmp(a, "--flags")) { if (!v) return cli_fail(C, "--flags needs a spec"); flags = v; }
+        else if (!strcmp(a, "--check")) { if (!v) return cli_fail(C, "--check needs a trace file"); check = v; }
         else if (!strncmp(a, "--flags=", 8)) { flags = a + 8; used = 0; }
         else if (!strcmp(a, "--json")) { json = 1; used = 0; }
         else if (!strcmp(a, "--stop-eos")) { stop_eos = 1; used = 0; }
@@ -61,6 +65,9 @@ int cmd_run(int argc, char **argv) {
     moe_model *m = NULL;
     moe_load_params lp = {.flags = flags};
     if (moe_model_load(path, &lp, &m, err, sizeof err)) return cli_fail(C, "%s", err);
+    if (batch_file && check) { moe_model_free(m); return cli_fail(C, "--check replays one prompt's golden trace; not with --batch"); }
+    moe_trace *check_t = NULL;
+    if (check && cli_check_open(C, check, m, &check_t)) { moe_model_free(m); return 2; }
     clock_gettime(CLOCK_MONOTONIC, &ts);
     double t_load = ts.tv_sec + 1e-9 * ts.tv_nsec - t0;
     if (batch_file) {
@@ -206,7 +213,7 @@ int cmd_run(int argc, char **argv) {
         json_decref(o);
     }
     moe_utf8_stream_free(us);
-    rc = 0;
+    rc = check ? cli_check_gate(C, m, check_t, check, moe_session_threads(s)) : 0;
 done:
     free(text);
     free(prompt_ids);
@@ -215,6 +222,7 @@ done:
     free(logits);
     moe_sampler_free(smp);
     moe_session_free(s);
+    if (check_t) moe_trace_free(check_t);
     moe_model_free(m);
     return rc;
 }

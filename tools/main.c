@@ -23,7 +23,7 @@
 typedef struct { const char *name; int (*fn)(int, char **); const char *help; } command;
 
 static const command COMMANDS[] = {
-    {"run", cmd_run, "generate text:   run -m FILE (-p TEXT | --tokens IDS) -n N [-t THREADS] [sampling] [--json]"},
+    {"run", cmd_run, "generate text:   run -m FILE (-p TEXT | --tokens IDS) -n N [-t THREADS] [sampling] [--json] [--check TRACE]"},
     {"chat", cmd_chat, "interactive chat: chat -m FILE [--system TEXT] [--chat-format NAME]"},
     {"info", cmd_info, "describe a GGUF:  info FILE"},
     {"tokenize", cmd_tokenize, "text to ids:      tokenize -m FILE TEXT [--json]"},
