@@ -8,18 +8,21 @@
 #include "cli.h"
 #include "moefast.h"
 
-static void usage(void) {
-    fprintf(stderr,
-            "usage: moefast run -m FILE (-p TEXT | --tokens ID,ID,...) [-n N] [-t THREADS]\n"
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: moefast run -m FILE (-p TEXT | -f FILE | --tokens ID,ID,...) [-n N] [-t THREADS]\n"
             "                   [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
             "                   [--ctx N] [--batch N] [--flags SPEC] [--stop-eos] [--json]\n"
+            "  -f FILE      the prompt text from a file (- for standard input; at most 64 MiB)\n"
             "  -n N         tokens to generate (default 32)\n"
+            "  --ctx N      context size (default: prompt + N, at most the trained context;\n"
+            "               a warning past the trained context unless YaRN covers it)\n"
             "  --json       print one JSON object: prompt/generated ids, text, timings\n"
             "  sampling is greedy unless --temp > 0\n");
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *C = "run", *path = NULL, *prompt = NULL, *ids_s = NULL, *flags = NULL;
+    const char *C = "run", *path = NULL, *prompt = NULL, *pfile = NULL, *ids_s = NULL, *flags = NULL;
     long n_gen = 32, threads = 0, n_ctx = 0, n_batch = 0;
     moe_sampler_params smpp = {.temp = 0.0f, .top_p = 1.0f}; /* greedy unless --temp */
     int sr;
@@ -29,6 +32,7 @@ int cmd_run(int argc, char **argv) {
         int used = 1;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!v) return cli_fail(C, "%s needs a file", a); path = v; }
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { if (!v) return cli_fail(C, "%s needs text", a); prompt = v; }
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { if (!v) return cli_fail(C, "%s needs a file (- for standard input)", a); pfile = v; }
         else if (!strcmp(a, "--tokens")) { if (!v) return cli_fail(C, "--tokens needs ids"); ids_s = v; }
         else if (!strcmp(a, "-n")) { if (cli_parse_int(C, a, v, 0, 1 << 24, &n_gen)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_int(C, a, v, 1, 1024, &threads)) return 2; }
@@ -39,12 +43,20 @@ int cmd_run(int argc, char **argv) {
         else if (!strncmp(a, "--flags=", 8)) { flags = a + 8; used = 0; }
         else if (!strcmp(a, "--json")) { json = 1; used = 0; }
         else if (!strcmp(a, "--stop-eos")) { stop_eos = 1; used = 0; }
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-        else { usage(); return cli_fail(C, "unknown argument '%s'", a); }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else { usage(stderr); return cli_fail(C, "unknown argument '%s'", a); }
         i += used;
     }
-    if (!path) { usage(); return cli_fail(C, "-m FILE is required"); }
-    if (!prompt == !ids_s) { usage(); return cli_fail(C, "give exactly one of -p TEXT or --tokens IDS"); }
+    if (!path) { usage(stderr); return cli_fail(C, "-m FILE is required"); }
+    if (!!prompt + !!pfile + !!ids_s != 1) { usage(stderr); return cli_fail(C, "give exactly one of -p TEXT, -f FILE or --tokens IDS"); }
+    char *pbuf = NULL;
+    size_t prompt_len = 0;
+    if (pfile) { /* read before the model loads: a bad file fails fast */
+        if (cli_read_prompt(C, pfile, &pbuf, &prompt_len)) return 2;
+        prompt = pbuf;
+    } else if (prompt) {
+        prompt_len = strlen(prompt);
+    }
 
     char err[MOE_ERR_LEN];
     double t0 = 0;
@@ -53,7 +65,7 @@ int cmd_run(int argc, char **argv) {
     t0 = ts.tv_sec + 1e-9 * ts.tv_nsec;
     moe_model *m = NULL;
     moe_load_params lp = {.flags = flags};
-    if (moe_model_load(path, &lp, &m, err, sizeof err)) return cli_fail(C, "%s", err);
+    if (moe_model_load(path, &lp, &m, err, sizeof err)) { free(pbuf); return cli_fail(C, "%s", err); }
     clock_gettime(CLOCK_MONOTONIC, &ts);
     double t_load = ts.tv_sec + 1e-9 * ts.tv_nsec - t0;
 
@@ -67,14 +79,14 @@ int cmd_run(int argc, char **argv) {
     if (ids_s) {
         if (cli_parse_ids(C, ids_s, &prompt_ids, &n_prompt)) goto done;
     } else {
-        size_t need = 0, plen = strlen(prompt);
-        if (moe_tokenize(m, prompt, plen, moe_token_add_bos(m), true, NULL, 0, &need, err, sizeof err)) {
+        size_t need = 0;
+        if (moe_tokenize(m, prompt, prompt_len, moe_token_add_bos(m), true, NULL, 0, &need, err, sizeof err)) {
             cli_fail(C, "%s", err);
             goto done;
         }
         prompt_ids = malloc((need ? need : 1) * sizeof *prompt_ids);
         if (!prompt_ids) { cli_fail(C, "out of memory"); goto done; }
-        if (moe_tokenize(m, prompt, plen, moe_token_add_bos(m), true, prompt_ids, need, &need, err, sizeof err)) {
+        if (moe_tokenize(m, prompt, prompt_len, moe_token_add_bos(m), true, prompt_ids, need, &need, err, sizeof err)) {
             cli_fail(C, "%s", err);
             goto done;
         }
@@ -84,6 +96,7 @@ int cmd_run(int argc, char **argv) {
     int n_vocab = moe_model_n_vocab(m);
     for (int i = 0; i < n_prompt; i++)
         if (prompt_ids[i] >= n_vocab) { cli_fail(C, "token id %d is outside the vocabulary (0..%d)", prompt_ids[i], n_vocab - 1); goto done; }
+    if (n_ctx) cli_check_ctx(C, m, n_ctx);
     moe_session_params sp = {.n_ctx = (int)n_ctx, .n_threads = (int)threads, .n_batch = (int)n_batch};
     if (!sp.n_ctx) {
         long want = n_prompt + n_gen;
@@ -195,6 +208,7 @@ int cmd_run(int argc, char **argv) {
     moe_utf8_stream_free(us);
     rc = 0;
 done:
+    free(pbuf);
     free(text);
     free(prompt_ids);
     free(toks);
