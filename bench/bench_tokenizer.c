@@ -16,8 +16,8 @@
 #include "base/util.h"
 
 static const char *const SAMPLES[] = {
-    "The quick brown fox jumps over the lazy dog. Once upon a time, in a land far away, "
-    "there lived a king who didn't know what he'd planned for the kingdom's future.\n",
+    ("The quick brown fox jumps over the lazy dog. Once upon a time, in a land far away, "
+     "there lived a king who didn't know what he'd planned for the kingdom's future.\n"),
     "def add(a, b):\n    return a + b\n\nfor (int i = 0; i < n; i++) {\n\tsum += x[i] * y[i];\n}\n",
     "2024-06-01T12:34:56Z 3.14159 1,000,000 and 12,345.67 dollars; call +1 (555) 123-4567\n",
     "你好，世界！日本語のテキストとカタカナ、ひらがな。한국어 문장입니다. 混合 mixed 文本 text 123\n",
