@@ -191,6 +191,27 @@ out=$("$BIN" gate -m "$other" "$GT" 2>&1)
 "$BIN" gate -m "$M" "$T/app.json" -t 2 >/dev/null 2>&1 || fail "gate of the appended trace"
 out=$("$BIN" trace record -m "$M" --tokens 1 --name a -o "$T/app.json" --append 2>&1)
 [ $? -eq 2 ] && echo "$out" | grep -q "duplicate" || fail "--append with a duplicate name: $out"
+# recorded_with: the whole flag list, however long (it was cut at 96 characters);
+# -f reads a prompt from a file or standard input, as -p gives it
+"$BIN" trace record -m "$M" --tokens 1,2 --steps 2 -o "$T/long.json" --flags=all,+kv_f16,+act_q8 >/dev/null 2>"$T/err" ||
+  fail "trace record with a long flag set: $(cat "$T/err")"
+rec=$(sed -n 's/.*"recorded_with": "\([^"]*\)".*/\1/p' "$T/long.json")
+for want in +simd +value_prefetch +act_q8 +kv_f16 "isa=" "threads=default"; do
+  case "$rec" in *"$want"*) ;; *) fail "recorded_with lacks '$want': $rec";; esac
+done
+[ ${#rec} -gt 96 ] || fail "recorded_with is only ${#rec} characters: $rec"
+printf 'Once upon' >"$T/p.txt"
+"$BIN" trace record -m "$M" -f "$T/p.txt" --steps 2 -o "$T/f1.json" >/dev/null 2>&1 &&
+  printf 'Once upon' | "$BIN" trace record -m "$M" -f - --steps 2 -o "$T/f2.json" >/dev/null 2>&1 &&
+  "$BIN" trace record -m "$M" -p 'Once upon' --steps 2 -o "$T/f3.json" >/dev/null 2>&1 || fail "trace record -f"
+exp() { sed -n 's/.*"expected_tokens": *\[\([0-9, ]*\)\].*/\1/p' "$1" | head -n 1; }
+[ -n "$(exp "$T/f3.json")" ] && [ "$(exp "$T/f1.json")" = "$(exp "$T/f3.json")" ] && [ "$(exp "$T/f2.json")" = "$(exp "$T/f3.json")" ] ||
+  fail "trace record -f FILE / -f - / -p differ: $(exp "$T/f1.json") / $(exp "$T/f2.json") / $(exp "$T/f3.json")"
+: >"$T/empty"
+for f in "$T/empty" "$T/missing" "$T"; do
+  "$BIN" trace record -m "$M" -f "$f" --steps 2 -o "$T/bad.json" >/dev/null 2>"$T/err"
+  [ $? -eq 2 ] && [ "$(grep -c '^moefast trace: ' "$T/err")" = 1 ] || fail "trace record -f $f: $(cat "$T/err")"
+done
 out=$("$BIN" flags)
 echo "$out" | grep -q "^test_perturb .*off .*\[test-only\]" || fail "flags listing: $out"
 echo "$out" | grep -q "^simd .*on " || fail "flags listing lacks simd: $out"

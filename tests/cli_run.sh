@@ -3,8 +3,12 @@
 # prompt text tokenizes to the reference ids; greedy `run --json` reproduces
 # llama.cpp's 64 tokens exactly where both compute in FP32 (the F32-KV,
 # no-flash references, also for the Q8_0 files that hold the same weights);
-# sampling is reproducible with a seed; bad arguments exit 2 with one line.
+# sampling is reproducible with a seed; bad arguments exit 2 with one line;
+# -f FILE / -f - prompts (incl. 1 MB and bad files); --ctx past the trained
+# context warns (or names YaRN's reach).
 BIN=${MOEFAST_BIN:-build/asan/moefast}
+BIN_REL=${MOEFAST_BIN_REL:-build/rel/moefast}
+[ -x "$BIN_REL" ] || BIN_REL=$BIN
 SH=${MOEFAST_SHARED:-../shared}
 d=$(mktemp -d /tmp/moefast-cli-run-XXXXXX) || exit 1
 trap 'rm -rf "$d"' EXIT
@@ -94,6 +98,51 @@ grep -q '^check: FAIL: [1-9][0-9]* of the 96 golden tokens .* the first: case "[
 grep -q "numerics flags +act_q8,+kv_q8" "$d/err" || bad "run --check divergence does not name the numerics flags"
 expect_err info
 expect_err info "$d/missing.gguf"
+
+# -f FILE and -f - (standard input) give the prompt ids of -p; a bad file is one
+# error line, exit 2, before the model loads
+Q=$SH/oracle/qwen3moe-tiny-f32.gguf
+printf '%s' "$PROMPT" >"$d/prompt.txt"
+"$BIN" run -m "$Q" -p "$PROMPT" -n 2 --json >"$d/p.json" 2>/dev/null || bad "run -p for -f"
+"$BIN" run -m "$Q" -f "$d/prompt.txt" -n 2 --json >"$d/f.json" 2>"$d/err" || bad "run -f: $(cat "$d/err")"
+"$BIN" run -m "$Q" -f - -n 2 --json <"$d/prompt.txt" >"$d/s.json" 2>"$d/err" || bad "run -f -: $(cat "$d/err")"
+[ -n "$(field "$d/p.json" prompt_tokens)" ] &&
+  [ "$(field "$d/f.json" prompt_tokens)" = "$(field "$d/p.json" prompt_tokens)" ] &&
+  [ "$(field "$d/s.json" prompt_tokens)" = "$(field "$d/p.json" prompt_tokens)" ] || bad "-f / -f - / -p prompt ids differ"
+: >"$d/empty"
+expect_err run -m "$Q" -f "$d/empty"
+grep -q "empty" "$d/err" || bad "empty prompt file: $(cat "$d/err")"
+expect_err run -m "$Q" -f "$d/nosuch.txt"
+grep -q "nosuch.txt" "$d/err" || bad "missing prompt file: $(cat "$d/err")"
+expect_err run -m "$Q" -f "$d"
+grep -q "cannot read" "$d/err" || bad "unreadable prompt file (a directory): $(cat "$d/err")"
+expect_err run -m "$Q" -f "$d/prompt.txt" -p hi
+expect_err run -m "$Q" -f "$d/prompt.txt" --tokens 1
+expect_err run -m "$Q" -f
+expect_err run -m "$Q" -f - </dev/null
+# 1 MB: read and tokenized whole (tokenize -f counts it; run names the count
+# when it cannot fit the tiny model's context)
+awk 'BEGIN { for (i = 0; i < 16384; i++) printf "%063d\n", i }' >"$d/big.txt"
+[ "$(wc -c <"$d/big.txt")" -eq 1048576 ] || bad "big.txt is not 1 MB"
+"$BIN_REL" tokenize -m "$Q" -f "$d/big.txt" --json >"$d/big.json" 2>"$d/err" || bad "tokenize -f 1 MB: $(cat "$d/err")"
+nbig=$(sed -n 's/.*"n_tokens":\([0-9]*\).*/\1/p' "$d/big.json")
+[ "${nbig:-0}" -gt 100000 ] || bad "tokenize -f 1 MB: $nbig tokens"
+"$BIN_REL" run -m "$Q" -f - -n 1 <"$d/big.txt" >"$d/out" 2>"$d/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "^moefast run: prompt ($nbig) " "$d/err" || bad "run -f 1 MB: rc $rc: $(cat "$d/err")"
+
+# --ctx past the trained context: a warning naming both numbers (qwen3moe-tiny:
+# 4096, no YaRN); a YaRN model whose reach covers it says so instead
+"$BIN" run -m "$Q" --tokens 1 -n 1 --ctx 5000 >/dev/null 2>"$d/err" || bad "run --ctx 5000: $(cat "$d/err")"
+grep -q "^moefast run: warning: --ctx 5000 .*trained context 4096" "$d/err" || bad "no --ctx warning: $(cat "$d/err")"
+"$BIN" run -m "$Q" --tokens 1 -n 1 --ctx 4096 >/dev/null 2>"$d/err" || bad "run --ctx 4096"
+grep -q "ctx" "$d/err" && bad "--ctx 4096 warned: $(cat "$d/err")"
+"$BIN" gen --arch laguna --preset tiny -o "$d/yarn.gguf" n_ctx=1024 >/dev/null 2>"$d/err" || bad "gen n_ctx=1024: $(cat "$d/err")"
+"$BIN" run -m "$d/yarn.gguf" --tokens 1 -n 1 --ctx 2000 >/dev/null 2>"$d/err" || bad "run yarn --ctx 2000: $(cat "$d/err")"
+grep -q "^moefast run: note: --ctx 2000 .*trained context 1024.*YaRN.* 16384" "$d/err" || bad "no YaRN note: $(cat "$d/err")"
+"$BIN" run -m "$d/yarn.gguf" --tokens 1 -n 1 --ctx 20000 >/dev/null 2>"$d/err" || bad "run yarn --ctx 20000: $(cat "$d/err")"
+grep -q "^moefast run: warning: --ctx 20000 .*1024" "$d/err" || bad "no warning past YaRN: $(cat "$d/err")"
+printf 'hi\n' | "$BIN" chat -m "$Q" --ctx 5000 -n 1 >/dev/null 2>"$d/err" || bad "chat --ctx 5000: $(cat "$d/err")"
+grep -q "^moefast chat: warning: --ctx 5000 .*4096" "$d/err" || bad "chat: no --ctx warning: $(cat "$d/err")"
 
 # info: architecture, per-layer heads, bytes per token, the tensor table
 "$BIN" info "$SH/oracle/laguna-tiny-f32.gguf" >"$d/info" 2>&1 || bad "info failed"

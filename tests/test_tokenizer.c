@@ -1,6 +1,7 @@
 /* test_tokenizer.c — the tokenizers against llama.cpp's reference ids
  * (../shared/vocab), the synthetic oracle prompt, round trips, special
- * tokens, invalid UTF-8, malformed vocabularies and the UTF-8 stream. */
+ * tokens, invalid UTF-8, malformed vocabularies, the merge paths (heap,
+ * bucket queue, naive scan) agreeing, 1 MB of spaces, and the UTF-8 stream. */
 #include <jansson.h>
 #include <stdint.h>
 
@@ -448,6 +449,197 @@ static void test_malformed(void) {
     CHECK_STR_CONTAINS((load_synthetic(BAD_MERGE, err, sizeof err), err), "zz");
 }
 
+/* ---- merge paths: heap, bucket queue and the naive O(n^2) scan agree ---- */
+
+static int32_t *enc_with(const moe_tokenizer *t, int merge, const char *s, size_t n, size_t *nout, size_t *fallbacks) {
+    moe_tok_merge how = {.merge = merge};
+    size_t need = 0;
+    int rc = moe_tokenizer_encode_merge(t, &how, s, n, false, true, NULL, 0, &need, g_err, sizeof g_err);
+    CHECK_MSG(rc == MOE_OK, "%s", g_err);
+    int32_t *ids = malloc((need + 1) * sizeof *ids);
+    rc = moe_tokenizer_encode_merge(t, &how, s, n, false, true, ids, need, nout, g_err, sizeof g_err);
+    CHECK(rc == MOE_OK && *nout == need);
+    if (fallbacks) *fallbacks += how.n_fallback;
+    return ids;
+}
+
+/* Encodes s by every path in `paths` and checks they give the same ids as the
+ * first; returns false (and says which) otherwise. */
+static bool paths_agree(const char *label, const moe_tokenizer *t, const int *paths, int np, const char *s, size_t n, size_t *fallbacks) {
+    static const char *const NAME[] = {"auto", "heap", "queue", "naive"};
+    size_t n0;
+    int32_t *ref = enc_with(t, paths[0], s, n, &n0, fallbacks);
+    bool ok = true;
+    for (int k = 1; k < np && ok; k++) {
+        size_t n1;
+        int32_t *got = enc_with(t, paths[k], s, n, &n1, fallbacks);
+        if (n1 != n0 || memcmp(got, ref, n0 * sizeof *ref) != 0) {
+            ok = false;
+            CHECK_MSG(false, "%s: %s and %s differ on %zu bytes (%zu vs %zu ids)", label, NAME[paths[0]], NAME[paths[k]], n, n0, n1);
+        }
+        free(got);
+    }
+    free(ref);
+    return ok;
+}
+
+/* Text with long runs: a repeated unit (spaces, letters, an emoji, a word). */
+static size_t runs_text(moe_rng *r, char *o, size_t max) {
+    static const char *const UNITS[] = {" ", "a", "ab", "\xf0\x9f\x98\x80", " the", "\n", "  \t", "1", "\xe4\xbd\xa0", "aaab "};
+    size_t n = 0;
+    while (n < max) {
+        const char *u = UNITS[moe_rng_next(r) % (sizeof UNITS / sizeof UNITS[0])];
+        size_t ul = strlen(u), reps = 1 + moe_rng_next(r) % 200;
+        for (size_t i = 0; i < reps && n + ul <= max; i++) { memcpy(o + n, u, ul); n += ul; }
+        if (moe_rng_next(r) % 4 == 0) break;
+    }
+    return n;
+}
+
+static void test_merge_paths(const char *vocab, uint64_t seed) {
+    moe_tokenizer *t = load_vocab(vocab);
+    if (!t) return;
+    moe_rng r;
+    moe_rng_seed(&r, seed);
+    static const int ALL[] = {MOE_TOK_MERGE_NAIVE, MOE_TOK_MERGE_HEAP, MOE_TOK_MERGE_QUEUE, MOE_TOK_MERGE_AUTO};
+    static const int FAST[] = {MOE_TOK_MERGE_HEAP, MOE_TOK_MERGE_QUEUE, MOE_TOK_MERGE_AUTO};
+    char *buf = malloc(1 << 16);
+    int bad = 0;
+    for (int i = 0; i < 300 && bad < 3; i++) { /* random short strings */
+        size_t len = rand_utf8(&r, buf, 48);
+        bad += !paths_agree(vocab, t, ALL, 4, buf, len, NULL);
+    }
+    for (int i = 0; i < 40 && bad < 3; i++) { /* runs up to 1.5 KB: still naive-checkable */
+        size_t len = runs_text(&r, buf, 1500);
+        bad += !paths_agree(vocab, t, ALL, 4, buf, len, NULL);
+    }
+    for (int i = 0; i < 20 && bad < 3; i++) { /* long runs: past the queue threshold */
+        size_t len = runs_text(&r, buf, 1 << 16);
+        bad += !paths_agree(vocab, t, FAST, 3, buf, len, NULL);
+    }
+    CHECK_MSG(bad == 0, "%s: merge paths differ", vocab);
+    free(buf);
+    moe_tokenizer_free(t);
+}
+
+/* A vocabulary whose merges are not in build order ("ab c" ranks before
+ * "a b"): the queue must notice the rank going back and hand the word to the
+ * heap, which merges "abc" whole. */
+static void test_merge_out_of_order(void) {
+    static const char *const toks[] = {"a", "b", "c", "ab", "abc", "bc", "ca"};
+    static const char *const merges[] = {"ab c", "a b", "b c", "c a"};
+    mbuf b = {0};
+    mb_put(&b, "GGUF", 4); mb_u32(&b, 3); mb_u64(&b, 0); mb_u64(&b, 4);
+    mb_key(&b, "tokenizer.ggml.model", GGUF_STRING); mb_str(&b, "gpt2");
+    mb_key(&b, "tokenizer.ggml.pre", GGUF_STRING); mb_str(&b, "qwen2");
+    mb_strarr(&b, "tokenizer.ggml.tokens", toks, 7);
+    mb_strarr(&b, "tokenizer.ggml.merges", merges, 4);
+    gguf_file *f = NULL;
+    moe_tokenizer *t = NULL;
+    CHECK_MSG(gguf_open_memory(b.p, b.n, "order.gguf", &f, g_err, sizeof g_err) == MOE_OK, "%s", g_err);
+    if (f) CHECK_MSG(moe_tokenizer_load(f, &t, g_err, sizeof g_err) == MOE_OK, "%s", g_err);
+    if (t) {
+        size_t n, fb = 0;
+        int32_t *ids = enc_with(t, MOE_TOK_MERGE_QUEUE, "abc", 3, &n, &fb);
+        CHECK(n == 1 && ids[0] == 4);
+        CHECK_MSG(fb == 1, "the queue did not fall back (%zu)", fb);
+        free(ids);
+        static const int ALL[] = {MOE_TOK_MERGE_NAIVE, MOE_TOK_MERGE_HEAP, MOE_TOK_MERGE_QUEUE, MOE_TOK_MERGE_AUTO};
+        moe_rng r;
+        moe_rng_seed(&r, 7);
+        char s[600];
+        int bad = 0;
+        fb = 0;
+        for (int i = 0; i < 200 && bad < 3; i++) {
+            size_t len = 1 + moe_rng_next(&r) % (i < 150 ? 40 : sizeof s);
+            for (size_t k = 0; k < len; k++) s[k] = "abc"[moe_rng_next(&r) % 3];
+            bad += !paths_agree("order.gguf", t, ALL, 4, s, len, &fb);
+        }
+        CHECK(bad == 0);
+        CHECK_MSG(fb > 0, "no fallback in 200 strings");
+    }
+    moe_tokenizer_free(t);
+    gguf_close(f);
+    free(b.p);
+}
+
+/* Random vocabularies "trained" over {a, b, c}: each merge joins two tokens
+ * that already exist; some tokens get a second merge (a second route), which
+ * queues pairs of one rank out of position order and sometimes breaks the
+ * build order (the queue falls back). All paths must agree with the naive
+ * scan on periodic text (long runs of overlapping pairs). */
+static void test_merge_random_vocab(void) {
+    enum { NT = 3, NM = 80 };
+    char texts[NT + NM][24];
+    const char *toks[NT + NM], *merges[NM];
+    char mtext[NM][48];
+    moe_rng r;
+    moe_rng_seed(&r, 99);
+    int bad = 0;
+    size_t fb = 0;
+    for (int v = 0; v < 20 && bad < 3; v++) {
+        int nt = NT, nm = 0;
+        for (int i = 0; i < NT; i++) { texts[i][0] = (char)('a' + i); texts[i][1] = 0; toks[i] = texts[i]; }
+        for (int tries = 0; nm < NM && tries < 10000; tries++) {
+            int l = (int)(moe_rng_next(&r) % (uint64_t)nt), rr = (int)(moe_rng_next(&r) % (uint64_t)nt);
+            size_t ll = strlen(texts[l]), rl = strlen(texts[rr]);
+            if (ll + rl > 10) continue;
+            char cat[24];
+            memcpy(cat, texts[l], ll); memcpy(cat + ll, texts[rr], rl + 1);
+            int dup = 0;
+            for (int k = 0; k < nt && !dup; k++) dup = !strcmp(texts[k], cat);
+            /* a second route to an existing token is kept too: tokens formed
+             * by different ranks are what queues a rank out of order */
+            snprintf(mtext[nm], sizeof mtext[nm], "%s %s", texts[l], texts[rr]);
+            merges[nm] = mtext[nm]; nm++;
+            if (!dup) { memcpy(texts[nt], cat, ll + rl + 1); toks[nt] = texts[nt]; nt++; }
+        }
+        mbuf b = {0};
+        mb_put(&b, "GGUF", 4); mb_u32(&b, 3); mb_u64(&b, 0); mb_u64(&b, 4);
+        mb_key(&b, "tokenizer.ggml.model", GGUF_STRING); mb_str(&b, "gpt2");
+        mb_key(&b, "tokenizer.ggml.pre", GGUF_STRING); mb_str(&b, "qwen2");
+        mb_strarr(&b, "tokenizer.ggml.tokens", toks, (size_t)nt);
+        mb_strarr(&b, "tokenizer.ggml.merges", merges, (size_t)nm);
+        gguf_file *f = NULL;
+        moe_tokenizer *t = NULL;
+        CHECK_MSG(gguf_open_memory(b.p, b.n, "random.gguf", &f, g_err, sizeof g_err) == MOE_OK, "%s", g_err);
+        if (f) CHECK_MSG(moe_tokenizer_load(f, &t, g_err, sizeof g_err) == MOE_OK, "%s", g_err);
+        static const int ALL[] = {MOE_TOK_MERGE_NAIVE, MOE_TOK_MERGE_HEAP, MOE_TOK_MERGE_QUEUE};
+        char str[400];
+        for (int i = 0; t && i < 100 && bad < 3; i++) {
+            size_t len = 1 + moe_rng_next(&r) % sizeof str;
+            int period = 1 + (int)(moe_rng_next(&r) % 7); /* periodic text makes long overlapping runs */
+            for (size_t k = 0; k < len; k++)
+                str[k] = (k >= (size_t)period && moe_rng_next(&r) % 8) ? str[k - (size_t)period] : "abc"[moe_rng_next(&r) % 3];
+            bad += !paths_agree("random.gguf", t, ALL, 3, str, len, &fb);
+        }
+        moe_tokenizer_free(t);
+        gguf_close(f);
+        free(b.p);
+    }
+    CHECK(bad == 0);
+
+}
+
+/* 1 MB of spaces (one pre-token of a million bytes): the ids are those of
+ * the heap (the pre-queue algorithm) and decode back to the spaces. No
+ * timing here; docs/TOKENIZER.md has the scaling table. */
+static void test_megabyte_of_spaces(void) {
+    moe_tokenizer *t = load_vocab("vocab/qwen3-vocab.gguf");
+    if (!t) return;
+    size_t big = 1 << 20, n, nh, dl;
+    char *b = malloc(big);
+    memset(b, ' ', big);
+    int32_t *ids = enc(t, b, big, false, true, &n);
+    int32_t *heap = enc_with(t, MOE_TOK_MERGE_HEAP, b, big, &nh, NULL);
+    CHECK_EQ_INT(n, 8192); /* 128 spaces a token, as the heap gave before the queue */
+    CHECK(nh == n && !memcmp(ids, heap, n * sizeof *ids));
+    char *d = dec(t, ids, n, true, &dl);
+    CHECK(dl == big && !memcmp(d, b, big));
+    free(d); free(heap); free(ids); free(b);
+    moe_tokenizer_free(t);
+}
+
 /* ---- the streaming UTF-8 decoder ---- */
 
 static size_t stream_all(const char *in, size_t n, size_t chunk, char *out) {
@@ -508,6 +700,13 @@ int main(void) {
     test_roundtrip("oracle/laguna-tiny-f32.gguf", 1000, 3);
     test_invalid_bytes();
     test_malformed();
+    test_merge_paths("vocab/qwen3-vocab.gguf", 11);
+    test_merge_paths("vocab/ggml-vocab-gpt-2.gguf", 12);
+    test_merge_paths("vocab/ggml-vocab-llama-spm.gguf", 13);
+    test_merge_paths("oracle/laguna-tiny-f32.gguf", 14);
+    test_merge_out_of_order();
+    test_merge_random_vocab();
+    test_megabyte_of_spaces();
     test_stream();
     return check_report("test_tokenizer");
 }

@@ -51,6 +51,17 @@ struct moe_trace;
 int cli_check_open(const char *cmd, const char *trace_path, struct moe_model *m, struct moe_trace **out);
 int cli_check_gate(const char *cmd, struct moe_model *m, const struct moe_trace *t, const char *trace_path,
                    int n_threads);
+/* The largest prompt file cli_read_prompt accepts. */
+#define CLI_PROMPT_MAX ((size_t)64 << 20)
+/* Reads a whole prompt file ("-" is standard input) into *buf (malloc'd,
+ * NUL-terminated; *len bytes). A missing or unreadable file, one over
+ * CLI_PROMPT_MAX or an empty one: prints one line "moefast <cmd>: ..." and
+ * returns -1. Every command's -f goes through here. */
+int cli_read_prompt(const char *cmd, const char *path, char **buf, size_t *len);
+/* Warns (one line on stderr) when n_ctx is past the model's trained
+ * context, or says that YaRN rope scaling covers it. */
+struct moe_model;
+void cli_check_ctx(const char *cmd, const struct moe_model *m, long n_ctx);
 /* Prints "moefast <cmd>: <msg>" to stderr and returns 2. */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -1,6 +1,7 @@
 /* cli_util.c — argument parsing helpers shared by the sub-commands. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,55 @@ int cli_fail(const char *cmd, const char *fmt, ...) {
     va_end(ap);
     fputc('\n', stderr);
     return 2;
+}
+
+int cli_read_prompt(const char *cmd, const char *path, char **buf, size_t *len) {
+    *buf = NULL;
+    *len = 0;
+    bool is_stdin = !strcmp(path, "-");
+    const char *name = is_stdin ? "standard input" : path;
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    if (!f) { cli_fail(cmd, "cannot open prompt file %s: %s", path, strerror(errno)); return -1; }
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap + 1);
+    bool too_big = false;
+    while (b) {
+        n += fread(b + n, 1, cap - n, f);
+        if (n < cap) break;
+        if (cap >= CLI_PROMPT_MAX) { /* one byte more tells a file of exactly the cap from a larger one */
+            too_big = fgetc(f) != EOF;
+            break;
+        }
+        size_t nc = cap * 2 < CLI_PROMPT_MAX ? cap * 2 : CLI_PROMPT_MAX;
+        char *nb = realloc(b, nc + 1);
+        if (!nb) { free(b); b = NULL; break; }
+        b = nb; cap = nc;
+    }
+    int rd_err = ferror(f) ? errno : 0;
+    if (!is_stdin) fclose(f);
+    if (!b) { cli_fail(cmd, "out of memory reading %s", name); return -1; }
+    if (rd_err || too_big || n == 0) {
+        if (rd_err) cli_fail(cmd, "cannot read prompt file %s: %s", name, strerror(rd_err));
+        else if (too_big) cli_fail(cmd, "prompt file %s is larger than %zu MiB (the most a prompt may have)", name, CLI_PROMPT_MAX >> 20);
+        else cli_fail(cmd, "prompt file %s is empty", name);
+        free(b);
+        return -1;
+    }
+    b[n] = 0;
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
+void cli_check_ctx(const char *cmd, const moe_model *m, long n_ctx) {
+    int yarn = 0, train = moe_model_ctx_limit(m, &yarn);
+    if (n_ctx <= train || train <= 0) return;
+    if (yarn >= n_ctx)
+        fprintf(stderr, "moefast %s: note: --ctx %ld is past the trained context %d; the model's YaRN rope scaling covers up to %d\n",
+                cmd, n_ctx, train, yarn);
+    else
+        fprintf(stderr, "moefast %s: warning: --ctx %ld is past the model's trained context %d%s; positions beyond it were never trained\n",
+                cmd, n_ctx, train, yarn ? " (and its YaRN reach)" : "");
 }
 
 int cli_parse_int(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out) {

@@ -28,8 +28,8 @@
 static volatile sig_atomic_t g_sigint = 0;
 static void on_sigint(int sig) { (void)sig; g_sigint = 1; }
 
-static void usage(void) {
-    fprintf(stderr,
+static void usage(FILE *f) {
+    fprintf(f,
             "usage: moefast chat -m FILE [--system TEXT] [--chat-format NAME] [-n MAX] [-t N]\n"
             "                    [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
             "                    [--ctx N] [--flags SPEC] [-v]\n"
@@ -120,11 +120,11 @@ int cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "--flags")) { if (!v) return cli_fail(C, "--flags needs a spec"); flags = v; }
         else if (!strncmp(a, "--flags=", 8)) { flags = a + 8; used = 0; }
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { verbose = 1; used = 0; }
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-        else { usage(); return cli_fail(C, "unknown argument '%s'", a); }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else { usage(stderr); return cli_fail(C, "unknown argument '%s'", a); }
         i += used;
     }
-    if (!path) { usage(); return cli_fail(C, "-m FILE is required"); }
+    if (!path) { usage(stderr); return cli_fail(C, "-m FILE is required"); }
 
     char err[MOE_ERR_LEN];
     moe_model *m = NULL;
@@ -151,6 +151,7 @@ int cmd_chat(int argc, char **argv) {
     free(rendered);
     rendered = NULL;
 
+    if (n_ctx) cli_check_ctx(C, m, n_ctx);
     moe_session_params sp = {.n_ctx = (int)n_ctx, .n_threads = (int)threads};
     if (moe_session_new(m, &sp, &s, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
     if (moe_sampler_new(&smpp, n_vocab, &smp, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }

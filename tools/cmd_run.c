@@ -8,12 +8,15 @@
 #include "cli.h"
 #include "moefast.h"
 
-static void usage(void) {
-    fprintf(stderr,
-            "usage: moefast run -m FILE (-p TEXT | --tokens ID,ID,... | --batch FILE) [-n N] [-t THREADS]\n"
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: moefast run -m FILE (-p TEXT | -f FILE | --tokens ID,ID,... | --batch FILE) [-n N] [-t THREADS]\n"
             "                   [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
             "                   [--ctx N] [--batch-size N] [--flags SPEC] [--stop-eos] [--json] [--check TRACE]\n"
+            "  -f FILE      the prompt text from a file (- for standard input; at most 64 MiB)\n"
             "  -n N         tokens to generate (default 32)\n"
+            "  --ctx N      context size (default: prompt + N, at most the trained context;\n"
+            "               a warning past the trained context unless YaRN covers it)\n"
             "  --batch FILE the prompts of FILE (one per line, - for stdin) generated together in\n"
             "               one context; each gets the tokens it gets alone (--json: ids per prompt)\n"
             "  --batch-size N  tokens per forward step (default 512)\n"
@@ -24,8 +27,8 @@ static void usage(void) {
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *C = "run", *path = NULL, *prompt = NULL, *ids_s = NULL, *flags = NULL, *batch_file = NULL;
-    const char *check = NULL;
+    const char *C = "run", *path = NULL, *prompt = NULL, *pfile = NULL, *ids_s = NULL, *flags = NULL;
+    const char *batch_file = NULL, *check = NULL;
     long n_gen = 32, threads = 0, n_ctx = 0, n_batch = 0;
     moe_sampler_params smpp = {.temp = 0.0f, .top_p = 1.0f}; /* greedy unless --temp */
     int sr;
@@ -35,6 +38,7 @@ int cmd_run(int argc, char **argv) {
         int used = 1;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!v) return cli_fail(C, "%s needs a file", a); path = v; }
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { if (!v) return cli_fail(C, "%s needs text", a); prompt = v; }
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { if (!v) return cli_fail(C, "%s needs a file (- for standard input)", a); pfile = v; }
         else if (!strcmp(a, "--tokens")) { if (!v) return cli_fail(C, "--tokens needs ids"); ids_s = v; }
         else if (!strcmp(a, "-n")) { if (cli_parse_int(C, a, v, 0, 1 << 24, &n_gen)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_int(C, a, v, 1, 1024, &threads)) return 2; }
@@ -47,14 +51,23 @@ int cmd_run(int argc, char **argv) {
         else if (!strncmp(a, "--flags=", 8)) { flags = a + 8; used = 0; }
         else if (!strcmp(a, "--json")) { json = 1; used = 0; }
         else if (!strcmp(a, "--stop-eos")) { stop_eos = 1; used = 0; }
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
-        else { usage(); return cli_fail(C, "unknown argument '%s'", a); }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else { usage(stderr); return cli_fail(C, "unknown argument '%s'", a); }
         i += used;
     }
-    if (!path) { usage(); return cli_fail(C, "-m FILE is required"); }
-    if (!!prompt + !!ids_s + !!batch_file != 1) {
-        usage();
-        return cli_fail(C, "give exactly one of -p TEXT, --tokens IDS or --batch FILE");
+    if (!path) { usage(stderr); return cli_fail(C, "-m FILE is required"); }
+    if (!!prompt + !!pfile + !!ids_s + !!batch_file != 1) {
+        usage(stderr);
+        return cli_fail(C, "give exactly one of -p TEXT, -f FILE, --tokens IDS or --batch FILE");
+    }
+    if (batch_file && check) return cli_fail(C, "--check replays one prompt's golden trace; not with --batch");
+    char *pbuf = NULL;
+    size_t prompt_len = 0;
+    if (pfile) { /* read before the model loads: a bad file fails fast */
+        if (cli_read_prompt(C, pfile, &pbuf, &prompt_len)) return 2;
+        prompt = pbuf;
+    } else if (prompt) {
+        prompt_len = strlen(prompt);
     }
 
     char err[MOE_ERR_LEN];
@@ -64,13 +77,13 @@ int cmd_run(int argc, char **argv) {
     t0 = ts.tv_sec + 1e-9 * ts.tv_nsec;
     moe_model *m = NULL;
     moe_load_params lp = {.flags = flags};
-    if (moe_model_load(path, &lp, &m, err, sizeof err)) return cli_fail(C, "%s", err);
-    if (batch_file && check) { moe_model_free(m); return cli_fail(C, "--check replays one prompt's golden trace; not with --batch"); }
+    if (moe_model_load(path, &lp, &m, err, sizeof err)) { free(pbuf); return cli_fail(C, "%s", err); }
     moe_trace *check_t = NULL;
-    if (check && cli_check_open(C, check, m, &check_t)) { moe_model_free(m); return 2; }
+    if (check && cli_check_open(C, check, m, &check_t)) { free(pbuf); moe_model_free(m); return 2; }
     clock_gettime(CLOCK_MONOTONIC, &ts);
     double t_load = ts.tv_sec + 1e-9 * ts.tv_nsec - t0;
     if (batch_file) {
+        if (n_ctx) cli_check_ctx(C, m, n_ctx);
         const run_batch_opts bo = {n_gen, threads, n_ctx, n_batch, smpp, json, stop_eos};
         int brc = run_batch(C, m, batch_file, &bo);
         moe_model_free(m);
@@ -87,14 +100,14 @@ int cmd_run(int argc, char **argv) {
     if (ids_s) {
         if (cli_parse_ids(C, ids_s, &prompt_ids, &n_prompt)) goto done;
     } else {
-        size_t need = 0, plen = strlen(prompt);
-        if (moe_tokenize(m, prompt, plen, moe_token_add_bos(m), true, NULL, 0, &need, err, sizeof err)) {
+        size_t need = 0;
+        if (moe_tokenize(m, prompt, prompt_len, moe_token_add_bos(m), true, NULL, 0, &need, err, sizeof err)) {
             cli_fail(C, "%s", err);
             goto done;
         }
         prompt_ids = malloc((need ? need : 1) * sizeof *prompt_ids);
         if (!prompt_ids) { cli_fail(C, "out of memory"); goto done; }
-        if (moe_tokenize(m, prompt, plen, moe_token_add_bos(m), true, prompt_ids, need, &need, err, sizeof err)) {
+        if (moe_tokenize(m, prompt, prompt_len, moe_token_add_bos(m), true, prompt_ids, need, &need, err, sizeof err)) {
             cli_fail(C, "%s", err);
             goto done;
         }
@@ -104,6 +117,7 @@ int cmd_run(int argc, char **argv) {
     int n_vocab = moe_model_n_vocab(m);
     for (int i = 0; i < n_prompt; i++)
         if (prompt_ids[i] >= n_vocab) { cli_fail(C, "token id %d is outside the vocabulary (0..%d)", prompt_ids[i], n_vocab - 1); goto done; }
+    if (n_ctx) cli_check_ctx(C, m, n_ctx);
     moe_session_params sp = {.n_ctx = (int)n_ctx, .n_threads = (int)threads, .n_batch = (int)n_batch};
     if (!sp.n_ctx) {
         long want = n_prompt + n_gen;
@@ -215,6 +229,7 @@ int cmd_run(int argc, char **argv) {
     moe_utf8_stream_free(us);
     rc = check ? cli_check_gate(C, m, check_t, check, moe_session_threads(s)) : 0;
 done:
+    free(pbuf);
     free(text);
     free(prompt_ids);
     free(toks);

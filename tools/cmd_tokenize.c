@@ -8,33 +8,16 @@
 #include "cli.h"
 #include "moefast.h"
 
-static void usage(void) {
-    fprintf(stderr,
+static void usage(FILE *f) {
+    fprintf(f,
             "usage: moefast tokenize -m FILE (TEXT | -f FILE) [--json] [--no-special] [--bos|--no-bos]\n"
-            "  TEXT          the text (bytes taken verbatim; -f reads them from a file, - for stdin)\n"
+            "  TEXT          the text (bytes taken verbatim; -f reads them from a file, - for stdin,\n"
+            "                at most 64 MiB)\n"
             "  --no-special  control tokens written in the text stay plain text\n"
             "                (user-defined tokens such as <think> are still matched, as in llama.cpp)\n"
             "  --bos, --no-bos  prepend the BOS token or not (default: the file's add_bos_token)\n"
             "  --json        {\"n_tokens\":N,\"ids\":[...],\"pieces\":[...]} (pieces with U+FFFD for\n"
             "                invalid UTF-8); otherwise one line per token: ID<TAB>piece, escaped\n");
-}
-
-static char *slurp(FILE *fp, size_t *n) {
-    size_t cap = 4096, len = 0;
-    char *b = malloc(cap);
-    if (!b) return NULL;
-    for (;;) {
-        if (len == cap) {
-            char *nb = realloc(b, cap * 2);
-            if (!nb) { free(b); return NULL; }
-            b = nb; cap *= 2;
-        }
-        size_t k = fread(b + len, 1, cap - len, fp);
-        len += k;
-        if (k == 0) break;
-    }
-    *n = len;
-    return b;
 }
 
 /* Printable ASCII as is; backslash, quotes and everything else escaped. */
@@ -71,22 +54,18 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--no-special")) special = 0;
         else if (!strcmp(a, "--bos")) bos = 1;
         else if (!strcmp(a, "--no-bos")) bos = -1;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--")) { if (!v) return cli_fail(C, "-- needs TEXT"); if (text) return cli_fail(C, "more than one TEXT"); text = v; i++; }
-        else if (a[0] == '-' && a[1]) { usage(); return cli_fail(C, "unknown argument '%s'", a); }
-        else { if (text) { usage(); return cli_fail(C, "more than one TEXT ('%s')", a); } text = a; }
+        else if (a[0] == '-' && a[1]) { usage(stderr); return cli_fail(C, "unknown argument '%s'", a); }
+        else { if (text) { usage(stderr); return cli_fail(C, "more than one TEXT ('%s')", a); } text = a; }
     }
-    if (!path) { usage(); return cli_fail(C, "-m FILE is required"); }
-    if (!text == !file) { usage(); return cli_fail(C, "give exactly one of TEXT or -f FILE"); }
+    if (!path) { usage(stderr); return cli_fail(C, "-m FILE is required"); }
+    if (!text == !file) { usage(stderr); return cli_fail(C, "give exactly one of TEXT or -f FILE"); }
 
     char *buf = NULL;
     size_t len;
     if (file) {
-        FILE *fp = strcmp(file, "-") ? fopen(file, "rb") : stdin;
-        if (!fp) return cli_fail(C, "cannot open %s", file);
-        buf = slurp(fp, &len);
-        if (fp != stdin) fclose(fp);
-        if (!buf) return cli_fail(C, "out of memory reading %s", file);
+        if (cli_read_prompt(C, file, &buf, &len)) return 2;
         text = buf;
     } else {
         len = strlen(text);

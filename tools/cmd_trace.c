@@ -11,30 +11,13 @@
 #include "moefast.h"
 
 #define TRACE_USAGE                                                                              \
-    "usage: moefast trace record -m FILE (-p TEXT | --tokens IDS | --prompt-file F)... --steps N " \
+    "usage: moefast trace record -m FILE (-p TEXT | -f FILE | --tokens IDS)... --steps N " \
     "-o FILE [--name NAME]... [--append] [--tie-tolerance X] [-t N] [--flags SPEC]"
+#define TRACE_HELP TRACE_USAGE \
+    "\n  -f FILE (also --prompt-file FILE): a prompt read from a file, - for standard input (at most 64 MiB)"
 #define MAX_PROMPTS 64
 
 typedef struct prompt_src { char kind; const char *arg; } prompt_src; /* kind: 'p' text, 't' ids, 'f' file */
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { cli_fail("trace", "%s: cannot open: %s", path, strerror(errno)); return NULL; }
-    size_t cap = 4096, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        n += fread(b + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *nb = realloc(b, cap *= 2);
-        if (!nb) { free(b); b = NULL; }
-        else b = nb;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!b || bad) { free(b); cli_fail("trace", "%s: read failed", path); return NULL; }
-    *len = n;
-    return b;
-}
 
 /* Prompt ids for one source (malloc'd); -1 after printing an error. */
 static int prompt_ids(moe_model *m, const prompt_src *ps, int32_t **ids, int *n) {
@@ -51,8 +34,8 @@ static int prompt_ids(moe_model *m, const prompt_src *ps, int32_t **ids, int *n)
         return 0;
     }
     size_t len = strlen(ps->arg);
-    char *text = ps->kind == 'f' ? read_file(ps->arg, &len) : (char *)ps->arg;
-    if (!text) return -1;
+    char *text = (char *)ps->arg;
+    if (ps->kind == 'f' && cli_read_prompt("trace", ps->arg, &text, &len)) return -1;
     char err[MOE_ERR_LEN];
     size_t cnt = 0;
     int rc = -1;
@@ -79,7 +62,7 @@ static int prompt_ids(moe_model *m, const prompt_src *ps, int32_t **ids, int *n)
 
 int cmd_trace(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        printf("%s\n", TRACE_USAGE);
+        fprintf(argc < 2 ? stderr : stdout, "%s\n", TRACE_HELP);
         return argc < 2 ? 2 : 0;
     }
     if (strcmp(argv[1], "record") != 0)
@@ -94,10 +77,11 @@ int cmd_trace(int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-p") || !strcmp(a, "--tokens") || !strcmp(a, "--prompt-file")) {
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { printf("%s\n", TRACE_HELP); return 0; }
+        else if (!strcmp(a, "-p") || !strcmp(a, "--tokens") || !strcmp(a, "--prompt-file") || !strcmp(a, "-f")) {
             if (!val) return cli_fail("trace", "%s needs a value", a);
             if (n_src == MAX_PROMPTS) return cli_fail("trace", "at most %d prompts per command", MAX_PROMPTS);
-            src[n_src++] = (prompt_src){a[1] == 'p' ? 'p' : a[2] == 't' ? 't' : 'f', val};
+            src[n_src++] = (prompt_src){a[1] == 'p' ? 'p' : a[1] == 'f' || a[2] == 'p' ? 'f' : 't', val};
             i++;
         } else if (!strcmp(a, "--name")) {
             if (!val) return cli_fail("trace", "--name needs a value");

@@ -23,13 +23,13 @@
 typedef struct { const char *name; int (*fn)(int, char **); const char *help; } command;
 
 static const command COMMANDS[] = {
-    {"run", cmd_run, "generate text:   run -m FILE (-p TEXT | --tokens IDS) -n N [-t THREADS] [sampling] [--json] [--check TRACE]"},
+    {"run", cmd_run, "generate text:   run -m FILE (-p TEXT | -f FILE | --tokens IDS | --batch FILE) -n N [-t THREADS] [sampling] [--json] [--check TRACE]"},
     {"chat", cmd_chat, "interactive chat: chat -m FILE [--system TEXT] [--chat-format NAME]"},
     {"info", cmd_info, "describe a GGUF:  info FILE"},
-    {"tokenize", cmd_tokenize, "text to ids:      tokenize -m FILE TEXT [--json]"},
+    {"tokenize", cmd_tokenize, "text to ids:      tokenize -m FILE (TEXT | -f FILE) [--json]"},
     {"gen", cmd_gen, "write a model:    gen --arch laguna|qwen3moe --preset tiny|default|bench -o FILE [key=value ...]"},
     {"quantize", cmd_quantize, "re-encode:        quantize IN OUT TYPE [--type-experts TYPE]"},
-    {"trace", cmd_trace, "golden trace:     trace record -m FILE (-p TEXT | --tokens IDS | --prompt-file F) --steps N -o FILE"},
+    {"trace", cmd_trace, "golden trace:     trace record -m FILE (-p TEXT | -f FILE | --tokens IDS) --steps N -o FILE"},
     {"gate", cmd_gate, "replay a trace:   gate -m FILE TRACE [--mode teacher|free] [--steps N]"},
     {"bisect", cmd_bisect, "find bad flags:   bisect -m FILE TRACE"},
     {"flags", cmd_flags, "list optimisation flags"},

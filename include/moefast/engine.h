@@ -49,6 +49,10 @@ void moe_model_free(moe_model *m);
 
 int  moe_model_n_vocab(const moe_model *m);
 int  moe_model_n_ctx_train(const moe_model *m);
+/* The trained context (as moe_model_n_ctx_train) and, in *yarn_ctx when not
+ * NULL, the context YaRN rope scaling reaches (original context x factor;
+ * 0 when the model has no YaRN). */
+int  moe_model_ctx_limit(const moe_model *m, int *yarn_ctx);
 const char *moe_model_arch(const moe_model *m);
 const char *moe_model_path(const moe_model *m);
 /* Weight bytes a single decoded token reads (dense weights + the selected experts). */

@@ -587,6 +587,34 @@ int moe_topk(const float *logits, int n, int k, int32_t *ids, float *vals) {
     return cnt;
 }
 
+/* Adds the recorded case with its "recorded_with" note, sized to fit: the
+ * flag list grows with every flag added (it was cut at 96 characters). */
+static int record_note(moe_trace *t, const moe_model *m, int n_threads, const char *name, const int32_t *prompt,
+                       int n_prompt, int32_t *exp, int steps, int k, int32_t *ids, float *lg, char *err, size_t errlen) {
+    size_t cap = 256;
+    char *fl = NULL;
+    for (;;) { /* moe_model_flags truncates silently: grow until the text leaves room */
+        char *nf = realloc(fl, cap);
+        if (!nf) { free(fl); return moe_errf(err, errlen, MOE_ENOMEM, "trace record: out of memory"); }
+        fl = nf;
+        moe_model_flags(m, fl, cap);
+        if (strlen(fl) + 1 < cap) break;
+        cap *= 2;
+    }
+    char th[16] = "default";
+    if (n_threads > 0) snprintf(th, sizeof th, "%d", n_threads);
+    const char *isa = moe_isa_name();
+    size_t need = strlen(fl) + strlen(isa) + strlen(th) + 32;
+    char *rec = malloc(need);
+    if (!rec) { free(fl); return moe_errf(err, errlen, MOE_ENOMEM, "trace record: out of memory"); }
+    snprintf(rec, need, "flags=%s isa=%s threads=%s", fl, isa, th);
+    moe_trace_case c = {name, prompt, n_prompt, exp, steps, k, ids, lg};
+    int rc = add_case(t, &c, rec, t->path, t->n, err, errlen);
+    free(rec);
+    free(fl);
+    return rc;
+}
+
 int moe_trace_record(moe_trace *t, moe_model *m, const char *name, const int32_t *prompt,
                      int n_prompt, int steps, int n_threads, char *err, size_t errlen) {
     if (!t || !m || !name || !prompt || n_prompt < 1 || steps < 1)
@@ -625,13 +653,7 @@ int moe_trace_record(moe_trace *t, moe_model *m, const char *name, const int32_t
             goto out;
         }
     }
-    char rec[160], fl[96];
-    moe_model_flags(m, fl, sizeof fl);
-    char th[16] = "default";
-    if (n_threads > 0) snprintf(th, sizeof th, "%d", n_threads);
-    snprintf(rec, sizeof rec, "flags=%s isa=%s threads=%s", fl, moe_isa_name(), th);
-    moe_trace_case c = {name, prompt, n_prompt, exp, steps, k, ids, lg};
-    rc = add_case(t, &c, rec, t->path, t->n, err, errlen);
+    rc = record_note(t, m, n_threads, name, prompt, n_prompt, exp, steps, k, ids, lg, err, errlen);
 out:
     moe_session_free(s);
     free(logits);

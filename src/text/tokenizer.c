@@ -636,6 +636,15 @@ typedef struct scratch {
     uint32_t wc_mask, wc_used;
     char *wc_bytes; size_t wc_bn, wc_bcap;
     int32_t *wc_ids; size_t wc_in, wc_icap;
+    int merge, sink;                /* MOE_TOK_MERGE_*, SINK_* */
+    size_t n_fallback;
+    /* the bucket queue (pq_*): pairs grouped by priority key */
+    struct pq_ent { int32_t left, next; } *pe; size_t pe_n, pe_cap; int32_t pe_free;
+    struct pq_bkt { uint32_t key; int32_t head, tail; } *bk; size_t bk_n, bk_cap;
+    int32_t *bmap; size_t bmap_cap; uint32_t bmap_mask;
+    int32_t *bheap; size_t bheap_n, bheap_cap;
+    uint32_t *ord; size_t ord_cap;
+    uint32_t pq_cur; bool pq_active, pq_fallback;
     bool oom;
 } scratch;
 
@@ -681,13 +690,279 @@ static bigram heap_pop(scratch *s, bool spm) {
     return top;
 }
 
-static void bpe_try_pair(const moe_tokenizer *t, scratch *s, int32_t l, int32_t r) {
-    if (l < 0 || r < 0) return;
+/* ---- pairs ----
+ * A pair of adjacent symbols that some merge joins, built by make_pair and
+ * handed to the current sink: the heap, the bucket queue, or nothing (the
+ * naive reference scans for pairs itself). */
+enum { SINK_HEAP, SINK_QUEUE };
+
+static void pq_push(scratch *s, uint32_t key, int32_t left);
+
+/* BPE key: the merge rank. SPM key: the score, highest first (an order-
+ * preserving map of the float, inverted); -0 is 0 as for the heap's float
+ * compare, and a NaN score has no place in either order (returns false). */
+static bool spm_key(float f, uint32_t *key) {
+    if (f != f) return false;
+    if (f == 0) f = 0.0f;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    *key = ~u;
+    return true;
+}
+
+static bool bpe_make_pair(const moe_tokenizer *t, const scratch *s, int32_t l, int32_t r, bigram *g) {
+    if (l < 0 || r < 0) return false;
     const sym *a = &s->syms[l], *b = &s->syms[r];
-    if (a->id < 0 || b->id < 0) return;
+    if (a->id < 0 || b->id < 0) return false;
     const merge_ent *m = merge_lookup(t, a->id, b->id);
-    if (!m) return;
-    heap_push(s, (bigram){0, m->rank, l, r, 0, a->id, b->id, m->id}, false);
+    if (!m) return false;
+    *g = (bigram){0, m->rank, l, r, 0, a->id, b->id, m->id};
+    return true;
+}
+
+static bool spm_make_pair(const moe_tokenizer *t, const scratch *s, const char *txt, int32_t l, int32_t r, bigram *g) {
+    if (l < 0 || r < 0) return false;
+    const sym *a = &s->syms[l], *b = &s->syms[r];
+    int32_t id = text_lookup(t, txt + a->start, a->len + b->len);
+    if (id < 0) return false;
+    *g = (bigram){t->score[id], 0, l, r, a->len + b->len, 0, 0, id};
+    return true;
+}
+
+static void bpe_try_pair(const moe_tokenizer *t, scratch *s, int32_t l, int32_t r) {
+    bigram g;
+    if (!bpe_make_pair(t, s, l, r, &g)) return;
+    if (s->sink == SINK_QUEUE) pq_push(s, (uint32_t)g.rank, l);
+    else heap_push(s, g, false);
+}
+
+static void spm_try_pair(const moe_tokenizer *t, scratch *s, const char *txt, int32_t l, int32_t r) {
+    bigram g;
+    if (!spm_make_pair(t, s, txt, l, r, &g)) return;
+    uint32_t key;
+    if (s->sink != SINK_QUEUE) heap_push(s, g, true);
+    else if (spm_key(g.score, &key)) pq_push(s, key, l);
+    else s->pq_fallback = true;
+}
+
+/* Merges pair g if it is still there (its symbols unchanged); offers the
+ * two pairs the merge creates to the sink unless naive. */
+static bool bpe_apply(const moe_tokenizer *t, scratch *s, const bigram *g, bool naive) {
+    sym *a = &s->syms[g->left], *b = &s->syms[g->right];
+    if (a->len == 0 || b->len == 0 || a->id != g->lid || b->id != g->rid || a->next != g->right) return false;
+    a->id = g->mid;
+    a->len += b->len;
+    b->len = 0;
+    a->next = b->next;
+    if (b->next >= 0) s->syms[b->next].prev = g->left;
+    if (naive) return true;
+    bpe_try_pair(t, s, a->prev, g->left);
+    bpe_try_pair(t, s, g->left, a->next);
+    return true;
+}
+
+static bool spm_apply(const moe_tokenizer *t, scratch *s, const char *txt, const bigram *g, bool naive) {
+    sym *a = &s->syms[g->left], *b = &s->syms[g->right];
+    if (a->len == 0 || b->len == 0 || a->len + b->len != g->size) return false;
+    a->len += b->len;
+    b->len = 0;
+    a->next = b->next;
+    if (b->next >= 0) s->syms[b->next].prev = g->left;
+    if (naive) return true;
+    spm_try_pair(t, s, txt, a->prev, g->left);
+    spm_try_pair(t, s, txt, g->left, a->next);
+    return true;
+}
+
+/* ---- the bucket queue ----
+ * The heap pops (key, left) one pair at a time; on a long word (1 MB of
+ * spaces is a single pre-token) each pop walks ~20 cache-missing levels of a
+ * heap of a million pairs. The queue instead groups the pending pairs by key
+ * and merges one key's pairs in one left-to-right pass (sorted by position
+ * when they were queued out of order). That is exactly the heap's order as
+ * long as every pair a merge creates has a strictly later key than the key
+ * being merged -- true of trained vocabularies, whose merges build on older
+ * merges. A vocabulary that breaks it makes the queue give up (pq_fallback)
+ * and the word is merged again by the heap, so the ids never depend on the
+ * path taken (tests/test_tokenizer.c compares both with a naive scan). */
+
+static void bheap_swap_up(scratch *s, size_t i) {
+    int32_t v = s->bheap[i];
+    uint32_t k = s->bk[v].key;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (s->bk[s->bheap[p]].key <= k) break;
+        s->bheap[i] = s->bheap[p]; i = p;
+    }
+    s->bheap[i] = v;
+}
+
+static int32_t bheap_pop(scratch *s) {
+    int32_t top = s->bheap[0], last = s->bheap[--s->bheap_n];
+    size_t i = 0, n = s->bheap_n;
+    uint32_t k = s->bk[last].key;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && s->bk[s->bheap[c + 1]].key < s->bk[s->bheap[c]].key) c++;
+        if (s->bk[s->bheap[c]].key >= k) break;
+        s->bheap[i] = s->bheap[c]; i = c;
+    }
+    if (n) s->bheap[i] = last;
+    return top;
+}
+
+static uint32_t key_slot(uint32_t key, uint32_t mask) { return (uint32_t)hash_pair((int32_t)key, 0x51ed) & mask; }
+
+static bool pq_map_resize(scratch *s, size_t slots) {
+    if (!grow((void **)&s->bmap, &s->bmap_cap, slots, sizeof(int32_t))) return false;
+    s->bmap_mask = (uint32_t)slots - 1;
+    memset(s->bmap, 0xff, slots * sizeof(int32_t));
+    for (size_t b = 0; b < s->bk_n; b++) {
+        uint32_t i = key_slot(s->bk[b].key, s->bmap_mask);
+        while (s->bmap[i] >= 0) i = (i + 1) & s->bmap_mask;
+        s->bmap[i] = (int32_t)b;
+    }
+    return true;
+}
+
+static void pq_push(scratch *s, uint32_t key, int32_t left) {
+    if (s->pq_active && key <= s->pq_cur) { s->pq_fallback = true; return; }
+    uint32_t i = key_slot(key, s->bmap_mask);
+    int32_t b;
+    while ((b = s->bmap[i]) >= 0 && s->bk[b].key != key) i = (i + 1) & s->bmap_mask;
+    if (b < 0) {
+        if (!grow((void **)&s->bk, &s->bk_cap, s->bk_n + 1, sizeof *s->bk) ||
+            !grow((void **)&s->bheap, &s->bheap_cap, s->bheap_n + 1, sizeof(int32_t))) { s->oom = true; return; }
+        b = (int32_t)s->bk_n++;
+        s->bk[b] = (struct pq_bkt){key, -1, -1};
+        s->bmap[i] = b;
+        s->bheap[s->bheap_n++] = b;
+        bheap_swap_up(s, s->bheap_n - 1);
+        if (s->bk_n * 2 > (size_t)s->bmap_mask + 1 && !pq_map_resize(s, ((size_t)s->bmap_mask + 1) * 2)) { s->oom = true; return; }
+    }
+    int32_t e;
+    if (s->pe_free >= 0) { e = s->pe_free; s->pe_free = s->pe[e].next; }
+    else {
+        if (!grow((void **)&s->pe, &s->pe_cap, s->pe_n + 1, sizeof *s->pe)) { s->oom = true; return; }
+        e = (int32_t)s->pe_n++;
+    }
+    s->pe[e] = (struct pq_ent){left, -1};
+    if (s->bk[b].tail >= 0) s->pe[s->bk[b].tail].next = e;
+    else s->bk[b].head = e;
+    s->bk[b].tail = e;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A queued entry is only a position: the pair now at `left` is merged when
+ * its key is the bucket's. A pair found there that is not the one queued
+ * still has its own entry at the same position in this bucket (every pair
+ * is queued when it forms, and none forms with the key being merged), so the
+ * merges are the same as if entries were checked against what they saw. */
+static void pq_apply(const moe_tokenizer *t, scratch *s, bool spm, const char *txt, int32_t left) {
+    const sym *a = &s->syms[left];
+    if (a->len == 0 || a->next < 0) return;
+    bigram g;
+    uint32_t key;
+    if (spm) {
+        if (spm_make_pair(t, s, txt, left, a->next, &g) && spm_key(g.score, &key) && key == s->pq_cur)
+            spm_apply(t, s, txt, &g, false);
+    } else if (bpe_make_pair(t, s, left, a->next, &g) && (uint32_t)g.rank == s->pq_cur) {
+        bpe_apply(t, s, &g, false);
+    }
+}
+
+/* Merges syms[0..ns) through the queue; false when it gave up (or ran out of
+ * memory: s->oom), leaving the symbols half merged. */
+static bool pq_merge(const moe_tokenizer *t, scratch *s, bool spm, const char *txt, int32_t ns) {
+    s->bk_n = s->pe_n = s->bheap_n = 0;
+    s->pe_free = -1;
+    s->pq_active = s->pq_fallback = false;
+    if (!pq_map_resize(s, 64)) { s->oom = true; return false; }
+    s->sink = SINK_QUEUE;
+    for (int32_t i = 1; i < ns; i++) {
+        if (spm) spm_try_pair(t, s, txt, i - 1, i);
+        else bpe_try_pair(t, s, i - 1, i);
+    }
+    while (s->bheap_n && !s->pq_fallback && !s->oom) {
+        int32_t b = bheap_pop(s);
+        s->pq_cur = s->bk[b].key;
+        s->pq_active = true;
+        /* the bucket's positions in order: usually queued in order already */
+        bool sorted = true;
+        size_t k = 0;
+        for (int32_t e = s->bk[b].head, prev = -1; e >= 0; prev = s->pe[e].left, e = s->pe[e].next, k++)
+            if (s->pe[e].left < prev) sorted = false;
+        if (sorted) {
+            for (int32_t e = s->bk[b].head; e >= 0 && !s->pq_fallback && !s->oom; e = s->pe[e].next)
+                pq_apply(t, s, spm, txt, s->pe[e].left);
+        } else {
+            if (!grow((void **)&s->ord, &s->ord_cap, k, sizeof(uint32_t))) { s->oom = true; break; }
+            k = 0;
+            for (int32_t e = s->bk[b].head; e >= 0; e = s->pe[e].next) s->ord[k++] = (uint32_t)s->pe[e].left;
+            qsort(s->ord, k, sizeof(uint32_t), cmp_u32);
+            for (size_t j = 0; j < k && !s->pq_fallback && !s->oom; j++) pq_apply(t, s, spm, txt, (int32_t)s->ord[j]);
+        }
+        if (s->bk[b].head >= 0) { /* the bucket's entries are free again */
+            s->pe[s->bk[b].tail].next = s->pe_free;
+            s->pe_free = s->bk[b].head;
+            s->bk[b].head = s->bk[b].tail = -1;
+        }
+    }
+    s->sink = SINK_HEAP;
+    return !s->pq_fallback && !s->oom;
+}
+
+static void heap_merge(const moe_tokenizer *t, scratch *s, bool spm, const char *txt, int32_t ns) {
+    s->heap_n = 0;
+    s->sink = SINK_HEAP;
+    for (int32_t i = 1; i < ns; i++) {
+        if (spm) spm_try_pair(t, s, txt, i - 1, i);
+        else bpe_try_pair(t, s, i - 1, i);
+    }
+    while (s->heap_n && !s->oom) {
+        bigram g = heap_pop(s, spm);
+        if (spm) spm_apply(t, s, txt, &g, false);
+        else bpe_apply(t, s, &g, false);
+    }
+}
+
+/* The reference: scan every adjacent pair for the best one, merge it,
+ * repeat. O(n^2); tests only (MOE_TOK_MERGE_NAIVE). */
+static void naive_merge(const moe_tokenizer *t, scratch *s, bool spm, const char *txt) {
+    for (;;) {
+        bigram best, g;
+        bool have = false;
+        for (int32_t i = 0; s->syms[i].next >= 0; i = s->syms[i].next) {
+            bool ok = spm ? spm_make_pair(t, s, txt, i, s->syms[i].next, &g) : bpe_make_pair(t, s, i, s->syms[i].next, &g);
+            if (ok && (!have || bg_before(&g, &best, spm))) { best = g; have = true; }
+        }
+        if (!have) return;
+        if (spm) spm_apply(t, s, txt, &best, true);
+        else bpe_apply(t, s, &best, true);
+    }
+}
+
+/* Words shorter than this go through the heap, which is as fast there and
+ * needs no table reset (see docs/TOKENIZER.md, "Scaling"). */
+#define PQ_MIN_SYMS 256
+
+/* Merges syms[0..ns) the way s->merge says; `init` rebuilds the unmerged
+ * symbols when the queue gives up. */
+static void merge_syms(const moe_tokenizer *t, scratch *s, bool spm, const char *txt, int32_t ns,
+                       void (*init)(const moe_tokenizer *, scratch *, const char *, size_t), const char *w, size_t n) {
+    if (s->merge == MOE_TOK_MERGE_NAIVE) { naive_merge(t, s, spm, txt); return; }
+    if (s->merge == MOE_TOK_MERGE_QUEUE || (s->merge == MOE_TOK_MERGE_AUTO && !spm && ns >= PQ_MIN_SYMS)) {
+        if (pq_merge(t, s, spm, txt, ns) || s->oom) return;
+        s->n_fallback++;
+        init(t, s, w, n);
+    }
+    heap_merge(t, s, spm, txt, ns);
 }
 
 static void bpe_word_merge(const moe_tokenizer *t, scratch *s, const char *w, size_t n, ids_buf *out);
@@ -698,7 +973,7 @@ static void bpe_word_merge(const moe_tokenizer *t, scratch *s, const char *w, si
 /* One pre-tokenized word (bytes w[0..n) of the normalized text), through the
  * per-call word cache. */
 static void bpe_word(const moe_tokenizer *t, scratch *s, const char *w, size_t n, ids_buf *out) {
-    if (n < 2 || n > WC_MAX_WORD) { bpe_word_merge(t, s, w, n, out); return; }
+    if (n < 2 || n > WC_MAX_WORD || s->merge != MOE_TOK_MERGE_AUTO) { bpe_word_merge(t, s, w, n, out); return; }
     if (!s->wc) {
         s->wc = calloc(WC_SLOTS, sizeof *s->wc);
         if (!s->wc) { bpe_word_merge(t, s, w, n, out); return; }
@@ -728,6 +1003,12 @@ static void bpe_word(const moe_tokenizer *t, scratch *s, const char *w, size_t n
     s->wc_used++;
 }
 
+/* One symbol per byte of w (its mapped char's token, -1 if none). */
+static void bpe_init_syms(const moe_tokenizer *t, scratch *s, const char *w, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        s->syms[i] = (sym){t->byte_tok[(uint8_t)w[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1, (uint32_t)i, 1};
+}
+
 static void bpe_word_merge(const moe_tokenizer *t, scratch *s, const char *w, size_t n, ids_buf *out) {
     if (t->ignore_merges) {
         if (!grow((void **)&s->word, &s->word_cap, n * 2 + 1, 1)) { s->oom = true; return; }
@@ -741,22 +1022,9 @@ static void bpe_word_merge(const moe_tokenizer *t, scratch *s, const char *w, si
         if (id >= 0) { ids_push(out, id); return; }
     }
     if (!grow((void **)&s->syms, &s->syms_cap, n, sizeof(sym))) { s->oom = true; return; }
-    for (size_t i = 0; i < n; i++)
-        s->syms[i] = (sym){t->byte_tok[(uint8_t)w[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1, (uint32_t)i, 1};
-    s->heap_n = 0;
-    for (size_t i = 1; i < n; i++) bpe_try_pair(t, s, (int32_t)i - 1, (int32_t)i);
-    while (s->heap_n && !s->oom) {
-        bigram g = heap_pop(s, false);
-        sym *a = &s->syms[g.left], *b = &s->syms[g.right];
-        if (a->len == 0 || b->len == 0 || a->id != g.lid || b->id != g.rid || a->next != g.right) continue;
-        a->id = g.mid;
-        a->len += b->len;
-        b->len = 0;
-        a->next = b->next;
-        if (b->next >= 0) s->syms[b->next].prev = g.left;
-        bpe_try_pair(t, s, a->prev, g.left);
-        bpe_try_pair(t, s, g.left, a->next);
-    }
+    bpe_init_syms(t, s, w, n);
+    merge_syms(t, s, false, NULL, (int32_t)n, bpe_init_syms, w, n);
+    if (s->oom) return;
     for (int32_t i = 0; i >= 0; i = s->syms[i].next) {
         const sym *y = &s->syms[i];
         if (y->id >= 0) { ids_push(out, y->id); continue; }
@@ -855,13 +1123,21 @@ static void bpe_fragment(const moe_tokenizer *t, scratch *s, const char *text, s
 
 static int32_t spm_lookup(const moe_tokenizer *t, const char *s, size_t n) { return text_lookup(t, s, n); }
 
-static void spm_try_pair(const moe_tokenizer *t, scratch *sc, const char *txt, int32_t l, int32_t r) {
-    if (l < 0 || r < 0) return;
-    const sym *a = &sc->syms[l], *b = &sc->syms[r];
-    int32_t id = spm_lookup(t, txt + a->start, a->len + b->len);
-    if (id < 0) return;
-    heap_push(sc, (bigram){t->score[id], 0, l, r, a->len + b->len, 0, 0, id}, true);
+/* One symbol per UTF-8 character of txt (by lead byte, as llama.cpp). */
+static int32_t spm_init_syms(scratch *s, const char *txt, size_t n) {
+    static const uint8_t lenlut[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    int32_t ns = 0;
+    for (size_t i = 0; i < n;) {
+        size_t cl = lenlut[(uint8_t)txt[i] >> 4];
+        if (cl > n - i) cl = n - i;
+        s->syms[ns] = (sym){-1, ns - 1, -1, (uint32_t)i, (uint32_t)cl};
+        if (ns > 0) s->syms[ns - 1].next = ns;
+        ns++; i += cl;
+    }
+    return ns;
 }
+
+static void spm_reinit(const moe_tokenizer *t, scratch *s, const char *txt, size_t n) { spm_init_syms(s, txt, n); }
 
 static void spm_fragment(const moe_tokenizer *t, scratch *s, const char *text, size_t len, bool prefix_space, ids_buf *out) {
     size_t cap = (len + 1) * 3 + 1;
@@ -874,29 +1150,10 @@ static void spm_fragment(const moe_tokenizer *t, scratch *s, const char *text, s
     }
     const char *txt = s->buf;
     if (!grow((void **)&s->syms, &s->syms_cap, n, sizeof(sym))) { s->oom = true; return; }
-    static const uint8_t lenlut[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-    int32_t ns = 0;
-    for (size_t i = 0; i < n;) {
-        size_t cl = lenlut[(uint8_t)txt[i] >> 4];
-        if (cl > n - i) cl = n - i;
-        s->syms[ns] = (sym){-1, ns - 1, -1, (uint32_t)i, (uint32_t)cl};
-        if (ns > 0) s->syms[ns - 1].next = ns;
-        ns++; i += cl;
-    }
+    int32_t ns = spm_init_syms(s, txt, n);
     if (ns == 0) return;
-    s->heap_n = 0;
-    for (int32_t i = 1; i < ns; i++) spm_try_pair(t, s, txt, i - 1, i);
-    while (s->heap_n && !s->oom) {
-        bigram g = heap_pop(s, true);
-        sym *a = &s->syms[g.left], *b = &s->syms[g.right];
-        if (a->len == 0 || b->len == 0 || a->len + b->len != g.size) continue;
-        a->len += b->len;
-        b->len = 0;
-        a->next = b->next;
-        if (b->next >= 0) s->syms[b->next].prev = g.left;
-        spm_try_pair(t, s, txt, a->prev, g.left);
-        spm_try_pair(t, s, txt, g.left, a->next);
-    }
+    merge_syms(t, s, true, txt, ns, spm_reinit, txt, n);
+    if (s->oom) return;
     for (int32_t i = 0; i >= 0; i = s->syms[i].next) {
         const sym *y = &s->syms[i];
         int32_t id = spm_lookup(t, txt + y->start, y->len);
@@ -970,6 +1227,12 @@ static bool find_specials(const moe_tokenizer *t, const char *text, size_t len, 
 int moe_tokenizer_encode(const moe_tokenizer *t, const char *text, size_t len, bool add_bos,
                          bool parse_special, int32_t *ids, size_t cap, size_t *n_out,
                          char *err, size_t errlen) {
+    return moe_tokenizer_encode_merge(t, NULL, text, len, add_bos, parse_special, ids, cap, n_out, err, errlen);
+}
+
+int moe_tokenizer_encode_merge(const moe_tokenizer *t, moe_tok_merge *how, const char *text, size_t len, bool add_bos,
+                               bool parse_special, int32_t *ids, size_t cap, size_t *n_out,
+                               char *err, size_t errlen) {
     if (n_out) *n_out = 0;
     if (!t || (!text && len) || (!ids && cap) || !n_out)
         return moe_errf(err, errlen, MOE_EINVAL, "tokenize: invalid arguments");
@@ -977,6 +1240,7 @@ int moe_tokenizer_encode(const moe_tokenizer *t, const char *text, size_t len, b
         return moe_errf(err, errlen, MOE_EINVAL, "tokenize: text of %zu bytes is too long (at most 4 GiB - 1 per call)", len);
     ids_buf out = {0};
     scratch s = {0};
+    s.merge = how ? how->merge : MOE_TOK_MERGE_AUTO;
     occ *sp = NULL; size_t nsp = 0;
     if (add_bos && t->bos >= 0) ids_push(&out, t->bos);
     if (len && !find_specials(t, text, len, parse_special, &sp, &nsp)) s.oom = true;
@@ -1003,6 +1267,8 @@ int moe_tokenizer_encode(const moe_tokenizer *t, const char *text, size_t len, b
     free(sp);
     free(s.syms); free(s.heap); free(s.buf); free(s.rxbuf); free(s.seg); free(s.seg2); free(s.word);
     free(s.wc); free(s.wc_bytes); free(s.wc_ids);
+    free(s.pe); free(s.bk); free(s.bmap); free(s.bheap); free(s.ord);
+    if (how) how->n_fallback = s.n_fallback;
     if (s.md) pcre2_match_data_free(s.md);
     if (s.oom || out.oom) {
         free(out.v);

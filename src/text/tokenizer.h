@@ -28,6 +28,16 @@ bool moe_tokenizer_is_eog(const moe_tokenizer *t, int32_t id);
 int  moe_tokenizer_encode(const moe_tokenizer *t, const char *text, size_t len, bool add_bos,
                           bool parse_special, int32_t *ids, size_t cap, size_t *n_out,
                           char *err, size_t errlen);
+/* How the merges are searched (all give the same ids): AUTO, the default,
+ * uses the heap for short words and the bucket queue for long ones; the
+ * others force one path, the naive O(n^2) scan being the reference the tests
+ * compare with. n_fallback: words the queue handed back to the heap (a
+ * vocabulary whose merges are not in build order). */
+enum { MOE_TOK_MERGE_AUTO, MOE_TOK_MERGE_HEAP, MOE_TOK_MERGE_QUEUE, MOE_TOK_MERGE_NAIVE };
+typedef struct moe_tok_merge { int merge; size_t n_fallback; } moe_tok_merge;
+int  moe_tokenizer_encode_merge(const moe_tokenizer *t, moe_tok_merge *how, const char *text, size_t len,
+                                bool add_bos, bool parse_special, int32_t *ids, size_t cap, size_t *n_out,
+                                char *err, size_t errlen);
 /* Bytes of a token: byte tokens give their byte, normal tokens their decoded
  * bytes, control tokens "" unless show_special. MOE_ERANGE for a bad id. */
 int  moe_tokenizer_piece(const moe_tokenizer *t, int32_t id, bool show_special,
