@@ -10,13 +10,12 @@
 # phases object (every phase that ran has calls and time, shares sum to at
 # most 1, the per-layer phases run as often as each other), refused with --ab.
 BIN=${MOEFAST_BIN:-build/asan/moefast}
-SHARED=${MOEFAST_SHARED:-../shared}
-M=$SHARED/oracle/qwen3moe-tiny-f32.gguf
+. tests/lib.sh
 d=$(mktemp -d /tmp/moefast-cli-bench-XXXXXX) || exit 1
 trap 'rm -rf "$d"' EXIT
 fail=0
 bad() { echo "FAIL: $*" >&2; fail=1; }
-[ -f "$M" ] || { echo "FAIL: missing $M" >&2; exit 1; }
+M=$(tiny_f32 "$d") && [ -f "$M" ] || { echo "FAIL: no qwen3moe-tiny F32 model" >&2; exit 1; }
 
 . scripts/jget.sh
 

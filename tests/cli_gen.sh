@@ -3,7 +3,7 @@
 # errors exit 2 with one line "moefast <cmd>: ...", failed writes leave
 # nothing behind, same arguments give the same bytes.
 BIN=${MOEFAST_BIN:-build/asan/moefast}
-SHARED=${MOEFAST_SHARED:-../shared}
+. tests/lib.sh   # ref: ../shared, else the vendored copy (tests/data/shared)
 d=$(mktemp -d /tmp/moefast-cli-gen-XXXXXX) || exit 1
 trap 'rm -rf "$d"' EXIT
 fail=0
@@ -69,8 +69,8 @@ expect_err quantize "$d/a.gguf" "$d/r.gguf" Q8_0 --type-experts nope; expect_msg
 expect_err quantize "$d/missing.gguf" "$d/r.gguf" Q8_0; expect_msg "missing.gguf"
 expect_err quantize "$d/a.gguf" "$d/r.gguf"
 [ -e "$d/r.gguf" ] && bad "a failed quantize left $d/r.gguf"
-if [ -f "$SHARED/oracle/laguna-tiny-f32.gguf" ]; then
-  "$BIN" quantize "$SHARED/oracle/laguna-tiny-f32.gguf" "$d/l.gguf" BF16 --type-experts NVFP4 >/dev/null \
+if LF=$(ref oracle/laguna-tiny-f32.gguf); then
+  "$BIN" quantize "$LF" "$d/l.gguf" BF16 --type-experts NVFP4 >/dev/null \
     || bad "quantize laguna BF16/NVFP4 failed"
 fi
 [ $fail -eq 0 ] && echo "cli_gen: ok"

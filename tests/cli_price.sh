@@ -14,13 +14,12 @@
 # from $MOEFAST_BIN.
 BIN=${MOEFAST_BIN:-build/asan/moefast}
 REL=${MOEFAST_BIN_REL:-build/rel/moefast}
-SHARED=${MOEFAST_SHARED:-../shared}
-M=$SHARED/oracle/qwen3moe-tiny-f32.gguf
+. tests/lib.sh
 d=$(mktemp -d /tmp/moefast-cli-price-XXXXXX) || exit 1
 trap 'rm -rf "$d"' EXIT
 fail=0
 bad() { echo "FAIL: $*" >&2; fail=1; }
-[ -f "$M" ] || { echo "FAIL: missing $M" >&2; exit 1; }
+M=$(tiny_f32 "$d") && [ -f "$M" ] || { echo "FAIL: no qwen3moe-tiny F32 model" >&2; exit 1; }
 CHILD=$BIN
 [ -x "$REL" ] && CHILD=$REL
 P="$BIN price -m $M --bin $CHILD"

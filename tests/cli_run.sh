@@ -6,15 +6,15 @@
 # sampling is reproducible with a seed; bad arguments exit 2 with one line;
 # -f FILE / -f - prompts (incl. 1 MB and bad files); --ctx past the trained
 # context warns (or names YaRN's reach).
+# Reference files through ref (tests/lib.sh): ../shared, else the vendored copy.
 BIN=${MOEFAST_BIN:-build/asan/moefast}
 BIN_REL=${MOEFAST_BIN_REL:-build/rel/moefast}
 [ -x "$BIN_REL" ] || BIN_REL=$BIN
-SH=${MOEFAST_SHARED:-../shared}
+. tests/lib.sh
 d=$(mktemp -d /tmp/moefast-cli-run-XXXXXX) || exit 1
 trap 'rm -rf "$d"' EXIT
 fail=0
 bad() { echo "FAIL: $*" >&2; fail=1; }
-[ -d "$SH/oracle" ] || { echo "FAIL: missing $SH/oracle" >&2; exit 1; }
 
 # the ids of a one-line JSON array field: field FILE NAME -> "1,2,3"
 field() { sed -n "s/.*\"$2\": *\[\([0-9, ]*\)\].*/\1/p" "$1" | head -n 1 | tr -d ' '; }
@@ -22,17 +22,19 @@ field() { sed -n "s/.*\"$2\": *\[\([0-9, ]*\)\].*/\1/p" "$1" | head -n 1 | tr -d
 PROMPT="The quick brown fox jumps over the lazy dog. Once upon a time"
 for pair in qwen3moe-tiny-f32:qwen3moe-tiny-f32.f32kv-noflash qwen3moe-tiny-q8_0:qwen3moe-tiny-f32.f32kv-noflash \
             laguna-tiny-f32:laguna-tiny-f32.f32kv-noflash laguna-tiny-q8_0:laguna-tiny-f32.f32kv-noflash; do
-  model=${pair%%:*}; ref=$SH/oracle/${pair#*:}.json
+  model=${pair%%:*}
+  mf=$(ref "oracle/$model.gguf") && rj=$(ref "oracle/${pair#*:}.json") || continue
   # reference greedy tokens: the second "tokens" array of the reference JSON
-  want=$(grep '"tokens"' "$ref" | sed -n 2p | sed 's/.*\[\(.*\)\].*/\1/' | tr -d ' ')
-  wprompt=$(grep '"tokens"' "$ref" | sed -n 1p | sed 's/.*\[\(.*\)\].*/\1/' | tr -d ' ')
-  "$BIN" run -m "$SH/oracle/$model.gguf" -p "$PROMPT" -n 64 -t 2 --json >"$d/out.json" 2>"$d/err" ||
+  want=$(grep '"tokens"' "$rj" | sed -n 2p | sed 's/.*\[\(.*\)\].*/\1/' | tr -d ' ')
+  wprompt=$(grep '"tokens"' "$rj" | sed -n 1p | sed 's/.*\[\(.*\)\].*/\1/' | tr -d ' ')
+  "$BIN" run -m "$mf" -p "$PROMPT" -n 64 -t 2 --json >"$d/out.json" 2>"$d/err" ||
     { bad "$model: run failed: $(cat "$d/err")"; continue; }
   [ "$(field "$d/out.json" prompt_tokens)" = "$wprompt" ] || bad "$model: prompt ids $(field "$d/out.json" prompt_tokens) != $wprompt"
   [ "$(field "$d/out.json" tokens)" = "$want" ] || bad "$model: tokens differ from ${pair#*:}: $(field "$d/out.json" tokens)"
 done
 
-M=$SH/oracle/laguna-tiny-bf16-nvfp4.gguf
+M=$(ref oracle/laguna-tiny-bf16-nvfp4.gguf) || { echo "cli_run: the rest needs that file"; exit $fail; }
+L=$(ref oracle/laguna-tiny-q8_0.gguf) || { echo "cli_run: the rest needs that file"; exit $fail; }
 # plain output: the continuation on stdout, one timing line on stderr
 "$BIN" run -m "$M" --tokens 588,418,515 -n 8 >"$d/out" 2>"$d/err" || bad "plain run failed"
 grep -q "^prefill: 3 tokens" "$d/err" || bad "no timing line: $(cat "$d/err")"
@@ -70,16 +72,16 @@ grep -q "kv_f16 and kv_q8" "$d/err" || bad "kv_f16+kv_q8: $(cat "$d/err")"
 "$BIN" gen --arch qwen3moe --preset tiny -o "$d/h48.gguf" head_dim=48 >/dev/null 2>"$d/err" || bad "gen head_dim=48: $(cat "$d/err")"
 expect_err run -m "$d/h48.gguf" --tokens 1 --flags +kv_q8
 grep -q "head_dim 48" "$d/err" || bad "kv_q8 with heads of 48: $(cat "$d/err")"
-"$BIN" run -m "$SH/oracle/laguna-tiny-f32.gguf" --tokens 5,17,300,42,7,999,0,123,55,66,77,88,99,100 -n 23 --ctx 37 \
+"$BIN" run -m "$L" --tokens 5,17,300,42,7,999,0,123,55,66,77,88,99,100 -n 23 --ctx 37 \
   --flags +kv_q8 --json >"$d/q8a.json" 2>"$d/err" || bad "run --flags +kv_q8 --ctx 37: $(cat "$d/err")"
-"$BIN" run -m "$SH/oracle/laguna-tiny-f32.gguf" --tokens 5,17,300,42,7,999,0,123,55,66,77,88,99,100 -n 23 --ctx 37 \
+"$BIN" run -m "$L" --tokens 5,17,300,42,7,999,0,123,55,66,77,88,99,100 -n 23 --ctx 37 \
   --batch-size 1 -t 3 --flags +kv_q8 --json >"$d/q8b.json" 2>"$d/err" || bad "run --flags +kv_q8 --batch-size 1: $(cat "$d/err")"
 [ -n "$(field "$d/q8a.json" tokens)" ] && [ "$(field "$d/q8a.json" tokens)" = "$(field "$d/q8b.json" tokens)" ] ||
   bad "kv_q8: batched prefill and one-token steps differ: $(field "$d/q8a.json" tokens) vs $(field "$d/q8b.json" tokens)"
 # --check TRACE: the golden trace replayed after the run, one line on stderr
 # (make run does this on the default model); a missing, broken or foreign
 # trace fails before generating (exit 2); a divergence exits 1 with a FAIL line
-Q=$SH/oracle/qwen3moe-tiny-q8_0.gguf; G=tests/golden/qwen3moe-tiny-q8_0.trace.json
+Q=$(ref oracle/qwen3moe-tiny-q8_0.gguf) || { echo "cli_run: the rest needs that file"; exit $fail; }; G=tests/golden/qwen3moe-tiny-q8_0.trace.json
 "$BIN" run -m "$Q" --tokens 1,2 -n 2 -t 3 --check "$G" >"$d/out" 2>"$d/err" || bad "run --check failed: $(cat "$d/err")"
 grep -q "^check: this machine reproduced all 96 golden tokens of $G (isa [a-z0-9]*, 3 threads)\$" "$d/err" ||
   bad "run --check: no pass line: $(cat "$d/err")"
@@ -101,7 +103,7 @@ expect_err info "$d/missing.gguf"
 
 # -f FILE and -f - (standard input) give the prompt ids of -p; a bad file is one
 # error line, exit 2, before the model loads
-Q=$SH/oracle/qwen3moe-tiny-f32.gguf
+Q=$(ref oracle/qwen3moe-tiny-q8_0.gguf) || exit $fail   # the F32 file's vocabulary and shapes
 printf '%s' "$PROMPT" >"$d/prompt.txt"
 "$BIN" run -m "$Q" -p "$PROMPT" -n 2 --json >"$d/p.json" 2>/dev/null || bad "run -p for -f"
 "$BIN" run -m "$Q" -f "$d/prompt.txt" -n 2 --json >"$d/f.json" 2>"$d/err" || bad "run -f: $(cat "$d/err")"
@@ -145,14 +147,16 @@ printf 'hi\n' | "$BIN" chat -m "$Q" --ctx 5000 -n 1 >/dev/null 2>"$d/err" || bad
 grep -q "^moefast chat: warning: --ctx 5000 .*4096" "$d/err" || bad "chat: no --ctx warning: $(cat "$d/err")"
 
 # info: architecture, per-layer heads, bytes per token, the tensor table
-"$BIN" info "$SH/oracle/laguna-tiny-f32.gguf" >"$d/info" 2>&1 || bad "info failed"
+"$BIN" info "$L" >"$d/info" 2>&1 || bad "info failed"
 for want in "architecture:  laguna" "query heads per layer: 4 6s 6s 6s" "YaRN factor 32" \
             "weight bytes read per decoded token" "blk.1.ffn_gate_exps.weight" "sliding window 12"; do
   grep -qF "$want" "$d/info" || bad "info lacks '$want'"
 done
 # a vocabulary-only file is still described
-"$BIN" info "$SH/vocab/ggml-vocab-gpt-2.gguf" >"$d/info" 2>"$d/err" || bad "info on a vocab-only file failed: $(cat "$d/err")"
-grep -q "tokenizer.ggml.tokens" "$d/info" || bad "vocab-only info lacks the token array"
+if V=$(ref vocab/ggml-vocab-gpt-2.gguf); then
+  "$BIN" info "$V" >"$d/info" 2>"$d/err" || bad "info on a vocab-only file failed: $(cat "$d/err")"
+  grep -q "tokenizer.ggml.tokens" "$d/info" || bad "vocab-only info lacks the token array"
+fi
 
 # the kernel level: forced, automatic, and a bad value (a warning, then the best level)
 MOEFAST_ISA=scalar "$BIN" info "$M" 2>/dev/null | grep -q "^kernels: *scalar" || bad "MOEFAST_ISA=scalar not applied"

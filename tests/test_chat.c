@@ -6,8 +6,9 @@
 #include "moefast.h"
 
 static char *template_of(const char *rel) {
-    char path[1024], err[MOE_ERR_LEN];
-    snprintf(path, sizeof path, "%s/%s", check_shared_dir(), rel);
+    char err[MOE_ERR_LEN];
+    const char *path = check_ref(rel);
+    if (!path) return NULL;
     gguf_file *f = NULL;
     int rc = gguf_open(path, &f, err, sizeof err);
     CHECK_MSG(rc == MOE_OK, "%s", err);
@@ -44,10 +45,12 @@ static const char CHATML_WANT[] =
 
 int main(void) {
     char *qwen3 = template_of("vocab/qwen3-vocab.gguf");
-    char *synth_q = template_of("oracle/qwen3moe-tiny-f32.gguf");
-    char *synth_l = template_of("oracle/laguna-tiny-f32.gguf");
-    CHECK(qwen3 && synth_q && synth_l);
-    if (!qwen3 || !synth_q || !synth_l) return check_report("test_chat");
+    char *synth_q = template_of("oracle/qwen3moe-tiny-q8_0.gguf"); /* the F32 files' templates */
+    char *synth_l = template_of("oracle/laguna-tiny-q8_0.gguf");
+    if (!qwen3 || !synth_q || !synth_l) {
+        free(qwen3); free(synth_q); free(synth_l);
+        return check_report("test_chat");
+    }
 
     /* recognition */
     CHECK(moe_chat_detect(qwen3) && !strcmp(moe_chat_detect(qwen3), "chatml"));
@@ -94,8 +97,7 @@ int main(void) {
     CHECK_EQ_INT(moe_chat_render_tmpl(qwen3, NULL, NULL, 2, true, &out, err, sizeof err), MOE_EINVAL);
 
     /* the public wrapper on a vocabulary-only load */
-    char path[1024];
-    snprintf(path, sizeof path, "%s/vocab/qwen3-vocab.gguf", check_shared_dir());
+    const char *path = check_ref("vocab/qwen3-vocab.gguf");
     moe_model *m = NULL;
     moe_load_params lp = {.vocab_only = true};
     int rc = moe_model_load(path, &lp, &m, err, sizeof err);

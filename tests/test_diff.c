@@ -28,13 +28,12 @@ static int run(const char *path, const char *flags, int n_batch, char *msg, size
 
 int main(void) {
     const char *models[] = {"laguna-tiny-bf16-nvfp4.gguf", "qwen3moe-tiny-q4_k.gguf"}; /* NVFP4 experts: a8 under act_q8 */
-    char path[512], msg[MOE_ERR_LEN];
+    char rel[128], msg[MOE_ERR_LEN];
     int ran = 0;
     for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "%s/oracle/%s", check_shared_dir(), models[i]);
-        FILE *f = fopen(path, "rb");
-        if (!f) { fprintf(stderr, "skip %s\n", path); continue; }
-        fclose(f);
+        snprintf(rel, sizeof rel, "oracle/%s", models[i]);
+        const char *path = check_ref(rel);
+        if (!path) continue;
         ran++;
         int rc = run(path, "all", 7, msg, sizeof msg);
         CHECK_MSG(rc == MOE_OK, "%s: all flags vs none diverged: %s", models[i], msg);

@@ -178,10 +178,11 @@ int main(void) {
             }
             CHECK_MSG(rc != MOE_OK && strstr(err, "head_dim 18"), "%s: kv_q8 not refused (%d: %s)", file, rc, err);
         } else {
-            snprintf(path, sizeof path, "%s/oracle/%s", check_shared_dir(), file);
-            FILE *f = fopen(path, "rb");
-            if (!f) { fprintf(stderr, "skip %s (not found)\n", path); continue; }
-            fclose(f);
+            char rel[128];
+            snprintf(rel, sizeof rel, "oracle/%s", file);
+            const char *p = check_ref(rel);
+            if (!p) continue;
+            snprintf(path, sizeof path, "%s", p);
             ran++;
         }
         size_t n = 0;
@@ -210,6 +211,6 @@ int main(void) {
         if (gen) remove(path);
     }
     rmdir(gdir);
-    CHECK_MSG(ran > 0, "no shared models found under %s/oracle", check_shared_dir());
+    CHECK_MSG(ran > 0, "no reference models found (check_ref)");
     return check_report("test_forward");
 }

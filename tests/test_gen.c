@@ -320,9 +320,9 @@ static void check_q8_matches_quantizer(const char *f32path, const char *q8path) 
 }
 
 static void check_quantize_vs_shared(void) {
-    char in[512], ref[512], err[MOE_ERR_LEN];
-    snprintf(in, sizeof in, "%s/oracle/qwen3moe-tiny-f32.gguf", check_shared_dir());
-    snprintf(ref, sizeof ref, "%s/oracle/qwen3moe-tiny-q8_0.gguf", check_shared_dir());
+    char err[MOE_ERR_LEN];
+    const char *in = check_ref("oracle/qwen3moe-tiny-f32.gguf"), *ref = check_ref("oracle/qwen3moe-tiny-q8_0.gguf");
+    if (!in || !ref) return;
     const char *out = tpath("q8.gguf");
     int rc = moe_quantize_file(in, out, "q8_0", NULL, err, sizeof err);
     CHECK_MSG(rc == 0, "%s", err);
@@ -555,8 +555,9 @@ int main(void) {
         uint32_t align = 0;
         CHECK_MSG(strict_gguf(p1, &align), "%s: not a strict GGUF v3 file", p1);
         CHECK_EQ_INT(align, 32);
-        snprintf(oracle, sizeof oracle, "%s/oracle/%s-tiny-f32.gguf", check_shared_dir(), arches[a]);
-        compare_with_oracle(p1, oracle);
+        snprintf(oracle, sizeof oracle, "oracle/%s-tiny-f32.gguf", arches[a]);
+        const char *op = check_ref(oracle);
+        if (op) compare_with_oracle(p1, op);
         round_trip(p1, p2);
         check_contents(p1, a == 0);
         rc = gen(arches[a], "tiny", (const char *const[]){"type=q8_0", NULL}, pq, err);

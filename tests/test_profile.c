@@ -383,10 +383,11 @@ int main(void) {
     char path[512];
     int ran = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        snprintf(path, sizeof path, "%s/oracle/%s", check_shared_dir(), cases[c].file);
-        FILE *f = fopen(path, "rb");
-        if (!f) { fprintf(stderr, "skip %s (not found)\n", path); continue; }
-        fclose(f);
+        char rel[128];
+        snprintf(rel, sizeof rel, "oracle/%s", cases[c].file);
+        const char *p = check_ref(rel);
+        if (!p) continue;
+        snprintf(path, sizeof path, "%s", p);
         ran++;
         for (int k = 0; k < 4 && cases[c].flags[k]; k++) check_model(path, cases[c].flags[k], false);
         check_model(path, "default", true);   /* differential mode: the twin adds nothing */
@@ -401,6 +402,6 @@ int main(void) {
         CHECK_EQ_INT(moe_session_compute_ceiling(NULL, &part, 1, &n, &sec, err, sizeof err), MOE_EINVAL);
         CHECK_MSG(n == 0 && sec == 0, "compute_ceiling(NULL) left n %d, seconds %g", n, sec);
     }
-    CHECK_MSG(ran > 0, "no shared models found under %s/oracle", check_shared_dir());
+    CHECK_MSG(ran > 0, "no reference models found (check_ref)");
     return check_report("test_profile");
 }

@@ -464,9 +464,12 @@ static void test_round_trip(void) {
 /* ---- oracle files ------------------------------------------------------------------ */
 
 static void oracle_pair(const char *qname, const char *fname, uint32_t qtype) {
-    char qp[512], fp[512], err[MOE_ERR_LEN];
-    snprintf(qp, sizeof qp, "%s/oracle/%s", check_shared_dir(), qname);
-    snprintf(fp, sizeof fp, "%s/oracle/%s", check_shared_dir(), fname);
+    char rel[256], err[MOE_ERR_LEN];
+    snprintf(rel, sizeof rel, "oracle/%s", qname);
+    const char *qp = check_ref(rel);
+    snprintf(rel, sizeof rel, "oracle/%s", fname);
+    const char *fp = check_ref(rel);
+    if (!qp || !fp) return;
     gguf_file *q = NULL, *f = NULL;
     int rq = gguf_open(qp, &q, err, sizeof err);
     CHECK_MSG(rq == MOE_OK, "%s", err);
@@ -511,8 +514,10 @@ static void oracle_pair(const char *qname, const char *fname, uint32_t qtype) {
 /* Real tensors (Q4_0, Q4_K, NVFP4 from the oracle files): every SIMD level
  * agrees with the reference on every row, and the values are finite. */
 static void oracle_kernels(const char *name) {
-    char p[512], err[MOE_ERR_LEN];
-    snprintf(p, sizeof p, "%s/oracle/%s", check_shared_dir(), name);
+    char rel[256], err[MOE_ERR_LEN];
+    snprintf(rel, sizeof rel, "oracle/%s", name);
+    const char *p = check_ref(rel);
+    if (!p) return;
     gguf_file *g = NULL;
     int rc = gguf_open(p, &g, err, sizeof err);
     CHECK_MSG(rc == MOE_OK, "%s", err);

@@ -334,13 +334,15 @@ int main(void) {
     char path[512];
     int ran = 0;
     for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
-        snprintf(path, sizeof path, "%s/oracle/%s", check_shared_dir(), models[mi].file);
-        char err[MOE_ERR_LEN];
+        char rel[128], err[MOE_ERR_LEN];
+        snprintf(rel, sizeof rel, "oracle/%s", models[mi].file);
+        const char *p = check_ref(rel);
+        if (!p) continue;
+        snprintf(path, sizeof path, "%s", p);
         moe_model *m = NULL;
-        if (moe_model_load(path, NULL, &m, err, sizeof err) != MOE_OK) {
-            fprintf(stderr, "skip %s: %s\n", path, err);
-            continue;
-        }
+        int lrc = moe_model_load(path, NULL, &m, err, sizeof err);
+        CHECK_MSG(lrc == MOE_OK, "%s", err);
+        if (lrc != MOE_OK) continue;
         const size_t V = (size_t)moe_model_n_vocab(m);
         moe_model_free(m);
         ran++;
@@ -351,6 +353,6 @@ int main(void) {
             check_sibling(path, V);
         }
     }
-    CHECK_MSG(ran > 0, "no shared models found under %s/oracle", check_shared_dir());
+    CHECK_MSG(ran > 0, "no reference models found (check_ref)");
     return check_report("test_session_flags");
 }

@@ -229,11 +229,11 @@ static void test_malformed(void) {
 }
 
 /* Provenance check, record and gate on a real model (skipped when the
- * shared oracle directory is absent). */
+ * model file is absent: check_ref). */
 static void test_with_model(void) {
-    char path[512], err[MOE_ERR_LEN] = "";
-    snprintf(path, sizeof path, "%s/oracle/qwen3moe-tiny-f32.gguf", check_shared_dir());
-    if (access(path, R_OK) != 0) { printf("test_trace: %s absent, model tests skipped\n", path); return; }
+    char err[MOE_ERR_LEN] = "";
+    const char *path = check_ref("oracle/qwen3moe-tiny-f32.gguf");
+    if (!path) return;
     /* recorded on the reference path, gated on the default (optimised) one */
     moe_model *m = NULL, *ref = NULL;
     moe_load_params lp = {.flags = "none"}, dp = {.flags = "default"};

@@ -11,6 +11,7 @@
  * after the parse succeeded. See docs/GGUF.md for the error classes. */
 #include "gguf/gguf.h"
 #include "base/util.h"
+#include "base/meminfo.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -252,6 +253,7 @@ typedef struct gguf_impl {
     bool mapped;
     uint64_t map_len;
     char *pool;             /* NUL-terminated keys and tensor names */
+    uint8_t *copies;        /* aligned copies of misaligned tensors (fix_misaligned) */
     gguf_str *kv_names, *t_names;
     nameset kv_set, t_set;
 } gguf_impl;
@@ -265,6 +267,7 @@ void gguf_close(gguf_file *f) {
     free(f->kv);
     free(f->tensors);
     free(g->pool);
+    free(g->copies);
     free(g->kv_names);
     free(g->t_names);
     free(g->kv_set.slot);
@@ -522,6 +525,63 @@ static void check_tensor_data(gcur *c, gguf_impl *g) {
     free(ord);
 }
 
+/* Byte alignment the readers of a tensor type need: F32/I32 4, F16/BF16/I16
+ * 2, F64/I64 8; quantized blocks 1 (their sizes, e.g. Q8_0's 34 bytes, do
+ * not keep even 2-byte alignment from block to block, so the kernels read
+ * block scales with memcpy: quant_internal.h moe_rd16). */
+static uint32_t type_align(uint32_t t) {
+    switch (t) {
+    case 0: case 26: return 4;                 /* F32, I32 */
+    case 1: case 25: case 30: return 2;        /* F16, I16, BF16 */
+    case 27: case 28: return 8;                /* I64, F64 */
+    default: return 1;
+    }
+}
+
+/* A GGUF with general.alignment 1 or 2 (or a buffer given to
+ * gguf_open_memory at an odd address) can put a tensor's data at an address
+ * its element type cannot be read from through a typed pointer (an F32 norm
+ * at an odd offset: undefined behaviour, reported by UBSan in forward.c).
+ * Such tensors are copied, once, into owned 64-byte aligned memory and
+ * t->data points there; the values are the file's, bit for bit. Only the
+ * misaligned tensors are copied (with alignment >= 8, as every writer we
+ * know uses, none is). If the copies would not fit in the available memory
+ * the file is refused with the first such tensor, its offset and alignment. */
+static void fix_misaligned(gcur *c, gguf_impl *g) {
+    gguf_file *f = &g->f;
+    uint64_t total = 0, n = 0, first = UINT64_MAX;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        if ((uintptr_t)t->data % type_align(t->type) == 0) continue;
+        if (first == UINT64_MAX) first = i;
+        n++;
+        total += (t->nbytes + 63) & ~(uint64_t)63;    /* bounded by the file size: no overflow */
+    }
+    if (!n) return;
+    const gguf_tensor *t0 = &f->tensors[first];
+    uint64_t avail = 0;
+    char nm[4 * NAME_SHOW_MAX + 8];
+    const gguf_str *n0 = &g->t_names[first];
+    if (!moe_mem_fits(total, &avail) || !(g->copies = aligned_alloc(64, (size_t)total))) {
+        cur_fail(c, MOE_ENOMEM, "misaligned tensor data: tensor '%s' at file offset %llu is not %u-byte aligned "
+                 "(general.alignment %llu); aligned copies of the %llu such tensors need %llu bytes, %llu available",
+                 show(nm, sizeof nm, n0->ptr, n0->len), (unsigned long long)(t0->data - f->map),
+                 type_align(t0->type), (unsigned long long)f->alignment, (unsigned long long)n,
+                 (unsigned long long)total, (unsigned long long)avail);
+        return;
+    }
+    uint8_t *dst = g->copies;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        gguf_tensor *t = &f->tensors[i];
+        if ((uintptr_t)t->data % type_align(t->type) == 0) continue;
+        memcpy(dst, t->data, t->nbytes);
+        t->data = dst;
+        dst += (t->nbytes + 63) & ~(uint64_t)63;
+    }
+    f->n_copied = n;
+    f->copied_bytes = total;
+}
+
 static int parse(gguf_impl *g, char *err, size_t errlen) {
     gguf_file *f = &g->f;
     static const uint8_t empty[1];
@@ -653,6 +713,7 @@ static int parse(gguf_impl *g, char *err, size_t errlen) {
         return c->err;
     }
     check_tensor_data(c, g);
+    if (!c->err) fix_misaligned(c, g);
     if (c->err) return c->err;
 
     /* Success: copy keys and names into one NUL-terminated pool. Their total

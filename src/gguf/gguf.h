@@ -53,7 +53,7 @@ typedef struct gguf_tensor {
     uint64_t offset;        /* relative to the data section */
     uint64_t nbytes;
     uint64_t info_offset;   /* byte offset of the tensor info in the file (for messages) */
-    const uint8_t *data;    /* into the mapping */
+    const uint8_t *data;    /* into the mapping; aligned for the type (see n_copied) */
 } gguf_tensor;
 
 typedef struct gguf_file {
@@ -66,6 +66,8 @@ typedef struct gguf_file {
     gguf_tensor *tensors;
     uint64_t alignment;
     uint64_t data_offset;   /* start of the tensor data section */
+    uint64_t n_copied, copied_bytes; /* tensors whose data was misaligned for their type
+                                      * (general.alignment 1 or 2): copied to aligned memory */
 } gguf_file;
 
 /* Returns MOE_OK or a negative moe_status; on error *out is NULL and err holds one line. */

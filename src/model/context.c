@@ -11,6 +11,7 @@
 #include "base/flags.h"
 #include "model/blocks.h"
 #include "base/util.h"
+#include "base/meminfo.h"
 
 /* ggml's YaRN helpers, reproduced so positions rotate exactly as the
  * ecosystem's reference does (iterative theta in float). */
@@ -59,11 +60,15 @@ static void rope_table(const moe_rope *r, int n_ctx, float *tab) {
 typedef struct {
     bool ok;
     size_t offset;
+    uint64_t bytes, budget; /* asked so far (also after a failure); what fits (meminfo.h) */
 } buf_alloc;
 
 static void *xcalloc(size_t n, size_t sz, buf_alloc *a) {
-    if (!a->ok) return NULL;
     if (n == 0) n = 1;
+    uint64_t b;                      /* refuse what would not fit instead of growing until killed */
+    a->bytes = moe_mul_ok(n, sz, &b) && moe_add_ok(a->bytes, b, &b) ? b : UINT64_MAX;
+    if (a->bytes > a->budget) a->ok = false;
+    if (!a->ok) return NULL;
     void *p = moe_calloc_aligned(n, sz, a->offset);
     if (!p) a->ok = false;
     return p;
@@ -126,7 +131,8 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
     const size_t D = (size_t)hp->head_dim, Dv = (size_t)hp->head_dim_v, Hkv = (size_t)hp->n_head_kv;
     const size_t K = (size_t)hp->n_expert_used, NE = (size_t)hp->n_expert, L = (size_t)hp->n_layer * (size_t)n_seq;
     const size_t C = (size_t)n_ctx;
-    buf_alloc al = {true, moe_flag_on(flags, MOE_FLAG_ALIGNED_BUFFERS) ? 0 : 16};
+    const uint64_t avail = moe_mem_available();
+    buf_alloc al = {true, moe_flag_on(flags, MOE_FLAG_ALIGNED_BUFFERS) ? 0 : 16, 0, avail / 10 * 9};
     s->seq_len = xcalloc((size_t)n_seq, sizeof(int), &al);
     s->tok_pos = xcalloc(B, sizeof(int32_t), &al);
     s->tok_seq = xcalloc(B, sizeof(int32_t), &al);
@@ -187,6 +193,10 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
     }
     if (!al.ok) {
         context_free(s);
+        if (al.bytes > al.budget)
+            return moe_errf(err, errlen, MOE_ENOMEM, "context: n_ctx %d x %d sequences needs %llu bytes of KV cache and "
+                            "scratch, %llu available; try a smaller --ctx", n_ctx, n_seq, (unsigned long long)al.bytes,
+                            (unsigned long long)avail);
         return moe_errf(err, errlen, MOE_ENOMEM, "context: out of memory for n_ctx %d, n_seq %d, n_batch %d", n_ctx, n_seq,
                         n_batch);
     }

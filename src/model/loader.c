@@ -13,6 +13,7 @@
 #include "model/bind.h"
 #include "model/blocks.h"
 #include "base/util.h"
+#include "base/meminfo.h"
 
 /* Weight bytes one decoded token reads: every row of the matrices it reads
  * whole, n_expert_used of each expert stack, one embedding row (norm vectors
@@ -120,6 +121,21 @@ static int repack_weights(moe_model *m, char *err, size_t errlen) {
         if (layout[i]) total += (ws[i]->mat_bytes * (size_t)ws[i]->n_mat + 63) & ~(size_t)63;
     }
     if (total == 0) { free(ws); free(layout); return MOE_OK; }
+    /* More than memory holds: x4 is a layout of the same values, so keep
+     * streaming from the file mapping (bit-identical results); a8 is the only
+     * layout the act_q8 kernels read, so act_q8 is refused. Never copy what
+     * does not fit (the process would grow until it is killed). */
+    uint64_t avail = 0;
+    if (!moe_mem_fits(total, &avail)) {
+        bool a8 = memchr(layout, 'a', (size_t)nw) != NULL;
+        free(ws); free(layout);
+        if (a8)
+            return moe_errf(err, errlen, MOE_ENOMEM, "%s: flag act_q8 needs %zu bytes of repacked weights, %llu "
+                            "available (try --flags=-act_q8)", m->path, total, (unsigned long long)avail);
+        moe_note(m, "not repacked: the repacked weights need %zu bytes, %llu available; streaming from the "
+                 "file mapping", total, (unsigned long long)avail);
+        return MOE_OK;
+    }
     void *arena = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (arena == MAP_FAILED) {
         free(ws); free(layout);

@@ -5,6 +5,11 @@ with ONE defect; tests/test_gguf.c holds the expected error code and message
 for each. base.valid is the undamaged file; test_gguf checks that the C
 writer produces exactly these bytes from the same content.
 
+The odd_*.gguf files are not malformed: valid files with general.alignment
+1 or 2 whose F32 (and F16) tensors lie at offsets their element type cannot
+be read from directly; test_gguf checks that they open and their data comes
+back aligned, with the file's bytes.
+
 Usage: python3 tests/data/make_malformed.py   (from the repository root)
 """
 import os
@@ -70,8 +75,43 @@ def build(kvs, tensors, magic=b"GGUF", version=3, n_tensors=None, n_kv=None):
     return bytes(h), marks
 
 
+def odd(align, tensors, want):
+    """A valid file with general.alignment `align`: tensors (name, dims,
+    type, nbytes) laid out back to back (each offset rounded up to `align`);
+    a string kv "odd.pad" is lengthened until the data section starts at
+    want(data_offset) True (e.g. odd), which decides where the F32 data lands."""
+    for pad in range(8):
+        kvs = [
+            [b"general.architecture", STRING, gstr(b"tiny")],
+            [b"general.alignment", U32, struct.pack("<I", align)],
+            [b"odd.pad", STRING, gstr(b"x" * pad)],
+        ]
+        h = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
+        for key, typ, val in kvs:
+            h += gstr(key) + struct.pack("<I", typ) + val
+        off = 0
+        for i, (name, dims, typ, nbytes) in enumerate(tensors):
+            h += gstr(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<q", d) for d in dims)
+            h += struct.pack("<IQ", typ, off)
+            off = (off + nbytes + align - 1) // align * align
+        h += bytes((-len(h)) % align)
+        if not want(len(h)):
+            continue
+        for i, (name, dims, typ, nbytes) in enumerate(tensors):
+            d = tensor_bytes(i, nbytes)
+            h += d + bytes((-len(d)) % align)
+        return bytes(h)
+    raise AssertionError("no padding gives the wanted data offset")
+
+
 def cases():
     out = {}
+    # alignment 1: Q8_0 (34 bytes) at an odd file offset, then F32 and F16 at odd ones
+    out["odd_align1.gguf"] = odd(1, [(b"w.q8", [32, 1], Q8_0, 34), (b"w.f32", [8, 2], F32, 64),
+                                     (b"w.f16", [4], F16, 8)], lambda o: o % 2 == 1)
+    # alignment 2: F16 (2 bytes) at a multiple of 4, then F32 at 2 mod 4
+    out["odd_align2.gguf"] = odd(2, [(b"w.f16", [1], F16, 2), (b"w.f32", [8, 2], F32, 64)],
+                                 lambda o: o % 4 == 0)
 
     kvs, ts = base_parts()
     base, marks = build(kvs, ts)
