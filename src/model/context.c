@@ -194,9 +194,9 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
     if (!al.ok) {
         context_free(s);
         if (al.bytes > al.budget)
-            return moe_errf(err, errlen, MOE_ENOMEM, "context: n_ctx %d x %d sequences needs %llu bytes of KV cache and "
-                            "scratch, %llu available; try a smaller --ctx", n_ctx, n_seq, (unsigned long long)al.bytes,
-                            (unsigned long long)avail);
+            return moe_errf(err, errlen, MOE_ENOMEM, "context: n_ctx %d needs %llu bytes of KV cache and scratch, %llu "
+                            "available; try a smaller --ctx%s", n_ctx, (unsigned long long)al.bytes,
+                            (unsigned long long)avail, n_seq > 1 ? " or fewer sequences" : "");
         return moe_errf(err, errlen, MOE_ENOMEM, "context: out of memory for n_ctx %d, n_seq %d, n_batch %d", n_ctx, n_seq,
                         n_batch);
     }
