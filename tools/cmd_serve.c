@@ -116,6 +116,9 @@ int cmd_serve(int argc, char **argv) {
     s.api_key = o.api_key;
     s.chat_format = o.format;
     s.max_body = (size_t)o.max_body;
+    /* tests only: slows each step so that queues fill and clients can leave mid-request */
+    const char *delay = getenv("MOEFAST_SERVE_STEP_DELAY_MS");
+    if (delay && atoi(delay) > 0 && atoi(delay) <= 10000) s.step_delay_us = (unsigned)(1000 * atoi(delay));
     char *probe = NULL;
     if (moe_chat_render(m, o.format, NULL, 0, true, &probe, err, sizeof err))
         fprintf(stderr, "moefast serve: warning: /v1/chat/completions will fail: %s\n", err);

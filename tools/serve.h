@@ -33,6 +33,7 @@ typedef struct srv_req {
     uint64_t id;
     int kind;
     bool stream, include_usage, return_tokens;
+    bool cache_prompt;              /* false: a cold prefill even when a slot holds the prefix */
     int32_t *prompt;
     int n_prompt;
     int max_tokens;
@@ -86,8 +87,7 @@ typedef struct srv {
     int n_vocab, n_ctx, n_slots, chunk, queue_cap;
     const char *model_name, *api_key, *chat_format;
     size_t max_body;
-    bool chat_ok;                   /* the chat template renders */
-    char chat_err[MOE_ERR_LEN];
+    unsigned step_delay_us;         /* test hook (MOEFAST_SERVE_STEP_DELAY_MS): a pause after each step */
 
     pthread_mutex_t mu;
     pthread_cond_t wake;            /* the engine waits here for work */

@@ -281,8 +281,10 @@ int api_parse(srv *s, int kind, const char *body, size_t n, srv_req **out, api_e
     r->kind = kind;
     r->created = (long)time(NULL);
     bool lp = false;
+    r->cache_prompt = true;
     json_t *so = json_object_get(o, "stream_options");
-    if (get_bool(o, "stream", &r->stream, e) || get_bool(o, "return_tokens", &r->return_tokens, e) || get_bool(o, "logprobs", &lp, e)) goto done;
+    if (get_bool(o, "stream", &r->stream, e) || get_bool(o, "return_tokens", &r->return_tokens, e) ||
+        get_bool(o, "cache_prompt", &r->cache_prompt, e) || get_bool(o, "logprobs", &lp, e)) goto done;
     if (so && !json_is_null(so) && (!json_is_object(so) || get_bool(so, "include_usage", &r->include_usage, e))) {
         if (!json_is_object(so)) api_fail(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object");
         goto done;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "serve.h"
 
@@ -130,7 +131,7 @@ int srv_submit(srv *s, srv_req *r, const char **why) {
 
 void srv_cancel(srv *s, srv_req *r) {
     pthread_mutex_lock(&s->mu);
-    if (!r->done) {
+    if (!r->done && !r->cancelled) {
         r->cancelled = true;
         s->met.cancelled++;
         pthread_cond_signal(&s->wake);
@@ -166,7 +167,8 @@ static int pick_slot(srv *s, const srv_req *r, int *common) {
         const srv_slot *sl = &s->slots[i];
         if (sl->req) continue;
         int c = 0;
-        const int lim = sl->n_cache < r->n_prompt - 1 ? sl->n_cache : r->n_prompt - 1;
+        int lim = sl->n_cache < r->n_prompt - 1 ? sl->n_cache : r->n_prompt - 1;
+        if (!r->cache_prompt) lim = 0;
         while (c < lim && sl->cache[c] == r->prompt[c]) c++;
         if (c > best_c || (c == best_c && sl->last_used < s->slots[best].last_used)) { best = i; best_c = c; }
     }
@@ -370,6 +372,7 @@ static void *engine_main(void *arg) {
         }
         pthread_mutex_unlock(&s->mu);
         run_step(s);
+        if (s->step_delay_us) usleep(s->step_delay_us);
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
