@@ -91,8 +91,8 @@ typedef struct srv {
 
     pthread_mutex_t mu;
     pthread_cond_t wake;            /* the engine waits here for work */
-    srv_req **queue;                /* ring of queue_cap */
-    int q_head, q_len;
+    srv_req **queue;                /* ring of q_size = queue_cap + n_slots */
+    int q_head, q_len, q_size;
     srv_slot *slots;
     bool stopping;                  /* no new requests; queued ones refused */
     bool quit;                      /* the engine exits once idle (set with stopping) */

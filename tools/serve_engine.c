@@ -44,7 +44,8 @@ int srv_init(srv *s, moe_model *m, const moe_context_params *cp, int chunk, int 
     s->n_slots = moe_context_n_seq(s->ctx);
     s->n_ctx = moe_context_n_ctx(s->ctx);
     const size_t nb = (size_t)(chunk + s->n_slots);
-    s->queue = calloc((size_t)queue_cap, sizeof *s->queue);
+    s->q_size = queue_cap + s->n_slots;
+    s->queue = calloc((size_t)s->q_size, sizeof *s->queue);
     s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
     s->tok = malloc(nb * sizeof *s->tok);
     s->seq = malloc(nb * sizeof *s->seq);
@@ -119,10 +120,12 @@ int srv_submit(srv *s, srv_req *r, const char **why) {
     pthread_mutex_lock(&s->mu);
     int rc = 0;
     if (s->stopping) { rc = 503; *why = "the server is shutting down"; }
-    else if (s->q_len == s->queue_cap) { rc = 503; *why = "the request queue is full; retry later"; }
+    /* the queue also holds requests for free slots until the engine wakes
+     * up to admit them: only those beyond the free slots count as waiting */
+    else if (s->q_len - (s->n_slots - s->busy) >= s->queue_cap) { rc = 503; *why = "the request queue is full; retry later"; }
     else {
         r->refs++;                                 /* the engine's */
-        s->queue[(s->q_head + s->q_len++) % s->queue_cap] = r;
+        s->queue[(s->q_head + s->q_len++) % s->q_size] = r;
         pthread_cond_signal(&s->wake);
     }
     pthread_mutex_unlock(&s->mu);
@@ -179,7 +182,7 @@ static int pick_slot(srv *s, const srv_req *r, int *common) {
 static void admit(srv *s) {
     while (s->q_len > 0 && s->busy < s->n_slots) {
         srv_req *r = s->queue[s->q_head];
-        s->q_head = (s->q_head + 1) % s->queue_cap;
+        s->q_head = (s->q_head + 1) % s->q_size;
         s->q_len--;
         if (r->cancelled) { unref_locked(r); continue; }
         int common;
@@ -392,7 +395,7 @@ void srv_shutdown(srv *s, double grace) {
     s->deadline = srv_now() + grace;
     while (s->q_len > 0) {                         /* not started: refused */
         srv_req *r = s->queue[s->q_head];
-        s->q_head = (s->q_head + 1) % s->queue_cap;
+        s->q_head = (s->q_head + 1) % s->q_size;
         s->q_len--;
         if (!r->done) finish_err(r, 503, "the server is shutting down");
         unref_locked(r);
