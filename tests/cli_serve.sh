@@ -28,6 +28,7 @@ M=$T/q.gguf
 # start_server LOG ARGS...: sets SPID and PORT (the server picks a free port)
 start_server() {
   log=$1; shift
+  : >"$log"
   "$BIN" serve -m "$M" --port 0 "$@" 2>"$log" &
   SPID=$!
   PIDS="$PIDS $SPID"
@@ -49,10 +50,26 @@ wait_metric() { # name value: polls for up to 20 s
   fail "metric $1 never reached $2 (is $(metric "$1"))"
 }
 
+# ---- bad command lines: exit 2, the last line names the problem -------------
+badcli() { # label, expected substring, args...
+  label=$1; want=$2; shift 2
+  out=$("$BIN" serve "$@" 2>&1)
+  rc=$?
+  [ $rc -eq 2 ] || fail "$label: exit $rc (want 2): $out"
+  echo "$out" | tail -n 1 | grep -qF -- "moefast serve: $want" || fail "$label: lacks '$want': $out"
+}
+badcli "no model" "-m FILE is required" --port 0
+badcli "missing model file" "$T/nope.gguf" -m "$T/nope.gguf" --port 0
+badcli "port out of range" "bad value for --port" -m "$M" --port 70000
+badcli "bad host" "--host example.com: not an IPv4 or IPv6 address" -m "$M" --port 0 --host example.com
+badcli "unknown option" "unknown argument '--bogus'" -m "$M" --bogus
+echo "ok bad command lines: exit 2 with one line"
+
 # ---- server A: the API ------------------------------------------------------
 KEY=sekrit
 start_server "$T/a.log" --slots 8 --ctx 256 --chunk 16 -t 2 --api-key $KEY --max-body 65536 --queue 16
 echo "server A on port $PORT"
+badcli "port in use" "cannot listen on 127.0.0.1:$PORT" -m "$M" --port "$PORT" --slots 1 --ctx 64
 
 # call METHOD PATH [BODY]: the status in ST, the body in $T/body
 call() {
