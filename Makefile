@@ -14,7 +14,8 @@ CLI_PKGS := libmicrohttpd
 CSTD    := -std=c11 -D_GNU_SOURCE -ffp-contract=off -fno-math-errno
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter
 INC     := -Iinclude -Isrc
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) $(CLI_PKGS) 2>/dev/null)
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+CLI_CFLAGS = $(shell pkg-config --cflags $(CLI_PKGS) 2>/dev/null)
 CLI_LIBS   = $(shell pkg-config --libs $(CLI_PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIBS     = $(PKG_LIBS) -lm -lpthread
@@ -40,6 +41,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 BENCH_SRC:= $(wildcard bench/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o)
 TOOL_OBJ := $(TOOL_SRC:%.c=$(B)/%.o)
+$(TOOL_OBJ): CFLAGS += $(CLI_CFLAGS)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 

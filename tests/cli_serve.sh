@@ -161,6 +161,10 @@ call POST /v1/completions '{"prompt":[1,2,3,4,5,6,7,8,9,10],"max_tokens":246,"te
 [ "$ST" = 200 ] || fail "prompt + max_tokens = context: $ST $(cat "$T/body")"
 echo "ok prompt + max_tokens over the context: 400 naming 10, 247 and 256; 246 fits"
 bad "body over --max-body" 413 null POST $CH "{\"x\":\"$(head -c 70000 /dev/zero | tr '\0' a)\"}" "65536"
+# a chunked body has no Content-Length: refused once it passes the limit
+head -c 70000 /dev/zero | tr '\0' a | curl -s -o "$T/body" -w '%{http_code}' -H "Authorization: Bearer $KEY" \
+  -H 'Transfer-Encoding: chunked' --data-binary @- "$(URL $CH)" >"$T/st"
+[ "$(cat "$T/st")" = 413 ] && grep -q request_too_large "$T/body" || fail "chunked body over --max-body: $(cat "$T/st" "$T/body")"
 bad "unknown path" 404 null GET /v1/nope ''
 bad "GET on a POST endpoint" 405 null GET $CH ''
 check_bad

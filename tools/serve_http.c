@@ -324,6 +324,12 @@ static bool auth_ok(struct MHD_Connection *c, const char *key) {
     return diff == 0;
 }
 
+static enum MHD_Result too_large(struct MHD_Connection *c, conn *k) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "the request body exceeds %zu bytes (--max-body)", k->s->max_body);
+    return fail(c, k, 413, NULL, "request_too_large", msg);
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     srv *s = cls;
@@ -338,8 +344,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         atomic_fetch_add(&g_active, 1);
         if (s->api_key && !strncmp(url, "/v1/", 4) && !auth_ok(c, s->api_key))
             return fail(c, k, 401, NULL, "invalid_api_key", "Incorrect or missing API key (Authorization: Bearer KEY)");
+        /* a declared body over the limit is refused before it is read (MHD
+         * then closes the connection); a chunked one once it passes the limit */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > s->max_body) k->cap = SIZE_MAX;     /* refused once read */
+        if (cl && strtoull(cl, NULL, 10) > s->max_body) return too_large(c, k);
         return MHD_YES;
     }
     if (k->status) { *upload_size = 0; return MHD_YES; }  /* answered already: the rest is dropped */
@@ -360,11 +368,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         k->body[k->len] = 0;
         return MHD_YES;
     }
-    if (k->cap == SIZE_MAX) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "the request body exceeds %zu bytes", s->max_body);
-        return fail(c, k, 413, NULL, "request_too_large", msg);
-    }
+    if (k->cap == SIZE_MAX) return too_large(c, k);
     return route(c, k, url, method);
 }
 
