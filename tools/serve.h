@@ -144,6 +144,7 @@ char *api_final_json(srv *s, srv_req *r, int *status);
 /* Stream events: "data: {...}\n\n" strings, malloc'd. */
 char *api_chunk(srv *s, srv_req *r, const char *text, size_t len, bool role, const char *finish);
 char *api_usage_chunk(srv *s, srv_req *r);
+char *api_error_chunk(srv *s, srv_req *r);                   /* r failed (err_status, errmsg) */
 char *api_models_json(srv *s, bool one);   /* the list, or the one model object */
 
 /* serve_http.c */

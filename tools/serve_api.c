@@ -378,18 +378,16 @@ char *api_final_json(srv *s, srv_req *r, int *status) {
     return dump_free(o, false);
 }
 
+char *api_error_chunk(srv *s, srv_req *r) {
+    api_err e = {0};
+    api_fail(&e, r->err_status, NULL, NULL, "%s", r->errmsg);
+    char *d = api_error_json(&e), *ev = d ? malloc(strlen(d) + 9) : NULL;
+    if (ev) sprintf(ev, "data: %s\n\n", d);
+    free(d);
+    return ev;
+}
+
 char *api_chunk(srv *s, srv_req *r, const char *text, size_t len, bool role, const char *finish) {
-    if (r->err_status) {
-        api_err e = {0};
-        api_fail(&e, r->err_status, NULL, NULL, "%s", r->errmsg);
-        json_t *o = json_object(), *er = json_object();
-        json_object_set_new(er, "message", ascii_string(e.message));
-        json_object_set_new(er, "type", json_string(e.type));
-        json_object_set_new(er, "param", json_null());
-        json_object_set_new(er, "code", json_null());
-        json_object_set_new(o, "error", er);
-        return dump_free(o, true);
-    }
     json_t *o = head_json(r, true), *ch = json_object(), *arr = json_array();
     json_object_set_new(ch, "index", json_integer(0));
     if (r->kind == SRV_CHAT) {

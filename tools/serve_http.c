@@ -150,16 +150,17 @@ static bool st_refill(stream *st) {
     char *text = avail ? malloc(avail) : NULL;
     if (text) memcpy(text, r->text + st->sent, avail);
     const bool done = r->done && r->emit == r->len;
+    const bool failed = r->err_status != 0;
     pthread_mutex_unlock(&s->mu);
     if (avail && !text) return false;
     st->sent += avail;
     bool ok = true;
     /* r's fields read below without the lock are final once done */
-    if (avail && !r->err_status) ok = st_add(st, api_chunk(s, r, text, avail, false, NULL));
+    if (avail && !failed) ok = st_add(st, api_chunk(s, r, text, avail, false, NULL));
     free(text);
     if (ok && done && st->sent == r->len) {
-        ok = st_add(st, api_chunk(s, r, "", 0, false, r->finish));
-        if (ok && r->include_usage && !r->err_status) ok = st_add(st, api_usage_chunk(s, r));
+        ok = st_add(st, failed ? api_error_chunk(s, r) : api_chunk(s, r, "", 0, false, r->finish));
+        if (ok && r->include_usage && !failed) ok = st_add(st, api_usage_chunk(s, r));
         if (ok) ok = st_add(st, strdup("data: [DONE]\n\n"));
         st->finished = true;
     }
