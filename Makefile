@@ -9,12 +9,16 @@
 
 CC      ?= gcc
 PKGS    := libpcre2-8 jansson libcrypto
+# The CLI alone links these (`moefast serve`); the library never does.
+CLI_PKGS := libmicrohttpd
 # -ffp-contract=off: the compiler must never fuse a*b+c on its own; the
 # kernels' reduction order (src/quant/quant.h) is part of their contract.
 CSTD    := -std=c11 -D_GNU_SOURCE -ffp-contract=off -fno-math-errno
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter
 INC     := -Iinclude -Isrc
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+CLI_CFLAGS = $(shell pkg-config --cflags $(CLI_PKGS) 2>/dev/null)
+CLI_LIBS   = $(shell pkg-config --libs $(CLI_PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIBS     = $(PKG_LIBS) -lm -lpthread
 
@@ -44,6 +48,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 BENCH_SRC:= $(wildcard bench/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o)
 TOOL_OBJ := $(TOOL_SRC:%.c=$(B)/%.o)
+$(TOOL_OBJ): CFLAGS += $(CLI_CFLAGS)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 
@@ -78,7 +83,7 @@ $(B)/$(SHLIB): $(LIB_OBJ) libmoefast.map
 	    -o $@ $(LIB_OBJ) $(LIBS)
 
 $(B)/moefast: $(TOOL_OBJ) $(B)/libmoefast.a
-	$(CC) $(LDSAN) -o $@ $(TOOL_OBJ) $(B)/libmoefast.a $(LIBS)
+	$(CC) $(LDSAN) -o $@ $(TOOL_OBJ) $(B)/libmoefast.a $(CLI_LIBS) $(LIBS)
 
 $(B)/tests/%: tests/%.c tests/check.h $(B)/libmoefast.a
 	@mkdir -p $(dir $@)

@@ -19,6 +19,7 @@
 #pragma weak cmd_flags
 #pragma weak cmd_bench
 #pragma weak cmd_price
+#pragma weak cmd_serve
 
 typedef struct { const char *name; int (*fn)(int, char **); const char *help; } command;
 
@@ -34,6 +35,7 @@ static const command COMMANDS[] = {
     {"bisect", cmd_bisect, "find bad flags:   bisect -m FILE TRACE"},
     {"flags", cmd_flags, "list optimisation flags"},
     {"bench", cmd_bench, "time the windows: bench -m FILE [-t N] [--json]"},
+    {"serve", cmd_serve, "OpenAI server:    serve -m FILE [--host ADDR] [--port N] [--slots N] [--ctx N] [--api-key KEY]"},
     {"price", cmd_price, "A/B pricing:      price -m FILE --a SPEC --b SPEC [--pairs N]"},
 };
 

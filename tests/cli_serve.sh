@@ -1,0 +1,280 @@
+#!/bin/sh
+# cli_serve.sh — `moefast serve` (the sanitized binary) on 127.0.0.1 with a
+# tiny generated model:
+#   raw HTTP with curl: every bad input gets its status and an OpenAI error
+#     object naming the field; the API key; the body limit; /health, /metrics;
+#   the official openai npm package (tests/serve, pinned by its lockfile;
+#     skipped with a reason when npm or the registry is unavailable): chat,
+#     streaming, completions, stop strings, and 8 concurrent requests giving
+#     each the tokens it gets alone (tests/serve/test.mjs);
+#   a slowed server (MOEFAST_SERVE_STEP_DELAY_MS): the queue full (503 with
+#     Retry-After), clients leaving mid-request (their slot freed), SIGTERM
+#     (running requests finish or are cancelled after --shutdown-timeout,
+#     queued ones get 503, exit 0, ASan clean).
+set -u
+BIN=${MOEFAST_BIN:-build/asan/moefast}
+REL=${MOEFAST_BIN_REL:-build/rel/moefast}
+[ -x "$REL" ] || REL=$BIN
+command -v curl >/dev/null 2>&1 || { echo "SKIP: curl is not installed"; exit 0; }
+T=$(mktemp -d /tmp/moefast-cli-serve.XXXXXX) || exit 2
+PIDS=""
+cleanup() { for p in $PIDS; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
+trap cleanup EXIT
+nfail=0
+fail() { echo "FAIL: $*"; nfail=$((nfail + 1)); }
+M=$T/q.gguf
+"$REL" gen --arch qwen3moe --preset tiny --type Q8_0 -o "$M" >/dev/null || { echo "gen failed"; exit 1; }
+
+# start_server LOG ARGS...: sets SPID and PORT (the server picks a free port)
+start_server() {
+  log=$1; shift
+  : >"$log"
+  "$BIN" serve -m "$M" --port 0 "$@" 2>"$log" &
+  SPID=$!
+  PIDS="$PIDS $SPID"
+  for _ in $(seq 1 300); do
+    PORT=$(sed -n 's/^moefast serve: listening on http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$log")
+    [ -n "$PORT" ] && return 0
+    kill -0 "$SPID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "server did not start: $(cat "$log")"
+  exit 1
+}
+# stop_server SIGNAL: the exit status in SRC
+stop_server() { kill -"$1" "$SPID"; wait "$SPID"; SRC=$?; }
+URL() { echo "http://127.0.0.1:$PORT$1"; }
+metric() { curl -s "$(URL /metrics)" | awk -v n="$1" '$1 == n { print $2 }'; }
+wait_metric() { # name value: polls for up to 20 s
+  for _ in $(seq 1 200); do [ "$(metric "$1")" = "$2" ] && return 0; sleep 0.1; done
+  fail "metric $1 never reached $2 (is $(metric "$1"))"
+}
+
+# ---- bad command lines: exit 2, the last line names the problem -------------
+badcli() { # label, expected substring, args...
+  label=$1; want=$2; shift 2
+  out=$("$BIN" serve "$@" 2>&1)
+  rc=$?
+  [ $rc -eq 2 ] || fail "$label: exit $rc (want 2): $out"
+  echo "$out" | tail -n 1 | grep -qF -- "moefast serve: $want" || fail "$label: lacks '$want': $out"
+}
+badcli "no model" "-m FILE is required" --port 0
+badcli "missing model file" "$T/nope.gguf" -m "$T/nope.gguf" --port 0
+badcli "port out of range" "bad value for --port" -m "$M" --port 70000
+badcli "bad host" "--host example.com: not an IPv4 or IPv6 address" -m "$M" --port 0 --host example.com
+badcli "unknown option" "unknown argument '--bogus'" -m "$M" --bogus
+echo "ok bad command lines: exit 2 with one line"
+
+# ---- server A: the API ------------------------------------------------------
+KEY=sekrit
+start_server "$T/a.log" --slots 8 --ctx 256 --chunk 16 -t 2 --api-key $KEY --max-body 65536 --queue 16
+echo "server A on port $PORT"
+badcli "port in use" "cannot listen on 127.0.0.1:$PORT" -m "$M" --port "$PORT" --slots 1 --ctx 64
+
+# call METHOD PATH [BODY]: the status in ST, the body in $T/body
+call() {
+  if [ $# -ge 3 ]; then
+    ST=$(curl -s -o "$T/body" -D "$T/head" -w '%{http_code}' -X "$1" -H "Authorization: Bearer $KEY" \
+         -H 'Content-Type: application/json' --data-binary "$3" "$(URL "$2")")
+  else
+    ST=$(curl -s -o "$T/body" -D "$T/head" -w '%{http_code}' -X "$1" -H "Authorization: Bearer $KEY" "$(URL "$2")")
+  fi
+}
+# bad LABEL STATUS PARAM METHOD PATH BODY [SUBSTRING]: an OpenAI error object
+# naming PARAM ("null": none); the bodies are checked together at the end
+# (one python3 start, not one per case)
+NBAD=0
+: >"$T/bad.list"
+bad() {
+  label=$1; want=$2; param=$3; sub=${7:-}
+  call "$4" "$5" "$6"
+  [ "$ST" = "$want" ] || { fail "$label: status $ST (want $want): $(cat "$T/body")"; return; }
+  NBAD=$((NBAD + 1))
+  cp "$T/body" "$T/bad.$NBAD"
+  printf '%s\t%s\t%s\t%s\n' "$T/bad.$NBAD" "$param" "$sub" "$label" >>"$T/bad.list"
+  echo "ok $label: $want $param"
+}
+check_bad() {
+  python3 - "$T/bad.list" <<'EOF' || fail "error objects"
+import json, sys
+for line in open(sys.argv[1]):
+    path, param, sub, label = line.rstrip("\n").split("\t")
+    try:
+        e = json.load(open(path))["error"]
+        assert set(e) == {"message", "type", "param", "code"}, e
+        assert isinstance(e["message"], str) and e["message"], e
+        assert e["type"] in ("invalid_request_error", "server_error"), e
+        assert e["param"] == (None if param == "null" else param), e
+        assert sub in e["message"], e
+    except Exception as x:
+        print("FAIL: %s: %r: %s" % (label, x, open(path).read()))
+        sys.exit(1)
+EOF
+}
+CH=/v1/chat/completions
+MSG='"messages":[{"role":"user","content":"hi"}]'
+bad "malformed JSON" 400 null POST $CH '{"messages": [' "malformed JSON"
+bad "empty body" 400 null POST $CH ''
+bad "not an object" 400 null POST $CH '[1,2]'
+bad "invalid UTF-8" 400 null POST $CH "$(printf '{"messages":[{"role":"user","content":"\377"}]}')"
+bad "deep nesting" 400 null POST $CH "$(awk 'BEGIN { for (i = 0; i < 20000; i++) printf "["; for (i = 0; i < 20000; i++) printf "]" }')"
+bad "no messages" 400 messages POST $CH '{"model":"q"}'
+bad "messages not an array" 400 messages POST $CH '{"messages":"hi"}'
+bad "empty messages" 400 messages POST $CH '{"messages":[]}'
+bad "message not an object" 400 messages POST $CH '{"messages":[7]}'
+bad "unknown role" 400 messages POST $CH '{"messages":[{"role":"wizard","content":"x"}]}' "wizard"
+bad "content a number" 400 messages POST $CH '{"messages":[{"role":"user","content":5}]}'
+bad "content missing" 400 messages POST $CH '{"messages":[{"role":"user"}]}'
+bad "image content" 400 messages POST $CH '{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}'
+bad "temperature a string" 400 temperature POST $CH "{$MSG,\"temperature\":\"hot\"}"
+bad "temperature 5" 400 temperature POST $CH "{$MSG,\"temperature\":5}"
+bad "top_p 2" 400 top_p POST $CH "{$MSG,\"top_p\":2}"
+bad "top_k -1" 400 top_k POST $CH "{$MSG,\"top_k\":-1}"
+bad "seed a string" 400 seed POST $CH "{$MSG,\"seed\":\"x\"}"
+bad "max_tokens -1" 400 max_tokens POST $CH "{$MSG,\"max_tokens\":-1}"
+bad "max_tokens 0" 400 max_tokens POST $CH "{$MSG,\"max_tokens\":0}"
+bad "max_tokens 2.5" 400 max_tokens POST $CH "{$MSG,\"max_tokens\":2.5}"
+bad "max_tokens huge" 400 max_tokens POST $CH "{$MSG,\"max_tokens\":1000000000}" "(1000000000) exceed the context (256 tokens)"
+bad "max_completion_tokens huge" 400 max_completion_tokens POST $CH "{$MSG,\"max_completion_tokens\":300}" "(300) exceed"
+bad "max_tokens past int64" 400 null POST $CH "{$MSG,\"max_tokens\":99999999999999999999999}"
+bad "n 2" 400 n POST $CH "{$MSG,\"n\":2}"
+bad "stop a number" 400 stop POST $CH "{$MSG,\"stop\":5}"
+bad "stop 5 strings" 400 stop POST $CH "{$MSG,\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}"
+bad "stop empty" 400 stop POST $CH "{$MSG,\"stop\":\"\"}"
+bad "stream a string" 400 stream POST $CH "{$MSG,\"stream\":\"yes\"}"
+bad "logprobs" 400 logprobs POST $CH "{$MSG,\"logprobs\":true}"
+bad "unknown model" 404 model POST $CH "{$MSG,\"model\":\"gpt-9\"}" "gpt-9"
+bad "model a number" 400 model POST $CH "{$MSG,\"model\":1}"
+bad "no prompt" 400 prompt POST /v1/completions '{"max_tokens":2}'
+bad "prompt an object" 400 prompt POST /v1/completions '{"prompt":{}}'
+bad "two prompts" 400 prompt POST /v1/completions '{"prompt":["a","b"]}'
+bad "empty prompt" 400 prompt POST /v1/completions '{"prompt":[]}'
+bad "token id out of range" 400 prompt POST /v1/completions '{"prompt":[1,999999]}' "999999"
+bad "negative token id" 400 prompt POST /v1/completions '{"prompt":[-1]}'
+LONG=$(seq -f 'w%g' 0 399 | tr '\n' ' ')
+bad "prompt over the context" 400 prompt POST /v1/completions "{\"prompt\":\"$LONG\"}" "exceeds the context (256 tokens)"
+# prompt + max_tokens: both numbers named
+call POST /v1/completions '{"prompt":[1,2,3,4,5,6,7,8,9,10],"max_tokens":247}'
+[ "$ST" = 400 ] && grep -q 'the prompt (10 tokens) + .max_tokens. (247) exceed the context (256 tokens)' "$T/body" \
+  || fail "prompt + max_tokens: $ST $(cat "$T/body")"
+call POST /v1/completions '{"prompt":[1,2,3,4,5,6,7,8,9,10],"max_tokens":246,"temperature":0}'
+[ "$ST" = 200 ] || fail "prompt + max_tokens = context: $ST $(cat "$T/body")"
+echo "ok prompt + max_tokens over the context: 400 naming 10, 247 and 256; 246 fits"
+bad "body over --max-body" 413 null POST $CH "{\"x\":\"$(head -c 70000 /dev/zero | tr '\0' a)\"}" "65536"
+# a chunked body has no Content-Length: refused once it passes the limit
+head -c 70000 /dev/zero | tr '\0' a | curl -s -o "$T/body" -w '%{http_code}' -H "Authorization: Bearer $KEY" \
+  -H 'Transfer-Encoding: chunked' --data-binary @- "$(URL $CH)" >"$T/st"
+[ "$(cat "$T/st")" = 413 ] && grep -q request_too_large "$T/body" || fail "chunked body over --max-body: $(cat "$T/st" "$T/body")"
+bad "unknown path" 404 null GET /v1/nope ''
+bad "GET on a POST endpoint" 405 null GET $CH ''
+check_bad
+echo "ok $NBAD error objects: {message, type, param, code}, the param named"
+# the API key
+ST=$(curl -s -o "$T/body" -w '%{http_code}' "$(URL /v1/models)")
+[ "$ST" = 401 ] && grep -q invalid_api_key "$T/body" || fail "no key: $ST $(cat "$T/body")"
+ST=$(curl -s -o "$T/body" -w '%{http_code}' -H "Authorization: Bearer sekrit2" "$(URL /v1/models)")
+[ "$ST" = 401 ] || fail "wrong key: $ST"
+ST=$(curl -s -o "$T/body" -w '%{http_code}' -H "Authorization: sekrit" "$(URL /v1/models)")
+[ "$ST" = 401 ] || fail "key without Bearer: $ST"
+ST=$(curl -s -o "$T/body" -w '%{http_code}' "$(URL /health)")
+[ "$ST" = 200 ] && grep -q '"ok"' "$T/body" || fail "health: $ST $(cat "$T/body")"
+echo "ok API key: 401 without, with a wrong one, without Bearer; /health open"
+call GET /v1/models
+[ "$ST" = 200 ] && grep -q '"id":"q"' "$T/body" || fail "models: $ST $(cat "$T/body")"
+call GET /v1/models/q
+[ "$ST" = 200 ] && grep -q '"object":"model"' "$T/body" || fail "models/q: $ST $(cat "$T/body")"
+# a stream over raw HTTP: SSE framing, [DONE] last
+curl -sN -H "Authorization: Bearer $KEY" -d "{$MSG,\"stream\":true,\"max_tokens\":5,\"temperature\":0}" "$(URL $CH)" >"$T/sse"
+python3 - "$T/sse" <<'EOF' || fail "SSE framing: $(cat "$T/sse")"
+import json, sys
+ev = open(sys.argv[1]).read().split("\n\n")
+assert ev[-1] == "" and ev[-2] == "data: [DONE]", ev[-2:]
+chunks = [json.loads(e[6:]) for e in ev[:-2]]
+assert all(e.startswith("data: ") for e in ev[:-1])
+assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+assert chunks[-1]["choices"][0]["finish_reason"] == "length" and chunks[-1]["choices"][0]["delta"] == {}
+assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
+assert "usage" not in chunks[0]
+EOF
+echo "ok raw SSE stream: role first, finish chunk, [DONE]"
+
+# the OpenAI SDK
+if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+  echo "SKIP openai SDK checks: node/npm not installed"
+elif ! { [ -f tests/serve/node_modules/openai/package.json ] && [ ! tests/serve/package-lock.json -nt tests/serve/node_modules/.package-lock.json ]; } &&
+     ! (cd tests/serve && npm ci --no-audit --no-fund --loglevel=error >"$T/npm.log" 2>&1); then
+  echo "SKIP openai SDK checks: npm ci failed (registry unreachable?): $(tail -n 3 "$T/npm.log" | tr '\n' ' ')"
+else
+  BASE="$(URL /v1)" KEY=$KEY MODEL=q node tests/serve/test.mjs >"$T/sdk.log" 2>&1 || fail "openai SDK checks"
+  sed 's/^/  sdk: /' "$T/sdk.log"
+fi
+
+# metrics and the log
+curl -s "$(URL /metrics)" >"$T/metrics"
+for m in 'moefast_requests_total{status="200"}' 'moefast_requests_total{status="400"}' moefast_completion_tokens_total \
+         moefast_prompt_tokens_total moefast_step_seconds_count; do
+  v=$(awk -v n="$m" '$1 == n { print $2 }' "$T/metrics")
+  [ -n "$v" ] && [ "$v" -gt 0 ] || fail "metric $m: '$v'"
+done
+for m in moefast_queue_depth moefast_slots_busy; do
+  [ "$(awk -v n="$m" '$1 == n { print $2 }' "$T/metrics")" = 0 ] || fail "metric $m not 0"
+done
+grep -q '^# TYPE moefast_step_seconds summary' "$T/metrics" || fail "metrics: no step_seconds summary"
+grep -Eq '^moefast serve: POST /v1/chat/completions id=[0-9]+ status=200 slot=[0-9]+ in=[0-9]+ cached=[0-9]+ out=[0-9]+ ttft=[0-9.]+s tok/s=[0-9.]+ time=[0-9.]+s finish=(stop|length)$' "$T/a.log" \
+  || fail "no request log line: $(tail -n 3 "$T/a.log")"
+grep -Eq '^moefast serve: POST /v1/chat/completions id=[0-9]+ status=400 ' "$T/a.log" || fail "no log line for a 400"
+echo "ok metrics and one log line per request"
+stop_server INT
+[ "$SRC" = 0 ] || fail "server A: exit $SRC after SIGINT: $(tail -n 20 "$T/a.log")"
+grep -q "Sanitizer" "$T/a.log" && fail "server A: sanitizer report: $(grep -A5 Sanitizer "$T/a.log" | head -20)"
+echo "ok server A: SIGINT, exit $SRC"
+
+# ---- server B: slowed, 2 slots, a queue of 1 ----------------------------------
+MOEFAST_SERVE_STEP_DELAY_MS=25 start_server "$T/b.log" --slots 2 --queue 1 --ctx 256 -t 1 --shutdown-timeout 2
+echo "server B on port $PORT"
+bg() { # out-file curl-args...: a background client; its pid in BGPID
+  out=$1; shift
+  curl -sN -o "$out" -w '%{http_code}' "$@" >"$out.st" 2>/dev/null &
+  BGPID=$!
+  PIDS="$PIDS $BGPID"
+}
+LONGREQ='{"prompt":"Once upon a time","max_tokens":200,"temperature":0'
+bg "$T/l1" -d "$LONGREQ,\"stream\":true}" "$(URL /v1/completions)"; L1=$BGPID
+bg "$T/l2" -d "$LONGREQ}" "$(URL /v1/completions)"; L2=$BGPID
+wait_metric moefast_slots_busy 2
+bg "$T/l3" -d "$LONGREQ}" "$(URL /v1/completions)"; L3=$BGPID
+wait_metric moefast_queue_depth 1
+ST=$(curl -s -o "$T/body" -D "$T/head" -w '%{http_code}' -d "$LONGREQ}" "$(URL /v1/completions)")
+[ "$ST" = 503 ] && grep -qi '^retry-after: 1' "$T/head" && grep -q '"error"' "$T/body" || fail "queue full: $ST $(cat "$T/head" "$T/body")"
+echo "ok queue full: 503 with Retry-After"
+# clients leave: a stream and a plain request; the queued one takes a slot
+kill "$L1" "$L2"
+wait_metric moefast_requests_cancelled_total 2
+wait_metric moefast_queue_depth 0
+wait_metric moefast_slots_busy 1
+n=$(grep -c 'id=[0-9]* status=499 .*finish=cancelled' "$T/b.log")
+[ "$n" = 2 ] || fail "disconnects: $n log lines with status=499 finish=cancelled: $(grep POST "$T/b.log")"
+grep 'status=499' "$T/b.log" | grep -q ' out=200 ' && fail "a disconnected request ran to its end"
+kill "$L3"
+wait_metric moefast_slots_busy 0
+wait_metric moefast_requests_cancelled_total 3
+echo "ok 3 clients left mid-request: cancelled, slots freed"
+# SIGTERM: a short request finishes, a long one is cancelled after 2 s, a queued one gets 503
+bg "$T/g1" -d '{"prompt":"Hello","max_tokens":30,"temperature":0}' "$(URL /v1/completions)"; G1=$BGPID
+bg "$T/g2" -d "$LONGREQ,\"stream\":true}" "$(URL /v1/completions)"; G2=$BGPID
+wait_metric moefast_slots_busy 2
+bg "$T/g3" -d "$LONGREQ}" "$(URL /v1/completions)"; G3=$BGPID
+wait_metric moefast_queue_depth 1
+stop_server TERM
+wait "$G1" "$G2" "$G3"
+[ "$SRC" = 0 ] || fail "server B: exit $SRC after SIGTERM: $(tail -n 20 "$T/b.log")"
+grep -q "Sanitizer" "$T/b.log" && fail "server B: sanitizer report: $(grep -A5 Sanitizer "$T/b.log" | head -20)"
+[ "$(cat "$T/g1.st")" = 200 ] && grep -q '"completion_tokens":30' "$T/g1" || fail "running request at SIGTERM: $(cat "$T/g1.st" "$T/g1")"
+[ "$(cat "$T/g2.st")" = 200 ] && grep -q '^data: {"error"' "$T/g2" && tail -n 2 "$T/g2" | grep -q '^data: \[DONE\]' \
+  || fail "stream cancelled at the deadline: $(cat "$T/g2.st"; tail -n 4 "$T/g2")"
+[ "$(cat "$T/g3.st")" = 503 ] || fail "queued request at SIGTERM: $(cat "$T/g3.st" "$T/g3")"
+curl -s -o /dev/null "$(URL /health)" && fail "server B still answers after exiting"
+echo "ok SIGTERM: the running request finished, the long one ended with an error event, the queued one 503, exit 0"
+
+echo "$nfail failures"
+[ $nfail -eq 0 ]

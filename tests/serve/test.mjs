@@ -1,0 +1,136 @@
+// test.mjs — drives `moefast serve` with the official OpenAI SDK (run by
+// tests/cli_serve.sh with BASE=http://127.0.0.1:PORT/v1, KEY, MODEL).
+// Checks the response shapes the SDK parses, that a streamed answer is the
+// non-streamed one in pieces, and that a request's tokens are the same bits
+// alone or among 7 others, streamed or not, after a prompt-cache hit or a
+// cold prefill, greedy or seeded. Prints one line per check; exits 1 on a
+// failure.
+import OpenAI from 'openai';
+
+const { BASE, KEY, MODEL } = process.env;
+const client = new OpenAI({ baseURL: BASE, apiKey: KEY, maxRetries: 0, timeout: 60000 });
+let failures = 0;
+const fail = (msg) => { failures++; console.log(`FAIL: ${msg}`); };
+const ok = (msg) => console.log(`ok ${msg}`);
+const eq = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+
+// One request; streamed answers are reassembled into the non-streamed shape.
+async function ask(kind, body, stream) {
+  const p = { model: MODEL, ...body, return_tokens: true };
+  if (!stream) {
+    const r = kind === 'chat' ? await client.chat.completions.create(p) : await client.completions.create(p);
+    const c = r.choices[0];
+    return { text: kind === 'chat' ? c.message.content : c.text, finish: c.finish_reason, tokens: c.tokens, usage: r.usage, raw: r };
+  }
+  const s = kind === 'chat'
+    ? await client.chat.completions.create({ ...p, stream: true, stream_options: { include_usage: true } })
+    : await client.completions.create({ ...p, stream: true, stream_options: { include_usage: true } });
+  let text = '', finish = null, tokens = null, usage = null, n = 0, role = null, nfinish = 0;
+  for await (const ch of s) {
+    n++;
+    if (ch.usage) { usage = ch.usage; if (ch.choices.length !== 0) fail('usage chunk has choices'); continue; }
+    const c = ch.choices[0];
+    if (kind === 'chat') {
+      if (n === 1) role = c.delta.role;
+      text += c.delta.content ?? '';
+    } else text += c.text;
+    if (c.finish_reason) { finish = c.finish_reason; tokens = c.tokens; nfinish++; }
+  }
+  if (kind === 'chat' && role !== 'assistant') fail(`stream: first delta's role is ${role}`);
+  if (nfinish !== 1) fail(`stream: ${nfinish} chunks with a finish_reason`);
+  if (!usage) fail('stream: no usage chunk with include_usage');
+  return { text, finish, tokens, usage, chunks: n };
+}
+
+const chatBody = (text, extra) => ({ messages: [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: text }], ...extra });
+const long = Array.from({ length: 40 }, (_, i) => `word${i}`).join(' ');
+const PROMPTS = [
+  ['chat', chatBody('Hello there')],
+  ['chat', chatBody('Hello there, how are you today?')],
+  ['completion', { prompt: 'The quick brown fox' }],
+  ['completion', { prompt: 'Once upon a time ' + long }],       // several prefill chunks
+  ['chat', { messages: [{ role: 'user', content: 'Tell me a story' }, { role: 'assistant', content: 'Once' }, { role: 'user', content: 'more' }] }],
+  ['completion', { prompt: [1, 2, 3, 4, 5, 6, 7, 8] }],
+  ['chat', chatBody(long)],
+  ['completion', { prompt: 'é中文🙂 bytes' }],
+];
+
+async function main() {
+  // models
+  const models = await client.models.list();
+  if (models.data.length === 1 && models.data[0].id === MODEL && models.data[0].object === 'model') ok('models.list');
+  else fail(`models.list: ${JSON.stringify(models.data)}`);
+
+  // chat, plain and streamed: the same text, finish, tokens, usage
+  const a = await ask('chat', chatBody('Hi', { max_tokens: 12, temperature: 0 }), false);
+  if (a.raw.object !== 'chat.completion' || a.raw.choices[0].message.role !== 'assistant' || a.usage.completion_tokens !== a.tokens.length ||
+      a.usage.total_tokens !== a.usage.prompt_tokens + a.usage.completion_tokens || !a.raw.id || typeof a.raw.created !== 'number')
+    fail(`chat shape: ${JSON.stringify(a.raw)}`);
+  else ok(`chat: ${a.tokens.length} tokens, finish ${a.finish}`);
+  const b = await ask('chat', chatBody('Hi', { max_tokens: 12, temperature: 0 }), true);
+  if (b.text === a.text && b.finish === a.finish && eq(b.tokens, a.tokens) && b.usage.completion_tokens === a.usage.completion_tokens)
+    ok(`streamed chat = chat (${b.chunks} chunks)`);
+  else fail(`streamed chat differs:\n  ${JSON.stringify(b)}\n  ${JSON.stringify(a)}`);
+
+  // completions
+  const c = await ask('completion', { prompt: 'The quick brown fox', max_tokens: 10, temperature: 0 }, false);
+  if (c.raw.object !== 'text_completion' || typeof c.text !== 'string' || c.usage.completion_tokens !== 10 || c.finish !== 'length')
+    fail(`completion shape: ${JSON.stringify(c.raw)}`);
+  else ok('completion: 10 tokens, finish length');
+  const d = await ask('completion', { prompt: 'The quick brown fox', max_tokens: 10, temperature: 0 }, true);
+  if (d.text === c.text && eq(d.tokens, c.tokens)) ok('streamed completion = completion');
+  else fail(`streamed completion differs: ${d.text} / ${c.text}`);
+
+  // stop strings: the text up to the first occurrence, finish "stop", also streamed
+  const cps = Array.from(c.text);
+  const stop = cps.slice(Math.floor(cps.length / 2), Math.floor(cps.length / 2) + 2).join('');
+  const want = c.text.slice(0, c.text.indexOf(stop));
+  for (const stream of [false, true]) {
+    const e = await ask('completion', { prompt: 'The quick brown fox', max_tokens: 10, temperature: 0, stop: [stop, 'zzzzzz'] }, stream);
+    if (stop.length && e.text === want && e.finish === 'stop') ok(`stop ${JSON.stringify(stop)}${stream ? ' streamed' : ''}: cut at ${want.length}`);
+    else fail(`stop ${JSON.stringify(stop)}: got ${JSON.stringify(e.text)} (${e.finish}), want ${JSON.stringify(want)}`);
+  }
+
+  // errors through the SDK
+  const expectErr = async (label, status, param, fn) => {
+    try { await fn(); fail(`${label}: no error`); } catch (err) {
+      if (err.status === status && (param === undefined || err.param === param) && err.message) ok(`${label}: ${status} ${err.param ?? ''}`);
+      else fail(`${label}: status ${err.status} param ${err.param}: ${err.message}`);
+    }
+  };
+  await expectErr('n = 2', 400, 'n', () => client.chat.completions.create({ model: MODEL, n: 2, messages: [{ role: 'user', content: 'x' }] }));
+  await expectErr('unknown model', 404, 'model', () => client.chat.completions.create({ model: 'gpt-9', messages: [{ role: 'user', content: 'x' }] }));
+  await expectErr('wrong key', 401, undefined, () => new OpenAI({ baseURL: BASE, apiKey: 'wrong', maxRetries: 0 }).models.list());
+
+  // exactness: alone (sequential, non-streamed) vs 8 concurrent, streamed or not
+  for (const [label, sampling] of [['greedy', { temperature: 0 }], ['seeded', { temperature: 0.9, top_p: 0.95, top_k: 40 }]]) {
+    const body = (i) => ({ ...PROMPTS[i][1], max_tokens: 16, ...sampling, ...(label === 'seeded' ? { seed: 1000 + i } : {}) });
+    const alone = [];
+    // alone: one at a time, each a cold prefill (cache_prompt: false, as in llama.cpp's server)
+    for (let i = 0; i < PROMPTS.length; i++) alone.push(await ask(PROMPTS[i][0], { ...body(i), cache_prompt: false }, false));
+    if (alone.some((x) => x.usage.prompt_tokens_details.cached_tokens !== 0)) fail('cache_prompt: false still used the cache');
+    for (const round of [0, 1]) {
+      const together = await Promise.all(PROMPTS.map((p, i) => ask(p[0], body(i), (i + round) % 2 === 0)));
+      let bad = 0, hits = 0;
+      together.forEach((t, i) => {
+        hits += t.usage.prompt_tokens_details.cached_tokens > 0;
+        if (!eq(t.tokens, alone[i].tokens) || t.text !== alone[i].text || t.finish !== alone[i].finish) {
+          bad++;
+          fail(`${label} round ${round} prompt ${i}: ${JSON.stringify(t.tokens)} vs alone ${JSON.stringify(alone[i].tokens)}`);
+        }
+      });
+      if (!bad) ok(`${label} round ${round}: 8 concurrent requests = alone cold (${hits} prompt-cache hits)`);
+      if (round === 1 && hits < 4) fail(`${label} round 1: only ${hits} prompt-cache hits`);
+    }
+  }
+  // a repeated request is a full cache hit and still the same
+  const r1 = await ask('completion', { prompt: 'Once upon a time ' + long, max_tokens: 8, temperature: 0 }, false);
+  const r2 = await ask('completion', { prompt: 'Once upon a time ' + long, max_tokens: 8, temperature: 0 }, false);
+  if (r2.usage.prompt_tokens_details.cached_tokens === r2.usage.prompt_tokens - 1 && eq(r1.tokens, r2.tokens)) ok('full prompt-cache hit: same tokens');
+  else fail(`cache hit: cached ${r2.usage.prompt_tokens_details.cached_tokens} of ${r2.usage.prompt_tokens}`);
+
+  console.log(`${failures} failures`);
+  process.exit(failures ? 1 : 0);
+}
+
+main().catch((e) => { console.log(`FAIL: ${e.stack || e}`); process.exit(1); });

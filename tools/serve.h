@@ -1,0 +1,156 @@
+/* serve.h — `moefast serve`: an OpenAI-compatible HTTP server (docs/SERVE.md).
+ *
+ * Three parts, one file each:
+ *   serve_engine.c  the engine thread: owns the moe_context, runs the
+ *                   continuous-batching loop over the slots (one sequence
+ *                   each), the bounded queue, the prompt cache;
+ *   serve_api.c     the OpenAI request bodies parsed and checked, the
+ *                   response bodies and stream chunks written (jansson);
+ *   serve_http.c    libmicrohttpd: routing, auth, body limits, streaming,
+ *                   disconnects, /health and /metrics, the log line.
+ * cmd_serve.c reads the options, starts them and shuts them down on a signal.
+ *
+ * Locking: one mutex (srv.mu) guards the queue, every request's shared part
+ * (its text, counters, flags) and the metrics. The engine holds it only to
+ * admit requests and to hand over a step's results, never during a step. */
+#ifndef MOE_SERVE_H
+#define MOE_SERVE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moefast.h"
+
+enum { SRV_CHAT = 1, SRV_COMPLETION = 2 };
+#define SRV_MAX_STOP 4
+
+/* One request, from the HTTP thread that parsed it to the last reference
+ * (the HTTP side's and, while queued or in a slot, the engine's). */
+typedef struct srv_req {
+    /* set by the HTTP thread before submission, then read-only */
+    uint64_t id;
+    int kind;
+    bool stream, include_usage, return_tokens;
+    bool cache_prompt;              /* false: a cold prefill even when a slot holds the prefix */
+    int32_t *prompt;
+    int n_prompt;
+    int max_tokens;
+    char *stop[SRV_MAX_STOP];
+    int n_stop;
+    size_t max_stop_len;
+    moe_sampler *smp;               /* used by the engine thread only */
+    moe_utf8_stream *utf8;          /* engine thread only */
+    double t_arrive;
+    char *model_name;               /* echoed in the response */
+    long created;                   /* unix time, echoed */
+
+    /* shared, under srv.mu */
+    pthread_cond_t cv;              /* signalled when text, done or error change */
+    int refs;
+    int slot;                       /* -1 until admitted */
+    int n_cached;                   /* prompt tokens reused from the slot's cache */
+    int n_gen;
+    int32_t *gen;                   /* max_tokens ids */
+    char *text;                     /* generated text, valid UTF-8 */
+    size_t len, cap;
+    size_t emit;                    /* text[0..emit) can be sent (no stop string can start there) */
+    bool done, cancelled;
+    const char *finish;             /* "stop" | "length" once done without error */
+    int err_status;                 /* != 0: failed (503 on shutdown, 500 engine error) */
+    char errmsg[160];
+    double t_first, t_done;
+} srv_req;
+
+typedef struct srv_slot {
+    srv_req *req;                   /* NULL: free */
+    int32_t *cache;                 /* the tokens in this sequence's KV (n_ctx) */
+    int n_cache;
+    uint64_t last_used;
+} srv_slot;
+
+enum { SRV_N_STATUS = 10 };
+extern const int SRV_STATUS_CODES[SRV_N_STATUS]; /* the statuses counted; the last bucket is "other" */
+
+typedef struct srv_metrics {
+    uint64_t requests[SRV_N_STATUS];
+    uint64_t prompt_tokens, completion_tokens, cache_hits, cache_tokens;
+    uint64_t steps, step_tokens;
+    double step_seconds;
+    uint64_t cancelled;
+} srv_metrics;
+
+typedef struct srv {
+    moe_model *m;
+    moe_context *ctx;
+    int n_vocab, n_ctx, n_slots, chunk, queue_cap;
+    const char *model_name, *api_key, *chat_format;
+    size_t max_body;
+    unsigned step_delay_us;         /* test hook (MOEFAST_SERVE_STEP_DELAY_MS): a pause after each step */
+
+    pthread_mutex_t mu;
+    pthread_cond_t wake;            /* the engine waits here for work */
+    srv_req **queue;                /* ring of q_size = queue_cap + n_slots */
+    int q_head, q_len, q_size;
+    srv_slot *slots;
+    bool stopping;                  /* no new requests; queued ones refused */
+    bool quit;                      /* the engine exits once idle (set with stopping) */
+    double deadline;                /* after it, running requests are cancelled (503) */
+    int busy;                       /* slots in use */
+    uint64_t next_id, step_no;
+    srv_metrics met;
+
+    /* engine-thread scratch, allocated once */
+    int32_t *tok, *seq;
+    bool *want;
+    int *row_slot;
+    int32_t *ids;
+    float *logits;
+    pthread_t engine;
+    bool engine_started;
+} srv;
+
+double srv_now(void);
+
+/* serve_engine.c */
+int  srv_init(srv *s, moe_model *m, const moe_context_params *cp, int chunk, int queue_cap, char *err, size_t errlen);
+int  srv_start(srv *s);
+/* Stops accepting, refuses the queued requests, lets running ones finish
+ * until now + grace seconds, then cancels them; returns once the engine
+ * thread has exited. */
+void srv_shutdown(srv *s, double grace);
+void srv_free(srv *s);
+srv_req *srv_req_new(srv *s);        /* refs 1 (the caller's), id assigned */
+void srv_req_unref(srv *s, srv_req *r);
+/* Hands r to the engine: 0, or 503 (queue full / shutting down). */
+int  srv_submit(srv *s, srv_req *r, const char **why);
+/* Marks r cancelled (its client went away); the engine drops it at its next step. */
+void srv_cancel(srv *s, srv_req *r);
+
+/* serve_api.c — an error names the HTTP status, message, param and code. */
+typedef struct api_err {
+    int status;
+    char message[400];
+    const char *type, *param, *code;
+} api_err;
+int  api_fail(api_err *e, int status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+char *api_error_json(const api_err *e);                       /* malloc'd */
+/* Parses a chat or completion body into a new request (submitted by the caller). */
+int  api_parse(srv *s, int kind, const char *body, size_t n, srv_req **out, api_err *e);
+/* The whole (non-streamed) answer of a done request; *status gets its HTTP status. */
+char *api_final_json(srv *s, srv_req *r, int *status);
+/* Stream events: "data: {...}\n\n" strings, malloc'd. */
+char *api_chunk(srv *s, srv_req *r, const char *text, size_t len, bool role, const char *finish);
+char *api_usage_chunk(srv *s, srv_req *r);
+char *api_error_chunk(srv *s, srv_req *r);                   /* r failed (err_status, errmsg) */
+char *api_models_json(srv *s, bool one);   /* the list, or the one model object */
+
+/* serve_http.c */
+struct MHD_Daemon;
+struct MHD_Daemon *http_start(srv *s, const char *host, int port, int *bound_port, char *err, size_t errlen);
+/* Requests whose answer is still being produced or sent. */
+int  http_active(void);
+
+#endif

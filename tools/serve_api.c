@@ -1,0 +1,435 @@
+/* serve_api.c — the OpenAI request and response bodies of `moefast serve`.
+ *
+ * Requests are checked field by field; an error names the field the way
+ * OpenAI does ({"error":{"message","type","param","code"}}). Unknown fields
+ * are ignored, as OpenAI's own SDKs send fields newer than any server. The
+ * response shapes follow the OpenAI API reference: chat.completion,
+ * chat.completion.chunk, text_completion, list of models. */
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "serve.h"
+
+int api_fail(api_err *e, int status, const char *param, const char *code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    e->status = status;
+    e->param = param;
+    e->code = code;
+    e->type = status >= 500 ? "server_error" : "invalid_request_error";
+    return -1;
+}
+
+static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_null(); }
+
+/* Error messages quote request text (a role, a model name) cut at a byte
+ * count: non-ASCII bytes become '?' so the JSON string is always valid. */
+static json_t *ascii_string(const char *m) {
+    char b[sizeof ((api_err *)0)->message];
+    size_t i = 0;
+    for (; m[i] && i + 1 < sizeof b; i++) b[i] = (unsigned char)m[i] < 0x80 ? m[i] : '?';
+    b[i] = 0;
+    return json_string(b);
+}
+
+char *api_error_json(const api_err *e) {
+    json_t *o = json_object(), *er = json_object();
+    json_object_set_new(er, "message", ascii_string(e->message));
+    json_object_set_new(er, "type", json_string(e->type ? e->type : "invalid_request_error"));
+    json_object_set_new(er, "param", str_or_null(e->param));
+    json_object_set_new(er, "code", str_or_null(e->code));
+    json_object_set_new(o, "error", er);
+    char *d = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return d;
+}
+
+/* ---- field readers: -1 after api_fail ----------------------------------- */
+
+static int get_num(json_t *o, const char *k, double lo, double hi, double *v, bool *set, api_err *e) {
+    json_t *x = json_object_get(o, k);
+    if (set) *set = false;
+    if (!x || json_is_null(x)) return 0;
+    if (!json_is_number(x)) return api_fail(e, 400, k, "invalid_type", "'%s' must be a number", k);
+    const double d = json_number_value(x);
+    if (!(d >= lo && d <= hi)) return api_fail(e, 400, k, "invalid_value", "'%s' must be in [%g, %g], got %g", k, lo, hi, d);
+    *v = d;
+    if (set) *set = true;
+    return 0;
+}
+
+static int get_int(json_t *o, const char *k, long long *v, bool *set, api_err *e) {
+    json_t *x = json_object_get(o, k);
+    *set = false;
+    if (!x || json_is_null(x)) return 0;
+    if (!json_is_integer(x)) return api_fail(e, 400, k, "invalid_type", "'%s' must be an integer", k);
+    *v = json_integer_value(x);
+    *set = true;
+    return 0;
+}
+
+static int get_bool(json_t *o, const char *k, bool *v, api_err *e) {
+    json_t *x = json_object_get(o, k);
+    if (!x || json_is_null(x)) return 0;
+    if (!json_is_boolean(x)) return api_fail(e, 400, k, "invalid_type", "'%s' must be a boolean", k);
+    *v = json_is_true(x);
+    return 0;
+}
+
+static int get_stop(json_t *o, srv_req *r, api_err *e) {
+    json_t *x = json_object_get(o, "stop");
+    if (!x || json_is_null(x)) return 0;
+    json_t *one[1] = {x};
+    json_t **items = one;
+    size_t n = 1;
+    if (json_is_array(x)) {
+        n = json_array_size(x);
+        if (n > SRV_MAX_STOP) return api_fail(e, 400, "stop", "invalid_value", "'stop' has %zu sequences; at most %d", n, SRV_MAX_STOP);
+        items = NULL;
+    } else if (!json_is_string(x))
+        return api_fail(e, 400, "stop", "invalid_type", "'stop' must be a string or an array of strings");
+    for (size_t i = 0; i < n; i++) {
+        json_t *it = items ? items[i] : json_array_get(x, i);
+        if (!json_is_string(it)) return api_fail(e, 400, "stop", "invalid_type", "'stop[%zu]' must be a string", i);
+        const size_t l = json_string_length(it);
+        if (l == 0 || l > 256) return api_fail(e, 400, "stop", "invalid_value", "'stop' sequences must be 1 to 256 bytes, got %zu", l);
+        if (!(r->stop[r->n_stop] = strdup(json_string_value(it)))) return api_fail(e, 500, NULL, NULL, "out of memory");
+        r->n_stop++;
+        if (l > r->max_stop_len) r->max_stop_len = l;
+    }
+    return 0;
+}
+
+/* ---- prompts ------------------------------------------------------------- */
+
+static int tokenize_text(srv *s, srv_req *r, const char *text, size_t len, const char *param, api_err *e) {
+    char err[MOE_ERR_LEN];
+    size_t need = 0;
+    const bool bos = moe_token_add_bos(s->m);
+    if (moe_tokenize(s->m, text, len, bos, true, NULL, 0, &need, err, sizeof err))
+        return api_fail(e, 400, param, "invalid_value", "%s", err);
+    if (need == 0) return api_fail(e, 400, param, "invalid_value", "'%s' has no tokens", param);
+    if (need > (size_t)s->n_ctx)
+        return api_fail(e, 400, param, "context_length_exceeded", "the prompt (%zu tokens) exceeds the context (%d tokens)", need, s->n_ctx);
+    if (!(r->prompt = malloc(need * sizeof *r->prompt))) return api_fail(e, 500, NULL, NULL, "out of memory");
+    if (moe_tokenize(s->m, text, len, bos, true, r->prompt, need, &need, err, sizeof err))
+        return api_fail(e, 400, param, "invalid_value", "%s", err);
+    r->n_prompt = (int)need;
+    return 0;
+}
+
+/* A message's content: a string, an array of {"type":"text","text":...}
+ * parts (joined), or null (an assistant turn that only called tools). */
+static int message_content(json_t *c, size_t i, const char **out, char **owned, api_err *e) {
+    char param[48];
+    snprintf(param, sizeof param, "messages[%zu].content", i);
+    *owned = NULL;
+    if (!c || json_is_null(c)) { *out = ""; return 0; }
+    if (json_is_string(c)) { *out = json_string_value(c); return 0; }
+    if (!json_is_array(c)) return api_fail(e, 400, "messages", "invalid_type", "'%s' must be a string or an array of text parts", param);
+    size_t total = 0, np = json_array_size(c);
+    for (size_t k = 0; k < np; k++) {
+        json_t *p = json_array_get(c, k), *ty = json_object_get(p, "type"), *tx = json_object_get(p, "text");
+        if (!json_is_object(p) || !json_is_string(ty) || strcmp(json_string_value(ty), "text") || !json_is_string(tx))
+            return api_fail(e, 400, "messages", "invalid_value", "'%s[%zu]' must be {\"type\": \"text\", \"text\": string} (only text is supported)", param, k);
+        total += json_string_length(tx);
+    }
+    char *b = malloc(total + 1);
+    if (!b) return api_fail(e, 500, NULL, NULL, "out of memory");
+    size_t at = 0;
+    for (size_t k = 0; k < np; k++) {
+        json_t *tx = json_object_get(json_array_get(c, k), "text");
+        memcpy(b + at, json_string_value(tx), json_string_length(tx));
+        at += json_string_length(tx);
+    }
+    b[at] = 0;
+    *out = *owned = b;
+    return 0;
+}
+
+static int chat_prompt(srv *s, json_t *o, srv_req *r, api_err *e) {
+    json_t *ms = json_object_get(o, "messages");
+    if (!ms) return api_fail(e, 400, "messages", "missing_required_parameter", "'messages' is required");
+    if (!json_is_array(ms)) return api_fail(e, 400, "messages", "invalid_type", "'messages' must be an array");
+    const size_t n = json_array_size(ms);
+    if (n == 0) return api_fail(e, 400, "messages", "invalid_value", "'messages' must not be empty");
+    static const char *const ROLES[] = {"system", "developer", "user", "assistant", "tool"};
+    moe_chat_msg *msgs = calloc(n, sizeof *msgs);
+    char **owned = calloc(n, sizeof *owned);
+    int rc = 0;
+    if (!msgs || !owned) rc = api_fail(e, 500, NULL, NULL, "out of memory");
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        json_t *m = json_array_get(ms, i), *role = json_object_get(m, "role");
+        if (!json_is_object(m)) { rc = api_fail(e, 400, "messages", "invalid_type", "'messages[%zu]' must be an object", i); break; }
+        if (!json_is_string(role)) { rc = api_fail(e, 400, "messages", "invalid_value", "'messages[%zu].role' must be a string", i); break; }
+        const char *rs = json_string_value(role);
+        size_t k = 0;
+        while (k < 5 && strcmp(rs, ROLES[k])) k++;
+        if (k == 5) {
+            rc = api_fail(e, 400, "messages", "invalid_value",
+                          "'messages[%zu].role': unknown role '%.40s' (system, developer, user, assistant, tool)", i, rs);
+            break;
+        }
+        json_t *c = json_object_get(m, "content");
+        if ((!c || json_is_null(c)) && k != 3) {
+            rc = api_fail(e, 400, "messages", "missing_required_parameter", "'messages[%zu].content' is required for role '%s'", i, rs);
+            break;
+        }
+        msgs[i].role = k == 1 ? "system" : ROLES[k];  /* "developer" is the newer name of "system" */
+        rc = message_content(c, i, &msgs[i].content, &owned[i], e);
+    }
+    char *text = NULL, err[MOE_ERR_LEN];
+    if (rc == 0 && moe_chat_render(s->m, s->chat_format, msgs, n, true, &text, err, sizeof err))
+        rc = api_fail(e, 500, NULL, NULL, "%s", err);
+    if (rc == 0) rc = tokenize_text(s, r, text, strlen(text), "messages", e);
+    free(text);
+    for (size_t i = 0; owned && i < n; i++) free(owned[i]);
+    free(owned);
+    free(msgs);
+    return rc;
+}
+
+static int completion_prompt(srv *s, json_t *o, srv_req *r, api_err *e) {
+    json_t *p = json_object_get(o, "prompt");
+    if (!p) return api_fail(e, 400, "prompt", "missing_required_parameter", "'prompt' is required");
+    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) p = json_array_get(p, 0);
+    if (json_is_string(p)) return tokenize_text(s, r, json_string_value(p), json_string_length(p), "prompt", e);
+    if (!json_is_array(p))
+        return api_fail(e, 400, "prompt", "invalid_type", "'prompt' must be a string, an array of token ids or an array of one string");
+    const size_t n = json_array_size(p);
+    if (n == 0) return api_fail(e, 400, "prompt", "invalid_value", "'prompt' must not be empty");
+    if (n > (size_t)s->n_ctx)
+        return api_fail(e, 400, "prompt", "context_length_exceeded", "the prompt (%zu tokens) exceeds the context (%d tokens)", n, s->n_ctx);
+    if (!(r->prompt = malloc(n * sizeof *r->prompt))) return api_fail(e, 500, NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(p, i);
+        if (!json_is_integer(x))
+            return api_fail(e, 400, "prompt", "invalid_type", "'prompt[%zu]' must be a token id (one prompt per request; n = 1)", i);
+        const long long id = json_integer_value(x);
+        if (id < 0 || id >= s->n_vocab)
+            return api_fail(e, 400, "prompt", "invalid_value", "'prompt[%zu]': token id %lld is outside the vocabulary (0..%d)", i, id, s->n_vocab - 1);
+        r->prompt[i] = (int32_t)id;
+    }
+    r->n_prompt = (int)n;
+    return 0;
+}
+
+/* ---- the whole request ---------------------------------------------------- */
+
+static int parse_sampling(srv *s, json_t *o, srv_req *r, api_err *e) {
+    double temp = 1.0, top_p = 1.0, min_p = 0.0;
+    long long top_k = 0, seed = 0;
+    bool seed_set, k_set;
+    if (get_num(o, "temperature", 0, 2, &temp, NULL, e) || get_num(o, "top_p", 0, 1, &top_p, NULL, e) ||
+        get_num(o, "min_p", 0, 1, &min_p, NULL, e) || get_int(o, "top_k", &top_k, &k_set, e) || get_int(o, "seed", &seed, &seed_set, e))
+        return -1;
+    if (top_k < 0 || top_k > s->n_vocab)
+        return api_fail(e, 400, "top_k", "invalid_value", "'top_k' must be in [0, %d], got %lld", s->n_vocab, top_k);
+    /* no seed: a fresh one per request, as OpenAI's sampling is unseeded */
+    const uint64_t sd = seed_set ? (uint64_t)seed : (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ r->id * 0xbf58476d1ce4e5b9ull;
+    moe_sampler_params sp = {.temp = (float)temp, .top_k = (int)top_k, .top_p = (float)top_p, .min_p = (float)min_p, .seed = sd};
+    char err[MOE_ERR_LEN];
+    if (moe_sampler_new(&sp, s->n_vocab, &r->smp, err, sizeof err)) return api_fail(e, 400, NULL, "invalid_value", "%s", err);
+    return 0;
+}
+
+static int parse_limits(srv *s, json_t *o, int kind, srv_req *r, api_err *e) {
+    long long mt = 0, n = 1;
+    bool set = false, set2 = false, nset;
+    const char *name = "max_tokens";
+    if (get_int(o, "n", &n, &nset, e)) return -1;
+    if (n != 1) return api_fail(e, 400, "n", "invalid_value", "'n' must be 1 (one choice per request), got %lld", n);
+    if (kind == SRV_CHAT && get_int(o, "max_completion_tokens", &mt, &set2, e)) return -1;
+    if (set2) name = "max_completion_tokens";
+    else if (get_int(o, "max_tokens", &mt, &set, e)) return -1;
+    if (set || set2) {
+        if (mt < 1) return api_fail(e, 400, name, "invalid_value", "'%s' must be at least 1, got %lld", name, mt);
+        if (mt > (long long)s->n_ctx - r->n_prompt)
+            return api_fail(e, 400, name, "context_length_exceeded",
+                            "the prompt (%d tokens) + '%s' (%lld) exceed the context (%d tokens)", r->n_prompt, name, mt, s->n_ctx);
+        r->max_tokens = (int)mt;
+    } else {
+        r->max_tokens = s->n_ctx - r->n_prompt;
+        if (r->max_tokens < 1)
+            return api_fail(e, 400, kind == SRV_CHAT ? "messages" : "prompt", "context_length_exceeded",
+                            "the prompt (%d tokens) leaves no room in the context (%d tokens)", r->n_prompt, s->n_ctx);
+    }
+    return 0;
+}
+
+int api_parse(srv *s, int kind, const char *body, size_t n, srv_req **out, api_err *e) {
+    *out = NULL;
+    json_error_t je;
+    json_t *o = json_loadb(body, n, 0, &je);
+    if (!o) return api_fail(e, 400, NULL, "invalid_json", "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
+    srv_req *r = NULL;
+    int rc = -1;
+    if (!json_is_object(o)) { api_fail(e, 400, NULL, "invalid_json", "the body must be a JSON object"); goto done; }
+    json_t *mdl = json_object_get(o, "model");
+    if (mdl && !json_is_string(mdl)) { api_fail(e, 400, "model", "invalid_type", "'model' must be a string"); goto done; }
+    if (mdl && strcmp(json_string_value(mdl), s->model_name)) {
+        api_fail(e, 404, "model", "model_not_found", "The model '%.100s' does not exist (this server has '%s')", json_string_value(mdl), s->model_name);
+        goto done;
+    }
+    if (!(r = srv_req_new(s))) { api_fail(e, 500, NULL, NULL, "out of memory"); goto done; }
+    r->kind = kind;
+    r->created = (long)time(NULL);
+    bool lp = false;
+    r->cache_prompt = true;
+    json_t *so = json_object_get(o, "stream_options");
+    if (get_bool(o, "stream", &r->stream, e) || get_bool(o, "return_tokens", &r->return_tokens, e) ||
+        get_bool(o, "cache_prompt", &r->cache_prompt, e) || get_bool(o, "logprobs", &lp, e)) goto done;
+    if (so && !json_is_null(so) && (!json_is_object(so) || get_bool(so, "include_usage", &r->include_usage, e))) {
+        if (!json_is_object(so)) api_fail(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object");
+        goto done;
+    }
+    json_t *lpi = json_object_get(o, "logprobs");
+    if (lp || (kind == SRV_COMPLETION && json_is_integer(lpi))) {
+        api_fail(e, 400, "logprobs", "unsupported_parameter", "'logprobs' is not supported by this server");
+        goto done;
+    }
+    if (get_stop(o, r, e)) goto done;
+    if ((kind == SRV_CHAT ? chat_prompt(s, o, r, e) : completion_prompt(s, o, r, e))) goto done;
+    if (parse_limits(s, o, kind, r, e) || parse_sampling(s, o, r, e)) goto done;
+    r->model_name = strdup(s->model_name);
+    r->gen = malloc((size_t)r->max_tokens * sizeof *r->gen);
+    r->cap = 256;
+    r->text = malloc(r->cap);
+    r->utf8 = moe_utf8_stream_new();
+    if (!r->model_name || !r->gen || !r->text || !r->utf8) { api_fail(e, 500, NULL, NULL, "out of memory"); goto done; }
+    r->text[0] = 0;
+    rc = 0;
+done:
+    json_decref(o);
+    if (rc) srv_req_unref(s, r);
+    else *out = r;
+    return rc;
+}
+
+/* ---- responses -------------------------------------------------------------- */
+
+static json_t *usage_json(const srv_req *r) {
+    json_t *u = json_object(), *d = json_object();
+    json_object_set_new(u, "prompt_tokens", json_integer(r->n_prompt));
+    json_object_set_new(u, "completion_tokens", json_integer(r->n_gen));
+    json_object_set_new(u, "total_tokens", json_integer(r->n_prompt + r->n_gen));
+    json_object_set_new(d, "cached_tokens", json_integer(r->n_cached));
+    json_object_set_new(u, "prompt_tokens_details", d);
+    return u;
+}
+
+static json_t *head_json(const srv_req *r, bool chunk) {
+    char id[48];
+    snprintf(id, sizeof id, "%s-%llu", r->kind == SRV_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)r->id);
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(id));
+    json_object_set_new(o, "object", json_string(r->kind == SRV_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"));
+    json_object_set_new(o, "created", json_integer(r->created));
+    json_object_set_new(o, "model", json_string(r->model_name));
+    json_object_set_new(o, "system_fingerprint", json_string("moefast"));
+    return o;
+}
+
+static char *dump_free(json_t *o, bool sse) {
+    char *d = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!d || !sse) return d;
+    const size_t l = strlen(d);
+    char *ev = malloc(l + 9);
+    if (ev) { memcpy(ev, "data: ", 6); memcpy(ev + 6, d, l); memcpy(ev + 6 + l, "\n\n", 3); }
+    free(d);
+    return ev;
+}
+
+char *api_final_json(srv *s, srv_req *r, int *status) {
+    if (r->err_status) {
+        api_err e = {0};
+        api_fail(&e, r->err_status, NULL, NULL, "%s", r->errmsg);
+        *status = r->err_status;
+        return api_error_json(&e);
+    }
+    *status = 200;
+    json_t *o = head_json(r, false), *ch = json_object(), *arr = json_array();
+    json_object_set_new(ch, "index", json_integer(0));
+    if (r->kind == SRV_CHAT) {
+        json_t *msg = json_object();
+        json_object_set_new(msg, "role", json_string("assistant"));
+        json_object_set_new(msg, "content", json_stringn(r->text, r->len));
+        json_object_set_new(msg, "refusal", json_null());
+        json_object_set_new(ch, "message", msg);
+    } else
+        json_object_set_new(ch, "text", json_stringn(r->text, r->len));
+    json_object_set_new(ch, "logprobs", json_null());
+    json_object_set_new(ch, "finish_reason", json_string(r->finish));
+    if (r->return_tokens) {
+        json_t *t = json_array();
+        for (int i = 0; i < r->n_gen; i++) json_array_append_new(t, json_integer(r->gen[i]));
+        json_object_set_new(ch, "tokens", t);
+    }
+    json_array_append_new(arr, ch);
+    json_object_set_new(o, "choices", arr);
+    json_object_set_new(o, "usage", usage_json(r));
+    return dump_free(o, false);
+}
+
+char *api_error_chunk(srv *s, srv_req *r) {
+    api_err e = {0};
+    api_fail(&e, r->err_status, NULL, NULL, "%s", r->errmsg);
+    char *d = api_error_json(&e), *ev = d ? malloc(strlen(d) + 9) : NULL;
+    if (ev) sprintf(ev, "data: %s\n\n", d);
+    free(d);
+    return ev;
+}
+
+char *api_chunk(srv *s, srv_req *r, const char *text, size_t len, bool role, const char *finish) {
+    json_t *o = head_json(r, true), *ch = json_object(), *arr = json_array();
+    json_object_set_new(ch, "index", json_integer(0));
+    if (r->kind == SRV_CHAT) {
+        json_t *d = json_object();
+        if (role) json_object_set_new(d, "role", json_string("assistant"));
+        if (role || len) json_object_set_new(d, "content", json_stringn(text, len));
+        json_object_set_new(ch, "delta", d);
+    } else
+        json_object_set_new(ch, "text", json_stringn(text, len));
+    json_object_set_new(ch, "logprobs", json_null());
+    json_object_set_new(ch, "finish_reason", str_or_null(finish));
+    if (finish && r->return_tokens) {
+        json_t *t = json_array();
+        for (int i = 0; i < r->n_gen; i++) json_array_append_new(t, json_integer(r->gen[i]));
+        json_object_set_new(ch, "tokens", t);
+    }
+    json_array_append_new(arr, ch);
+    json_object_set_new(o, "choices", arr);
+    if (r->include_usage) json_object_set_new(o, "usage", json_null());
+    return dump_free(o, true);
+}
+
+char *api_usage_chunk(srv *s, srv_req *r) {
+    json_t *o = head_json(r, true);
+    json_object_set_new(o, "choices", json_array());
+    json_object_set_new(o, "usage", usage_json(r));
+    return dump_free(o, true);
+}
+
+char *api_models_json(srv *s, bool one) {
+    json_t *o = json_object(), *arr = json_array(), *m = json_object();
+    json_object_set_new(m, "id", json_string(s->model_name));
+    json_object_set_new(m, "object", json_string("model"));
+    json_object_set_new(m, "created", json_integer(0));
+    json_object_set_new(m, "owned_by", json_string("moefast"));
+    if (one) {
+        json_decref(o);
+        json_decref(arr);
+        return dump_free(m, false);
+    }
+    json_array_append_new(arr, m);
+    json_object_set_new(o, "object", json_string("list"));
+    json_object_set_new(o, "data", arr);
+    return dump_free(o, false);
+}

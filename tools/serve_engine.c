@@ -1,0 +1,407 @@
+/* serve_engine.c — the engine thread of `moefast serve` (see serve.h).
+ *
+ * One thread owns the moe_context (n_slots sequences). Each step it admits
+ * queued requests into free slots, gathers one decode token of every running
+ * slot and up to `chunk` prompt tokens of the slots still prefilling (so a
+ * long prompt never stalls the others' decode tokens for more than one
+ * chunk), runs them as one moe_batch, samples each wanted row with its own
+ * request's sampler and hands the text over. The context's batch contract
+ * makes every request's tokens the ones it would get alone.
+ *
+ * The prompt cache: a slot keeps the tokens of its KV after its request
+ * ends; a new request goes to the free slot sharing the longest prefix with
+ * its prompt and only the rest is prefilled (the KV of the shared prefix is
+ * the same bits a cold prefill writes). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "serve.h"
+
+const int SRV_STATUS_CODES[SRV_N_STATUS] = {200, 400, 401, 404, 405, 413, 499, 500, 503, 0};
+
+double srv_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int srv_init(srv *s, moe_model *m, const moe_context_params *cp, int chunk, int queue_cap, char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    s->m = m;
+    s->n_vocab = moe_model_n_vocab(m);
+    s->chunk = chunk;
+    s->queue_cap = queue_cap;
+    s->next_id = 1;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    moe_context_params p = *cp;
+    p.n_batch = chunk + p.n_seq;                   /* one step's tokens never split */
+    int rc = moe_context_new(m, &p, &s->ctx, err, errlen);
+    if (rc) return rc;
+    s->n_slots = moe_context_n_seq(s->ctx);
+    s->n_ctx = moe_context_n_ctx(s->ctx);
+    const size_t nb = (size_t)(chunk + s->n_slots);
+    s->q_size = queue_cap + s->n_slots;
+    s->queue = calloc((size_t)s->q_size, sizeof *s->queue);
+    s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
+    s->tok = malloc(nb * sizeof *s->tok);
+    s->seq = malloc(nb * sizeof *s->seq);
+    s->want = malloc(nb * sizeof *s->want);
+    s->row_slot = malloc((size_t)s->n_slots * sizeof *s->row_slot);
+    s->ids = malloc((size_t)s->n_slots * sizeof *s->ids);
+    s->logits = malloc((size_t)s->n_slots * (size_t)s->n_vocab * sizeof *s->logits);
+    bool ok = s->queue && s->slots && s->tok && s->seq && s->want && s->row_slot && s->ids && s->logits;
+    for (int i = 0; ok && i < s->n_slots; i++) ok = (s->slots[i].cache = malloc((size_t)s->n_ctx * sizeof(int32_t))) != NULL;
+    if (!ok) {
+        snprintf(err, errlen, "out of memory");
+        return MOE_ENOMEM;
+    }
+    return 0;
+}
+
+void srv_free(srv *s) {
+    if (s->slots)
+        for (int i = 0; i < s->n_slots; i++) free(s->slots[i].cache);
+    free(s->slots);
+    free(s->queue);
+    free(s->tok);
+    free(s->seq);
+    free(s->want);
+    free(s->row_slot);
+    free(s->ids);
+    free(s->logits);
+    moe_context_free(s->ctx);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->wake);
+    memset(s, 0, sizeof *s);
+}
+
+srv_req *srv_req_new(srv *s) {
+    srv_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    pthread_cond_init(&r->cv, NULL);
+    r->refs = 1;
+    r->slot = -1;
+    r->t_arrive = srv_now();
+    pthread_mutex_lock(&s->mu);
+    r->id = s->next_id++;
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+static void req_destroy(srv_req *r) {
+    free(r->prompt);
+    free(r->gen);
+    free(r->text);
+    free(r->model_name);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    moe_sampler_free(r->smp);
+    moe_utf8_stream_free(r->utf8);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+/* Drops one reference; the caller holds s->mu (locked) or not (unlocked). */
+static void unref_locked(srv_req *r) {
+    if (--r->refs == 0) req_destroy(r);
+}
+
+void srv_req_unref(srv *s, srv_req *r) {
+    if (!r) return;
+    pthread_mutex_lock(&s->mu);
+    unref_locked(r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int srv_submit(srv *s, srv_req *r, const char **why) {
+    pthread_mutex_lock(&s->mu);
+    int rc = 0;
+    if (s->stopping) { rc = 503; *why = "the server is shutting down"; }
+    /* the queue also holds requests for free slots until the engine wakes
+     * up to admit them: only those beyond the free slots count as waiting */
+    else if (s->q_len - (s->n_slots - s->busy) >= s->queue_cap) { rc = 503; *why = "the request queue is full; retry later"; }
+    else {
+        r->refs++;                                 /* the engine's */
+        s->queue[(s->q_head + s->q_len++) % s->q_size] = r;
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void srv_cancel(srv *s, srv_req *r) {
+    pthread_mutex_lock(&s->mu);
+    if (!r->done && !r->cancelled) {
+        r->cancelled = true;
+        s->met.cancelled++;
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- under s->mu ------------------------------------------------------ */
+
+static void finish_err(srv_req *r, int status, const char *msg) {
+    r->err_status = status;
+    snprintf(r->errmsg, sizeof r->errmsg, "%s", msg);
+    r->done = true;
+    r->emit = r->len;
+    r->t_done = srv_now();
+    pthread_cond_broadcast(&r->cv);
+}
+
+static void release_slot(srv *s, int i) {
+    srv_slot *sl = &s->slots[i];
+    sl->last_used = ++s->step_no;
+    unref_locked(sl->req);
+    sl->req = NULL;
+    s->busy--;
+}
+
+/* The free slot whose cached tokens share the longest prefix with r's
+ * prompt (at most n_prompt - 1: the last prompt token must run to give the
+ * first logits); ties to the least recently used. */
+static int pick_slot(srv *s, const srv_req *r, int *common) {
+    int best = -1, best_c = -1;
+    for (int i = 0; i < s->n_slots; i++) {
+        const srv_slot *sl = &s->slots[i];
+        if (sl->req) continue;
+        int c = 0;
+        int lim = sl->n_cache < r->n_prompt - 1 ? sl->n_cache : r->n_prompt - 1;
+        if (!r->cache_prompt) lim = 0;
+        while (c < lim && sl->cache[c] == r->prompt[c]) c++;
+        if (c > best_c || (c == best_c && sl->last_used < s->slots[best].last_used)) { best = i; best_c = c; }
+    }
+    *common = best_c;
+    return best;
+}
+
+static void admit(srv *s) {
+    while (s->q_len > 0 && s->busy < s->n_slots) {
+        srv_req *r = s->queue[s->q_head];
+        s->q_head = (s->q_head + 1) % s->q_size;
+        s->q_len--;
+        if (r->cancelled) { unref_locked(r); continue; }
+        int common;
+        const int i = pick_slot(s, r, &common);
+        srv_slot *sl = &s->slots[i];
+        moe_context_seq_truncate(s->ctx, i, common);     /* common <= its length: cannot fail */
+        sl->n_cache = common;
+        sl->req = r;
+        s->busy++;
+        r->slot = i;
+        r->n_cached = common;
+        if (common > 0) { s->met.cache_hits++; s->met.cache_tokens += (uint64_t)common; }
+        s->met.prompt_tokens += (uint64_t)r->n_prompt;
+    }
+}
+
+/* Cancelled requests leave their slots (their KV stays as a prompt cache);
+ * past the shutdown deadline every running request is cancelled. */
+static void drop_cancelled(srv *s) {
+    const bool late = s->stopping && srv_now() > s->deadline;
+    for (int i = 0; i < s->n_slots; i++) {
+        srv_req *r = s->slots[i].req;
+        if (!r) continue;
+        if (late && !r->done) finish_err(r, 503, "the server shut down before the request finished");
+        if (r->cancelled || r->done) release_slot(s, i);
+    }
+}
+
+/* ---- the step (engine thread, unlocked) -------------------------------- */
+
+/* Decode tokens first (one per running slot), then prompt chunks in slot
+ * order within the step's budget. Returns the token count; rows gets the
+ * slot of each wanted logits row. */
+static int build_step(srv *s, int *n_rows) {
+    int nt = 0, rows = 0, budget = s->chunk;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < s->n_slots; i++) {
+            srv_slot *sl = &s->slots[i];
+            srv_req *r = sl->req;
+            if (!r) continue;
+            const bool prefill = sl->n_cache < r->n_prompt;
+            if (pass == 0 && !prefill) {               /* the last sampled token */
+                s->tok[nt] = r->gen[r->n_gen - 1];
+                s->seq[nt] = i;
+                s->want[nt++] = true;
+                s->row_slot[rows++] = i;
+            } else if (pass == 1 && prefill && budget > 0) {
+                int k = r->n_prompt - sl->n_cache;
+                if (k > budget) k = budget;
+                budget -= k;
+                for (int j = 0; j < k; j++) {
+                    s->tok[nt] = r->prompt[sl->n_cache + j];
+                    s->seq[nt] = i;
+                    s->want[nt++] = false;
+                }
+                if (sl->n_cache + k == r->n_prompt) {
+                    s->want[nt - 1] = true;
+                    s->row_slot[rows++] = i;
+                }
+            }
+        }
+    *n_rows = rows;
+    return nt;
+}
+
+/* Appends bytes to r's text (under mu: the HTTP thread reads it). */
+static bool text_add(srv_req *r, const char *p, size_t n) {
+    if (r->len + n + 1 > r->cap) {
+        size_t nc = r->cap ? r->cap : 256;
+        while (nc < r->len + n + 1) nc *= 2;
+        char *nt = realloc(r->text, nc);
+        if (!nt) return false;
+        r->text = nt;
+        r->cap = nc;
+    }
+    memcpy(r->text + r->len, p, n);
+    r->len += n;
+    r->text[r->len] = 0;
+    return true;
+}
+
+/* After text was added: cut at the first stop string (true: one was found),
+ * else hold back a tail that may still become one. */
+static bool check_stop(srv_req *r, size_t old_emit) {
+    if (r->n_stop == 0) { r->emit = r->len; return false; }
+    const size_t from = old_emit > r->max_stop_len ? old_emit - r->max_stop_len : 0;
+    size_t cut = r->len;
+    for (int k = 0; k < r->n_stop; k++) {
+        const char *hit = memmem(r->text + from, r->len - from, r->stop[k], strlen(r->stop[k]));
+        if (hit && (size_t)(hit - r->text) < cut) cut = (size_t)(hit - r->text);
+    }
+    if (cut < r->len) {
+        r->len = cut;
+        r->text[cut] = 0;
+        r->emit = cut;
+        return true;
+    }
+    size_t hold = 0;
+    for (int k = 0; k < r->n_stop; k++) {
+        const size_t sl = strlen(r->stop[k]);
+        for (size_t h = sl - 1; h > hold; h--)
+            if (h <= r->len - old_emit && !memcmp(r->text + r->len - h, r->stop[k], h)) { hold = h; break; }
+    }
+    r->emit = r->len - hold;
+    return false;
+}
+
+/* One sampled token of slot i's request: text, stop conditions, handover. */
+static void take_token(srv *s, int i, int32_t id, double now) {
+    srv_slot *sl = &s->slots[i];
+    srv_req *r = sl->req;
+    char buf[4 * 256 + 4];
+    if (r->n_gen == 0) r->t_first = now;
+    r->gen[r->n_gen++] = id;
+    s->met.completion_tokens++;
+    const char *finish = NULL;
+    const size_t old_emit = r->emit;
+    bool oom = false;
+    if (moe_token_is_eog(s->m, id)) finish = "stop";
+    else {
+        const char *piece;
+        size_t plen;
+        if (moe_token_piece(s->m, id, false, &piece, &plen) != MOE_OK) plen = 0;
+        for (size_t off = 0; off < plen; off += 256) {
+            const size_t part = plen - off < 256 ? plen - off : 256;
+            oom |= !text_add(r, buf, moe_utf8_stream_push(r->utf8, piece + off, part, buf, sizeof buf));
+        }
+    }
+    if (!finish && r->n_gen >= r->max_tokens) finish = "length";
+    if (finish) oom |= !text_add(r, buf, moe_utf8_stream_flush(r->utf8, buf, sizeof buf));
+    if (oom) { finish_err(r, 500, "out of memory"); return; }
+    if (check_stop(r, old_emit)) finish = "stop";
+    if (finish) {
+        r->finish = finish;
+        r->done = true;
+        r->emit = r->len;
+        r->t_done = now;
+    }
+    pthread_cond_broadcast(&r->cv);
+}
+
+static void run_step(srv *s) {
+    int rows;
+    const int nt = build_step(s, &rows);
+    if (nt == 0) return;
+    moe_batch b = {.n_tokens = nt, .token = s->tok, .seq = s->seq, .logits = s->want};
+    const double t0 = srv_now();
+    const int rc = moe_context_decode(s->ctx, &b, s->logits);
+    const double t1 = srv_now();
+    /* the cached tokens follow what ran (nothing ran on an error) */
+    if (rc == MOE_OK)
+        for (int k = 0; k < nt; k++) {
+            srv_slot *sl = &s->slots[s->seq[k]];
+            sl->cache[sl->n_cache++] = s->tok[k];
+        }
+    /* sampling before taking the lock: each request's own sampler */
+    int32_t *ids = s->ids;
+    if (rc == MOE_OK)
+        for (int k = 0; k < rows; k++)
+            ids[k] = moe_sampler_sample(s->slots[s->row_slot[k]].req->smp, s->logits + (size_t)k * (size_t)s->n_vocab);
+    pthread_mutex_lock(&s->mu);
+    s->met.steps++;
+    s->met.step_tokens += (uint64_t)nt;
+    s->met.step_seconds += t1 - t0;
+    if (rc != MOE_OK) {
+        fprintf(stderr, "moefast serve: step failed: %s\n", moe_context_error(s->ctx));
+        for (int k = 0; k < nt; k++) {
+            srv_slot *sl = &s->slots[s->seq[k]];
+            if (sl->req && !sl->req->done) finish_err(sl->req, 500, "the engine failed on this request's step");
+        }
+    } else
+        for (int k = 0; k < rows; k++) {
+            srv_req *r = s->slots[s->row_slot[k]].req;
+            if (!r->done && !r->cancelled) take_token(s, s->row_slot[k], ids[k], t1);
+        }
+    drop_cancelled(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *engine_main(void *arg) {
+    srv *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        drop_cancelled(s);
+        admit(s);
+        if (s->busy == 0) {
+            if (s->quit && s->q_len == 0) break;
+            pthread_cond_wait(&s->wake, &s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        run_step(s);
+        if (s->step_delay_us) usleep(s->step_delay_us);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+int srv_start(srv *s) {
+    if (pthread_create(&s->engine, NULL, engine_main, s)) return -1;
+    s->engine_started = true;
+    return 0;
+}
+
+void srv_shutdown(srv *s, double grace) {
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    s->quit = true;
+    s->deadline = srv_now() + grace;
+    while (s->q_len > 0) {                         /* not started: refused */
+        srv_req *r = s->queue[s->q_head];
+        s->q_head = (s->q_head + 1) % s->q_size;
+        s->q_len--;
+        if (!r->done) finish_err(r, 503, "the server is shutting down");
+        unref_locked(r);
+    }
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+    if (s->engine_started) pthread_join(s->engine, NULL);
+    s->engine_started = false;
+}

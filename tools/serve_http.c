@@ -1,0 +1,432 @@
+/* serve_http.c — the HTTP side of `moefast serve`, on libmicrohttpd.
+ *
+ * libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION):
+ * a connection's thread parses the request, hands it to the engine and then
+ * blocks until its answer is ready (non-streamed) or writes the stream's
+ * events as the engine produces text (a content-reader callback that waits on
+ * the request's condition variable). While waiting, it polls its socket every
+ * 50 ms: a client that has gone away gets its request cancelled, and the
+ * engine frees the slot at its next step.
+ *
+ * Every request is logged in one line on stderr when it completes. */
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "serve.h"
+
+static atomic_int g_active;
+
+int http_active(void) { return atomic_load(&g_active); }
+
+typedef struct conn {
+    srv *s;
+    char *body;
+    size_t len, cap;
+    int status;
+    bool aborted;                   /* the client went away before the answer was sent */
+    srv_req *req;                   /* a reference, for the log line */
+    char method[8], path[48];
+    double t0;
+} conn;
+
+/* ---- replies ------------------------------------------------------------ */
+
+static enum MHD_Result reply(struct MHD_Connection *c, conn *k, int status, const char *ctype, char *body,
+                             const char *hname, const char *hval) {
+    static const char OOM[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+    struct MHD_Response *rsp = body ? MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE) : NULL;
+    if (!rsp) {
+        free(body);
+        status = 500;
+        ctype = "application/json";
+        hname = NULL;
+        rsp = MHD_create_response_from_buffer(sizeof OOM - 1, (void *)OOM, MHD_RESPMEM_PERSISTENT);
+        if (!rsp) return MHD_NO;
+    }
+    MHD_add_response_header(rsp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (hname) MHD_add_response_header(rsp, hname, hval);
+    k->status = status;
+    const enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, rsp);
+    MHD_destroy_response(rsp);
+    return rc;
+}
+
+static enum MHD_Result reply_err(struct MHD_Connection *c, conn *k, const api_err *e) {
+    const char *hn = NULL, *hv = NULL;
+    if (e->status == 503) { hn = MHD_HTTP_HEADER_RETRY_AFTER; hv = "1"; }
+    if (e->status == 401) { hn = MHD_HTTP_HEADER_WWW_AUTHENTICATE; hv = "Bearer"; }
+    if (e->status == 405) { hn = MHD_HTTP_HEADER_ALLOW; hv = e->code; }
+    return reply(c, k, e->status, "application/json", api_error_json(e), hn, hv);
+}
+
+static enum MHD_Result fail(struct MHD_Connection *c, conn *k, int status, const char *param, const char *code,
+                            const char *msg) {
+    api_err e = {0};
+    api_fail(&e, status, param, code, "%s", msg);
+    return reply_err(c, k, &e);
+}
+
+/* ---- waiting for the engine ------------------------------------------------ */
+
+/* Whether the peer has closed its end (or the socket failed). */
+static bool client_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return true;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* Waits until r is done or (stream) has text past `sent`. false: the client
+ * went away, and r was cancelled. */
+static bool wait_req(srv *s, struct MHD_Connection *c, srv_req *r, bool stream, size_t sent) {
+    pthread_mutex_lock(&s->mu);
+    while (!r->done && !(stream && r->emit > sent)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+        pthread_cond_timedwait(&r->cv, &s->mu, &ts);
+        if (r->done || (stream && r->emit > sent)) break;
+        pthread_mutex_unlock(&s->mu);
+        const bool gone = client_gone(c);
+        pthread_mutex_lock(&s->mu);
+        if (gone) {
+            pthread_mutex_unlock(&s->mu);
+            srv_cancel(s, r);
+            return false;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return true;
+}
+
+/* ---- streaming (server-sent events) --------------------------------------- */
+
+typedef struct stream {
+    srv *s;
+    struct MHD_Connection *c;
+    conn *k;
+    srv_req *r;                     /* its own reference */
+    char *buf;                      /* events not yet written */
+    size_t n, off, cap;
+    size_t sent;                    /* text bytes already turned into events */
+    bool finished;
+} stream;
+
+static bool st_add(stream *st, char *ev) {
+    if (!ev) return false;
+    const size_t l = strlen(ev);
+    if (st->n + l > st->cap) {
+        size_t nc = st->cap ? st->cap : 1024;
+        while (nc < st->n + l) nc *= 2;
+        char *nb = realloc(st->buf, nc);
+        if (!nb) { free(ev); return false; }
+        st->buf = nb;
+        st->cap = nc;
+    }
+    memcpy(st->buf + st->n, ev, l);
+    st->n += l;
+    free(ev);
+    return true;
+}
+
+/* The next events: new text, or the end (finish chunk, usage, [DONE]). */
+static bool st_refill(stream *st) {
+    srv *s = st->s;
+    srv_req *r = st->r;
+    st->n = st->off = 0;
+    if (!wait_req(s, st->c, r, true, st->sent)) return false;
+    pthread_mutex_lock(&s->mu);
+    const size_t avail = r->emit - st->sent;
+    char *text = avail ? malloc(avail) : NULL;
+    if (text) memcpy(text, r->text + st->sent, avail);
+    const bool done = r->done && r->emit == r->len;
+    const bool failed = r->err_status != 0;
+    pthread_mutex_unlock(&s->mu);
+    if (avail && !text) return false;
+    st->sent += avail;
+    bool ok = true;
+    /* r's fields read below without the lock are final once done */
+    if (avail && !failed) ok = st_add(st, api_chunk(s, r, text, avail, false, NULL));
+    free(text);
+    if (ok && done && st->sent == r->len) {
+        ok = st_add(st, failed ? api_error_chunk(s, r) : api_chunk(s, r, "", 0, false, r->finish));
+        if (ok && r->include_usage && !failed) ok = st_add(st, api_usage_chunk(s, r));
+        if (ok) ok = st_add(st, strdup("data: [DONE]\n\n"));
+        st->finished = true;
+    }
+    return ok;
+}
+
+static ssize_t st_read(void *cls, uint64_t pos, char *out, size_t max) {
+    stream *st = cls;
+    while (st->off == st->n) {
+        if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!st_refill(st)) {
+            st->k->aborted = true;
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+    size_t l = st->n - st->off;
+    if (l > max) l = max;
+    memcpy(out, st->buf + st->off, l);
+    st->off += l;
+    return (ssize_t)l;
+}
+
+static void st_free(void *cls) {
+    stream *st = cls;
+    srv_cancel(st->s, st->r);                      /* no-op when done */
+    srv_req_unref(st->s, st->r);
+    free(st->buf);
+    free(st);
+}
+
+static enum MHD_Result start_stream(struct MHD_Connection *c, conn *k, srv_req *r) {
+    srv *s = k->s;
+    stream *st = calloc(1, sizeof *st);
+    if (!st) { srv_cancel(s, r); return fail(c, k, 500, NULL, NULL, "out of memory"); }
+    st->s = s;
+    st->c = c;
+    st->k = k;
+    st->r = r;
+    pthread_mutex_lock(&s->mu);
+    r->refs++;
+    pthread_mutex_unlock(&s->mu);
+    /* OpenAI's chat streams open with the role; completions go straight to text */
+    if (r->kind == SRV_CHAT && !st_add(st, api_chunk(s, r, "", 0, true, NULL))) { st_free(st); return fail(c, k, 500, NULL, NULL, "out of memory"); }
+    struct MHD_Response *rsp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, st_read, st, st_free);
+    if (!rsp) { st_free(st); return fail(c, k, 500, NULL, NULL, "out of memory"); }
+    MHD_add_response_header(rsp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(rsp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    k->status = 200;
+    const enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, rsp);
+    MHD_destroy_response(rsp);
+    return rc;
+}
+
+/* ---- endpoints ------------------------------------------------------------ */
+
+static enum MHD_Result completions(struct MHD_Connection *c, conn *k, int kind) {
+    srv *s = k->s;
+    api_err e = {0};
+    srv_req *r;
+    if (api_parse(s, kind, k->body ? k->body : "", k->len, &r, &e)) return reply_err(c, k, &e);
+    k->req = r;                                    /* the HTTP side's reference */
+    const char *why = NULL;
+    if (srv_submit(s, r, &why)) return fail(c, k, 503, NULL, "server_busy", why);
+    if (r->stream) return start_stream(c, k, r);
+    if (!wait_req(s, c, r, false, 0)) { k->aborted = true; return MHD_NO; }
+    int status;
+    char *body = api_final_json(s, r, &status);
+    return reply(c, k, status, "application/json", body, status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, "1");
+}
+
+static int appendf(char **b, size_t *n, size_t *cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int appendf(char **b, size_t *n, size_t *cap, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        const int w = vsnprintf(*b ? *b + *n : NULL, *b ? *cap - *n : 0, fmt, ap);
+        va_end(ap);
+        if (w < 0) return -1;
+        if (*b && *n + (size_t)w < *cap) { *n += (size_t)w; return 0; }
+        size_t nc = *cap ? *cap * 2 : 4096;
+        while (nc <= *n + (size_t)w) nc *= 2;
+        char *nb = realloc(*b, nc);
+        if (!nb) return -1;
+        *b = nb;
+        *cap = nc;
+    }
+}
+
+/* Prometheus text exposition format 0.0.4. */
+static char *metrics_text(srv *s) {
+    pthread_mutex_lock(&s->mu);
+    const srv_metrics m = s->met;
+    const int q = s->q_len, busy = s->busy;
+    pthread_mutex_unlock(&s->mu);
+    char *b = NULL;
+    size_t n = 0, cap = 0;
+    int e = appendf(&b, &n, &cap, "# HELP moefast_requests_total HTTP requests answered, by status (499: the client went away).\n"
+                                  "# TYPE moefast_requests_total counter\n");
+    for (int i = 0; i < SRV_N_STATUS; i++) {
+        if (SRV_STATUS_CODES[i]) e |= appendf(&b, &n, &cap, "moefast_requests_total{status=\"%d\"} %llu\n", SRV_STATUS_CODES[i], (unsigned long long)m.requests[i]);
+        else e |= appendf(&b, &n, &cap, "moefast_requests_total{status=\"other\"} %llu\n", (unsigned long long)m.requests[i]);
+    }
+#define C(name, help, v) e |= appendf(&b, &n, &cap, "# HELP moefast_" name " " help "\n# TYPE moefast_" name " counter\nmoefast_" name " %llu\n", (unsigned long long)(v))
+#define G(name, help, v) e |= appendf(&b, &n, &cap, "# HELP moefast_" name " " help "\n# TYPE moefast_" name " gauge\nmoefast_" name " %d\n", (int)(v))
+    C("prompt_tokens_total", "Prompt tokens of the requests admitted to a slot.", m.prompt_tokens);
+    C("completion_tokens_total", "Tokens generated.", m.completion_tokens);
+    C("prompt_cache_hits_total", "Requests that reused a slot's cached prefix.", m.cache_hits);
+    C("prompt_cache_tokens_total", "Prompt tokens reused from the cache instead of prefilled.", m.cache_tokens);
+    C("requests_cancelled_total", "Requests whose client went away before the end.", m.cancelled);
+    C("step_tokens_total", "Tokens run through the model (prompt and decode).", m.step_tokens);
+    G("queue_depth", "Requests waiting for a slot.", q);
+    G("slots_busy", "Slots running a request.", busy);
+    G("slots_total", "Slots (sequences of the context).", s->n_slots);
+#undef C
+#undef G
+    e |= appendf(&b, &n, &cap, "# HELP moefast_step_seconds Time of one engine step (one batch).\n# TYPE moefast_step_seconds summary\n"
+                               "moefast_step_seconds_sum %.6f\nmoefast_step_seconds_count %llu\n", m.step_seconds, (unsigned long long)m.steps);
+    if (e) { free(b); return NULL; }
+    return b;
+}
+
+static enum MHD_Result route(struct MHD_Connection *c, conn *k, const char *url, const char *method) {
+    srv *s = k->s;
+    const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    static const struct { const char *path; const char *allow; } PATHS[] = {
+        {"/health", "GET"}, {"/metrics", "GET"}, {"/v1/models", "GET"}, {"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"}};
+    for (size_t i = 0; i < sizeof PATHS / sizeof PATHS[0]; i++) {
+        if (strcmp(url, PATHS[i].path)) continue;
+        if (strcmp(method, PATHS[i].allow)) {
+            api_err e = {0};
+            api_fail(&e, 405, NULL, PATHS[i].allow, "%s %s: method not allowed (use %s)", method, url, PATHS[i].allow);
+            return reply_err(c, k, &e);
+        }
+        break;
+    }
+    if (get && !strcmp(url, "/health")) {
+        pthread_mutex_lock(&s->mu);
+        const bool stopping = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        return reply(c, k, stopping ? 503 : 200, "application/json",
+                     strdup(stopping ? "{\"status\":\"shutting down\"}" : "{\"status\":\"ok\"}"), NULL, NULL);
+    }
+    if (get && !strcmp(url, "/metrics")) return reply(c, k, 200, "text/plain; version=0.0.4", metrics_text(s), NULL, NULL);
+    if (get && !strcmp(url, "/v1/models")) return reply(c, k, 200, "application/json", api_models_json(s, false), NULL, NULL);
+    if (get && !strncmp(url, "/v1/models/", 11)) {
+        if (strcmp(url + 11, s->model_name)) return fail(c, k, 404, "model", "model_not_found", "The model does not exist");
+        return reply(c, k, 200, "application/json", api_models_json(s, true), NULL, NULL);
+    }
+    if (post && !strcmp(url, "/v1/chat/completions")) return completions(c, k, SRV_CHAT);
+    if (post && !strcmp(url, "/v1/completions")) return completions(c, k, SRV_COMPLETION);
+    return fail(c, k, 404, NULL, "not_found", "no such endpoint");
+}
+
+/* Constant-time comparison of the Authorization header with "Bearer KEY". */
+static bool auth_ok(struct MHD_Connection *c, const char *key) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncmp(h, "Bearer ", 7)) return false;
+    h += 7;
+    const size_t lh = strlen(h), lk = strlen(key);
+    unsigned diff = lh != lk;
+    for (size_t i = 0; i < lk; i++) diff |= (unsigned)(unsigned char)key[i] ^ (unsigned)(unsigned char)h[i < lh ? i : 0];
+    return diff == 0;
+}
+
+static enum MHD_Result too_large(struct MHD_Connection *c, conn *k) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "the request body exceeds %zu bytes (--max-body)", k->s->max_body);
+    return fail(c, k, 413, NULL, "request_too_large", msg);
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                               const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    srv *s = cls;
+    conn *k = *con_cls;
+    if (!k) {                                      /* the headers: check what can be checked now */
+        if (!(k = calloc(1, sizeof *k))) return MHD_NO;
+        k->s = s;
+        k->t0 = srv_now();
+        snprintf(k->method, sizeof k->method, "%s", method);
+        snprintf(k->path, sizeof k->path, "%s", url);
+        *con_cls = k;
+        atomic_fetch_add(&g_active, 1);
+        if (s->api_key && !strncmp(url, "/v1/", 4) && !auth_ok(c, s->api_key))
+            return fail(c, k, 401, NULL, "invalid_api_key", "Incorrect or missing API key (Authorization: Bearer KEY)");
+        /* a declared body over the limit is refused before it is read (MHD
+         * then closes the connection); a chunked one once it passes the limit */
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > s->max_body) return too_large(c, k);
+        return MHD_YES;
+    }
+    if (k->status) { *upload_size = 0; return MHD_YES; }  /* answered already: the rest is dropped */
+    if (*upload_size) {
+        const size_t n = *upload_size;
+        *upload_size = 0;
+        if (k->cap == SIZE_MAX || k->len + n > s->max_body) { k->cap = SIZE_MAX; return MHD_YES; }
+        if (k->len + n + 1 > k->cap) {
+            size_t nc = k->cap ? k->cap : 4096;
+            while (nc < k->len + n + 1) nc *= 2;
+            char *nb = realloc(k->body, nc);
+            if (!nb) return MHD_NO;
+            k->body = nb;
+            k->cap = nc;
+        }
+        memcpy(k->body + k->len, upload, n);
+        k->len += n;
+        k->body[k->len] = 0;
+        return MHD_YES;
+    }
+    if (k->cap == SIZE_MAX) return too_large(c, k);
+    return route(c, k, url, method);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    srv *s = cls;
+    conn *k = *con_cls;
+    if (!k) return;
+    *con_cls = NULL;
+    srv_req *r = k->req;
+    if (r && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) { srv_cancel(s, r); k->aborted = true; }
+    int status = k->aborted ? 499 : k->status;
+    pthread_mutex_lock(&s->mu);
+    int b = 0;
+    while (b < SRV_N_STATUS - 1 && SRV_STATUS_CODES[b] != status) b++;
+    s->met.requests[b]++;
+    char slot[16] = "-", in[16] = "-", out[16] = "-", ttft[24] = "-", tps[24] = "-", cached[16] = "-";
+    const char *finish = "-";
+    if (r) {
+        if (r->slot >= 0) snprintf(slot, sizeof slot, "%d", r->slot);
+        snprintf(in, sizeof in, "%d", r->n_prompt);
+        snprintf(cached, sizeof cached, "%d", r->n_cached);
+        snprintf(out, sizeof out, "%d", r->n_gen);
+        if (r->n_gen > 0) snprintf(ttft, sizeof ttft, "%.3fs", r->t_first - r->t_arrive);
+        if (r->n_gen > 1 && r->t_done > r->t_first) snprintf(tps, sizeof tps, "%.1f", (r->n_gen - 1) / (r->t_done - r->t_first));
+        finish = r->err_status ? "error" : r->cancelled ? "cancelled" : r->finish ? r->finish : "-";
+    }
+    fprintf(stderr, "moefast serve: %s %s id=%llu status=%d slot=%s in=%s cached=%s out=%s ttft=%s tok/s=%s time=%.3fs finish=%s\n",
+            k->method, k->path, r ? (unsigned long long)r->id : 0ull, status, slot, in, cached, out, ttft, tps,
+            srv_now() - k->t0, finish);
+    pthread_mutex_unlock(&s->mu);
+    srv_req_unref(s, r);
+    free(k->body);
+    free(k);
+    atomic_fetch_sub(&g_active, 1);
+}
+
+struct MHD_Daemon *http_start(srv *s, const char *host, int port, int *bound_port, char *err, size_t errlen) {
+    struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
+    const struct sockaddr *sa = (const struct sockaddr *)&a4;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
+    if (inet_pton(AF_INET6, host, &a6.sin6_addr) == 1) { sa = (const struct sockaddr *)&a6; flags |= MHD_USE_IPv6; }
+    else if (inet_pton(AF_INET, host, &a4.sin_addr) != 1) {
+        snprintf(err, errlen, "--host %s: not an IPv4 or IPv6 address", host);
+        return NULL;
+    }
+    struct MHD_Daemon *d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, handler, s,
+                                            MHD_OPTION_SOCK_ADDR, sa,
+                                            MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
+                                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                                            MHD_OPTION_END);
+    if (!d) {
+        snprintf(err, errlen, "cannot listen on %s:%d (address in use, or not this machine's?)", host, port);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    *bound_port = di ? di->port : port;
+    return d;
+}
