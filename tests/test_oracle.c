@@ -189,7 +189,7 @@ static void run_case(const oracle_case *c) {
                 double gap = json_number_value(json_array_get(json_array_get(t5, 0), 1)) -
                              json_number_value(json_array_get(json_array_get(t5, 1), 1));
                 explained = gap <= margin || step >= n_check;
-                CHECK_MSG(explained, "%s: free run diverges at step %d (%d vs reference %d) where the reference margin %.4f > %.4f",
+                CHECK_MSG(explained, "%s: free run diverges at step %d (%d vs reference %d) where the reference margin %.4f > %.2g",
                           c->name, step, got, want, gap, (double)margin);
                 break;
             }
@@ -197,7 +197,7 @@ static void run_case(const oracle_case *c) {
             if (moe_session_forward(s, &got, 1, lg, false) != MOE_OK) break;
         }
     }
-    CHECK_MSG(max_err <= c->tol, "%s: max |logit error| %.5f over the first %d steps exceeds tolerance %.3f",
+    CHECK_MSG(max_err <= c->tol, "%s: max |logit error| %.5f over the first %d steps exceeds tolerance %.2g",
               c->name, (double)max_err, rows, (double)c->tol);
     printf("%-32s %-24s %-16s max|dlogit| %.7f (%d rows) tol %.2g  teacher-forced argmax %d/%d checked (%d near-ties)  free-run %d/%d equal\n",
            c->name, c->gguf ? c->gguf : "", c->flags ? c->flags : "", (double)max_err, rows, (double)c->tol, checked, n_check,
