@@ -40,13 +40,18 @@ static int rewrite(const char *src, const char *dst, const edit *e) {
         uint32_t type = t->type;
         const void *data = t->data;
         uint64_t nbytes = t->nbytes;
-        if (e->reshape_tensor && !strcmp(t->name, e->reshape_tensor)) { ne[0] = t->ne[1]; ne[1] = t->ne[0]; }
+        uint32_t n_dims = t->n_dims;
+        if (e->reshape_tensor && !strcmp(t->name, e->reshape_tensor)) {
+            ne[0] = t->ne[1];
+            ne[1] = t->ne[0];
+            if (n_dims < 2) n_dims = 2;          /* a vector [n] becomes [1, n] */
+        }
         if (e->retype_tensor && !strcmp(t->name, e->retype_tensor)) {
             type = MOE_T_Q5_0;
             nbytes = moe_row_bytes(type, (uint64_t)ne[0]) * (uint64_t)(ne[1] * ne[2] * ne[3]);
             data = zeros;
         }
-        rc = gguf_w_tensor(w, t->name, type, t->n_dims, ne, data, nbytes);
+        rc = gguf_w_tensor(w, t->name, type, n_dims, ne, data, nbytes);
         if (!rc && e->add_scale && !strcmp(t->name, e->add_scale)) {
             char sname[256];
             snprintf(sname, sizeof sname, "%.*s.scale", (int)(strlen(t->name) - 7), t->name);
@@ -76,6 +81,41 @@ static void expect_fail(const char *src, const edit *e, int want_rc, const char 
     CHECK_MSG(strchr(err, '\n') == NULL, "%s: multi-line message", label);
     moe_model_free(m);
     unlink(dst);
+}
+
+/* The later architectures' own checks, on their reference files when present. */
+static void later_architectures(void) {
+    char mx[512], ol[512], q2[512];
+    snprintf(mx, sizeof mx, "%s/oracle/mixtral-tiny-q8_0.gguf", check_shared_dir());
+    snprintf(ol, sizeof ol, "%s/oracle/olmoe-tiny-q8_0.gguf", check_shared_dir());
+    snprintf(q2, sizeof q2, "%s/oracle/qwen2moe-tiny-q8_0.gguf", check_shared_dir());
+    if (access(mx, R_OK) || access(ol, R_OK) || access(q2, R_OK)) {
+        printf("skip the mixtral/olmoe/qwen2moe cases: their files are not under %s/oracle\n", check_shared_dir());
+        return;
+    }
+    edit a1 = {.drop_key = "llama.expert_count"};
+    expect_fail(mx, &a1, MOE_EUNSUPPORTED, (const char *[]){"llama without experts", "not a MoE model", NULL}, "dense llama");
+    edit a2 = {.u32_key = "llama.expert_count", .u32_val = 0};
+    expect_fail(mx, &a2, MOE_EUNSUPPORTED, (const char *[]){"llama without experts", NULL}, "llama, 0 experts");
+    edit a3 = {.u32_key = "llama.rope.dimension_count", .u32_val = 16};
+    expect_fail(mx, &a3, MOE_EFORMAT, (const char *[]){"llama.rope.dimension_count 16 must equal the head size 32", NULL},
+                "llama partial rope");
+    edit a4 = {.drop_key = "llama.feed_forward_length"};
+    expect_fail(mx, &a4, MOE_EFORMAT, (const char *[]){"llama.feed_forward_length (the experts' width)", NULL}, "llama width");
+    edit a5 = {.drop_tensor = "blk.2.attn_k_norm.weight"};
+    expect_fail(ol, &a5, MOE_EFORMAT, (const char *[]){"missing tensor 'blk.2.attn_k_norm.weight' (olmoe)", NULL}, "olmoe k norm");
+    edit a6 = {.reshape_tensor = "blk.1.attn_q_norm.weight"};
+    expect_fail(ol, &a6, MOE_EFORMAT, (const char *[]){"'blk.1.attn_q_norm.weight' has shape [1, 256]", "expected [256]", NULL},
+                "olmoe q norm shape");
+    edit a7 = {.drop_tensor = "blk.3.ffn_gate_inp_shexp.weight"};
+    expect_fail(q2, &a7, MOE_EFORMAT, (const char *[]){"missing tensor 'blk.3.ffn_gate_inp_shexp.weight' (qwen2moe)", NULL},
+                "qwen2moe shared gate");
+    edit a8 = {.reshape_tensor = "blk.0.attn_k.bias"};
+    expect_fail(q2, &a8, MOE_EFORMAT, (const char *[]){"'blk.0.attn_k.bias' has shape [1, 256]", "expected [256]", NULL},
+                "qwen2moe bias shape");
+    edit a9 = {.drop_key = "qwen2moe.expert_shared_feed_forward_length", .drop_tensor = "blk.0.ffn_up_shexp.weight"};
+    expect_fail(q2, &a9, MOE_EFORMAT, (const char *[]){"'blk.0.ffn_gate_shexp.weight' has shape [256, 64]", "expected [256, 32]", NULL},
+                "qwen2moe shared width default");
 }
 
 int main(void) {
@@ -118,5 +158,8 @@ int main(void) {
     expect_fail(qw, &e11, MOE_EFORMAT, (const char *[]){"missing tensor 'token_embd.weight'", NULL}, "qwen3moe embedding");
     edit e12 = {.u32_key = "qwen3moe.block_count", .u32_val = 5};
     expect_fail(qw, &e12, MOE_EFORMAT, (const char *[]){"missing tensor 'blk.4.attn_norm.weight'", NULL}, "qwen3moe layers");
+    edit e13 = {.drop_key = "qwen3moe.expert_feed_forward_length"};
+    expect_fail(qw, &e13, MOE_EFORMAT, (const char *[]){"expert_feed_forward_length missing or < 1", NULL}, "expert width");
+    later_architectures();
     return check_report("test_bind");
 }

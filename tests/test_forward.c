@@ -133,6 +133,11 @@ int main(void) {
         {"qwen3moe-tiny-q8_0-nvfp4-scale2.gguf", true, {"+act_q8", NULL}},
         {"qwen3moe-tiny-q4_k.gguf", true, {"+act_q8", NULL}},
         {"laguna-tiny-q8_0.gguf", false, {"+act_q8", "+act_q8,+kv_q8"}},
+        /* the later architectures: adjacent-pair RoPE (llama), whole-row
+         * QK-norm (olmoe), attention biases and a gated shared expert (qwen2moe) */
+        {"mixtral-tiny-q8_0.gguf", true, {"+act_q8,+kv_q8", NULL}},
+        {"olmoe-tiny-q8_0.gguf", true, {"+act_q8,+kv_f16", NULL}},
+        {"qwen2moe-tiny-q8_0.gguf", true, {"+act_q8", "+kv_q8", NULL}},
     };
     /* Generated here: shapes the shared files do not have but users' files
      * may. 5 query heads of 18 dims on one KV head: Q/O rows of 90 values

@@ -23,51 +23,78 @@
  * (NULL: the reference's own file); tol: bound on |logit error| over the
  * first 16 steps, and the margin above which argmax must agree. Measured
  * errors (docs/ORACLE.md) are well inside these. */
-typedef struct { const char *name; const char *gguf; float tol; const char *flags; } oracle_case;
+typedef struct {
+    const char *name, *gguf;
+    float tol;
+    const char *flags;
+    int rows;        /* reference rows whose logits are bounded by tol (0: 16) */
+    int steps;       /* steps whose argmax is checked (0: all); teacher-forced steps past a routing
+                      * flip differ by more than tol, so those are only bounded where measured */
+} oracle_case;
 
 static const oracle_case CASES[] = {
     /* FP32 arithmetic on both sides: near-exact agreement */
-    {"qwen3moe-tiny-f32.f32kv-noflash", NULL, 1e-3f, NULL},
-    {"laguna-tiny-f32.f32kv-noflash", NULL, 1e-3f, NULL},
+    {"qwen3moe-tiny-f32.f32kv-noflash", NULL, 1e-3f, NULL, 0, 0},
+    {"laguna-tiny-f32.f32kv-noflash", NULL, 1e-3f, NULL, 0, 0},
     /* Q8_0 files hold the F32 files' exact weight values, so with FP32
      * activations they must match the FP32 reference just as closely */
-    {"qwen3moe-tiny-f32.f32kv-noflash", "qwen3moe-tiny-q8_0.gguf", 1e-3f, NULL},
-    {"laguna-tiny-f32.f32kv-noflash", "laguna-tiny-q8_0.gguf", 1e-3f, NULL},
+    {"qwen3moe-tiny-f32.f32kv-noflash", "qwen3moe-tiny-q8_0.gguf", 1e-3f, NULL, 0, 0},
+    {"laguna-tiny-f32.f32kv-noflash", "laguna-tiny-q8_0.gguf", 1e-3f, NULL, 0, 0},
     /* llama.cpp defaults: F16 KV cache + flash attention */
-    {"qwen3moe-tiny-f32", NULL, 0.012f, NULL},
-    {"laguna-tiny-f32", NULL, 0.012f, NULL},
-    {"qwen3moe-tiny-f16", NULL, 0.015f, NULL},
+    {"qwen3moe-tiny-f32", NULL, 0.012f, NULL, 0, 0},
+    {"laguna-tiny-f32", NULL, 0.012f, NULL, 0, 0},
+    {"qwen3moe-tiny-f16", NULL, 0.015f, NULL, 0, 0},
     /* the reference quantizes activations (BF16, Q8_0 or Q8_K blocks); we keep FP32 */
-    {"qwen3moe-tiny-bf16", NULL, 0.05f, NULL},
-    {"laguna-tiny-bf16", NULL, 0.4f, NULL},
-    {"qwen3moe-tiny-q8_0", NULL, 0.35f, NULL},
-    {"laguna-tiny-q8_0", NULL, 0.8f, NULL},
-    {"qwen3moe-tiny-q4_0", NULL, 0.1f, NULL},
-    {"qwen3moe-tiny-q4_k", NULL, 0.35f, NULL},
-    {"qwen3moe-tiny-q8_0-nvfp4-scale2", NULL, 0.75f, NULL},
-    {"laguna-tiny-bf16-nvfp4", NULL, 0.12f, NULL},
+    {"qwen3moe-tiny-bf16", NULL, 0.05f, NULL, 0, 0},
+    {"laguna-tiny-bf16", NULL, 0.4f, NULL, 0, 0},
+    {"qwen3moe-tiny-q8_0", NULL, 0.35f, NULL, 0, 0},
+    {"laguna-tiny-q8_0", NULL, 0.8f, NULL, 0, 0},
+    {"qwen3moe-tiny-q4_0", NULL, 0.1f, NULL, 0, 0},
+    {"qwen3moe-tiny-q4_k", NULL, 0.35f, NULL, 0, 0},
+    {"qwen3moe-tiny-q8_0-nvfp4-scale2", NULL, 0.75f, NULL, 0, 0},
+    {"laguna-tiny-bf16-nvfp4", NULL, 0.12f, NULL, 0, 0},
     /* flag act_q8: our activations quantized as llama.cpp's x86 Q8_0 blocks,
      * so what remains is the F16 KV cache + flash attention of the reference */
-    {"qwen3moe-tiny-q8_0", NULL, 0.35f, "+act_q8"},
-    {"laguna-tiny-q8_0", NULL, 0.8f, "+act_q8"},
+    {"qwen3moe-tiny-q8_0", NULL, 0.35f, "+act_q8", 0, 0},
+    {"laguna-tiny-q8_0", NULL, 0.8f, "+act_q8", 0, 0},
     /* flag kv_f16: an F16 KV cache like the reference's (its flash attention
      * also rounds Q to F16, which we do not) */
-    {"qwen3moe-tiny-f32", NULL, 0.012f, "+kv_f16"},
-    {"laguna-tiny-f32", NULL, 0.012f, "+kv_f16"},
-    {"qwen3moe-tiny-q8_0", NULL, 0.1f, "+act_q8,+kv_f16"},
-    {"laguna-tiny-q8_0", NULL, 0.8f, "+act_q8,+kv_f16"},
-    {"qwen3moe-tiny-q4_0", NULL, 0.1f, "+act_q8,+kv_f16"},
-    {"qwen3moe-tiny-q8_0-nvfp4-scale2", NULL, 0.15f, "+act_q8,+kv_f16"},
-    {"laguna-tiny-bf16-nvfp4", NULL, 0.12f, "+act_q8,+kv_f16"},
+    {"qwen3moe-tiny-f32", NULL, 0.012f, "+kv_f16", 0, 0},
+    {"laguna-tiny-f32", NULL, 0.012f, "+kv_f16", 0, 0},
+    {"qwen3moe-tiny-q8_0", NULL, 0.1f, "+act_q8,+kv_f16", 0, 0},
+    {"laguna-tiny-q8_0", NULL, 0.8f, "+act_q8,+kv_f16", 0, 0},
+    {"qwen3moe-tiny-q4_0", NULL, 0.1f, "+act_q8,+kv_f16", 0, 0},
+    {"qwen3moe-tiny-q8_0-nvfp4-scale2", NULL, 0.15f, "+act_q8,+kv_f16", 0, 0},
+    {"laguna-tiny-bf16-nvfp4", NULL, 0.12f, "+act_q8,+kv_f16", 0, 0},
     /* flag kv_q8: an 8-bit KV cache (llama.cpp's -ctk/-ctv q8_0) against the
      * reference's F16 cache: the extra error (0.24 / 0.42 for the F32 files)
      * is the cache's rounding: exact double-precision attention over the same
      * dequantized cache gave 0.24 / 0.34 (a throwaway check) */
-    {"qwen3moe-tiny-f32", NULL, 0.5f, "+kv_q8"},
-    {"laguna-tiny-f32", NULL, 0.6f, "+kv_q8"},
-    {"qwen3moe-tiny-q8_0", NULL, 0.5f, "+act_q8,+kv_q8"},
-    {"laguna-tiny-q8_0", NULL, 0.8f, "+act_q8,+kv_q8"},
-    {"laguna-tiny-bf16-nvfp4", NULL, 0.5f, "+act_q8,+kv_q8"},
+    {"qwen3moe-tiny-f32", NULL, 0.5f, "+kv_q8", 0, 0},
+    {"laguna-tiny-f32", NULL, 0.6f, "+kv_q8", 0, 0},
+    {"qwen3moe-tiny-q8_0", NULL, 0.5f, "+act_q8,+kv_q8", 0, 0},
+    {"laguna-tiny-q8_0", NULL, 0.8f, "+act_q8,+kv_q8", 0, 0},
+    {"laguna-tiny-bf16-nvfp4", NULL, 0.5f, "+act_q8,+kv_q8", 0, 0},
+    /* The later architectures (docs/ORACLE.md). Their F32 references have no
+     * GGUF of their own: the Q8_0 file holds the same weight values, so
+     * FP32 arithmetic over it must match the F32-KV no-flash reference on
+     * all 64 stored rows (measured 8.0e-6 mixtral, 1.9e-5 olmoe) */
+    {.name = "mixtral-tiny-f32.f32kv-noflash", .gguf = "mixtral-tiny-q8_0.gguf", .tol = 5e-5f, .rows = 64},
+    {.name = "olmoe-tiny-f32.f32kv-noflash", .gguf = "olmoe-tiny-q8_0.gguf", .tol = 5e-5f, .rows = 64},
+    /* llama.cpp's defaults (F16 KV + flash attention): its own disagreement
+     * with the no-flash run is 1.3e-2 / 3.4e-2 over 16 rows (README) */
+    {.name = "mixtral-tiny-f32", .gguf = "mixtral-tiny-q8_0.gguf", .tol = 0.03f},
+    {.name = "olmoe-tiny-f32", .gguf = "olmoe-tiny-q8_0.gguf", .tol = 0.05f},
+    /* Q8_0 / Q4_0 references (Q8_0 activations, F16 KV, flash attention),
+     * matched by act_q8 + kv_f16: the first 16 rows, argmax on their
+     * decisive steps (later teacher-forced steps see routing flips of up
+     * to 2.7, as llama.cpp's own Q8_0-vs-F32 runs do: README) */
+    {.name = "mixtral-tiny-q8_0", .tol = 0.2f, .flags = "+act_q8,+kv_f16", .steps = 16},
+    {.name = "olmoe-tiny-q8_0", .tol = 0.4f, .flags = "+act_q8,+kv_f16", .steps = 16},
+    {.name = "qwen2moe-tiny-q8_0", .tol = 0.45f, .flags = "+act_q8,+kv_f16", .steps = 16},
+    /* qwen2moe has no F32 reference: FP32 activations against its Q8_0 one */
+    {.name = "qwen2moe-tiny-q8_0", .tol = 1.1f, .steps = 16},
+    {.name = "mixtral-tiny-q4_0", .tol = 0.2f, .flags = "+act_q8,+kv_f16", .rows = 5, .steps = 5},
 };
 
 /* n little-endian floats, or NULL when the file is missing or not that size */
@@ -77,6 +104,8 @@ static float *read_f32(const char *path, size_t n) {
     if (v && len != n * sizeof *v) { free(v); v = NULL; }
     return v;
 }
+
+static bool verbose;   /* env MOEFAST_ORACLE_VERBOSE: each step's error */
 
 static void run_case(const oracle_case *c) {
     char rel[256];
@@ -105,7 +134,11 @@ static void run_case(const oracle_case *c) {
     int V = moe_model_n_vocab(m);
     snprintf(rel, sizeof rel, "oracle/%s.logits.f32", c->name);
     const char *lpath = check_ref(rel);
-    float *ref = lpath ? read_f32(lpath, (size_t)16 * V) : NULL;
+    /* rows stored: the JSON's logits_file.shape[0] (16 for the first models, 64 for the later) */
+    const int stored = (int)json_integer_value(json_array_get(json_object_get(json_object_get(j, "logits_file"), "shape"), 0));
+    const double margin = c->tol;
+    const int rows = c->rows > 0 && c->rows < stored ? c->rows : c->rows > 0 ? stored : 16;
+    float *ref = lpath ? read_f32(lpath, (size_t)(stored > 0 ? stored : 16) * V) : NULL;
     CHECK_MSG(ref != NULL, "cannot read %s", lpath ? lpath : rel);
     moe_session_params sp = {.n_ctx = 256, .n_threads = 2};
     moe_session *s = NULL;
@@ -118,18 +151,24 @@ static void run_case(const oracle_case *c) {
     CHECK_MSG(rc == MOE_OK, "prefill failed: %s", s ? moe_session_error(s) : "no session");
     float max_err = 0;
     int checked = 0, skipped = 0, mismatches = 0;
+    const int n_check = c->steps > 0 && c->steps < ns ? c->steps : ns;
     for (int step = 0; step < ns && rc == MOE_OK; step++) {
-        if (step < 16 && ref)
+        if (step < rows && ref) {
+            float step_err = 0;
             for (int v = 0; v < V; v++) {
                 float d = fabsf(lg[v] - ref[(size_t)step * V + v]);
-                if (d > max_err || isnan(d)) max_err = isnan(d) ? INFINITY : d;
+                if (d > step_err || isnan(d)) step_err = isnan(d) ? INFINITY : d;
             }
+            if (verbose) fprintf(stderr, "  %s step %d: max |dlogit| %.7f\n", c->name, step, (double)step_err);
+            if (step_err > max_err) max_err = step_err;
+        }
         json_t *t5 = json_array_get(top5, (size_t)step);
         double l0 = json_number_value(json_array_get(json_array_get(t5, 0), 1));
         double l1 = json_number_value(json_array_get(json_array_get(t5, 1), 1));
         int32_t want = (int32_t)json_integer_value(json_array_get(rtoks, (size_t)step));
         int32_t got = moe_argmax(lg, V);
-        if (l0 - l1 > c->tol) {
+        if (step >= n_check) {
+        } else if (l0 - l1 > margin) {
             checked++;
             if (got != want) {
                 mismatches++;
@@ -153,21 +192,22 @@ static void run_case(const oracle_case *c) {
             int32_t want = (int32_t)json_integer_value(json_array_get(rtoks, (size_t)step));
             if (got != want) {
                 json_t *t5 = json_array_get(top5, (size_t)step);
-                double margin = json_number_value(json_array_get(json_array_get(t5, 0), 1)) -
-                                json_number_value(json_array_get(json_array_get(t5, 1), 1));
-                explained = margin <= c->tol;
-                CHECK_MSG(explained, "%s: free run diverges at step %d (%d vs reference %d) where the reference margin %.4f > tol",
-                          c->name, step, got, want, margin);
+                double gap = json_number_value(json_array_get(json_array_get(t5, 0), 1)) -
+                             json_number_value(json_array_get(json_array_get(t5, 1), 1));
+                explained = gap <= margin || step >= n_check;
+                CHECK_MSG(explained, "%s: free run diverges at step %d (%d vs reference %d) where the reference margin %.4f > %.2g",
+                          c->name, step, got, want, gap, (double)margin);
                 break;
             }
             agree++;
             if (moe_session_forward(s, &got, 1, lg, false) != MOE_OK) break;
         }
     }
-    CHECK_MSG(max_err <= c->tol, "%s: max |logit error| %.5f over the first 16 steps exceeds tolerance %.3f",
-              c->name, (double)max_err, (double)c->tol);
-    printf("%-32s %-24s max|dlogit| %.6f  tol %.3f  teacher-forced argmax %d/%d checked (%d near-ties)  free-run %d/%d equal\n",
-           c->name, c->gguf ? c->gguf : c->flags ? c->flags : "", (double)max_err, (double)c->tol, checked, ns, skipped, agree, ns);
+    CHECK_MSG(max_err <= c->tol, "%s: max |logit error| %.5f over the first %d steps exceeds tolerance %.2g",
+              c->name, (double)max_err, rows, (double)c->tol);
+    printf("%-32s %-24s %-16s max|dlogit| %.7f (%d rows) tol %.2g  teacher-forced argmax %d/%d checked (%d near-ties)  free-run %d/%d equal\n",
+           c->name, c->gguf ? c->gguf : "", c->flags ? c->flags : "", (double)max_err, rows, (double)c->tol, checked, n_check,
+           skipped, agree, ns);
     free(pt);
     free(lg);
     free(ref);
@@ -176,8 +216,11 @@ static void run_case(const oracle_case *c) {
     json_decref(j);
 }
 
-int main(void) {
-    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) run_case(&CASES[i]);
+/* argv[1]: run only the cases whose reference name contains it */
+int main(int argc, char **argv) {
+    verbose = getenv("MOEFAST_ORACLE_VERBOSE") != NULL;
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
+        if (argc < 2 || strstr(CASES[i].name, argv[1])) run_case(&CASES[i]);
     CHECK_MSG(check_count_ > 0, "no oracle cases found");
     return check_report("test_oracle");
 }

@@ -172,7 +172,6 @@ int moe_read_common_hparams(moe_model *m, char *err, size_t errlen) {
         {"feed_forward_length", 0, false, &hp->n_ff},
         {"expert_count", 0, true, &hp->n_expert},
         {"expert_used_count", 0, true, &hp->n_expert_used},
-        {"expert_feed_forward_length", 0, true, &hp->n_ff_exp},
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         uint32_t u;
@@ -183,7 +182,17 @@ int moe_read_common_hparams(moe_model *m, char *err, size_t errlen) {
                             keys[i].key, u);
         *keys[i].dst = (int)u;
     }
-    int rc = moe_get_f32_def(m, "attention.layer_norm_rms_epsilon", 1e-6f, &hp->rms_eps, err, errlen);
+    /* the routed experts' width: no default here (0 when absent), since
+     * architectures differ (some take feed_forward_length); the check says
+     * when it is still missing */
+    char key[160];
+    snprintf(key, sizeof key, "%s.expert_feed_forward_length", m->arch_name);
+    uint32_t fx = 0;
+    int rc = gguf_get_u32(m->gf, key, &fx, err, errlen);
+    if (rc < 0) return rc;
+    if (fx > 0x7fffffffu) return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s = %u is out of range", m->path, key, fx);
+    hp->n_ff_exp = rc == 1 ? 0 : (int)fx;
+    rc = moe_get_f32_def(m, "attention.layer_norm_rms_epsilon", 1e-6f, &hp->rms_eps, err, errlen);
     if (rc) return rc;
     if (hp->n_layer < 1 || hp->n_layer > 4096)
         return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s.block_count %d out of range", m->path, m->arch_name, hp->n_layer);
@@ -203,7 +212,7 @@ int moe_check_hparams(moe_model *m, char *err, size_t errlen) {
     NEED(hp->rms_eps > 0 && hp->rms_eps < 1, "attention.layer_norm_rms_epsilon out of range");
     NEED(hp->n_expert >= 1 && hp->n_expert <= 4096, "expert_count out of range 1..4096");
     NEED(hp->n_expert_used >= 1 && hp->n_expert_used <= hp->n_expert, "expert_used_count must be 1..expert_count");
-    NEED(hp->n_ff_exp >= 1, "expert_feed_forward_length must be >= 1");
+    NEED(hp->n_ff_exp >= 1, "expert_feed_forward_length missing or < 1");
     NEED(hp->n_ctx_train >= 1, "context_length must be >= 1");
 #undef NEED
     hp->n_head_max = 0;
@@ -268,8 +277,15 @@ int moe_bind_attention(moe_model *m, int il, moe_attn_desc *d, char *err, size_t
     if ((rc = moe_bind_weight(m, &d->wk, T("attn_k.weight"), E, Hkv * D, 0, MOE_USE_ALL, true, err, errlen))) return rc;
     if ((rc = moe_bind_weight(m, &d->wv, T("attn_v.weight"), E, Hkv * Dv, 0, MOE_USE_ALL, true, err, errlen))) return rc;
     if ((rc = moe_bind_weight(m, &d->wo, T("attn_output.weight"), H * Dv, E, 0, MOE_USE_ALL, true, err, errlen))) return rc;
-    if ((rc = moe_bind_vector(m, &d->q_norm, T("attn_q_norm.weight"), D, false, err, errlen)) < 0) return rc;
-    if ((rc = moe_bind_vector(m, &d->k_norm, T("attn_k_norm.weight"), D, false, err, errlen)) < 0) return rc;
+    /* per head [head_dim], or (qk_norm_full, set by the architecture) the whole projection */
+    const int64_t qn = d->qk_norm_full ? H * D : D, kn = d->qk_norm_full ? Hkv * D : D;
+    if ((rc = moe_bind_vector(m, &d->q_norm, T("attn_q_norm.weight"), qn, false, err, errlen)) < 0) return rc;
+    if ((rc = moe_bind_vector(m, &d->k_norm, T("attn_k_norm.weight"), kn, false, err, errlen)) < 0) return rc;
+    /* optional biases of the projections */
+    if ((rc = moe_bind_vector(m, &d->bq, T("attn_q.bias"), H * D, false, err, errlen)) < 0) return rc;
+    if ((rc = moe_bind_vector(m, &d->bk, T("attn_k.bias"), Hkv * D, false, err, errlen)) < 0) return rc;
+    if ((rc = moe_bind_vector(m, &d->bv, T("attn_v.bias"), Hkv * Dv, false, err, errlen)) < 0) return rc;
+    if ((rc = moe_bind_vector(m, &d->bo, T("attn_output.bias"), E, false, err, errlen)) < 0) return rc;
     return MOE_OK;
 }
 
@@ -299,7 +315,10 @@ int moe_bind_moe(moe_model *m, int il, moe_moe_desc *d, char *err, size_t errlen
     d->has_shared = true;
     if ((rc = moe_bind_weight(m, &d->gate_sh, T("ffn_gate_shexp.weight"), E, Fs, 0, MOE_USE_ALL, true, err, errlen))) return rc;
     if ((rc = moe_bind_weight(m, &d->up_sh, T("ffn_up_shexp.weight"), E, Fs, 0, MOE_USE_ALL, true, err, errlen))) return rc;
-    return moe_bind_weight(m, &d->down_sh, T("ffn_down_shexp.weight"), Fs, E, 0, MOE_USE_ALL, true, err, errlen);
+    if ((rc = moe_bind_weight(m, &d->down_sh, T("ffn_down_shexp.weight"), Fs, E, 0, MOE_USE_ALL, true, err, errlen))) return rc;
+    /* optional sigmoid gate of the shared expert: one row of n_embd */
+    rc = moe_bind_weight(m, &d->shared_gate, T("ffn_gate_inp_shexp.weight"), E, 1, 0, MOE_USE_ALL, false, err, errlen);
+    return rc < 0 ? rc : MOE_OK;
 }
 
 #undef T

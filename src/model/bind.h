@@ -20,7 +20,9 @@ int moe_get_bool_def(moe_model *m, const char *key, bool def, bool *out, char *e
 
 /* m->hp's block_count, embedding_length, context_length, vocab_size,
  * feed_forward_length, expert_count, expert_used_count,
- * expert_feed_forward_length, layer_norm_rms_epsilon; allocates m->layers. */
+ * layer_norm_rms_epsilon, and expert_feed_forward_length when present (else
+ * n_ff_exp 0: the architecture decides, moe_check_hparams refuses 0);
+ * allocates m->layers. */
 int moe_read_common_hparams(moe_model *m, char *err, size_t errlen);
 /* Range checks every architecture needs, once the layers' head counts are set. */
 int moe_check_hparams(moe_model *m, char *err, size_t errlen);
@@ -29,11 +31,14 @@ int moe_check_hparams(moe_model *m, char *err, size_t errlen);
 int moe_read_rope(moe_model *m, int i, const char *base_key, float base_def, const char *dims_key, int dims_def,
                   bool allow_scaling, char *err, size_t errlen);
 
-/* Standard tensors of layer il ("blk.<il>.attn_q.weight", ...). */
+/* Standard tensors of layer il ("blk.<il>.attn_q.weight", ...). Optional:
+ * attn_{q,k}_norm ([head_dim], or with d->qk_norm_full set before the call
+ * the whole projection's width), attn_{q,k,v,output}.bias. */
 int moe_bind_attention(moe_model *m, int il, moe_attn_desc *d, char *err, size_t errlen);
 int moe_bind_dense_ffn(moe_model *m, int il, moe_ffn_desc *d, char *err, size_t errlen);
-/* Router, experts and (when hp.n_ff_shexp > 0) the shared expert; the
- * router's function, bias use, renorm and scale are the architecture's. */
+/* Router, experts and (when hp.n_ff_shexp > 0) the shared expert with its
+ * optional sigmoid gate ffn_gate_inp_shexp; the router's function, bias
+ * use, renorm and scale are the architecture's. */
 int moe_bind_moe(moe_model *m, int il, moe_moe_desc *d, char *err, size_t errlen);
 /* token_embd, output_norm, output (tied to token_embd when absent). */
 int moe_bind_io(moe_model *m, char *err, size_t errlen);

@@ -41,14 +41,18 @@ const char *moe_router_name(moe_router_probs_fn f);   /* "softmax", "sigmoid" */
 
 static inline float moe_softplus(float x) { return x > 20.0f ? x : log1pf(moe_expf(x)); }
 
-/* NEOX rotation of the first n_rot dims with a precomputed (cos, sin) row. */
-static inline void moe_rope_apply(float *x, const float *cs, int n_rot) {
+/* Rotation of the first n_rot dims with a precomputed (cos, sin) row, pair
+ * i at angle i: NEOX pairs (i, i + n_rot/2), or (adjacent, llama.cpp's NORM
+ * mode) pairs (2i, 2i+1). The same table serves both. */
+static inline void moe_rope_apply(float *x, const float *cs, int n_rot, bool adjacent) {
     const int half = n_rot / 2;
+    const int stride = adjacent ? 2 : 1, off = adjacent ? 1 : half;
     for (int i = 0; i < half; i++) {
         const float c = cs[2 * i], sn = cs[2 * i + 1];
-        const float x0 = x[i], x1 = x[i + half];
-        x[i] = x0 * c - x1 * sn;
-        x[i + half] = x0 * sn + x1 * c;
+        float *p = x + (size_t)i * stride;
+        const float x0 = p[0], x1 = p[off];
+        p[0] = x0 * c - x1 * sn;
+        p[off] = x0 * sn + x1 * c;
     }
 }
 

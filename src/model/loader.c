@@ -412,8 +412,8 @@ static void print_layers(const moe_model *m, FILE *f) {
     if (window > 0) fprintf(f, "  sliding window %d on the layers marked s, full attention elsewhere\n", window);
     for (int i = 0; i < m->n_ropes; i++) {
         const moe_rope *r = &m->ropes[i];
-        fprintf(f, "  rope %d%s: base %g, %d rotated dims%s", i, window > 0 ? (i ? " (sliding layers)" : " (full layers)") : "",
-                (double)r->base, r->n_rot, r->yarn ? ", YaRN" : "");
+        fprintf(f, "  rope %d%s: base %g, %d rotated dims%s%s", i, window > 0 ? (i ? " (sliding layers)" : " (full layers)") : "",
+                (double)r->base, r->n_rot, r->adjacent ? " in adjacent pairs" : "", r->yarn ? ", YaRN" : "");
         if (r->yarn)
             fprintf(f, " factor %g, original context %d, beta_fast %g, beta_slow %g", (double)r->yarn_factor,
                     r->yarn_orig_ctx, (double)r->yarn_beta_fast, (double)r->yarn_beta_slow);
@@ -425,6 +425,16 @@ static void print_layers(const moe_model *m, FILE *f) {
         fprintf(f, "  router: %s%s, weights %s, scale %g\n", moe_router_name(router->probs),
                 router->select_bias ? " + selection bias" : "", router->renorm ? "renormalised" : "not renormalised",
                 (double)router->scale);
+    const moe_attn_desc *a = &m->layers[0].attn;   /* the attention's options, as layer 0 has them */
+    if (a->q_norm || a->bq || a->bk || a->bv || a->bo)
+        fprintf(f, "  attention (layer 0): q/k norm %s, biases%s%s%s%s\n",
+                !a->q_norm ? "none" : a->qk_norm_full ? "over the whole row" : "per head", a->bq ? " q" : "",
+                a->bk ? " k" : "", a->bv ? " v" : "", a->bo ? " output" : (a->bq || a->bk || a->bv) ? "" : " none");
+    for (int il = 0; il < hp->n_layer; il++)
+        if (!m->layers[il].dense && m->layers[il].moe.shared_gate.data) {
+            fprintf(f, "  shared expert gated by sigmoid(ffn_gate_inp_shexp . h)\n");
+            break;
+        }
 }
 
 int moe_model_print_info(const moe_model *m, void *file) {

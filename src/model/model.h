@@ -50,7 +50,8 @@ typedef struct moe_weight_ref {
 } moe_weight_ref;
 
 typedef struct moe_rope {
-    int n_rot;               /* rotated dims per head (NEOX pairs i, i + n_rot/2) */
+    int n_rot;               /* rotated dims per head; the rest pass through */
+    bool adjacent;           /* pairs (2i, 2i+1) (llama.cpp's NORM mode); false: NEOX pairs (i, i + n_rot/2) */
     float base;
     bool yarn;               /* YaRN context extension */
     float yarn_factor;       /* context extension factor (freq_scale = 1/factor) */
@@ -67,18 +68,23 @@ struct moe_context;
 /* ---- block descriptors (what the architectures fill in; blocks.h runs them) ---- */
 
 /* Grouped-query attention with RoPE (blocks.h: moe_block_attention):
- *   h = RMSNorm(x) * norm;  q, k, v = Wq h, Wk h, Wv h  (+ Wextra h)
- *   q, k = RoPE(RMSNorm_head(q) * q_norm), ... (each norm optional)
+ *   h = RMSNorm(x) * norm;  q, k, v = Wq h + bq, Wk h + bk, Wv h + bv  (+ Wextra h)
+ *   q, k = RoPE(RMSNorm_head(q) * q_norm), ... (each norm and bias optional;
+ *          qk_norm_full: RMSNorm over the whole q row (all heads) instead)
  *   a = softmax(q k^T / sqrt(head_dim) + mask) v,  mask: causal, or the last
  *       `window` positions
  *   a = head_hook(a)  (optional, per query head, e.g. an output gate)
- *   x += Wo a */
+ *   x += Wo a + bo */
 typedef struct moe_attn_desc {
     int n_head;              /* query heads of this layer (a multiple of the KV heads) */
     int window;              /* 0: every earlier position; > 0: the last `window` positions */
     int rope;                /* index into moe_model.ropes (and the context's RoPE tables) */
     const float *norm, *q_norm, *k_norm;   /* F32 vectors; q_norm / k_norm may be NULL */
+    /* q_norm / k_norm span the whole projection (n_head*head_dim, n_head_kv*head_dim
+     * values: one RMSNorm per token row, before the split into heads), not one head */
+    bool qk_norm_full;
     moe_weight wq, wk, wv, wo;
+    const float *bq, *bk, *bv, *bo;        /* biases added to the projections' outputs, or NULL */
     /* An extra projection of the attention input, computed in the same pool
      * phase as Q/K/V into the context's `gate` rows (n_out per token), and a
      * hook applied to query heads [h0, h1) of token t's attention output
@@ -106,13 +112,15 @@ typedef struct moe_ffn_desc {
     moe_weight gate, up, down;
 } moe_ffn_desc;
 
-/* Mixture of experts: x += sum_k w_k SwiGLU_{e_k}(h) (+ SwiGLU_shared(h)). */
+/* Mixture of experts: x += sum_k w_k SwiGLU_{e_k}(h) (+ g * SwiGLU_shared(h)),
+ * g = sigmoid(shared_gate . h) with a shared gate, else 1. */
 typedef struct moe_moe_desc {
     const float *norm;
     moe_router_desc router;
     moe_weight gate_exps, up_exps, down_exps;   /* n_mat = n_expert */
     bool has_shared;
     moe_weight gate_sh, up_sh, down_sh;         /* the always-on shared expert */
+    moe_weight shared_gate;                     /* n_in n_embd, n_out 1; data NULL when absent */
 } moe_moe_desc;
 
 /* One layer: the architecture's layer function reads its descriptors. */
@@ -209,7 +217,7 @@ struct moe_context {
     float *attn_w;              /* kv_q8: [n_threads][n_head_max * head_dim_v/32 * n_ctx] accum_q8 scratch */
     float *rope_tab[MOE_MAX_ROPES]; /* [n_ctx][n_rot/2][2] cos, sin per model rope */
     /* scratch, sized for n_batch tokens */
-    float *x, *xn, *q, *k, *v, *att, *gate, *proj, *ffn_out;
+    float *x, *xn, *q, *k, *v, *att, *gate, *proj, *ffn_out;   /* gate: also the MoE block's shared-gate logits */
     float *router, *selw, *eout, *hg, *hu, *xg;
     int32_t *sel, *ex_slot;
     int32_t *gather_src;        /* [n_batch * n_expert_used]: token of each gathered row, -1: read in place */

@@ -199,7 +199,7 @@ typedef struct pre_def {
 
 static const pre_def PRE_DEFS[] = {
     {"default|", {RX_DEF_PUNCT, RX_GPT2, RX_DEF_NUM, RX_DEF_DIGIT3}, false},
-    {"gpt-2|phi-2|gpt2|", {RX_GPT2}, false},
+    {"gpt-2|phi-2|gpt2|olmo|", {RX_GPT2}, false},   /* llama.cpp: OLMO uses the GPT-2 expression */
     {"qwen2|deepseek-r1-qwen|megrez|stablelm2|hunyuan|grok-2|", {RX_QWEN2}, false},
     /* llama.cpp (LLAMA_VOCAB_PRE_TYPE_LAGUNA): newline runs split first, then
      * the Qwen2 expression. */
@@ -565,7 +565,7 @@ int moe_tokenizer_load(const gguf_file *f, moe_tokenizer **out, char *err, size_
         if (!d) {
             moe_tokenizer_free(t);
             return moe_errf(err, errlen, MOE_EUNSUPPORTED,
-                            "%s: tokenizer.ggml.pre '%.*s' is not supported (known: default, gpt-2, qwen2, laguna, llama3/llama-bpe, dbrx)",
+                            "%s: tokenizer.ggml.pre '%.*s' is not supported (known: default, gpt-2, olmo, qwen2, laguna, llama3/llama-bpe, dbrx)",
                             path, (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
         }
         t->ignore_merges = d->ignore_merges;

@@ -27,5 +27,8 @@ void moe_arch_list(char *buf, size_t len);
 
 extern const moe_arch moe_arch_laguna;
 extern const moe_arch moe_arch_qwen3moe;
+extern const moe_arch moe_arch_llama;
+extern const moe_arch moe_arch_olmoe;
+extern const moe_arch moe_arch_qwen2moe;
 
 #endif

@@ -7,6 +7,9 @@
 static const moe_arch *const ARCHS[] = {
     &moe_arch_laguna,
     &moe_arch_qwen3moe,
+    &moe_arch_llama,
+    &moe_arch_olmoe,
+    &moe_arch_qwen2moe,
 };
 
 #define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])

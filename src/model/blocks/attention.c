@@ -2,10 +2,11 @@
  *
  *   h = RMSNorm(x) * norm
  *   q, k, v (, extra) = Wq h, Wk h, Wv h (, Wextra h)      one pool phase
+ *   per token (when there are any): the biases, whole-row QK-norms
  *   per (token, KV head) item: QK-norm, RoPE, the key and value stored in the
  *     token's sequence's cache at its position; then scores over the visible
  *     keys in position order, softmax, the weighted sum of values, the hook
- *   x += Wo a
+ *   x += Wo a (+ bo)
  *
  * An item reads only its own sequence's cache, so tokens of other sequences
  * in the step change nothing; which thread runs it never changes its bits. */
@@ -37,14 +38,16 @@ static void attn_prep(moe_context *c, const moe_attn_desc *d, int il, int t, int
     const moe_hparams *hp = &c->m->hp;
     const int H = d->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, Dv = hp->head_dim_v, G = H / Hkv;
     const int n_rot = c->m->ropes[d->rope].n_rot;
+    const bool adj = c->m->ropes[d->rope].adjacent;
     const int pos = c->tok_pos[t];
     const float *cs = c->rope_tab[d->rope] + (size_t)pos * (size_t)n_rot;
     float *qg = c->q + ((size_t)t * H + (size_t)g * G) * D;      /* the group's G query heads */
-    if (d->q_norm) moe_rms_norm_rows(qg, d->q_norm, D, G, (size_t)D, hp->rms_eps);
-    for (int h = 0; h < G; h++) moe_rope_apply(qg + (size_t)h * D, cs, n_rot);
+    const bool head_norm = !d->qk_norm_full;                      /* full-row norms: attn_rows, before */
+    if (d->q_norm && head_norm) moe_rms_norm_rows(qg, d->q_norm, D, G, (size_t)D, hp->rms_eps);
+    for (int h = 0; h < G; h++) moe_rope_apply(qg + (size_t)h * D, cs, n_rot, adj);
     float *k = c->k + ((size_t)t * Hkv + g) * D;
-    if (d->k_norm) moe_rms_norm(k, d->k_norm, k, D, hp->rms_eps);
-    moe_rope_apply(k, cs, n_rot);
+    if (d->k_norm && head_norm) moe_rms_norm(k, d->k_norm, k, D, hp->rms_eps);
+    moe_rope_apply(k, cs, n_rot, adj);
     const float *v = c->v + ((size_t)t * Hkv + g) * Dv;
     const size_t blk = cache_block(c, c->tok_seq[t], il, g);
     if (c->kv_q8) {                                               /* kv_q8: 8-bit blocks (attn.h) */
@@ -92,6 +95,37 @@ static void attn_item_q8(moe_context *c, size_t blk, int G, const float *q, int 
     for (int h = 0; h < G; h++) {
         const float inv = 1.0f / sums[h];
         for (int d = 0; d < Dv; d++) o[(size_t)h * Dv + d] *= inv;
+    }
+}
+
+/* What comes between the projections and the per-head items, per token:
+ * the biases, then the whole-row QK-norms (qk_norm_full), which need every
+ * head of the token at once. */
+static bool has_row_ops(const moe_attn_desc *d) {
+    return d->bq || d->bk || d->bv || (d->qk_norm_full && (d->q_norm || d->k_norm));
+}
+
+static void add_bias(float *y, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] += b[i];
+}
+
+static void rows_worker(void *arg, int ith, int nth) {
+    const attn_task *at = arg;
+    const moe_context *c = at->c;
+    const moe_attn_desc *d = at->d;
+    const moe_hparams *hp = &c->m->hp;
+    const size_t qd = (size_t)d->n_head * (size_t)hp->head_dim, kd = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    const size_t vd = (size_t)hp->n_head_kv * (size_t)hp->head_dim_v;
+    int64_t b, e;
+    moe_split(c->n_tok, ith, nth, 1, &b, &e);
+    for (int64_t t = b; t < e; t++) {
+        float *q = c->q + (size_t)t * qd, *k = c->k + (size_t)t * kd, *v = c->v + (size_t)t * vd;
+        if (d->bq) add_bias(q, d->bq, qd);
+        if (d->bk) add_bias(k, d->bk, kd);
+        if (d->bv) add_bias(v, d->bv, vd);
+        if (!d->qk_norm_full) continue;
+        if (d->q_norm) moe_rms_norm(q, d->q_norm, q, (int)qd, hp->rms_eps);
+        if (d->k_norm) moe_rms_norm(k, d->k_norm, k, (int)kd, hp->rms_eps);
     }
 }
 
@@ -202,6 +236,11 @@ static void attention_run(moe_context *c, const moe_attn_desc *d, int il) {
      * the keys other items of its sequence store), otherwise here in order */
     const bool glue = moe_flag_on(c->flags, MOE_FLAG_PARALLEL_GLUE);
     attn_task at = {c, d, il, glue && n == 1, glue && d->head_hook};
+    if (has_row_ops(d)) {                                         /* biases, whole-row QK-norms */
+        if (glue && n > 1) moe_ctx_par(c, rows_worker, &at);
+        else rows_worker(&at, 0, 1);
+        PROF_EXTEND(c, MOE_PH_QKV);
+    }
     if (!glue || n > 1) {
         if (glue) moe_ctx_par(c, prep_worker, &at);
         else prep_worker(&at, 0, 1);
@@ -212,6 +251,8 @@ static void attention_run(moe_context *c, const moe_attn_desc *d, int il) {
         for (int t = 0; t < n; t++) d->head_hook(c, d, t, 0, d->n_head);
     PROF_MARK(c, MOE_PH_ATTENTION, 0, step_kv_bytes(c, d));
     moe_matmul(c, &d->wo, c->att, n, c->proj);                    /* proj [n][E] */
+    if (d->bo)
+        for (int t = 0; t < n; t++) add_bias(c->proj + (size_t)t * E, d->bo, (size_t)E);
     for (size_t i = 0; i < (size_t)n * E; i++) c->x[i] += c->proj[i];
     PROF_MARK(c, MOE_PH_WO, (double)d->wo.mat_bytes, 0);
 }

@@ -1,6 +1,7 @@
 /* ffn.c — the feed-forward blocks (blocks.h): a dense SwiGLU FFN, and the
  * mixture of experts (router -> top-k -> the chosen experts' SwiGLU, the
- * shared expert, the combine in the router's rank order).
+ * shared expert (optionally gated by a sigmoid), the combine in the router's
+ * rank order).
  *
  * Both are lists of SwiGLU jobs — out[row] = Wd (silu(Wg x[row]) * Wu x[row])
  * for the rows of one job (a routed expert with the step's tokens that chose
@@ -230,11 +231,13 @@ static void gather_worker(void *arg, int ith, int nth) {
 }
 
 /* ffn_out[t] = sum over ranks k of eout[slot(t, k)] * w[t][k] (+ the shared
- * expert's proj[t]), then x[t] += ffn_out[t]: the router's rank order for
+ * expert's proj[t], first multiplied by sigmoid(its gate logit) when gated),
+ * then x[t] += ffn_out[t]: the router's rank order for
  * every element (the combine kernel, attn.h: the same bits at every ISA). */
 typedef struct {
     moe_context *c;
     bool shared;
+    const float *sh_gate;    /* [n_tok] logits of the shared expert's gate, or NULL */
 } combine_task;
 
 static void combine_worker(void *arg, int ith, int nth) {
@@ -244,10 +247,15 @@ static void combine_worker(void *arg, int ith, int nth) {
     const int K = c->m->hp.n_expert_used;
     int64_t b, e;
     moe_split(c->n_tok, ith, nth, 1, &b, &e);
-    for (int64_t t = b; t < e; t++)
-        c->attn->combine(c->eout, c->ex_slot + (size_t)t * K, c->selw + (size_t)t * K, K,
-                         ct->shared ? c->proj + (size_t)t * E : NULL, c->ffn_out + (size_t)t * E, c->x + (size_t)t * E,
-                         (int)E);
+    for (int64_t t = b; t < e; t++) {
+        float *sh = ct->shared ? c->proj + (size_t)t * E : NULL;
+        if (sh && ct->sh_gate) {                 /* the shared output times its gate, then added (llama.cpp's order) */
+            const float g = 1.0f / (1.0f + moe_expf(-ct->sh_gate[t]));
+            for (size_t i = 0; i < E; i++) sh[i] *= g;
+        }
+        c->attn->combine(c->eout, c->ex_slot + (size_t)t * K, c->selw + (size_t)t * K, K, sh, c->ffn_out + (size_t)t * E,
+                         c->x + (size_t)t * E, (int)E);
+    }
 }
 
 /* The jobs of tokens [t_begin, t_end): rows by expert (ascending id), each
@@ -305,8 +313,12 @@ static void moe_run(moe_context *c, const moe_moe_desc *d, int il) {
     const size_t Fx = (size_t)hp->n_ff_exp;
     moe_norm_tokens(c, d->norm);                                  /* h = RMSNorm(x) * norm  [n][E] */
     PROF_MARK(c, MOE_PH_FFN_NORM, 0, 0);
-    moe_matmul(c, &d->router.w, c->xn, n, c->router);             /* router logits [n][NE] */
-    PROF_MARK(c, MOE_PH_ROUTER, (double)d->router.w.mat_bytes, 0);
+    /* router logits [n][NE] (and the shared gate's [n][1] in the same phase) */
+    const moe_weight *rw[2] = {&d->router.w, &d->shared_gate};
+    float *ry[2] = {c->router, c->gate};
+    const int nrw = d->has_shared && d->shared_gate.data ? 2 : 1;
+    moe_matmul_multi(c, rw, ry, nrw, c->xn, moe_act_rows_multi(c, rw, nrw, c->xn, n), n);
+    PROF_MARK(c, MOE_PH_ROUTER, (double)d->router.w.mat_bytes + (nrw > 1 ? (double)d->shared_gate.mat_bytes : 0), 0);
     const bool glue = moe_flag_on(c->flags, MOE_FLAG_PARALLEL_GLUE);
     route_task rt = {c, &d->router, moe_flag_on(c->flags, MOE_FLAG_TEST_PERTURB) && il == hp->n_layer - 1};
     if (glue && n > 1) moe_ctx_par(c, route_worker, &rt);
@@ -341,7 +353,7 @@ static void moe_run(moe_context *c, const moe_moe_desc *d, int il) {
      * layer). Cutting the down phase by output rows to combine inside it was
      * tried: the short per-expert row ranges streamed at 50-80 % of the
      * work-split phase's speed. */
-    combine_task ct = {c, d->has_shared};
+    combine_task ct = {c, d->has_shared, nrw > 1 ? c->gate : NULL};
     if (glue && n > 1) moe_ctx_par(c, combine_worker, &ct);
     else combine_worker(&ct, 0, 1);
     PROF_MARK(c, MOE_PH_COMBINE, 0, 0);

@@ -1,0 +1,58 @@
+/* olmoe.c — OLMoE (Muennighoff et al., "OLMoE: Open Mixture-of-Experts
+ * Language Models", 2024).
+ *
+ * Per layer (x: [n_tok][n_embd]):
+ *   h  = RMSNorm(x) * attn_norm
+ *   q  = RoPE(RMSNorm(Wq h) * q_norm)   the norm over the whole row (all
+ *   k  = RoPE(RMSNorm(Wk h) * k_norm)   heads), then the split into heads;
+ *   v  = Wv h                           NEOX pairs (i, i + head_dim/2)
+ *   x += Wo softmax(q k^T / sqrt(head_dim) + causal) v
+ *   h  = RMSNorm(x) * ffn_norm
+ *   p  = softmax(Wr h); e = top-k(p); w = p[e]        (not renormalised)
+ *   x += sum_k w_k * Wdown_{e_k} (SiLU(Wgate_{e_k} h) * Wup_{e_k} h)
+ * As in llama.cpp, the experts' width is olmoe.feed_forward_length. */
+#include "model/arch/arch.h"
+#include "model/bind.h"
+#include "model/blocks.h"
+#include "base/util.h"
+
+static void olmoe_layer(moe_context *c, const moe_layer *L, int il) {
+    moe_block_attention(c, &L->attn, il);
+    moe_block_moe(c, &L->moe, il);
+}
+
+static int olmoe_bind(moe_model *m, char *err, size_t errlen) {
+    moe_hparams *hp = &m->hp;
+    uint32_t u;
+    int rc;
+#define U32(key, def, req, dst) do { if ((rc = moe_get_u32_def(m, key, def, &u, req, err, errlen))) return rc; dst = (int)u; } while (0)
+    if ((rc = moe_read_common_hparams(m, err, errlen))) return rc;
+    U32("attention.head_count", 0, true, hp->n_head_max);
+    U32("attention.head_count_kv", (uint32_t)hp->n_head_max, false, hp->n_head_kv);
+    if (hp->n_head_max < 1) return moe_errf(err, errlen, MOE_EFORMAT, "%s: olmoe.attention.head_count must be >= 1", m->path);
+    U32("attention.key_length", (uint32_t)(hp->n_embd / hp->n_head_max), false, hp->head_dim);
+    U32("attention.value_length", (uint32_t)hp->head_dim, false, hp->head_dim_v);
+#undef U32
+    hp->n_ff_exp = hp->n_ff;
+    if (hp->n_ff < 1)
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: olmoe.feed_forward_length (the experts' width) is missing or 0", m->path);
+    for (int il = 0; il < hp->n_layer; il++) m->layers[il].attn.n_head = hp->n_head_max;
+    if ((rc = moe_check_hparams(m, err, errlen))) return rc;
+    if ((rc = moe_read_rope(m, 0, "rope.freq_base", 10000.0f, "rope.dimension_count", hp->head_dim, true, err, errlen)))
+        return rc;
+    if ((rc = moe_bind_io(m, err, errlen))) return rc;
+    for (int il = 0; il < hp->n_layer; il++) {
+        moe_layer *L = &m->layers[il];
+        L->attn.qk_norm_full = true;
+        if ((rc = moe_bind_attention(m, il, &L->attn, err, errlen))) return rc;
+        if (!L->attn.q_norm || !L->attn.k_norm)
+            return moe_errf(err, errlen, MOE_EFORMAT, "%s: missing tensor 'blk.%d.attn_%s_norm.weight' (olmoe)", m->path, il,
+                            L->attn.q_norm ? "k" : "q");
+        if ((rc = moe_bind_moe(m, il, &L->moe, err, errlen))) return rc;
+        L->moe.router.probs = moe_router_softmax;
+        L->moe.router.renorm = false;
+    }
+    return MOE_OK;
+}
+
+const moe_arch moe_arch_olmoe = {"olmoe", olmoe_bind, olmoe_layer};
