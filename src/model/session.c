@@ -107,8 +107,8 @@ static int session_create(moe_model *m, const moe_session_params *p, uint64_t fl
     s->n_threads = n_threads;
     s->n_batch = n_batch;
     s->kern_simd = moe_kernels_active();
-    s->kern = moe_flag_on(s->flags, MOE_FLAG_SIMD) ? s->kern_simd : moe_kernels_for(MOE_ISA_SCALAR);
-    s->attn = moe_attn_for(s->kern->isa);
+    const moe_isa_table *lvl = moe_isa_table_for(moe_flag_on(s->flags, MOE_FLAG_SIMD) ? s->kern_simd->isa : MOE_ISA_SCALAR);
+    s->kern = lvl->quant, s->attn = lvl->attn; /* both from one level's descriptor */
     if (n_threads > 1 && borrow) {
         s->pool = borrow;
         s->pool_borrowed = true;
@@ -275,8 +275,8 @@ int moe_session_set_flags(moe_session *s, const char *spec, char *err, size_t er
                         errlen);
     if (rc) return rc;
     s->flags = next;
-    s->kern = moe_flag_on(next, MOE_FLAG_SIMD) ? s->kern_simd : moe_kernels_for(MOE_ISA_SCALAR);
-    s->attn = moe_attn_for(s->kern->isa);
+    const moe_isa_table *lvl = moe_isa_table_for(moe_flag_on(next, MOE_FLAG_SIMD) ? s->kern_simd->isa : MOE_ISA_SCALAR);
+    s->kern = lvl->quant, s->attn = lvl->attn; /* both from one level's descriptor */
     return MOE_OK;
 }
 
