@@ -176,7 +176,7 @@ int main(int argc, char **argv) {
                 for (int i = 1; i < argc; i++) want |= !strcmp(argv[i], isa_names[isa]);
                 if (!want) continue;
             }
-            const moe_attn_kernels *a = moe_attn_for((moe_isa)isa);
+            const moe_attn_kernels *a = moe_isa_table_for((moe_isa)isa)->attn; /* the level's pair */
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
                 for (int mem = 0; mem < 2; mem++) {
                     double med[3];

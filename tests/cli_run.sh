@@ -165,6 +165,12 @@ MOEFAST_ISA=auto "$BIN" info "$M" >"$d/info" 2>"$d/err" || bad "MOEFAST_ISA=auto
 MOEFAST_ISA=bogus "$BIN" info "$M" >"$d/info" 2>"$d/err" || bad "MOEFAST_ISA=bogus made info fail"
 grep -q "MOEFAST_ISA=bogus" "$d/err" || bad "no warning for MOEFAST_ISA=bogus"
 MOEFAST_FLAGS=-simd "$BIN" info "$M" | grep -q "^kernels: *scalar" || bad "MOEFAST_FLAGS=-simd does not select the scalar kernels"
+# extensions cleared by MOEFAST_CPU_MASK: no SIMD level, and info says what each lacks
+MOEFAST_CPU_MASK=-avx2 "$BIN" info "$M" >"$d/info" 2>"$d/err" || bad "MOEFAST_CPU_MASK=-avx2 made info fail"
+grep -q "^kernels: *scalar" "$d/info" || bad "MOEFAST_CPU_MASK=-avx2 still chose a SIMD level"
+grep -q "^isa levels: *scalar; avx2 lacks .*avx2" "$d/info" || bad "info does not say what avx2 lacks: $(grep isa "$d/info")"
+MOEFAST_CPU_MASK=-bogus "$BIN" info "$M" >/dev/null 2>"$d/err" || bad "MOEFAST_CPU_MASK=-bogus made info fail"
+grep -q "MOEFAST_CPU_MASK: '-bogus'" "$d/err" || bad "no warning for MOEFAST_CPU_MASK=-bogus"
 
 [ $fail -eq 0 ] && echo "cli_run: ok"
 exit $fail

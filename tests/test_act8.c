@@ -78,7 +78,13 @@ static size_t rbytes(uint32_t type, int64_t n) { return (size_t)moe_row_bytes(ty
 /* ---- this file's own reading of the formats (quant_ref.c's bit layouts) ---- */
 
 static const int KV[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+#ifdef __FLT16_MAX__ /* the compiler's _Float16: conversions independent of the library's */
 static float f16(const uint8_t *p) { _Float16 h; memcpy(&h, p, 2); return (float)h; }
+static float round_f16(float x) { return (float)(_Float16)x; }
+#else /* clang < 15 has no _Float16 on x86: the library's conversions (less independent) */
+static float f16(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return moe_f16_to_f32(h); }
+static float round_f16(float x) { return moe_f16_to_f32(moe_f32_to_f16(x)); }
+#endif
 /* ggml_ue4m3_to_fp32 / 2: only the byte 0x7F is 0 besides e = m = 0; bit 7 ignored otherwise */
 static float ue4m3_half(uint8_t b) {
     if (b == 0x7F) return 0.0f;
@@ -805,7 +811,7 @@ static void spec_act8(const float *x, uint8_t *out, int64_t n) {
             if (k < 16) lo += q;
         }
         const int32_t corr = -128 * sum, hi = sum - lo;
-        const float da = (float)(_Float16)(amax / 127.0f);
+        const float da = round_f16(amax / 127.0f);
         memcpy(g + 512 + 4 * j, &corr, 4);
         memcpy(g + 576 + 4 * j, &da, 4);
         memcpy(g + 640 + 4 * j, &lo, 4);

@@ -9,6 +9,9 @@
 #include "check.h"
 #include "base/util.h"
 
+/* A level's attention table, from its descriptor (the one a session takes). */
+static const moe_attn_kernels *attn_for(moe_isa isa) { return moe_isa_table_for(isa)->attn; }
+
 int main(void) {
     moe_rng r;
     moe_rng_seed(&r, 7);
@@ -32,7 +35,7 @@ int main(void) {
                 moe_attn_scalar.accum(p, scs, G, v, vs, nk, Dv, o0, (size_t)Dv);
                 for (size_t ii = 0; ii < 2; ii++) {
                     if (!moe_kernels_for(isas[ii])) continue;
-                    const moe_attn_kernels *a = moe_attn_for(isas[ii]);
+                    const moe_attn_kernels *a = attn_for(isas[ii]);
                     memset(s1, 0, sizeof(float) * scs * G);
                     a->scores(q, qs, G, k, ks, nk, D, 0.125f, s1, scs);
                     a->accum(p, scs, G, v, vs, nk, Dv, o1, (size_t)Dv);
@@ -56,7 +59,7 @@ int main(void) {
                 const moe_isa all[] = {MOE_ISA_SCALAR, MOE_ISA_AVX2, MOE_ISA_AVX512};
                 for (size_t ii = 0; ii < 3; ii++) {
                     if (!moe_kernels_for(all[ii])) continue;
-                    const moe_attn_kernels *a = moe_attn_for(all[ii]);
+                    const moe_attn_kernels *a = attn_for(all[ii]);
                     memset(s1, 0, sizeof(float) * scs * G);
                     a->scores_h(q, qs, G, kh, ks, nk, D, 0.125f, s1, scs);
                     a->accum_h(p, scs, G, vh, vs, nk, Dv, o1, (size_t)Dv);
@@ -85,7 +88,7 @@ int main(void) {
                     float *c = malloc(sizeof(float) * N);
                     memcpy(c, a, sizeof(float) * N);
                     moe_attn_scalar.exp_shift(b, n, mxs[mi]);
-                    moe_attn_for(isas[ii])->exp_shift(c, n, mxs[mi]);
+                    attn_for(isas[ii])->exp_shift(c, n, mxs[mi]);
                     int bad = 0;
                     for (int i = 0; i < N; i++) {
                         bool both_nan = b[i] != b[i] && c[i] != c[i];
@@ -104,7 +107,7 @@ int main(void) {
                 memcpy(g1, a, sizeof(float) * N);
                 const int len = n < 70 ? n : N - 7;
                 moe_attn_scalar.silu_mul(g0, a + 7, len);
-                moe_attn_for(isas[ii])->silu_mul(g1, a + 7, len);
+                attn_for(isas[ii])->silu_mul(g1, a + 7, len);
                 int bad = 0;
                 for (int i = 0; i < N; i++)
                     if (!(g0[i] != g0[i] && g1[i] != g1[i]) && memcmp(&g0[i], &g1[i], 4)) bad++;
@@ -122,7 +125,7 @@ int main(void) {
         }
         for (size_t ii = 0; ii < 2; ii++) {
             if (!moe_kernels_for(isas[ii])) continue;
-            const moe_attn_kernels *ak = moe_attn_for(isas[ii]);
+            const moe_attn_kernels *ak = attn_for(isas[ii]);
             for (int n = 0; n <= 70; n++)
                 for (int off = 0; off < 3 * ns; off += 5) {  /* windows over the special values */
                     const float m0 = moe_attn_scalar.max_f32(a + off, n), m1 = ak->max_f32(a + off, n);
@@ -196,13 +199,13 @@ int main(void) {
             if (!moe_kernels_for(isas[ii])) continue;
             for (int n = 0; n <= 40; n++) {                   /* every tail length */
                 memset(h1, 0xAB, sizeof(uint16_t) * 48);
-                moe_attn_for(isas[ii])->to_half(x + 3 * (size_t)n, h1, n);
+                attn_for(isas[ii])->to_half(x + 3 * (size_t)n, h1, n);
                 bad = 0;
                 for (int i = 0; i < n; i++) bad += h1[i] != h0[3 * (size_t)n + (size_t)i];
                 for (int i = n; i < 48; i++) bad += h1[i] != 0xABAB;   /* nothing written past n */
                 CHECK_MSG(bad == 0, "to_half isa %d n %d: %d values differ", (int)isas[ii], n, bad);
             }
-            moe_attn_for(isas[ii])->to_half(x, h1, (int)nv);
+            attn_for(isas[ii])->to_half(x, h1, (int)nv);
             bad = 0;
             for (size_t i = 0; i < nv; i++) bad += h1[i] != h0[i];
             CHECK_MSG(bad == 0, "to_half isa %d: %d of %zu values differ", (int)isas[ii], bad, nv);
@@ -246,7 +249,7 @@ int main(void) {
                         if (!moe_kernels_for(isas[ii])) continue;
                         memcpy(x1, x0, sizeof x1);
                         memset(o1, 0xAB, sizeof o1);
-                        moe_attn_for(isas[ii])->combine(eout, slot, w, K, with_sh ? sh : NULL, o1, x1, n);
+                        attn_for(isas[ii])->combine(eout, slot, w, K, with_sh ? sh : NULL, o1, x1, n);
                         CHECK_MSG(!memcmp(o0, o1, sizeof(float) * (size_t)n) && !memcmp(xr, x1, sizeof(float) * (size_t)n) &&
                                       !memcmp(x1 + n, x0 + n, sizeof(float) * (size_t)(NMAX - n)),
                                   "combine isa %d n %d K %d sh %d differs", (int)isas[ii], n, K, with_sh);
@@ -322,7 +325,7 @@ int main(void) {
                     CHECK_MSG(outside == 0, "scalar scores_q8 wrote %d scores outside keys %d..%d", outside, j0, j0 + nk - 1);
                     for (size_t ii = 0; ii < 2; ii++) {
                         if (!moe_kernels_for(isas[ii])) continue;
-                        const moe_attn_kernels *a = moe_attn_for(isas[ii]);
+                        const moe_attn_kernels *a = attn_for(isas[ii]);
                         for (int i = 0; i < G * CP; i++) s1[i] = -1.0f;
                         memset(o1, 0xAB, sizeof(float) * (size_t)G * Dv);
                         a->scores_q8(qa, ab, G, k8, kd, CP, j0, nk, D, 0.125f, s1, CP);
@@ -363,7 +366,7 @@ int main(void) {
                 for (size_t ii = 0; ii < 2; ii++) {
                     if (!moe_kernels_for(isas[ii])) continue;
                     memcpy(r1, src, sizeof(float) * NS);
-                    const float sum1 = moe_attn_for(isas[ii])->softmax_q8(r1, n);
+                    const float sum1 = attn_for(isas[ii])->softmax_q8(r1, n);
                     CHECK_MSG(!memcmp(&sum0, &sum1, 4) && !memcmp(r0, r1, sizeof(float) * NS),
                               "softmax_q8 differs: isa %d pass %d n %d (sum %g vs %g)", (int)isas[ii], pass, n, sum0, sum1);
                 }

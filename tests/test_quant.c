@@ -1,5 +1,6 @@
 /* test_quant.c — weight formats and kernels.
- *  - the type table (every ggml id, block sizes, names);
+ *  - the type table (every ggml id, block sizes, names) and every level's
+ *    kernel table against its traits (supported, x4, a8);
  *  - hand-built blocks whose dequantized values are known (the layouts);
  *  - every SIMD level present: gemv/gemm/dot/axpy bit-identical (memcmp,
  *    all NaNs treated as one value) to the scalar reference over several
@@ -150,6 +151,23 @@ static void test_type_table(void) {
         CHECK_EQ_INT(moe_type_by_name(want[i].name), want[i].id);
     }
     CHECK_EQ_INT(known, 33);
+    /* every level's kernel table (whether or not this CPU runs it) has
+     * exactly the kernels the type table's traits promise */
+    for (int l = 0; l < MOE_ISA_COUNT; l++) {
+        const moe_kernels *k = moe_isa_table_entry((moe_isa)l)->quant;
+        for (uint32_t t = 0; t < MOE_T_COUNT; t++) {
+            const moe_type_info *ti = moe_type_get(t);
+            const bool sup = ti && ti->supported, x4 = ti && ti->has_x4, a8 = ti && ti->has_a8;
+            CHECK_MSG(!k->gemv[t] == !sup && !k->gemm[t] == !sup, "%s: type %u gemv/gemm vs supported", k->name, t);
+            CHECK_MSG(!k->gemv_x4[t] == !x4 && !k->gemm_x4[t] == !x4, "%s: type %u x4 kernels vs has_x4", k->name, t);
+            CHECK_MSG(!k->gemv_a8[t] == !a8 && !k->gemm_a8[t] == !a8, "%s: type %u a8 kernels vs has_a8", k->name, t);
+            CHECK_MSG(!k->gemm_wide[t] || sup, "%s: type %u wide kernel of an unsupported type", k->name, t);
+            CHECK_EQ_INT(moe_type_has_x4(t), x4);
+            CHECK_EQ_INT(moe_type_has_a8(t), a8);
+            if (ti) CHECK_EQ_INT(ti->plain, ti->supported && ti->block == 1);
+        }
+    }
+    CHECK(!moe_type_has_x4(MOE_T_COUNT) && !moe_type_has_a8(1000));
     static const uint32_t gone[] = {4, 5, 31, 32, 33, 36, 37, 38, 41, 1000};
     for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++) CHECK(moe_type_get(gone[i]) == NULL);
     CHECK_EQ_INT(moe_type_by_name("nvfp4"), MOE_T_NVFP4);

@@ -205,11 +205,11 @@ static void check_api(const char *path) {
     const moe_kernels *k0 = s->c->kern;
     CHECK_EQ_INT(moe_session_set_flags(s, "-simd", err, sizeof err), MOE_OK);
     CHECK_EQ_INT(s->c->kern->isa, MOE_ISA_SCALAR);
-    CHECK(s->c->attn == moe_attn_for(MOE_ISA_SCALAR));
+    CHECK(s->c->attn == moe_isa_table_for(MOE_ISA_SCALAR)->attn);
     if (moe_set_isa("scalar", err, sizeof err) == MOE_OK) {
         CHECK_EQ_INT(moe_session_set_flags(s, "+simd", err, sizeof err), MOE_OK);
         CHECK(s->c->kern == k0);
-        CHECK(s->c->attn == moe_attn_for(k0->isa));
+        CHECK(s->c->attn == moe_isa_table_for(k0->isa)->attn);
         moe_set_isa("auto", err, sizeof err);
     }
 

@@ -180,9 +180,14 @@ int32_t moe_argmax(const float *logits, int n);
 /* Name of the SIMD level in use ("scalar", "avx2", "avx512"). */
 const char *moe_isa_name(void);
 /* Force a SIMD level for sessions created afterwards ("scalar"|"avx2"|"avx512",
- * or "auto" for the best this CPU has); fails when the CPU lacks it.
- * MOEFAST_ISA does the same from the environment. */
+ * or "auto" for the best this CPU has); fails when the CPU lacks one of the
+ * extensions it was built with, naming it. MOEFAST_ISA does the same from
+ * the environment; MOEFAST_CPU_MASK="-avx512vnni,-bmi2" (tests, diagnosis)
+ * makes the CPU's extensions named there count as absent. */
 int moe_set_isa(const char *name, char *err, size_t errlen);
+/* The levels this CPU runs, and what each other one lacks, on one line:
+ * "scalar, avx2; avx512 lacks avx512vnni". */
+const char *moe_isa_support(void);
 
 /* ---- chat (src/text/chat.c) ---------------------------------------------------- */
 

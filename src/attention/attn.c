@@ -1,5 +1,6 @@
 /* attn.c — scalar reference attention kernels (the contract of attn.h written
- * out literally) and the per-ISA dispatch. */
+ * out literally); the level descriptors (isa/isa.h) pair each level's table
+ * with its quant kernels. */
 #include <math.h>
 #include <string.h>
 
@@ -189,11 +190,3 @@ const moe_attn_kernels moe_attn_scalar = {scores_scalar,   accum_scalar,     sco
                                           exp_shift_scalar, silu_mul_scalar, to_half_scalar,  combine_scalar,
                                           scores_q8_scalar, accum_q8_scalar, softmax_q8_scalar, max_f32_scalar,
                                           scores_scalar,   accum_scalar,     accum_q8_scalar};
-
-const moe_attn_kernels *moe_attn_for(moe_isa isa) {
-    switch (isa) {
-    case MOE_ISA_AVX512: return &moe_attn_avx512;
-    case MOE_ISA_AVX2: return &moe_attn_avx2;
-    default: return &moe_attn_scalar;
-    }
-}

@@ -157,9 +157,8 @@ void moe_kv8_store_key(const uint8_t *xa, int D, int8_t *k8, uint16_t *kd, size_
 /* The same for a value row: row j of v8 and its scales in vd. */
 void moe_kv8_store_value(const uint8_t *xa, int Dv, int8_t *v8, uint16_t *vd, size_t vd_stride, int j);
 
-const moe_attn_kernels *moe_attn_for(moe_isa isa);
-
-/* per-ISA tables (attn.c, attn_avx2.c, attn_avx512.c) */
+/* per-ISA tables (attn.c, attn_avx2.c, attn_avx512.c); a session takes its
+ * table from its level's descriptor (isa/isa.h: moe_isa_table.attn) */
 extern const moe_attn_kernels moe_attn_scalar, moe_attn_avx2, moe_attn_avx512;
 
 #endif

@@ -5,30 +5,31 @@
 #include <ctype.h>
 #include <stdio.h>
 
+/* .name designated: clang warns of the fields a positional list leaves out */
 static const moe_flag_info FLAGS[MOE_FLAG_COUNT] = {
-    [MOE_FLAG_SIMD] = {"simd", "SIMD matrix kernels (AVX2/AVX-512); off: the scalar reference kernels", true, false},
-    [MOE_FLAG_THREADS] = {"threads", "spread each operation over the worker pool; off: one thread", true, false, false,
+    [MOE_FLAG_SIMD] = {.name = "simd", "SIMD matrix kernels (AVX2/AVX-512); off: the scalar reference kernels", true, false},
+    [MOE_FLAG_THREADS] = {.name = "threads", "spread each operation over the worker pool; off: one thread", true, false, false,
                           "is fixed when the session is created (its worker pool)"},
-    [MOE_FLAG_GEMM_BATCH] = {"gemm_batch", "prefill: group tokens by expert and run one batched GEMM per expert", true, false},
-    [MOE_FLAG_FUSED_GATE_UP] = {"fused_gate_up", "experts: compute gate and up rows in one pass with SiLU fused", true, false},
-    [MOE_FLAG_READAHEAD] = {"readahead", "load: start reading all weights into the page cache at once (madvise WILLNEED)", true, false, false,
+    [MOE_FLAG_GEMM_BATCH] = {.name = "gemm_batch", "prefill: group tokens by expert and run one batched GEMM per expert", true, false},
+    [MOE_FLAG_FUSED_GATE_UP] = {.name = "fused_gate_up", "experts: compute gate and up rows in one pass with SiLU fused", true, false},
+    [MOE_FLAG_READAHEAD] = {.name = "readahead", "load: start reading all weights into the page cache at once (madvise WILLNEED)", true, false, false,
                             "is fixed when the model is loaded"},
-    [MOE_FLAG_REPACK] = {"repack", "load: copy matrices into the 4-row interleaved x4 layout (one memory stream per 4 rows): Q8_0, Q4_0, MXFP4, NVFP4, and F32/F16/BF16 rows of a multiple of 32 values; not the K-quants", true, false, false,
+    [MOE_FLAG_REPACK] = {.name = "repack", "load: copy matrices into the 4-row interleaved x4 layout (one memory stream per 4 rows): Q8_0, Q4_0, MXFP4, NVFP4, and F32/F16/BF16 rows of a multiple of 32 values; not the K-quants", true, false, false,
                          "is fixed when the model is loaded (the weight layout)"},
-    [MOE_FLAG_PARALLEL_GLUE] = {"parallel_glue", "the steps between matrix products run inside the parallel phases: QK-norm, RoPE and the KV-cache store with attention, the expert combine and residual with the down projections (decode) or as phases of their own (prefill); a one-token expert input is read in place, not gathered; off: on the calling thread", true, false},
-    [MOE_FLAG_GEMM_WIDE] = {"gemm_wide", "prefill GEMM over FP32 activations (block formats; F32 rows at AVX-512): dequantize each group of 4 rows once per block of up to 96 tokens into an L1 buffer and run 4-row x 6-token (AVX-512) or 2-row x 3-token (AVX2) tiles over it; the scalar level has no such kernel", true, false},
-    [MOE_FLAG_KEY_STREAM] = {"key_stream", "decode attention over the FP32 KV cache: score the keys one row at a time, front to back (one sequential stream from memory), instead of the tile's rows interleaved (kept for prefill, where the keys are in L2); at AVX2 also sum the values 2 heads x 32 dims per tile instead of 4 x 16 (fewer passes over each row from memory); AVX-512 and AVX2 (scalar has one order)", true, false},
-    [MOE_FLAG_ALIGNED_BUFFERS] = {"aligned_buffers", "a session's buffers (activation rows, A8 rows, the KV cache, scratch) start on a 64-byte cache line, so no 64-byte vector load from them straddles two lines; off: 16 bytes past a line, calloc's usual placement, where every such load does", true, false, false,
+    [MOE_FLAG_PARALLEL_GLUE] = {.name = "parallel_glue", "the steps between matrix products run inside the parallel phases: QK-norm, RoPE and the KV-cache store with attention, the expert combine and residual with the down projections (decode) or as phases of their own (prefill); a one-token expert input is read in place, not gathered; off: on the calling thread", true, false},
+    [MOE_FLAG_GEMM_WIDE] = {.name = "gemm_wide", "prefill GEMM over FP32 activations (block formats; F32 rows at AVX-512): dequantize each group of 4 rows once per block of up to 96 tokens into an L1 buffer and run 4-row x 6-token (AVX-512) or 2-row x 3-token (AVX2) tiles over it; the scalar level has no such kernel", true, false},
+    [MOE_FLAG_KEY_STREAM] = {.name = "key_stream", "decode attention over the FP32 KV cache: score the keys one row at a time, front to back (one sequential stream from memory), instead of the tile's rows interleaved (kept for prefill, where the keys are in L2); at AVX2 also sum the values 2 heads x 32 dims per tile instead of 4 x 16 (fewer passes over each row from memory); AVX-512 and AVX2 (scalar has one order)", true, false},
+    [MOE_FLAG_ALIGNED_BUFFERS] = {.name = "aligned_buffers", "a session's buffers (activation rows, A8 rows, the KV cache, scratch) start on a 64-byte cache line, so no 64-byte vector load from them straddles two lines; off: 16 bytes past a line, calloc's usual placement, where every such load does", true, false, false,
                                   "is fixed when the session is created (its buffers)", true},
-    [MOE_FLAG_VALUE_PREFETCH] = {"value_prefetch", "decode attention over the kv_q8 cache: the value-sum tiles prefetch the value rows 16 keys ahead (a decode step's values come from memory, and the sum waits on them about as long as it computes); AVX-512 and AVX2 (scalar has no prefetch)", true, false},
-    [MOE_FLAG_ACT_Q8] = {"act_q8", "NUMERICS: quantize matrix inputs to 8-bit blocks (llama.cpp's Q8_0 activations) for Q8_0, Q4_0, Q4_K, Q6_K, MXFP4 and NVFP4 weights and use integer dot products; changes the logits", false, false, true,
+    [MOE_FLAG_VALUE_PREFETCH] = {.name = "value_prefetch", "decode attention over the kv_q8 cache: the value-sum tiles prefetch the value rows 16 keys ahead (a decode step's values come from memory, and the sum waits on them about as long as it computes); AVX-512 and AVX2 (scalar has no prefetch)", true, false},
+    [MOE_FLAG_ACT_Q8] = {.name = "act_q8", "NUMERICS: quantize matrix inputs to 8-bit blocks (llama.cpp's Q8_0 activations) for Q8_0, Q4_0, Q4_K, Q6_K, MXFP4 and NVFP4 weights and use integer dot products; changes the logits", false, false, true,
                          "is a numerics flag, fixed when the model is loaded (the a8 weight layout) and the session created"},
-    [MOE_FLAG_KV_F16] = {"kv_f16", "NUMERICS: store the KV cache as IEEE half (llama.cpp's default): half the cache memory and half the bytes attention reads; changes the logits", false, false, true,
+    [MOE_FLAG_KV_F16] = {.name = "kv_f16", "NUMERICS: store the KV cache as IEEE half (llama.cpp's default): half the cache memory and half the bytes attention reads; changes the logits", false, false, true,
                          "is a numerics flag, fixed when the session is created (the KV cache format)", true},
-    [MOE_FLAG_KV_Q8] = {"kv_q8", "NUMERICS: store the KV cache as 8-bit blocks (llama.cpp's q8_0 cache: int8 codes and a half scale per 32 values) and score keys with integer dot products against 8-bit query blocks: 0.53x the bytes of kv_f16; changes the logits; excludes kv_f16", false, false, true,
+    [MOE_FLAG_KV_Q8] = {.name = "kv_q8", "NUMERICS: store the KV cache as 8-bit blocks (llama.cpp's q8_0 cache: int8 codes and a half scale per 32 values) and score keys with integer dot products against 8-bit query blocks: 0.53x the bytes of kv_f16; changes the logits; excludes kv_f16", false, false, true,
                         "is a numerics flag, fixed when the session is created (the KV cache format)", true},
-    [MOE_FLAG_TEST_PERTURB] = {"test_perturb", "TEST ONLY: from position 20 on, reverse the last layer's expert weights (changes results)", false, true},
-    [MOE_FLAG_TEST_SLOW] = {"test_slow", "TEST ONLY: sleep 2 ms for every token forwarded (changes timing)", false, true},
+    [MOE_FLAG_TEST_PERTURB] = {.name = "test_perturb", "TEST ONLY: from position 20 on, reverse the last layer's expert weights (changes results)", false, true},
+    [MOE_FLAG_TEST_SLOW] = {.name = "test_slow", "TEST ONLY: sleep 2 ms for every token forwarded (changes timing)", false, true},
 };
 
 const moe_flag_info *moe_flag_get(int id) {

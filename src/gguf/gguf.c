@@ -12,6 +12,7 @@
 #include "gguf/gguf.h"
 #include "base/util.h"
 #include "base/meminfo.h"
+#include "quant/types.h" /* ggml tensor types: ids, names, block sizes */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,35 +30,6 @@
 
 #define GGUF_DEFAULT_ALIGNMENT 32
 #define NAME_SHOW_MAX 64
-
-/* ---- ggml types ---------------------------------------------------------
- * Own table (ids as in quant.h's enum, sizes as ggml defines its blocks) so
- * the reader does not depend on the quant module; NULL name = not a type. */
-typedef struct { const char *name; uint32_t block, bytes; } gtype;
-static const gtype GTYPES[] = {
-    [0] = {"F32", 1, 4},         [1] = {"F16", 1, 2},
-    [2] = {"Q4_0", 32, 18},      [3] = {"Q4_1", 32, 20},
-    [6] = {"Q5_0", 32, 22},      [7] = {"Q5_1", 32, 24},
-    [8] = {"Q8_0", 32, 34},      [9] = {"Q8_1", 32, 36},
-    [10] = {"Q2_K", 256, 84},    [11] = {"Q3_K", 256, 110},
-    [12] = {"Q4_K", 256, 144},   [13] = {"Q5_K", 256, 176},
-    [14] = {"Q6_K", 256, 210},   [15] = {"Q8_K", 256, 292},
-    [16] = {"IQ2_XXS", 256, 66}, [17] = {"IQ2_XS", 256, 74},
-    [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
-    [20] = {"IQ4_NL", 32, 18},   [21] = {"IQ3_S", 256, 110},
-    [22] = {"IQ2_S", 256, 82},   [23] = {"IQ4_XS", 256, 136},
-    [24] = {"I8", 1, 1},         [25] = {"I16", 1, 2},
-    [26] = {"I32", 1, 4},        [27] = {"I64", 1, 8},
-    [28] = {"F64", 1, 8},        [29] = {"IQ1_M", 256, 56},
-    [30] = {"BF16", 1, 2},       [34] = {"TQ1_0", 256, 54},
-    [35] = {"TQ2_0", 256, 66},   [39] = {"MXFP4", 32, 17},
-    [40] = {"NVFP4", 64, 36},
-};
-#define N_GTYPES (sizeof GTYPES / sizeof GTYPES[0])
-
-static const gtype *gtype_get(uint32_t t) {
-    return t < N_GTYPES && GTYPES[t].name ? &GTYPES[t] : NULL;
-}
 
 /* Element size of scalar value types (0: STRING / ARRAY / unknown). */
 static uint32_t vtype_size(uint32_t t) {
@@ -406,7 +378,7 @@ static void parse_tensor_info(gcur *c, gguf_tensor *t, gguf_str *name) {
             return;
         }
     }
-    const gtype *gt = gtype_get(t->type);
+    const moe_type_info *gt = moe_type_get(t->type);
     if (!gt) {
         cur_fail(c, MOE_EFORMAT, "unknown tensor type %u at offset %llu%s", t->type,
                  (unsigned long long)type_at, cur_ctx(c, ctx, sizeof ctx));
@@ -418,7 +390,7 @@ static void parse_tensor_info(gcur *c, gguf_tensor *t, gguf_str *name) {
                  (unsigned long long)t->info_offset, cur_ctx(c, ctx, sizeof ctx));
         return;
     }
-    if (!moe_mul_ok(nel / gt->block, gt->bytes, &t->nbytes)) {
+    if (!moe_mul_ok(nel / gt->block, gt->block_bytes, &t->nbytes)) {
         cur_fail(c, MOE_EFORMAT, "shape overflow: %s of type %s needs more than 2^64 bytes at offset %llu%s",
                  shp, gt->name, (unsigned long long)t->info_offset, cur_ctx(c, ctx, sizeof ctx));
         return;
@@ -513,7 +485,7 @@ static void check_tensor_data(gcur *c, gguf_impl *g) {
                 cur_fail(c, MOE_EFORMAT, "size mismatch: tensor '%s' (info at offset %llu, type %s, shape %s) "
                          "is %llu bytes but the next tensor '%s' starts %llu bytes after it",
                          show(nm, sizeof nm, pn->ptr, pn->len), (unsigned long long)p->info_offset,
-                         gtype_get(p->type)->name, shp, (unsigned long long)p->nbytes,
+                         moe_type_get(p->type)->name, shp, (unsigned long long)p->nbytes,
                          show(nm2, sizeof nm2, n->ptr, n->len), (unsigned long long)(t->offset - p->offset));
             }
             break;
@@ -1106,7 +1078,7 @@ int gguf_w_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_di
                   const int64_t *ne, const void *data, uint64_t nbytes) {
     if (!w) return MOE_EINVAL;
     if (!name) return w_fail(w, MOE_EINVAL, "NULL tensor name");
-    const gtype *gt = gtype_get(type);
+    const moe_type_info *gt = moe_type_get(type);
     if (!gt) return w_fail(w, MOE_EINVAL, "tensor '%s': unknown tensor type %u", name, type);
     if (n_dims > GGUF_MAX_DIMS || (n_dims && !ne))
         return w_fail(w, MOE_EINVAL, "tensor '%s': %u dimensions (max %d)", name, n_dims, GGUF_MAX_DIMS);
@@ -1117,7 +1089,7 @@ int gguf_w_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_di
     if ((n_dims ? (uint64_t)ne[0] : 1) % gt->block)
         return w_fail(w, MOE_EINVAL, "tensor '%s': row length %lld is not a multiple of block size %u of type %s",
                       name, (long long)(n_dims ? ne[0] : 1), gt->block, gt->name);
-    if (!moe_mul_ok(nel / gt->block, gt->bytes, &want) || want != nbytes)
+    if (!moe_mul_ok(nel / gt->block, gt->block_bytes, &want) || want != nbytes)
         return w_fail(w, MOE_EINVAL, "tensor '%s': size mismatch: %llu bytes given, type %s and its shape imply %llu",
                       name, (unsigned long long)nbytes, gt->name, (unsigned long long)want);
     if (nbytes > SIZE_MAX || (nbytes && !data))

@@ -451,38 +451,14 @@ static void draw_tensor(const gen_cfg *c, const tplan *t, uint8_t *dst, float *s
  * expert type), as llama.cpp's converters do. */
 int moe_gen_ftype(int type_experts);
 int moe_gen_ftype(int te) {
-    switch (te) {
-    case MOE_T_F32: return 0;
-    case MOE_T_F16: return 1;
-    case MOE_T_Q4_0: return 2;
-    case MOE_T_Q4_1: return 3;
-    case MOE_T_Q8_0: return 7;
-    case MOE_T_Q5_0: return 8;
-    case MOE_T_Q5_1: return 9;
-    case MOE_T_Q2_K: return 10;
-    case MOE_T_Q3_K: return 12;
-    case MOE_T_Q4_K: return 14;
-    case MOE_T_Q5_K: return 16;
-    case MOE_T_Q6_K: return 18;
-    case MOE_T_IQ2_XXS: return 19;
-    case MOE_T_IQ2_XS: return 20;
-    case MOE_T_IQ3_XXS: return 23;
-    case MOE_T_IQ1_S: return 24;
-    case MOE_T_IQ4_NL: return 25;
-    case MOE_T_IQ3_S: return 26;
-    case MOE_T_IQ2_S: return 28;
-    case MOE_T_IQ4_XS: return 30;
-    case MOE_T_IQ1_M: return 31;
-    case MOE_T_BF16: return 32;
-    case MOE_T_TQ1_0: return 36;
-    case MOE_T_TQ2_0: return 37;
-    case MOE_T_MXFP4: return 38;
-    case MOE_T_NVFP4: return 39;
-    default: return 0;
-    }
+    const moe_type_info *ti = moe_type_get((uint32_t)te); /* the ftype column of types.h */
+    return ti && ti->ftype >= 0 ? ti->ftype : 0;
 }
 
-static bool is_float_type(int t) { return t == MOE_T_F32 || t == MOE_T_F16 || t == MOE_T_BF16; }
+static bool is_float_type(int t) {
+    const moe_type_info *ti = moe_type_get((uint32_t)t);
+    return ti && ti->plain;
+}
 
 static const char CHAT_TEMPLATE[] =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "

@@ -76,7 +76,10 @@ static void quantize_row_keep_exact(uint32_t type, const float *x, uint8_t *y, i
         if (!q8_0_exact_block(x + 32 * b, y + 34 * b)) moe_quantize_row(type, x + 32 * b, y + 34 * b, 32);
 }
 
-static bool is_float_type(int t) { return t == MOE_T_F32 || t == MOE_T_F16 || t == MOE_T_BF16; }
+static bool is_float_type(int t) {
+    const moe_type_info *ti = moe_type_get((uint32_t)t);
+    return ti && ti->plain;
+}
 
 static int parse_type(const char *s, const char *what, int *out, char *err, size_t errlen) {
     int t = moe_type_by_name(s);

@@ -118,8 +118,8 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
     s->n_batch = n_batch;
     s->n_seq = n_seq;
     s->kern_simd = moe_kernels_active();
-    s->kern = moe_flag_on(s->flags, MOE_FLAG_SIMD) ? s->kern_simd : moe_kernels_for(MOE_ISA_SCALAR);
-    s->attn = moe_attn_for(s->kern->isa);
+    const moe_isa_table *lvl = moe_isa_table_for(moe_flag_on(s->flags, MOE_FLAG_SIMD) ? s->kern_simd->isa : MOE_ISA_SCALAR);
+    s->kern = lvl->quant, s->attn = lvl->attn; /* both from one level's descriptor */
     if (n_threads > 1 && borrow) {
         s->pool = borrow;
         s->pool_borrowed = true;
@@ -286,8 +286,8 @@ int moe_context_set_flags_(moe_context *c, const char *spec, char *err, size_t e
                         errlen);
     if (rc) return rc;
     c->flags = next;
-    c->kern = moe_flag_on(next, MOE_FLAG_SIMD) ? c->kern_simd : moe_kernels_for(MOE_ISA_SCALAR);
-    c->attn = moe_attn_for(c->kern->isa);
+    const moe_isa_table *lvl = moe_isa_table_for(moe_flag_on(next, MOE_FLAG_SIMD) ? c->kern_simd->isa : MOE_ISA_SCALAR);
+    c->kern = lvl->quant, c->attn = lvl->attn; /* both from one level's descriptor */
     return MOE_OK;
 }
 

@@ -447,6 +447,7 @@ int moe_model_print_info(const moe_model *m, void *file) {
             (unsigned long long)gf->alignment, (unsigned long long)gf->size);
     fprintf(f, "architecture:  %s\n", m->arch_name);
     fprintf(f, "kernels:       %s\n", moe_model_kernels(m));
+    fprintf(f, "isa levels:    %s\n", moe_isa_support());
     char fl[256];
     moe_model_flags(m, fl, sizeof fl);
     fprintf(f, "flags:         %s\n", fl);

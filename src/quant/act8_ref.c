@@ -145,11 +145,6 @@ int64_t moe_act8_row_bytes(int64_t n) {
     return (nb + A8_G - 1) / A8_G * A8_GROUP_BYTES;
 }
 
-bool moe_type_has_a8(uint32_t type) {
-    return type == MOE_T_Q8_0 || type == MOE_T_NVFP4 || type == MOE_T_MXFP4 || type == MOE_T_Q4_0 ||
-           type == MOE_T_Q4_K || type == MOE_T_Q6_K;
-}
-
 /* ggml's nearest_int: round half to even via the 1.5*2^23 trick (|v| <= 127 here). */
 static inline int a8_round(float v) {
     float f = v + 12582912.f;

@@ -25,33 +25,8 @@
 #include <stdint.h>
 #include <stdbool.h>
 
-/* ggml type ids (the values stored in GGUF tensor infos). */
-enum moe_type {
-    MOE_T_F32 = 0, MOE_T_F16 = 1, MOE_T_Q4_0 = 2, MOE_T_Q4_1 = 3,
-    MOE_T_Q5_0 = 6, MOE_T_Q5_1 = 7, MOE_T_Q8_0 = 8, MOE_T_Q8_1 = 9,
-    MOE_T_Q2_K = 10, MOE_T_Q3_K = 11, MOE_T_Q4_K = 12, MOE_T_Q5_K = 13,
-    MOE_T_Q6_K = 14, MOE_T_Q8_K = 15, MOE_T_IQ2_XXS = 16, MOE_T_IQ2_XS = 17,
-    MOE_T_IQ3_XXS = 18, MOE_T_IQ1_S = 19, MOE_T_IQ4_NL = 20, MOE_T_IQ3_S = 21,
-    MOE_T_IQ2_S = 22, MOE_T_IQ4_XS = 23, MOE_T_I8 = 24, MOE_T_I16 = 25,
-    MOE_T_I32 = 26, MOE_T_I64 = 27, MOE_T_F64 = 28, MOE_T_IQ1_M = 29,
-    MOE_T_BF16 = 30, MOE_T_TQ1_0 = 34, MOE_T_TQ2_0 = 35, MOE_T_MXFP4 = 39,
-    MOE_T_NVFP4 = 40,
-    MOE_T_COUNT = 41
-};
-
-typedef struct moe_type_info {
-    const char *name;     /* "Q8_0" ... ; NULL for ids that do not exist */
-    uint32_t block;       /* values per block (1 for F32/F16/BF16) */
-    uint32_t block_bytes; /* bytes per block */
-    bool supported;       /* has kernels here (known-but-unsupported types can still be sized) */
-} moe_type_info;
-
-/* NULL for an id that is not a ggml type at all. */
-const moe_type_info *moe_type_get(uint32_t type);
-/* Type id by name (case-insensitive, "q8_0", "nvfp4", ...); -1 if unknown. */
-int moe_type_by_name(const char *name);
-/* Bytes of a row of n values; 0 when n is not a multiple of the block size. */
-uint64_t moe_row_bytes(uint32_t type, uint64_t n);
+/* The type table (ids, names, block sizes, traits): types.h. */
+#include "quant/types.h"
 
 /* ---- scalar reference (the specification) ------------------------------ */
 
@@ -63,7 +38,9 @@ void moe_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
 
 /* ---- kernels ------------------------------------------------------------ */
 
-typedef enum moe_isa { MOE_ISA_SCALAR = 0, MOE_ISA_AVX2 = 1, MOE_ISA_AVX512 = 2, MOE_ISA_COUNT } moe_isa;
+/* The levels (moe_isa) and the descriptor that pairs a level's kernel
+ * table here with its attention kernels: isa/isa.h. */
+#include "isa/isa.h"
 
 /* y[r] = dot(row r of W, x) for r in [0, nrows); rows are row_bytes apart.
  * n = row length (a multiple of the block size). */
@@ -147,12 +124,11 @@ void moe_repack_a8(uint32_t type, const void *src, void *dst, int64_t nrows, int
  * kernels are tested against. */
 float moe_a8_dot_ref(uint32_t type, const void *row, const void *xa, int64_t n);
 
-/* The table for a level, or NULL when this CPU cannot run it. */
+/* The table of a level's descriptor (isa.h), or NULL when this CPU cannot
+ * run it. */
 const moe_kernels *moe_kernels_for(moe_isa isa);
-/* The active table: chosen once (first call) from cpuid, overridden by
- * MOEFAST_ISA=scalar|avx2|avx512 or moe_set_isa(). */
+/* The active descriptor's table: chosen once (first call) from cpuid,
+ * overridden by MOEFAST_ISA=scalar|avx2|avx512 or moe_set_isa(). */
 const moe_kernels *moe_kernels_active(void);
-/* Best level this CPU supports. */
-moe_isa moe_isa_best(void);
 
 #endif

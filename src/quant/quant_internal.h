@@ -6,13 +6,15 @@
 #include <string.h>
 #include "quant/quant.h"
 
-/* Block sizes in bytes (ggml layouts, see quant_ref.c). */
-#define QB_Q8_0   34   /* f16 d, int8 qs[32] */
-#define QB_Q4_0   18   /* f16 d, uint8 qs[16] */
-#define QB_Q4_K  144   /* f16 d, f16 dmin, uint8 scales[12], uint8 qs[128] */
-#define QB_Q6_K  210   /* uint8 ql[128], uint8 qh[64], int8 scales[16], f16 d */
-#define QB_MXFP4  17   /* uint8 e, uint8 qs[16] */
-#define QB_NVFP4  36   /* uint8 d[4], uint8 qs[32] */
+/* Block sizes in bytes, QB_Q8_0 ... (ggml layouts, spelled out in
+ * quant_ref.c), as compile-time constants from the type table (types.h):
+ *   Q8_0  34  f16 d, int8 qs[32]          Q4_0  18  f16 d, uint8 qs[16]
+ *   Q4_K 144  f16 d, f16 dmin, uint8 scales[12], uint8 qs[128]
+ *   Q6_K 210  uint8 ql[128], uint8 qh[64], int8 scales[16], f16 d
+ *   MXFP4 17  uint8 e, uint8 qs[16]       NVFP4 36  uint8 d[4], uint8 qs[32] */
+#define MOE_QB_(N, id, blk, bytes, k, x4, a8, ft) QB_##N = bytes,
+enum { MOE_TYPES(MOE_QB_) };
+#undef MOE_QB_
 
 /* ggml's kvalues_mxfp4: twice the E2M1 values (so they are integers); code 8
  * is +0 (an int8 0), not -0. Used by MXFP4 and NVFP4. */
@@ -29,7 +31,7 @@ extern const float moe_ue4m3_half[256];
  * in L2). A compile-time table (quant_ref.c). */
 extern const float moe_nvfp4_wtab[256][16];
 /* Every IEEE half as a float (moe_f16_to_f32, exact), filled once before any
- * kernel table is handed out (kernels.c). Why: the FP32-contract Q8_0 and
+ * kernel table is handed out (moe_quant_init_tables, from isa.c). Why: the FP32-contract Q8_0 and
  * Q4_0 dequantizers need each block's scale in all lanes, and a broadcast
  * load from this table is a plain load (or a multiply's embedded broadcast),
  * where converting the half in a register took an insert, a conversion and a
@@ -42,6 +44,9 @@ extern float moe_f16_f32_tab[65536];
 /* moe_e8m0_half of every byte, filled alongside: MXFP4's block scales, the
  * same reason (the same rows: MXFP4 9.5-11.5 -> 13.9-14.0 GB/s). */
 extern float moe_e8m0_half_tab[256];
+/* Fills the two tables above; isa.c calls it once, before any descriptor
+ * (and so any kernel table) is handed out. */
+void moe_quant_init_tables(void);
 /* ggml's GGML_E8M0_TO_FP32_HALF(e) = 2^(e-128) (e = 0 and 1 are subnormal). */
 static inline float moe_e8m0_half(uint8_t e) {
     uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;

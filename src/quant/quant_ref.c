@@ -1,5 +1,5 @@
-/* quant_ref.c — the type table, and for every supported format the scalar
- * reference: the bit layout, dequantization, quantization from FP32 and the
+/* quant_ref.c — for every supported format (types.h) the scalar reference:
+ * the bit layout, dequantization, quantization from FP32 and the
  * gemv/gemm/dot/axpy kernels. This file IS the specification; the SIMD files
  * must reproduce its results bit for bit.
  *
@@ -17,53 +17,15 @@
 #define QMIN(a, b) ((a) < (b) ? (a) : (b))
 #define QMAX(a, b) ((a) > (b) ? (a) : (b))
 
-/* ---- type table ---------------------------------------------------------- */
-
-#define T(id_, name_, blk_, bytes_, sup_) [id_] = {name_, blk_, bytes_, sup_}
-static const moe_type_info TYPES[MOE_T_COUNT] = {
-    T(MOE_T_F32, "F32", 1, 4, true),          T(MOE_T_F16, "F16", 1, 2, true),
-    T(MOE_T_Q4_0, "Q4_0", 32, 18, true),      T(MOE_T_Q4_1, "Q4_1", 32, 20, false),
-    T(MOE_T_Q5_0, "Q5_0", 32, 22, false),     T(MOE_T_Q5_1, "Q5_1", 32, 24, false),
-    T(MOE_T_Q8_0, "Q8_0", 32, 34, true),      T(MOE_T_Q8_1, "Q8_1", 32, 36, false),
-    T(MOE_T_Q2_K, "Q2_K", 256, 84, false),    T(MOE_T_Q3_K, "Q3_K", 256, 110, false),
-    T(MOE_T_Q4_K, "Q4_K", 256, 144, true),    T(MOE_T_Q5_K, "Q5_K", 256, 176, false),
-    T(MOE_T_Q6_K, "Q6_K", 256, 210, true),    T(MOE_T_Q8_K, "Q8_K", 256, 292, false),
-    T(MOE_T_IQ2_XXS, "IQ2_XXS", 256, 66, false), T(MOE_T_IQ2_XS, "IQ2_XS", 256, 74, false),
-    T(MOE_T_IQ3_XXS, "IQ3_XXS", 256, 98, false), T(MOE_T_IQ1_S, "IQ1_S", 256, 50, false),
-    T(MOE_T_IQ4_NL, "IQ4_NL", 32, 18, false), T(MOE_T_IQ3_S, "IQ3_S", 256, 110, false),
-    T(MOE_T_IQ2_S, "IQ2_S", 256, 82, false),  T(MOE_T_IQ4_XS, "IQ4_XS", 256, 136, false),
-    T(MOE_T_I8, "I8", 1, 1, false),           T(MOE_T_I16, "I16", 1, 2, false),
-    T(MOE_T_I32, "I32", 1, 4, false),         T(MOE_T_I64, "I64", 1, 8, false),
-    T(MOE_T_F64, "F64", 1, 8, false),         T(MOE_T_IQ1_M, "IQ1_M", 256, 56, false),
-    T(MOE_T_BF16, "BF16", 1, 2, true),        T(MOE_T_TQ1_0, "TQ1_0", 256, 54, false),
-    T(MOE_T_TQ2_0, "TQ2_0", 256, 66, false),  T(MOE_T_MXFP4, "MXFP4", 32, 17, true),
-    T(MOE_T_NVFP4, "NVFP4", 64, 36, true),
-    /* ids 4, 5 (Q4_2/Q4_3), 31-33 and 36-38 (repacked variants) were removed
-     * from ggml: name NULL. */
-};
-#undef T
-
-const moe_type_info *moe_type_get(uint32_t type) {
-    if (type >= MOE_T_COUNT || !TYPES[type].name) return NULL;
-    return &TYPES[type];
-}
-
-int moe_type_by_name(const char *name) {
-    if (!name) return -1;
-    for (int i = 0; i < MOE_T_COUNT; i++)
-        if (TYPES[i].name && strcasecmp(TYPES[i].name, name) == 0) return i;
-    return -1;
-}
-
-uint64_t moe_row_bytes(uint32_t type, uint64_t n) {
-    const moe_type_info *ti = moe_type_get(type);
-    if (!ti || n % ti->block) return 0;
-    uint64_t r;
-    if (!moe_mul_ok(n / ti->block, ti->block_bytes, &r)) return 0;
-    return r;
-}
-
 /* ---- shared constants ---------------------------------------------------- */
+
+float moe_f16_f32_tab[65536] __attribute__((aligned(64)));
+float moe_e8m0_half_tab[256] __attribute__((aligned(64)));
+
+void moe_quant_init_tables(void) {
+    for (uint32_t h = 0; h < 65536; h++) moe_f16_f32_tab[h] = moe_f16_to_f32((uint16_t)h);
+    for (int e = 0; e < 256; e++) moe_e8m0_half_tab[e] = moe_e8m0_half((uint8_t)e);
+}
 
 const int8_t moe_kvalues_fp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 const float moe_kvalues_fp4_f[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -212,8 +174,9 @@ static void dq_block(uint32_t type, const uint8_t *b, float *w) {
 
 /* Values [k0, k0+cnt) of a row of F32/F16/BF16. */
 static void dq_plain(uint32_t type, const uint8_t *row, int64_t k0, int64_t cnt, float *w) {
+    const size_t vb = moe_type_get(type)->block_bytes;
     for (int64_t i = 0; i < cnt; i++) {
-        const uint8_t *p = row + (size_t)(k0 + i) * TYPES[type].block_bytes;
+        const uint8_t *p = row + (size_t)(k0 + i) * vb;
         if (type == MOE_T_F32) memcpy(&w[i], p, 4);
         else if (type == MOE_T_F16) w[i] = moe_f16_to_f32(moe_rd16(p));
         else w[i] = moe_bf16_to_f32(moe_rd16(p));
@@ -221,7 +184,8 @@ static void dq_plain(uint32_t type, const uint8_t *row, int64_t k0, int64_t cnt,
 }
 
 static bool is_plain(uint32_t type) {
-    return type == MOE_T_F32 || type == MOE_T_F16 || type == MOE_T_BF16;
+    const moe_type_info *ti = moe_type_get(type);
+    return ti && ti->plain;
 }
 
 void moe_dequant_row(uint32_t type, const void *src, float *dst, int64_t n) {
@@ -564,14 +528,14 @@ static float reduce16(const float a[16]) {
  * plain layout, 4 * block_bytes inside an x4 group). */
 static float row_dot_strided(uint32_t type, const uint8_t *row, const float *x, int64_t n, size_t bstride);
 static float row_dot(uint32_t type, const uint8_t *row, const float *x, int64_t n) {
-    return row_dot_strided(type, row, x, n, is_plain(type) ? 0 : TYPES[type].block_bytes);
+    return row_dot_strided(type, row, x, n, is_plain(type) ? 0 : moe_type_get(type)->block_bytes);
 }
 static float row_dot_strided(uint32_t type, const uint8_t *row, const float *x, int64_t n, size_t bstride) {
     float acc[16] = {0}, w[256];
     /* plain types: 256 contiguous values at a time, or (x4) one 32-value run
      * per bstride bytes */
     const bool plain = is_plain(type);
-    const int64_t blk = plain ? (bstride ? MOE_X4_PLAIN_RUN : 256) : TYPES[type].block;
+    const int64_t blk = plain ? (bstride ? MOE_X4_PLAIN_RUN : 256) : moe_type_get(type)->block;
     for (int64_t k0 = 0; k0 < n; k0 += blk) {
         const int64_t cnt = n - k0 < blk ? n - k0 : blk;
         if (plain && bstride) dq_plain(type, row + (size_t)(k0 / blk) * bstride, 0, cnt, w);
@@ -630,17 +594,12 @@ REF_KERNELS_X4(q6_k, MOE_T_Q6_K)
 REF_KERNELS_X4(mxfp4, MOE_T_MXFP4)
 REF_KERNELS_X4(nvfp4, MOE_T_NVFP4)
 
-bool moe_type_has_x4(uint32_t type) {
-    return is_plain(type) || type == MOE_T_Q8_0 || type == MOE_T_Q4_0 || type == MOE_T_Q4_K ||
-           type == MOE_T_Q6_K || type == MOE_T_MXFP4 || type == MOE_T_NVFP4;
-}
-
 bool moe_x4_fits(uint32_t type, int64_t n) {
     return moe_type_has_x4(type) && n > 0 && (!is_plain(type) || n % MOE_X4_PLAIN_RUN == 0);
 }
 
 size_t moe_x4_unit_bytes(uint32_t type) {
-    return is_plain(type) ? MOE_X4_PLAIN_RUN * TYPES[type].block_bytes : TYPES[type].block_bytes;
+    return is_plain(type) ? MOE_X4_PLAIN_RUN * moe_type_get(type)->block_bytes : moe_type_get(type)->block_bytes;
 }
 
 void moe_repack_x4(uint32_t type, const void *src, void *dst, int64_t nrows, int64_t n) {
