@@ -17,8 +17,8 @@
 #include "moefast.h"
 #include "serve.h"
 
-static void usage(void) {
-    fprintf(stderr,
+static void usage(FILE *f) {
+    fprintf(f,
             "usage: moefast serve -m FILE [--host ADDR] [--port N] [--slots N] [--ctx N] [--queue N]\n"
             "                     [--api-key KEY] [-t N] [--flags SPEC] [--chunk N] [--alias NAME]\n"
             "                     [--chat-format NAME] [--max-body BYTES] [--shutdown-timeout S]\n"
@@ -63,11 +63,11 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--chat-format")) { if (!v) return cli_fail(C, "--chat-format needs a name"); o->format = v; }
         else if (!strcmp(a, "--flags")) { if (!v) return cli_fail(C, "--flags needs a spec"); o->flags = v; }
         else if (!strncmp(a, "--flags=", 8)) { o->flags = a + 8; used = 0; }
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return -1; }
-        else { usage(); return cli_fail(C, "unknown argument '%s'", a); }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return -1; }
+        else { usage(stderr); return cli_fail(C, "unknown argument '%s'", a); }
         i += used;
     }
-    if (!o->path) { usage(); return cli_fail(C, "-m FILE is required"); }
+    if (!o->path) { usage(stderr); return cli_fail(C, "-m FILE is required"); }
     if (o->api_key && !*o->api_key) o->api_key = NULL;
     return 0;
 }
