@@ -201,6 +201,31 @@ int moe_read_common_hparams(moe_model *m, char *err, size_t errlen) {
     return MOE_OK;
 }
 
+int moe_read_head_dims(moe_model *m, char *err, size_t errlen) {
+    moe_hparams *hp = &m->hp;
+    uint32_t u;
+    int rc = moe_get_u32_def(m, "attention.key_length", (uint32_t)(hp->n_embd / hp->n_head_max), &u, false, err, errlen);
+    if (rc) return rc;
+    hp->head_dim = (int)u;
+    if ((rc = moe_get_u32_def(m, "attention.value_length", (uint32_t)hp->head_dim, &u, false, err, errlen))) return rc;
+    hp->head_dim_v = (int)u;
+    return MOE_OK;
+}
+
+int moe_read_uniform_heads(moe_model *m, char *err, size_t errlen) {
+    moe_hparams *hp = &m->hp;
+    uint32_t u;
+    int rc = moe_get_u32_def(m, "attention.head_count", 0, &u, true, err, errlen);
+    if (rc) return rc;
+    if (u < 1 || u > 4096)
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s.attention.head_count must be 1..4096", m->path, m->arch_name);
+    hp->n_head_max = (int)u;
+    if ((rc = moe_get_u32_def(m, "attention.head_count_kv", u, &u, false, err, errlen))) return rc;
+    hp->n_head_kv = (int)u;
+    for (int il = 0; il < hp->n_layer; il++) m->layers[il].attn.n_head = hp->n_head_max;
+    return moe_read_head_dims(m, err, errlen);
+}
+
 int moe_check_hparams(moe_model *m, char *err, size_t errlen) {
     moe_hparams *hp = &m->hp;
 #define NEED(cond, what) do { if (!(cond)) return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s: %s", m->path, m->arch_name, what); } while (0)

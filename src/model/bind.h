@@ -24,6 +24,13 @@ int moe_get_bool_def(moe_model *m, const char *key, bool def, bool *out, char *e
  * n_ff_exp 0: the architecture decides, moe_check_hparams refuses 0);
  * allocates m->layers. */
 int moe_read_common_hparams(moe_model *m, char *err, size_t errlen);
+/* attention.key_length (default n_embd / the most query heads) and
+ * attention.value_length (default key_length); hp.n_head_max must be set. */
+int moe_read_head_dims(moe_model *m, char *err, size_t errlen);
+/* The same query heads on every layer: attention.head_count (required, into
+ * every layer's attn.n_head), attention.head_count_kv (default: the same),
+ * then moe_read_head_dims. */
+int moe_read_uniform_heads(moe_model *m, char *err, size_t errlen);
 /* Range checks every architecture needs, once the layers' head counts are set. */
 int moe_check_hparams(moe_model *m, char *err, size_t errlen);
 /* rope.freq_base / rope.dimension_count style keys (base_key, dims_key under

@@ -101,10 +101,8 @@ static int laguna_bind(moe_model *m, char *err, size_t errlen) {
     U32("attention.sliding_window", 0, false, swa_window);
     U32("attention.sliding_window_pattern", 4, false, swa_pattern);
     U32("expert_gating_func", 2, false, gating);
-    if ((rc = read_heads(m, err, errlen))) return rc;
-    U32("attention.key_length", (uint32_t)(hp->n_embd / hp->n_head_max), false, hp->head_dim);
-    U32("attention.value_length", (uint32_t)hp->head_dim, false, hp->head_dim_v);
 #undef U32
+    if ((rc = read_heads(m, err, errlen)) || (rc = moe_read_head_dims(m, err, errlen))) return rc;
     if ((rc = moe_get_bool_def(m, "expert_weights_norm", true, &renorm, err, errlen))) return rc;
     if ((rc = moe_get_f32_def(m, "expert_weights_scale", 1.0f, &scale, err, errlen))) return rc;
     if (gating != 1 && gating != 2)

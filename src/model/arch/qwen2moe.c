@@ -25,15 +25,11 @@ static int qwen2moe_bind(moe_model *m, char *err, size_t errlen) {
     moe_hparams *hp = &m->hp;
     uint32_t u;
     int rc;
-#define U32(key, def, req, dst) do { if ((rc = moe_get_u32_def(m, key, def, &u, req, err, errlen))) return rc; dst = (int)u; } while (0)
     if ((rc = moe_read_common_hparams(m, err, errlen))) return rc;
-    U32("attention.head_count", 0, true, hp->n_head_max);
-    U32("attention.head_count_kv", (uint32_t)hp->n_head_max, false, hp->n_head_kv);
-    if (hp->n_head_max < 1) return moe_errf(err, errlen, MOE_EFORMAT, "%s: qwen2moe.attention.head_count must be >= 1", m->path);
-    U32("attention.key_length", (uint32_t)(hp->n_embd / hp->n_head_max), false, hp->head_dim);
-    U32("attention.value_length", (uint32_t)hp->head_dim, false, hp->head_dim_v);
-    U32("expert_shared_feed_forward_length", (uint32_t)hp->n_ff, false, hp->n_ff_shexp);
-#undef U32
+    if ((rc = moe_read_uniform_heads(m, err, errlen))) return rc;
+    if ((rc = moe_get_u32_def(m, "expert_shared_feed_forward_length", (uint32_t)hp->n_ff, &u, false, err, errlen)))
+        return rc;
+    hp->n_ff_shexp = (int)u;
     if (hp->n_ff_exp == 0 && hp->n_expert_used > 0) {
         hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
         moe_note(m, "qwen2moe.expert_feed_forward_length absent: feed_forward_length / expert_used_count = %d used",
@@ -41,7 +37,6 @@ static int qwen2moe_bind(moe_model *m, char *err, size_t errlen) {
     }
     if (hp->n_ff_shexp < 1)
         return moe_errf(err, errlen, MOE_EFORMAT, "%s: qwen2moe.expert_shared_feed_forward_length missing or 0", m->path);
-    for (int il = 0; il < hp->n_layer; il++) m->layers[il].attn.n_head = hp->n_head_max;
     if ((rc = moe_check_hparams(m, err, errlen))) return rc;
     if ((rc = moe_read_rope(m, 0, "rope.freq_base", 10000.0f, "rope.dimension_count", hp->head_dim, true, err, errlen)))
         return rc;
