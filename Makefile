@@ -37,6 +37,8 @@ AVX512_FLAGS := $(addprefix -m,$(AVX512_ISA)) -DMOE_ISA_LIST='"$(AVX512_ISA)"'
 # MODE: rel (release), asan (the tests), pic (the release objects again,
 # position-independent, for the shared library only).
 MODE ?= rel
+# `make run` and `make test` build with every core; the tests themselves run one at a time.
+JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 ifeq ($(MODE),asan)
   OPT := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -DMOE_TEST_BUILD
   LDSAN := -fsanitize=address,undefined
@@ -122,7 +124,7 @@ DEFAULT_TRACE := tests/golden/laguna-default.trace.json
 
 run: deps
 	@echo "== building build/rel/moefast and the default model (once; a few minutes)"
-	@$(MAKE) --no-print-directory -s MODE=rel build/rel/moefast
+	@$(MAKE) --no-print-directory -s -j$(JOBS) MODE=rel build/rel/moefast
 	@$(MAKE) --no-print-directory -s $(DEFAULT_MODEL)
 	@echo "== $(DEFAULT_MODEL): a small laguna with seeded random weights — the text is"
 	@echo "== meaningless by design; the engine, tokenizer and timings are real."
@@ -130,9 +132,9 @@ run: deps
 	@build/rel/moefast run -m $(DEFAULT_MODEL) -p "$(RUN_PROMPT)" -n $(RUN_N) --check $(DEFAULT_TRACE)
 
 test: deps
-	@$(MAKE) --no-print-directory MODE=asan tests-build
-	@$(MAKE) --no-print-directory MODE=rel build/rel/moefast
-	@$(MAKE) --no-print-directory MODE=pic build/pic/$(SHLIB)   # for tests/cli_install.sh
+	@$(MAKE) --no-print-directory -j$(JOBS) MODE=asan tests-build
+	@$(MAKE) --no-print-directory -j$(JOBS) MODE=rel build/rel/moefast
+	@$(MAKE) --no-print-directory -j$(JOBS) MODE=pic build/pic/$(SHLIB)   # for tests/cli_install.sh
 	@sh tests/run.sh build/asan
 
 bench: deps
