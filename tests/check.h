@@ -115,4 +115,22 @@ static inline const char *check_ref(const char *rel) {
     fflush(stdout);
     return NULL;
 }
+
+/* The parent's side of a child whose stderr goes to the pipe read end fd:
+ * its output (at most cap-1 bytes, NUL-terminated) into buf, then its exit
+ * status (-1 if it did not exit normally). Closes fd. */
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static inline int check_child_result(int fd, pid_t pid, char *buf, size_t cap) {
+    size_t got = 0;
+    ssize_t r;
+    while (got < cap - 1 && (r = read(fd, buf + got, cap - 1 - got)) > 0) got += (size_t)r;
+    buf[got] = 0;
+    close(fd);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 #endif

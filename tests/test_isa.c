@@ -165,14 +165,7 @@ static int in_child(const char *mask, const char *isa, int f, uint64_t raw, bool
         _exit(check_failures_ ? 1 : 0);
     }
     close(pfd[1]);
-    size_t got = 0;
-    ssize_t r;
-    while (got < cap - 1 && (r = read(pfd[0], buf + got, cap - 1 - got)) > 0) got += (size_t)r;
-    buf[got] = 0;
-    close(pfd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return check_child_result(pfd[0], pid, buf, cap);
 }
 
 static void test_masks(uint64_t raw) {

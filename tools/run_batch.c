@@ -27,34 +27,31 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The non-blank lines of path (a trailing '\r' dropped), each malloc'd. */
+/* The non-blank lines of path (a trailing '\r' dropped), each malloc'd into
+ * *out (freed by the caller, also after an error). */
 static int read_prompts(const char *C, const char *path, batch_prompt **out, int *n) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     if (!f) return cli_fail(C, "--batch %s: cannot open", path);
-    batch_prompt *ps = NULL;
-    int np = 0, line_no = 0;
+    int rc = 0, line_no = 0;
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
-    while ((len = getline(&line, &cap, f)) >= 0) {
+    while (!rc && (len = getline(&line, &cap, f)) >= 0) {
         line_no++;
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
         if (strspn(line, " \t") == (size_t)len) continue;
-        if (np == 4096) { free(line); if (f != stdin) fclose(f); *out = ps; *n = np; return cli_fail(C, "--batch %s: more than 4096 prompts (line %d)", path, line_no); }
-        batch_prompt *nps = realloc(ps, (size_t)(np + 1) * sizeof *ps);
-        char *t = strdup(line);
-        if (!nps || !t) { free(t); free(line); if (f != stdin) fclose(f); *out = nps ? nps : ps; *n = np; return cli_fail(C, "out of memory"); }
-        ps = nps;
-        ps[np++] = (batch_prompt){.text = t};
+        batch_prompt *ps = *n < 4096 ? realloc(*out, (size_t)(*n + 1) * sizeof **out) : NULL;
+        if (ps) *out = ps;
+        char *t = ps ? strdup(line) : NULL;
+        if (t) ps[(*n)++] = (batch_prompt){.text = t};
+        else if (*n >= 4096) rc = cli_fail(C, "--batch %s: more than 4096 prompts (line %d)", path, line_no);
+        else rc = cli_fail(C, "out of memory");
     }
     free(line);
-    const bool bad = ferror(f);
+    if (!rc && ferror(f)) rc = cli_fail(C, "--batch %s: read error", path);
     if (f != stdin) fclose(f);
-    *out = ps;
-    *n = np;
-    if (bad) return cli_fail(C, "--batch %s: read error", path);
-    if (np == 0) return cli_fail(C, "--batch %s: no prompts (one per line)", path);
-    return 0;
+    if (!rc && *n == 0) rc = cli_fail(C, "--batch %s: no prompts (one per line)", path);
+    return rc;
 }
 
 static int tokenize_prompt(const char *C, moe_model *m, batch_prompt *p, int i, long n_gen) {
@@ -166,9 +163,10 @@ int run_batch(const char *C, moe_model *m, const char *file, const run_batch_opt
         goto done;
     }
     if (moe_context_new(m, &cp, &ctx, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
-    tok = malloc((size_t)(n_in > np ? n_in : np) * sizeof *tok);
-    seq = malloc((size_t)(n_in > np ? n_in : np) * sizeof *seq);
-    want = malloc((size_t)(n_in > np ? n_in : np) * sizeof *want);
+    const size_t step_max = (size_t)(n_in > np ? n_in : np);   /* the first step: every prompt whole */
+    tok = malloc(step_max * sizeof *tok);
+    seq = malloc(step_max * sizeof *seq);
+    want = malloc(step_max * sizeof *want);
     logits = malloc((size_t)np * (size_t)V * sizeof *logits);
     if (!tok || !seq || !want || !logits) { cli_fail(C, "out of memory"); goto done; }
     const int32_t eos = moe_token_eos(m);
