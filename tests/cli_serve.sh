@@ -142,7 +142,12 @@ bad "stop a number" 400 stop POST $CH "{$MSG,\"stop\":5}"
 bad "stop 5 strings" 400 stop POST $CH "{$MSG,\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}"
 bad "stop empty" 400 stop POST $CH "{$MSG,\"stop\":\"\"}"
 bad "stream a string" 400 stream POST $CH "{$MSG,\"stream\":\"yes\"}"
-bad "logprobs" 400 logprobs POST $CH "{$MSG,\"logprobs\":true}"
+bad "logprobs a number (chat)" 400 logprobs POST $CH "{$MSG,\"logprobs\":3}"
+bad "top_logprobs without logprobs" 400 top_logprobs POST $CH "{$MSG,\"top_logprobs\":2}" "needs 'logprobs': true"
+bad "top_logprobs 21" 400 top_logprobs POST $CH "{$MSG,\"logprobs\":true,\"top_logprobs\":21}"
+bad "top_logprobs a string" 400 top_logprobs POST $CH "{$MSG,\"logprobs\":true,\"top_logprobs\":\"2\"}"
+bad "logprobs 6 (completions)" 400 logprobs POST /v1/completions '{"prompt":"a","logprobs":6}'
+bad "logprobs true (completions)" 400 logprobs POST /v1/completions '{"prompt":"a","logprobs":true}'
 bad "unknown model" 404 model POST $CH "{$MSG,\"model\":\"gpt-9\"}" "gpt-9"
 bad "model a number" 400 model POST $CH "{$MSG,\"model\":1}"
 bad "no prompt" 400 prompt POST /v1/completions '{"max_tokens":2}'

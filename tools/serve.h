@@ -40,6 +40,7 @@ typedef struct srv_req {
     char *stop[SRV_MAX_STOP];
     int n_stop;
     size_t max_stop_len;
+    int n_top;                      /* -1: no logprobs; else alternatives per token (chat 0..20, completions 0..5) */
     moe_sampler *smp;               /* used by the engine thread only */
     moe_utf8_stream *utf8;          /* engine thread only */
     double t_arrive;
@@ -53,6 +54,13 @@ typedef struct srv_req {
     int n_cached;                   /* prompt tokens reused from the slot's cache */
     int n_gen;
     int32_t *gen;                   /* max_tokens ids */
+    /* with logprobs (n_top >= 0), per generated token i < n_gen: its
+     * log-probability, its n_top best alternatives, and the text length
+     * once its bytes were added (which stream chunk carries its entry) */
+    float *lp;                      /* [max_tokens] */
+    int32_t *top_id;                /* [max_tokens * n_top] */
+    float *top_lp;
+    size_t *tok_end;                /* [max_tokens] */
     char *text;                     /* generated text, valid UTF-8 */
     size_t len, cap;
     size_t emit;                    /* text[0..emit) can be sent (no stop string can start there) */
@@ -142,7 +150,11 @@ int  api_parse(srv *s, int kind, const char *body, size_t n, srv_req **out, api_
 /* The whole (non-streamed) answer of a done request; *status gets its HTTP status. */
 char *api_final_json(srv *s, srv_req *r, int *status);
 /* Stream events: "data: {...}\n\n" strings, malloc'd. */
-char *api_chunk(srv *s, srv_req *r, const char *text, size_t len, bool role, const char *finish);
+/* The generated tokens [from, to) whose logprobs a stream chunk carries,
+ * and the answer's text length when they were taken (under srv.mu). */
+typedef struct api_lp_span { int from, to; size_t text_len; } api_lp_span;
+/* lp: NULL or an empty span for "logprobs": null. */
+char *api_chunk(srv *s, srv_req *r, const char *text, size_t len, bool role, const char *finish, const api_lp_span *lp);
 char *api_usage_chunk(srv *s, srv_req *r);
 char *api_error_chunk(srv *s, srv_req *r);                   /* r failed (err_status, errmsg) */
 char *api_models_json(srv *s, bool one);   /* the list, or the one model object */

@@ -263,6 +263,26 @@ static int parse_limits(srv *s, json_t *o, int kind, srv_req *r, api_err *e) {
     return 0;
 }
 
+/* Chat: "logprobs": true with "top_logprobs" 0..20 (OpenAI refuses
+ * top_logprobs without logprobs, so do we). Completions (the legacy API):
+ * "logprobs": the number of alternatives, 0..5. r->n_top = -1: none. */
+static int get_logprobs(json_t *o, int kind, srv_req *r, api_err *e) {
+    long long k = 0;
+    bool set = false, on = false;
+    r->n_top = -1;
+    if (kind == SRV_COMPLETION) {
+        if (get_int(o, "logprobs", &k, &set, e)) return -1;
+        if (set && (k < 0 || k > 5)) return api_fail(e, 400, "logprobs", "invalid_value", "'logprobs' must be in [0, 5], got %lld", k);
+        if (set) r->n_top = (int)k;
+        return 0;
+    }
+    if (get_bool(o, "logprobs", &on, e) || get_int(o, "top_logprobs", &k, &set, e)) return -1;
+    if (set && (k < 0 || k > 20)) return api_fail(e, 400, "top_logprobs", "invalid_value", "'top_logprobs' must be in [0, 20], got %lld", k);
+    if (set && !on) return api_fail(e, 400, "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs': true");
+    if (on) r->n_top = set ? (int)k : 0;
+    return 0;
+}
+
 int api_parse(srv *s, int kind, const char *body, size_t n, srv_req **out, api_err *e) {
     *out = NULL;
     json_error_t je;
@@ -280,18 +300,12 @@ int api_parse(srv *s, int kind, const char *body, size_t n, srv_req **out, api_e
     if (!(r = srv_req_new(s))) { api_fail(e, 500, NULL, NULL, "out of memory"); goto done; }
     r->kind = kind;
     r->created = (long)time(NULL);
-    bool lp = false;
     r->cache_prompt = true;
     json_t *so = json_object_get(o, "stream_options");
     if (get_bool(o, "stream", &r->stream, e) || get_bool(o, "return_tokens", &r->return_tokens, e) ||
-        get_bool(o, "cache_prompt", &r->cache_prompt, e) || get_bool(o, "logprobs", &lp, e)) goto done;
+        get_bool(o, "cache_prompt", &r->cache_prompt, e) || get_logprobs(o, kind, r, e)) goto done;
     if (so && !json_is_null(so) && (!json_is_object(so) || get_bool(so, "include_usage", &r->include_usage, e))) {
         if (!json_is_object(so)) api_fail(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object");
-        goto done;
-    }
-    json_t *lpi = json_object_get(o, "logprobs");
-    if (lp || (kind == SRV_COMPLETION && json_is_integer(lpi))) {
-        api_fail(e, 400, "logprobs", "unsupported_parameter", "'logprobs' is not supported by this server");
         goto done;
     }
     if (get_stop(o, r, e)) goto done;
@@ -302,6 +316,14 @@ int api_parse(srv *s, int kind, const char *body, size_t n, srv_req **out, api_e
     r->cap = 256;
     r->text = malloc(r->cap);
     r->utf8 = moe_utf8_stream_new();
+    if (r->n_top >= 0) {
+        const size_t nt = (size_t)r->max_tokens, nk = nt * (size_t)(r->n_top ? r->n_top : 1);
+        r->lp = malloc(nt * sizeof *r->lp);
+        r->tok_end = malloc(nt * sizeof *r->tok_end);
+        r->top_id = malloc(nk * sizeof *r->top_id);
+        r->top_lp = malloc(nk * sizeof *r->top_lp);
+        if (!r->lp || !r->tok_end || !r->top_id || !r->top_lp) { api_fail(e, 500, NULL, NULL, "out of memory"); goto done; }
+    }
     if (!r->model_name || !r->gen || !r->text || !r->utf8) { api_fail(e, 500, NULL, NULL, "out of memory"); goto done; }
     r->text[0] = 0;
     rc = 0;
@@ -347,6 +369,91 @@ static char *dump_free(json_t *o, bool sse) {
     return ev;
 }
 
+/* ---- logprobs ----------------------------------------------------------------
+ * A token's text in a logprobs entry: its bytes (control tokens by name),
+ * made valid UTF-8 (a byte that does not complete a character there becomes
+ * U+FFFD, as OpenAI does); "bytes" keeps the raw bytes. */
+static json_t *token_string(srv *s, moe_utf8_stream *u, int32_t id) {
+    const char *p;
+    size_t n;
+    char buf[4 * 64 + 8];
+    if (moe_token_piece(s->m, id, true, &p, &n) != MOE_OK) n = 0;
+    if (n > 64) n = 64;                            /* longer pieces do not exist in real vocabularies */
+    size_t k = moe_utf8_stream_push(u, p, n, buf, sizeof buf);
+    k += moe_utf8_stream_flush(u, buf + k, sizeof buf - k);
+    return json_stringn(buf, k);
+}
+
+static json_t *token_bytes(srv *s, int32_t id) {
+    const char *p;
+    size_t n;
+    json_t *a = json_array();
+    if (moe_token_piece(s->m, id, true, &p, &n) == MOE_OK)
+        for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer((unsigned char)p[i]));
+    return a;
+}
+
+static json_t *lp_entry(srv *s, moe_utf8_stream *u, int32_t id, float lp) {
+    json_t *o = json_object();
+    json_object_set_new(o, "token", token_string(s, u, id));
+    json_object_set_new(o, "logprob", json_real(lp));
+    json_object_set_new(o, "bytes", token_bytes(s, id));
+    return o;
+}
+
+/* Chat: {"content": [{token, logprob, bytes, top_logprobs: [...]}], "refusal": null}. */
+static json_t *chat_logprobs(srv *s, const srv_req *r, moe_utf8_stream *u, int from, int to) {
+    json_t *o = json_object(), *c = json_array();
+    for (int i = from; i < to; i++) {
+        json_t *e = lp_entry(s, u, r->gen[i], r->lp[i]), *top = json_array();
+        for (int j = 0; j < r->n_top; j++) {
+            const size_t at = (size_t)i * (size_t)r->n_top + (size_t)j;
+            json_array_append_new(top, lp_entry(s, u, r->top_id[at], r->top_lp[at]));
+        }
+        json_object_set_new(e, "top_logprobs", top);
+        json_array_append_new(c, e);
+    }
+    json_object_set_new(o, "content", c);
+    json_object_set_new(o, "refusal", json_null());
+    return o;
+}
+
+/* Completions (legacy): {tokens, token_logprobs, top_logprobs: [{text: lp}], text_offset}. */
+static json_t *completion_logprobs(srv *s, const srv_req *r, moe_utf8_stream *u, int from, int to, size_t len) {
+    json_t *o = json_object(), *tk = json_array(), *tl = json_array(), *top = json_array(), *off = json_array();
+    for (int i = from; i < to; i++) {
+        json_array_append_new(tk, token_string(s, u, r->gen[i]));
+        json_array_append_new(tl, json_real(r->lp[i]));
+        json_t *alt = json_object();
+        for (int j = 0; j < r->n_top; j++) {
+            const size_t at = (size_t)i * (size_t)r->n_top + (size_t)j;
+            json_t *t = token_string(s, u, r->top_id[at]);
+            json_object_set_new(alt, json_string_value(t), json_real(r->top_lp[at]));
+            json_decref(t);
+        }
+        json_array_append_new(top, alt);
+        /* where the token's text starts in the answer (text cut by a stop string: its end) */
+        const size_t start = i ? r->tok_end[i - 1] : 0;
+        json_array_append_new(off, json_integer((json_int_t)(start < len ? start : len)));
+    }
+    json_object_set_new(o, "tokens", tk);
+    json_object_set_new(o, "token_logprobs", tl);
+    json_object_set_new(o, "top_logprobs", top);
+    json_object_set_new(o, "text_offset", off);
+    return o;
+}
+
+/* The logprobs of generated tokens from..to of r, or null without them;
+ * len: the answer's text length when they were taken (under the lock). */
+static json_t *logprobs_json(srv *s, const srv_req *r, int from, int to, size_t len) {
+    if (r->n_top < 0) return json_null();
+    moe_utf8_stream *u = moe_utf8_stream_new();
+    if (!u) return json_null();
+    json_t *o = r->kind == SRV_CHAT ? chat_logprobs(s, r, u, from, to) : completion_logprobs(s, r, u, from, to, len);
+    moe_utf8_stream_free(u);
+    return o;
+}
+
 char *api_final_json(srv *s, srv_req *r, int *status) {
     if (r->err_status) {
         api_err e = {0};
@@ -365,7 +472,7 @@ char *api_final_json(srv *s, srv_req *r, int *status) {
         json_object_set_new(ch, "message", msg);
     } else
         json_object_set_new(ch, "text", json_stringn(r->text, r->len));
-    json_object_set_new(ch, "logprobs", json_null());
+    json_object_set_new(ch, "logprobs", logprobs_json(s, r, 0, r->n_gen, r->len));
     json_object_set_new(ch, "finish_reason", json_string(r->finish));
     if (r->return_tokens) {
         json_t *t = json_array();
@@ -387,7 +494,7 @@ char *api_error_chunk(srv *s, srv_req *r) {
     return ev;
 }
 
-char *api_chunk(srv *s, srv_req *r, const char *text, size_t len, bool role, const char *finish) {
+char *api_chunk(srv *s, srv_req *r, const char *text, size_t len, bool role, const char *finish, const api_lp_span *lp) {
     json_t *o = head_json(r, true), *ch = json_object(), *arr = json_array();
     json_object_set_new(ch, "index", json_integer(0));
     if (r->kind == SRV_CHAT) {
@@ -397,7 +504,7 @@ char *api_chunk(srv *s, srv_req *r, const char *text, size_t len, bool role, con
         json_object_set_new(ch, "delta", d);
     } else
         json_object_set_new(ch, "text", json_stringn(text, len));
-    json_object_set_new(ch, "logprobs", json_null());
+    json_object_set_new(ch, "logprobs", !lp || lp->to <= lp->from ? json_null() : logprobs_json(s, r, lp->from, lp->to, lp->text_len));
     json_object_set_new(ch, "finish_reason", str_or_null(finish));
     if (finish && r->return_tokens) {
         json_t *t = json_array();

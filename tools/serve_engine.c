@@ -12,6 +12,7 @@
  * ends; a new request goes to the free slot sharing the longest prefix with
  * its prompt and only the rest is prefilled (the KV of the shared prefix is
  * the same bits a cold prefill writes). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,10 @@ srv_req *srv_req_new(srv *s) {
 static void req_destroy(srv_req *r) {
     free(r->prompt);
     free(r->gen);
+    free(r->lp);
+    free(r->top_id);
+    free(r->top_lp);
+    free(r->tok_end);
     free(r->text);
     free(r->model_name);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
@@ -313,6 +318,7 @@ static void take_token(srv *s, int i, int32_t id, double now) {
     }
     if (!finish && r->n_gen >= r->max_tokens) finish = "length";
     if (finish) oom |= !text_add(r, buf, moe_utf8_stream_flush(r->utf8, buf, sizeof buf));
+    if (r->tok_end) r->tok_end[r->n_gen - 1] = r->len;
     if (oom) { finish_err(r, 500, "out of memory"); return; }
     if (check_stop(r, old_emit)) finish = "stop";
     if (finish) {
@@ -322,6 +328,34 @@ static void take_token(srv *s, int i, int32_t id, double now) {
         r->t_done = now;
     }
     pthread_cond_broadcast(&r->cv);
+}
+
+/* The log-probabilities of the model's distribution at this row (the raw
+ * logits, temperature 1: what the model says, whatever the sampler does),
+ * for the sampled token and the n_top best (ties to the lower id): the max
+ * subtracted and the sum of exponentials in double, in vocabulary order, so
+ * the values are a function of the logits alone — and the logits are the
+ * same bits alone or batched. Stored at index n_gen, which the HTTP side
+ * reads only once take_token has published it under the lock. */
+static void token_logprobs(const float *l, int n_vocab, int32_t id, srv_req *r) {
+    float mx = -INFINITY;
+    for (int v = 0; v < n_vocab; v++) mx = l[v] > mx ? l[v] : mx;
+    double sum = 0.0;
+    for (int v = 0; v < n_vocab; v++) sum += exp((double)l[v] - (double)mx);
+    const double lse = (double)mx + log(sum);
+    const int i = r->n_gen, k = r->n_top;
+    r->lp[i] = (float)((double)l[id] - lse);
+    int32_t *ti = r->top_id + (size_t)i * (size_t)k;
+    float *tl = r->top_lp + (size_t)i * (size_t)k;
+    int have = 0;
+    for (int v = 0; v < n_vocab && k > 0; v++) {
+        if (have == k && !(l[v] > tl[k - 1])) continue;
+        int j = have < k ? have++ : k - 1;
+        for (; j > 0 && l[v] > tl[j - 1]; j--) { tl[j] = tl[j - 1]; ti[j] = ti[j - 1]; }
+        tl[j] = l[v];
+        ti[j] = v;
+    }
+    for (int j = 0; j < have; j++) tl[j] = (float)((double)tl[j] - lse);
 }
 
 static void run_step(srv *s) {
@@ -341,8 +375,12 @@ static void run_step(srv *s) {
     /* sampling before taking the lock: each request's own sampler */
     int32_t *ids = s->ids;
     if (rc == MOE_OK)
-        for (int k = 0; k < rows; k++)
-            ids[k] = moe_sampler_sample(s->slots[s->row_slot[k]].req->smp, s->logits + (size_t)k * (size_t)s->n_vocab);
+        for (int k = 0; k < rows; k++) {
+            srv_req *r = s->slots[s->row_slot[k]].req;
+            const float *l = s->logits + (size_t)k * (size_t)s->n_vocab;
+            ids[k] = moe_sampler_sample(r->smp, l);
+            if (r->n_top >= 0 && r->n_gen < r->max_tokens) token_logprobs(l, s->n_vocab, ids[k], r);
+        }
     pthread_mutex_lock(&s->mu);
     s->met.steps++;
     s->met.step_tokens += (uint64_t)nt;

@@ -119,6 +119,7 @@ typedef struct stream {
     char *buf;                      /* events not yet written */
     size_t n, off, cap;
     size_t sent;                    /* text bytes already turned into events */
+    int lp_sent;                    /* generated tokens whose logprobs were sent */
     bool finished;
 } stream;
 
@@ -151,15 +152,23 @@ static bool st_refill(stream *st) {
     if (text) memcpy(text, r->text + st->sent, avail);
     const bool done = r->done && r->emit == r->len;
     const bool failed = r->err_status != 0;
+    /* a chunk carries the logprobs of the tokens whose text it completes;
+     * the last one those of the rest (an end token, a stop string's) */
+    api_lp_span lp = {st->lp_sent, st->lp_sent, r->len};
+    if (r->n_top >= 0)
+        while (lp.to < r->n_gen && (done || r->tok_end[lp.to] <= r->emit)) lp.to++;
     pthread_mutex_unlock(&s->mu);
     if (avail && !text) return false;
     st->sent += avail;
     bool ok = true;
     /* r's fields read below without the lock are final once done */
-    if (avail && !failed) ok = st_add(st, api_chunk(s, r, text, avail, false, NULL));
+    if (avail && !failed) {
+        ok = st_add(st, api_chunk(s, r, text, avail, false, NULL, &lp));
+        st->lp_sent = lp.from = lp.to;
+    }
     free(text);
     if (ok && done && st->sent == r->len) {
-        ok = st_add(st, failed ? api_error_chunk(s, r) : api_chunk(s, r, "", 0, false, r->finish));
+        ok = st_add(st, failed ? api_error_chunk(s, r) : api_chunk(s, r, "", 0, false, r->finish, &lp));
         if (ok && r->include_usage && !failed) ok = st_add(st, api_usage_chunk(s, r));
         if (ok) ok = st_add(st, strdup("data: [DONE]\n\n"));
         st->finished = true;
@@ -203,7 +212,7 @@ static enum MHD_Result start_stream(struct MHD_Connection *c, conn *k, srv_req *
     r->refs++;
     pthread_mutex_unlock(&s->mu);
     /* OpenAI's chat streams open with the role; completions go straight to text */
-    if (r->kind == SRV_CHAT && !st_add(st, api_chunk(s, r, "", 0, true, NULL))) { st_free(st); return fail(c, k, 500, NULL, NULL, "out of memory"); }
+    if (r->kind == SRV_CHAT && !st_add(st, api_chunk(s, r, "", 0, true, NULL, NULL))) { st_free(st); return fail(c, k, 500, NULL, NULL, "out of memory"); }
     struct MHD_Response *rsp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, st_read, st, st_free);
     if (!rsp) { st_free(st); return fail(c, k, 500, NULL, NULL, "out of memory"); }
     MHD_add_response_header(rsp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");

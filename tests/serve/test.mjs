@@ -1,7 +1,7 @@
 // test.mjs — drives `moefast serve` with the official OpenAI SDK (run by
 // tests/cli_serve.sh with BASE=http://127.0.0.1:PORT/v1, KEY, MODEL).
 // Checks the response shapes the SDK parses, that a streamed answer is the
-// non-streamed one in pieces, and that a request's tokens are the same bits
+// non-streamed one in pieces, and that a request's tokens (and logprobs) are the same bits
 // alone or among 7 others, streamed or not, after a prompt-cache hit or a
 // cold prefill, greedy or seeded. Prints one line per check; exits 1 on a
 // failure.
@@ -20,12 +20,19 @@ async function ask(kind, body, stream) {
   if (!stream) {
     const r = kind === 'chat' ? await client.chat.completions.create(p) : await client.completions.create(p);
     const c = r.choices[0];
-    return { text: kind === 'chat' ? c.message.content : c.text, finish: c.finish_reason, tokens: c.tokens, usage: r.usage, raw: r };
+    return { text: kind === 'chat' ? c.message.content : c.text, finish: c.finish_reason, tokens: c.tokens, usage: r.usage, raw: r,
+             logprobs: c.logprobs };
   }
   const s = kind === 'chat'
     ? await client.chat.completions.create({ ...p, stream: true, stream_options: { include_usage: true } })
     : await client.completions.create({ ...p, stream: true, stream_options: { include_usage: true } });
-  let text = '', finish = null, tokens = null, usage = null, n = 0, role = null, nfinish = 0;
+  let text = '', finish = null, tokens = null, usage = null, n = 0, role = null, nfinish = 0, logprobs = null;
+  // the chunks' logprobs joined: chat content entries; completions' parallel arrays
+  const addLp = (lp) => {
+    if (!lp) return;
+    if (!logprobs) logprobs = kind === 'chat' ? { content: [], refusal: null } : { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+    for (const k of Object.keys(logprobs)) if (Array.isArray(logprobs[k])) logprobs[k].push(...lp[k]);
+  };
   for await (const ch of s) {
     n++;
     if (ch.usage) { usage = ch.usage; if (ch.choices.length !== 0) fail('usage chunk has choices'); continue; }
@@ -34,12 +41,13 @@ async function ask(kind, body, stream) {
       if (n === 1) role = c.delta.role;
       text += c.delta.content ?? '';
     } else text += c.text;
+    addLp(c.logprobs);
     if (c.finish_reason) { finish = c.finish_reason; tokens = c.tokens; nfinish++; }
   }
   if (kind === 'chat' && role !== 'assistant') fail(`stream: first delta's role is ${role}`);
   if (nfinish !== 1) fail(`stream: ${nfinish} chunks with a finish_reason`);
   if (!usage) fail('stream: no usage chunk with include_usage');
-  return { text, finish, tokens, usage, chunks: n };
+  return { text, finish, tokens, usage, chunks: n, logprobs };
 }
 
 const chatBody = (text, extra) => ({ messages: [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: text }], ...extra });
@@ -91,6 +99,29 @@ async function main() {
     else fail(`stop ${JSON.stringify(stop)}: got ${JSON.stringify(e.text)} (${e.finish}), want ${JSON.stringify(want)}`);
   }
 
+  // logprobs: one entry per generated token, the greedy token the best,
+  // alternatives in decreasing order, probabilities that sum to at most 1;
+  // streamed, the chunks' entries join into the non-streamed ones
+  for (const [kind, body] of [['chat', chatBody('Hi', { logprobs: true, top_logprobs: 5 })], ['completion', { prompt: 'The quick brown fox', logprobs: 5 }]]) {
+    const x = await ask(kind, { ...body, max_tokens: 12, temperature: 0 }, false);
+    const y = await ask(kind, { ...body, max_tokens: 12, temperature: 0 }, true);
+    const L = x.logprobs;
+    const rows = kind === 'chat' ? L.content.map((e) => [e.logprob, e.top_logprobs.map((t) => t.logprob), e.bytes])
+      : L.token_logprobs.map((lp, i) => [lp, Object.values(L.top_logprobs[i]), null]);
+    let why = null;
+    if (rows.length !== x.usage.completion_tokens) why = `${rows.length} entries for ${x.usage.completion_tokens} tokens`;
+    rows.forEach(([lp, top], i) => {
+      const sum = top.reduce((a, v) => a + Math.exp(v), 0);
+      if (!why && (top.length !== 5 || lp !== top[0] || lp > 0 || sum > 1 + 1e-6 || top.some((v, j) => j && v > top[j - 1])))
+        why = `token ${i}: logprob ${lp}, top ${JSON.stringify(top)}`;
+    });
+    if (!why && kind === 'chat' && x.finish === 'length' &&
+        Buffer.from(L.content.flatMap((e) => e.bytes)).toString('utf8') !== x.text) why = 'the bytes do not join into the text';
+    if (!why && !eq(y.logprobs, L)) why = `streamed logprobs differ:\n  ${JSON.stringify(y.logprobs)}\n  ${JSON.stringify(L)}`;
+    if (why) fail(`${kind} logprobs: ${why}`);
+    else ok(`${kind} logprobs: ${rows.length} tokens x 5 alternatives, the greedy token first, streamed = plain`);
+  }
+
   // errors through the SDK
   const expectErr = async (label, status, param, fn) => {
     try { await fn(); fail(`${label}: no error`); } catch (err) {
@@ -104,7 +135,8 @@ async function main() {
 
   // exactness: alone (sequential, non-streamed) vs 8 concurrent, streamed or not
   for (const [label, sampling] of [['greedy', { temperature: 0 }], ['seeded', { temperature: 0.9, top_p: 0.95, top_k: 40 }]]) {
-    const body = (i) => ({ ...PROMPTS[i][1], max_tokens: 16, ...sampling, ...(label === 'seeded' ? { seed: 1000 + i } : {}) });
+    const lp = (i) => (PROMPTS[i][0] === 'chat' ? { logprobs: true, top_logprobs: 3 } : { logprobs: 3 });
+    const body = (i) => ({ ...PROMPTS[i][1], max_tokens: 16, ...sampling, ...(label === 'seeded' ? { seed: 1000 + i } : {}), ...lp(i) });
     const alone = [];
     // alone: one at a time, each a cold prefill (cache_prompt: false, as in llama.cpp's server)
     for (let i = 0; i < PROMPTS.length; i++) alone.push(await ask(PROMPTS[i][0], { ...body(i), cache_prompt: false }, false));
@@ -114,12 +146,12 @@ async function main() {
       let bad = 0, hits = 0;
       together.forEach((t, i) => {
         hits += t.usage.prompt_tokens_details.cached_tokens > 0;
-        if (!eq(t.tokens, alone[i].tokens) || t.text !== alone[i].text || t.finish !== alone[i].finish) {
+        if (!eq(t.tokens, alone[i].tokens) || t.text !== alone[i].text || t.finish !== alone[i].finish || !eq(t.logprobs, alone[i].logprobs)) {
           bad++;
           fail(`${label} round ${round} prompt ${i}: ${JSON.stringify(t.tokens)} vs alone ${JSON.stringify(alone[i].tokens)}`);
         }
       });
-      if (!bad) ok(`${label} round ${round}: 8 concurrent requests = alone cold (${hits} prompt-cache hits)`);
+      if (!bad) ok(`${label} round ${round}: 8 concurrent requests = alone cold, tokens and logprobs (${hits} prompt-cache hits)`);
       if (round === 1 && hits < 4) fail(`${label} round 1: only ${hits} prompt-cache hits`);
     }
   }
