@@ -7,7 +7,9 @@
 #      token check against the trace), `moefast price --noise` on one model;
 #      where the default kernel level is AVX-512, also the first model's fp32
 #      run at the AVX2 level (MOEFAST_ISA=avx2: what a CPU without AVX-512 gets);
-#   4. a summary table. JSON and SVG output stay in build/bench/.
+#   4. `moefast serve` at concurrency 1/2/4/8 on the qwen3moe model (bench/serve.sh;
+#      BENCH_SERVE=0 skips it);
+#   5. a summary table. JSON and SVG output stay in build/bench/.
 # Environment: BENCH_THREADS (2), BENCH_REPEAT (3: medians of 3 runs), PRICE_PAIRS (5), BENCH_AVX2 (1; 0 skips
 # the AVX2 run), BENCH_MODELS (space-
 # separated subset of the model names below), BENCH_NUMERICS ("fp32 q8 q8kv": fp32 = the default exact FP32
@@ -117,6 +119,12 @@ if [ -n "$first" ]; then
   "$BIN" price -m "$f" --a "threads:$T" --noise --pairs "$PAIRS" $tc --svg "$OUT/noise.svg" --json \
     >"$OUT/noise.json"; rc=$?
   [ $rc -le 1 ] || { echo "bench/run.sh: price --noise exited $rc" >&2; status=1; }
+fi
+
+if [ "${BENCH_SERVE:-1}" != 0 ] && [ -f "$MODELS/qwen3moe-bench-q8_0.gguf" ]; then
+  echo "== moefast serve at concurrency 1, 2, 4, 8 (bench/serve.sh)"
+  sh bench/serve.sh "$BIN" "$MODELS/qwen3moe-bench-q8_0.gguf" "$OUT/serve.json" ||
+    { echo "bench/run.sh: bench/serve.sh failed" >&2; status=1; }
 fi
 
 echo

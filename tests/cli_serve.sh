@@ -264,6 +264,22 @@ kill "$L3"
 wait_metric moefast_slots_busy 0
 wait_metric moefast_requests_cancelled_total 3
 echo "ok 3 clients left mid-request: cancelled, slots freed"
+# a prompt whose prefix a BUSY slot holds: copied (moe_context_seq_copy), not
+# prefilled again, and the answer is the cold one's
+P=$(seq -s, 1 40)
+bg "$T/p1" -d "{\"prompt\":[$P],\"max_tokens\":60,\"temperature\":0}" "$(URL /v1/completions)"; P1=$BGPID
+c0=$(metric moefast_completion_tokens_total)
+for _ in $(seq 1 200); do [ "$(metric moefast_completion_tokens_total)" -gt "$c0" ] && break; sleep 0.05; done
+call POST /v1/completions "{\"prompt\":[$P,50,51,52],\"max_tokens\":8,\"temperature\":0,\"return_tokens\":true}"
+cp "$T/body" "$T/warm"
+grep -q '"cached_tokens":40' "$T/warm" && [ "$(metric moefast_prompt_cache_copies_total)" = 1 ] \
+  || fail "busy-slot prefix: $ST $(cat "$T/warm") copies $(metric moefast_prompt_cache_copies_total)"
+call POST /v1/completions "{\"prompt\":[$P,50,51,52],\"max_tokens\":8,\"temperature\":0,\"return_tokens\":true,\"cache_prompt\":false}"
+tw=$(sed 's/.*"tokens":\(\[[0-9,]*\]\).*/\1/' "$T/warm"); tc=$(sed 's/.*"tokens":\(\[[0-9,]*\]\).*/\1/' "$T/body")
+[ -n "$tw" ] && [ "$tw" = "$tc" ] || fail "busy-slot prefix copy changed the tokens: $tw vs cold $tc"
+kill "$P1"
+wait_metric moefast_slots_busy 0
+echo "ok a busy slot's prefix copied (40 tokens cached), same tokens as a cold prefill"
 # SIGTERM: a short request finishes, a long one is cancelled after 2 s, a queued one gets 503
 bg "$T/g1" -d '{"prompt":"Hello","max_tokens":30,"temperature":0}' "$(URL /v1/completions)"; G1=$BGPID
 bg "$T/g2" -d "$LONGREQ,\"stream\":true}" "$(URL /v1/completions)"; G2=$BGPID

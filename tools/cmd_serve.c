@@ -21,7 +21,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: moefast serve -m FILE [--host ADDR] [--port N] [--slots N] [--ctx N] [--queue N]\n"
             "                     [--api-key KEY] [-t N] [--flags SPEC] [--chunk N] [--alias NAME]\n"
-            "                     [--chat-format NAME] [--max-body BYTES] [--shutdown-timeout S]\n"
+            "                     [--chat-format NAME] [--max-body BYTES] [--shutdown-timeout S] [--profile]\n"
             "  --host ADDR     address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)\n"
             "  --port N        TCP port (default 8080; 0: any free port, printed at startup)\n"
             "  --slots N       requests generated together, one KV cache each (default 4)\n"
@@ -32,6 +32,8 @@ static void usage(FILE *f) {
             "  --alias NAME    the model's name in the API (default: the file name)\n"
             "  --max-body B    largest request body (default 4194304)\n"
             "  --shutdown-timeout S  on SIGTERM, how long running requests may finish (default 10)\n"
+            "  --profile       measure: weight bytes per step and the memory bandwidth in /metrics\n"
+            "                  (one clock read per phase; `make bench` uses it)\n"
             "  endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,\n"
             "             GET /health, GET /metrics\n");
 }
@@ -39,6 +41,7 @@ static void usage(FILE *f) {
 typedef struct serve_opts {
     const char *path, *host, *api_key, *flags, *alias, *format;
     long port, slots, n_ctx, queue, threads, chunk, max_body, grace;
+    bool profile;
 } serve_opts;
 
 static int parse_args(int argc, char **argv, serve_opts *o) {
@@ -63,6 +66,7 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--chat-format")) { if (!v) return cli_fail(C, "--chat-format needs a name"); o->format = v; }
         else if (!strcmp(a, "--flags")) { if (!v) return cli_fail(C, "--flags needs a spec"); o->flags = v; }
         else if (!strncmp(a, "--flags=", 8)) { o->flags = a + 8; used = 0; }
+        else if (!strcmp(a, "--profile")) { o->profile = true; used = 0; }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return -1; }
         else { usage(stderr); return cli_fail(C, "unknown argument '%s'", a); }
         i += used;
@@ -123,6 +127,7 @@ int cmd_serve(int argc, char **argv) {
     if (moe_chat_render(m, o.format, NULL, 0, true, &probe, err, sizeof err))
         fprintf(stderr, "moefast serve: warning: /v1/chat/completions will fail: %s\n", err);
     free(probe);
+    if (o.profile && srv_enable_profile(&s)) { cli_fail(C, "cannot enable the profile (out of memory)"); goto done; }
     if (srv_start(&s)) { cli_fail(C, "cannot start the engine thread"); goto done; }
     int port = 0;
     if (!(d = http_start(&s, o.host, (int)o.port, &port, err, sizeof err))) { cli_fail(C, "%s", err); goto done; }

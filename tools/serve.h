@@ -84,8 +84,15 @@ extern const int SRV_STATUS_CODES[SRV_N_STATUS]; /* the statuses counted; the la
 typedef struct srv_metrics {
     uint64_t requests[SRV_N_STATUS];
     uint64_t prompt_tokens, completion_tokens, cache_hits, cache_tokens;
+    uint64_t cache_copies;          /* hits served by copying another slot's prefix (moe_context_seq_copy) */
     uint64_t steps, step_tokens;
     double step_seconds;
+    /* steps with no prompt chunk: every token one running request's next */
+    uint64_t decode_steps, decode_tokens;
+    double decode_seconds;
+    /* with --profile: weight bytes the steps streamed (shared matrices
+     * once, the union of the selected experts once per step) */
+    double weight_bytes, decode_weight_bytes;
     uint64_t cancelled;
 } srv_metrics;
 
@@ -96,6 +103,8 @@ typedef struct srv {
     const char *model_name, *api_key, *chat_format;
     size_t max_body;
     unsigned step_delay_us;         /* test hook (MOEFAST_SERVE_STEP_DELAY_MS): a pause after each step */
+    bool profile;                   /* --profile: the context's phase profile on (weight bytes per step) */
+    double read_bw;                 /* --profile: memory read bandwidth measured at start, bytes/s */
 
     pthread_mutex_t mu;
     pthread_cond_t wake;            /* the engine waits here for work */
@@ -115,6 +124,9 @@ typedef struct srv {
     int *row_slot;
     int32_t *ids;
     float *logits;
+    moe_phase_stat *phases;         /* --profile: the profile read after each step */
+    int n_phases;
+    double prof_bytes;              /* weight bytes of the profile so far */
     pthread_t engine;
     bool engine_started;
 } srv;
@@ -123,6 +135,9 @@ double srv_now(void);
 
 /* serve_engine.c */
 int  srv_init(srv *s, moe_model *m, const moe_context_params *cp, int chunk, int queue_cap, char *err, size_t errlen);
+/* Turns the phase profile on (weight bytes per step in /metrics) and
+ * measures the memory read bandwidth once; before srv_start. */
+int  srv_enable_profile(srv *s);
 int  srv_start(srv *s);
 /* Stops accepting, refuses the queued requests, lets running ones finish
  * until now + grace seconds, then cancels them; returns once the engine

@@ -74,6 +74,7 @@ void srv_free(srv *s) {
     free(s->row_slot);
     free(s->ids);
     free(s->logits);
+    free(s->phases);
     moe_context_free(s->ctx);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);
@@ -166,21 +167,38 @@ static void release_slot(srv *s, int i) {
     s->busy--;
 }
 
-/* The free slot whose cached tokens share the longest prefix with r's
- * prompt (at most n_prompt - 1: the last prompt token must run to give the
- * first logits); ties to the least recently used. */
-static int pick_slot(srv *s, const srv_req *r, int *common) {
-    int best = -1, best_c = -1;
+/* Tokens of r's prompt that slot i's cache holds as a prefix (at most
+ * n_prompt - 1: the last prompt token must run to give the first logits). */
+static int common_prefix(const srv_slot *sl, const srv_req *r) {
+    if (!r->cache_prompt) return 0;
+    const int lim = sl->n_cache < r->n_prompt - 1 ? sl->n_cache : r->n_prompt - 1;
+    int c = 0;
+    while (c < lim && sl->cache[c] == r->prompt[c]) c++;
+    return c;
+}
+
+/* Where r runs: the free slot with the longest common prefix (ties to the
+ * least recently used), unless another slot — busy with a request of its
+ * own, or free — holds a longer one: then the least recently used free slot,
+ * with that prefix copied into it (*src >= 0; moe_context_seq_copy gives the
+ * same bits, so the request continues exactly as after a cold prefill). */
+static int pick_slot(srv *s, const srv_req *r, int *common, int *src) {
+    int best = -1, best_c = -1, lru = -1, from = -1, from_c = 0;
     for (int i = 0; i < s->n_slots; i++) {
         const srv_slot *sl = &s->slots[i];
+        const int c = common_prefix(sl, r);
+        if (c > from_c) { from = i; from_c = c; }
         if (sl->req) continue;
-        int c = 0;
-        int lim = sl->n_cache < r->n_prompt - 1 ? sl->n_cache : r->n_prompt - 1;
-        if (!r->cache_prompt) lim = 0;
-        while (c < lim && sl->cache[c] == r->prompt[c]) c++;
         if (c > best_c || (c == best_c && sl->last_used < s->slots[best].last_used)) { best = i; best_c = c; }
+        if (lru < 0 || sl->last_used < s->slots[lru].last_used) lru = i;
     }
+    *src = -1;
     *common = best_c;
+    if (from_c > best_c) {
+        *src = from;
+        *common = from_c;
+        return lru;
+    }
     return best;
 }
 
@@ -190,10 +208,16 @@ static void admit(srv *s) {
         s->q_head = (s->q_head + 1) % s->q_size;
         s->q_len--;
         if (r->cancelled) { unref_locked(r); continue; }
-        int common;
-        const int i = pick_slot(s, r, &common);
+        int common, src;
+        const int i = pick_slot(s, r, &common, &src);
         srv_slot *sl = &s->slots[i];
-        moe_context_seq_truncate(s->ctx, i, common);     /* common <= its length: cannot fail */
+        /* common <= the source's length: neither can fail */
+        if (src >= 0) {
+            moe_context_seq_copy(s->ctx, src, i, common);
+            memcpy(sl->cache, s->slots[src].cache, (size_t)common * sizeof *sl->cache);
+            s->met.cache_copies++;
+        } else
+            moe_context_seq_truncate(s->ctx, i, common);
         sl->n_cache = common;
         sl->req = r;
         s->busy++;
@@ -330,6 +354,25 @@ static void take_token(srv *s, int i, int32_t id, double now) {
     pthread_cond_broadcast(&r->cv);
 }
 
+int srv_enable_profile(srv *s) {
+    s->n_phases = moe_context_profile_read(s->ctx, NULL, 0);
+    if (s->n_phases <= 0 || !(s->phases = calloc((size_t)s->n_phases, sizeof *s->phases))) return -1;
+    if (moe_context_profile_enable(s->ctx, true)) return -1;
+    s->read_bw = 1e9 * moe_measure_read_bandwidth(moe_context_threads(s->ctx));
+    s->profile = true;
+    return 0;
+}
+
+/* The weight bytes the last step streamed (0 without --profile). */
+static double step_weight_bytes(srv *s) {
+    if (!s->profile || moe_context_profile_read(s->ctx, s->phases, s->n_phases) != s->n_phases) return 0;
+    double total = 0;
+    for (int i = 0; i < s->n_phases; i++) total += s->phases[i].weight_bytes;
+    const double d = total - s->prof_bytes;
+    s->prof_bytes = total;
+    return d;
+}
+
 /* The log-probabilities of the model's distribution at this row (the raw
  * logits, temperature 1: what the model says, whatever the sampler does),
  * for the sampled token and the n_top best (ties to the lower id): the max
@@ -366,6 +409,10 @@ static void run_step(srv *s) {
     const double t0 = srv_now();
     const int rc = moe_context_decode(s->ctx, &b, s->logits);
     const double t1 = srv_now();
+    const double wbytes = step_weight_bytes(s);
+    /* a decode step: every token gives logits (running requests' next tokens,
+     * or a prompt's last one when only it was left to run) */
+    const bool decode_only = rows == nt;
     /* the cached tokens follow what ran (nothing ran on an error) */
     if (rc == MOE_OK)
         for (int k = 0; k < nt; k++) {
@@ -385,6 +432,13 @@ static void run_step(srv *s) {
     s->met.steps++;
     s->met.step_tokens += (uint64_t)nt;
     s->met.step_seconds += t1 - t0;
+    s->met.weight_bytes += wbytes;
+    if (decode_only) {
+        s->met.decode_steps++;
+        s->met.decode_tokens += (uint64_t)nt;
+        s->met.decode_seconds += t1 - t0;
+        s->met.decode_weight_bytes += wbytes;
+    }
     if (rc != MOE_OK) {
         fprintf(stderr, "moefast serve: step failed: %s\n", moe_context_error(s->ctx));
         for (int k = 0; k < nt; k++) {

@@ -278,6 +278,7 @@ static char *metrics_text(srv *s) {
     C("completion_tokens_total", "Tokens generated.", m.completion_tokens);
     C("prompt_cache_hits_total", "Requests that reused a slot's cached prefix.", m.cache_hits);
     C("prompt_cache_tokens_total", "Prompt tokens reused from the cache instead of prefilled.", m.cache_tokens);
+    C("prompt_cache_copies_total", "Cache hits whose prefix was copied from a busy slot.", m.cache_copies);
     C("requests_cancelled_total", "Requests whose client went away before the end.", m.cancelled);
     C("step_tokens_total", "Tokens run through the model (prompt and decode).", m.step_tokens);
     G("queue_depth", "Requests waiting for a slot.", q);
@@ -287,6 +288,19 @@ static char *metrics_text(srv *s) {
 #undef G
     e |= appendf(&b, &n, &cap, "# HELP moefast_step_seconds Time of one engine step (one batch).\n# TYPE moefast_step_seconds summary\n"
                                "moefast_step_seconds_sum %.6f\nmoefast_step_seconds_count %llu\n", m.step_seconds, (unsigned long long)m.steps);
+    e |= appendf(&b, &n, &cap, "# HELP moefast_decode_step_seconds Time of the steps that ran no prompt chunk (decode only).\n"
+                               "# TYPE moefast_decode_step_seconds summary\nmoefast_decode_step_seconds_sum %.6f\nmoefast_decode_step_seconds_count %llu\n"
+                               "# HELP moefast_decode_step_tokens_total Tokens of those steps.\n# TYPE moefast_decode_step_tokens_total counter\n"
+                               "moefast_decode_step_tokens_total %llu\n",
+                 m.decode_seconds, (unsigned long long)m.decode_steps, (unsigned long long)m.decode_tokens);
+    if (s->profile)
+        e |= appendf(&b, &n, &cap, "# HELP moefast_step_weight_bytes_total Weight bytes the steps streamed (--profile): shared matrices once, the union of the selected experts once per step.\n"
+                                   "# TYPE moefast_step_weight_bytes_total counter\nmoefast_step_weight_bytes_total %.0f\n"
+                                   "# HELP moefast_decode_step_weight_bytes_total The same for the decode-only steps.\n"
+                                   "# TYPE moefast_decode_step_weight_bytes_total counter\nmoefast_decode_step_weight_bytes_total %.0f\n"
+                                   "# HELP moefast_read_bandwidth_bytes_per_second Memory read bandwidth measured at start (--profile).\n"
+                                   "# TYPE moefast_read_bandwidth_bytes_per_second gauge\nmoefast_read_bandwidth_bytes_per_second %.0f\n",
+                     m.weight_bytes, m.decode_weight_bytes, s->read_bw);
     if (e) { free(b); return NULL; }
     return b;
 }

@@ -117,6 +117,10 @@ int  moe_session_profile_enable(moe_session *s, bool on);
  * when max is 0) and returns count, the number of phases (every phase, also
  * those that did not run: calls == 0); MOE_EINVAL on a bad argument. */
 int  moe_session_profile_read(const moe_session *s, moe_phase_stat *out, int max);
+/* The same for a context (all its sequences' steps together): what a
+ * server uses to report the weight bytes its batched steps stream. */
+int  moe_context_profile_enable(moe_context *c, bool on);
+int  moe_context_profile_read(const moe_context *c, moe_phase_stat *out, int max);
 
 /* ---- model generator (src/lab/gen.c) ------------------------------------------ */
 

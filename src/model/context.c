@@ -503,6 +503,10 @@ int moe_session_forward(moe_session *s, const int32_t *tokens, int n, float *log
 
 /* ---- the lab's per-session measurements (lab.h) ---------------------------------------- */
 
+int moe_context_profile_enable(moe_context *c, bool on) { return c ? moe_context_profile_enable_(c, on) : MOE_EINVAL; }
+int moe_context_profile_read(const moe_context *c, moe_phase_stat *out, int max) {
+    return c ? moe_context_profile_read_(c, out, max) : MOE_EINVAL;
+}
 int moe_session_profile_enable(moe_session *s, bool on) { return s ? moe_context_profile_enable_(s->c, on) : MOE_EINVAL; }
 int moe_session_profile_read(const moe_session *s, moe_phase_stat *out, int max) {
     return s ? moe_context_profile_read_(s->c, out, max) : MOE_EINVAL;
