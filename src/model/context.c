@@ -161,7 +161,7 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
     } else {
         const size_t kv_elem = s->kv_half ? sizeof(uint16_t) : sizeof(float);
         s->k_cache = xcalloc(L * C * Hkv * D, kv_elem, &al);
-        s->v_cache = xcalloc(v_rows ? L * C * Hkv * Dv : 0, kv_elem, &al);
+        s->v_cache = v_rows ? xcalloc(L * C * Hkv * Dv, kv_elem, &al) : NULL;   /* NULL: no V rows */
     }
     if (hp->blk_tok > 0) s->blk_tok = xcalloc(B * (size_t)hp->blk_tok, sizeof(float), &al);
     if (hp->blk_thr > 0) s->blk_thr = xcalloc((size_t)n_threads, ((size_t)hp->blk_thr + 63) / 64 * 64, &al);
@@ -348,8 +348,9 @@ static void copy_cache(moe_context *c, int src, int dst, int n) {
     const size_t C = (size_t)c->n_ctx, el = c->kv_half ? sizeof(uint16_t) : sizeof(float);
     for (size_t b = 0; b < blocks; b++) {
         memcpy((char *)c->k_cache + (d0 + b) * C * D * el, (char *)c->k_cache + (s0 + b) * C * D * el, (size_t)n * D * el);
-        memcpy((char *)c->v_cache + (d0 + b) * C * Dv * el, (char *)c->v_cache + (s0 + b) * C * Dv * el,
-               (size_t)n * Dv * el);
+        if (c->v_cache)
+            memcpy((char *)c->v_cache + (d0 + b) * C * Dv * el, (char *)c->v_cache + (s0 + b) * C * Dv * el,
+                   (size_t)n * Dv * el);
     }
 }
 
