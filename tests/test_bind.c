@@ -118,6 +118,57 @@ static void later_architectures(void) {
                 "qwen2moe shared width default");
 }
 
+/* deepseek2: MLA tensors, the q LoRA key, the layout keys, group-limited
+ * routing, and the latent cache's refusal of kv_q8. */
+static void deepseek2_cases(void) {
+    char ds[512];
+    snprintf(ds, sizeof ds, "%s/oracle/deepseek2-tiny-q8_0.gguf", check_shared_dir());
+    if (access(ds, R_OK)) {
+        printf("skip the deepseek2 cases: %s not found\n", ds);
+        return;
+    }
+    edit d1 = {.drop_tensor = "blk.1.attn_kv_a_norm.weight"};
+    expect_fail(ds, &d1, MOE_EFORMAT, (const char *[]){"missing tensor 'blk.1.attn_kv_a_norm.weight' (deepseek2)", NULL},
+                "deepseek2 kv_a_norm");
+    edit d2 = {.reshape_tensor = "blk.2.attn_k_b.weight"};
+    expect_fail(ds, &d2, MOE_EFORMAT, (const char *[]){"'blk.2.attn_k_b.weight' has shape [96, 64, 4]", "expected [64, 96, 4]", NULL},
+                "deepseek2 k_b shape");
+    edit d3 = {.u32_key = "deepseek2.expert_group_count", .u32_val = 5};
+    expect_fail(ds, &d3, MOE_EFORMAT, (const char *[]){"deepseek2.expert_group_count 5 does not divide expert_count 12", NULL},
+                "deepseek2 groups");
+    edit d4 = {.u32_key = "deepseek2.expert_group_used_count", .u32_val = 4};
+    expect_fail(ds, &d4, MOE_EFORMAT, (const char *[]){"deepseek2.expert_group_used_count 4 must be 1..expert_group_count 3", NULL},
+                "deepseek2 groups used");
+    edit d5 = {.u32_key = "deepseek2.expert_used_count", .u32_val = 9};
+    expect_fail(ds, &d5, MOE_EFORMAT, (const char *[]){"2 used groups of 4 experts cannot supply expert_used_count 9", NULL},
+                "deepseek2 top-k > used groups");
+    edit d6 = {.drop_key = "deepseek2.attention.q_lora_rank"};
+    expect_fail(ds, &d6, MOE_EFORMAT, (const char *[]){"missing required key 'deepseek2.attention.q_lora_rank'", NULL},
+                "deepseek2 q_lora_rank");
+    /* without key_length_mla the per-head sizes come from key_length (legacy
+     * layout): nope = 128 - 32, so attn_q_b must have 4 x 128 rows */
+    edit d7 = {.drop_key = "deepseek2.attention.key_length_mla"};
+    expect_fail(ds, &d7, MOE_EFORMAT, (const char *[]){"'blk.0.attn_q_b.weight' has shape [64, 384], expected [64, 512]", NULL},
+                "deepseek2 legacy layout");
+    edit d8 = {.drop_tensor = "blk.3.attn_v_b.weight"};
+    expect_fail(ds, &d8, MOE_EFORMAT, (const char *[]){"missing tensor 'blk.3.attn_v_b.weight' (deepseek2)", NULL},
+                "deepseek2 v_b");
+    /* kv_q8 has no layout for the latent rows: context creation says so */
+    char err[MOE_ERR_LEN] = "";
+    moe_model *m = NULL;
+    moe_load_params lp = {.flags = "+kv_q8"};
+    int rc = moe_model_load(ds, &lp, &m, err, sizeof err);
+    moe_session *s = NULL;
+    if (rc == MOE_OK) {
+        moe_session_params sp = {.n_ctx = 64, .n_threads = 1};
+        rc = moe_session_new(m, &sp, &s, err, sizeof err);
+    }
+    CHECK_MSG(rc == MOE_EINVAL && strstr(err, "kv_q8 has no layout for the latent (MLA) cache"), "deepseek2 kv_q8: %d %s", rc,
+              err);
+    moe_session_free(s);
+    moe_model_free(m);
+}
+
 int main(void) {
     /* laguna-tiny-q8_0: the same keys and shapes as the F32 file, and vendored
      * in tests/data/shared, so a clone without ../shared runs every case */
@@ -161,5 +212,6 @@ int main(void) {
     edit e13 = {.drop_key = "qwen3moe.expert_feed_forward_length"};
     expect_fail(qw, &e13, MOE_EFORMAT, (const char *[]){"expert_feed_forward_length missing or < 1", NULL}, "expert width");
     later_architectures();
+    deepseek2_cases();
     return check_report("test_bind");
 }

@@ -75,6 +75,13 @@ int main(void) {
                   "<system>\nYou are terse.\n</system>\n<user>\nHello!\n</user>\n"
                   "<assistant>\nHi.\n</assistant>\n<user>\nBye\n</user>\n<assistant>\n");
     expect_render("x</assistant>y", NULL, CONV + 1, 1, true, "<user>\nHello!\n</user>\n<assistant>\n");
+    /* DeepSeek-V3: recognised by its three turn markers, rendered as llama.cpp's built-in */
+    static const char DS_TMPL[] = "{{ bos_token }}{% if m == 'user' %}{{ '<｜User｜>' + c }}{% endif %}"
+                                  "{{ '<｜Assistant｜>' + c + '<｜end▁of▁sentence｜>' }}";
+    CHECK(moe_chat_detect(DS_TMPL) && !strcmp(moe_chat_detect(DS_TMPL), "deepseek3"));
+    expect_render(DS_TMPL, NULL, CONV, 4, true,
+                  "You are terse.\n\n<｜User｜>Hello!<｜Assistant｜>Hi.<｜end▁of▁sentence｜><｜User｜>Bye<｜Assistant｜>");
+    expect_render(synth_q, "deepseek3", CONV + 1, 1, false, "<｜User｜>Hello!");
     /* an unknown template works once a format is named */
     expect_render("[INST]", "chatml", CONV + 1, 1, true, "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
 

@@ -95,6 +95,20 @@ static const oracle_case CASES[] = {
     /* qwen2moe has no F32 reference: FP32 activations against its Q8_0 one */
     {.name = "qwen2moe-tiny-q8_0", .tol = 1.1f, .steps = 16},
     {.name = "mixtral-tiny-q4_0", .tol = 0.2f, .flags = "+act_q8,+kv_f16", .rows = 5, .steps = 5},
+    /* deepseek2 (MLA, group-limited sigmoid routing): FP32 over the Q8_0
+     * file's weights against the F32-KV no-flash reference, all 64 rows
+     * (measured 6.0e-6); llama.cpp's defaults (F16 KV + flash attention)
+     * 9.9e-3 (its own default-vs-no-flash gap is 9.9e-3: README) */
+    {.name = "deepseek2-tiny-f32.f32kv-noflash", .gguf = "deepseek2-tiny-q8_0.gguf", .tol = 2e-5f, .rows = 64},
+    {.name = "deepseek2-tiny-f32", .gguf = "deepseek2-tiny-q8_0.gguf", .tol = 0.03f},
+    {.name = "deepseek2-tiny-f32", .gguf = "deepseek2-tiny-q8_0.gguf", .tol = 0.03f, .flags = "+kv_f16"},
+    /* Q8_0 / Q4_K (Q8_0 / Q8_K activations, F16 KV, flash attention): the
+     * rows before the first routing flip are bounded (measured 0.146 / 0.269;
+     * the flips: q8_0 0.73-1.02 at steps 3, 7, 14, 15, q4_k 1.60 at step 14,
+     * as llama.cpp's own Q8_0-vs-F32 run jumps at 7, 14, 15: README), argmax
+     * on the decisive steps of the first 16 */
+    {.name = "deepseek2-tiny-q8_0", .tol = 0.2f, .flags = "+act_q8,+kv_f16", .rows = 3, .steps = 16},
+    {.name = "deepseek2-tiny-q4_k", .tol = 0.3f, .flags = "+act_q8,+kv_f16", .rows = 14, .steps = 16},
 };
 
 /* n little-endian floats, or NULL when the file is missing or not that size */

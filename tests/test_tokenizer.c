@@ -693,6 +693,7 @@ int main(void) {
     test_public_json();
     test_oracle_prompt("oracle/qwen3moe-tiny-q8_0.gguf"); /* the F32 files' vocabulary */
     test_oracle_prompt("oracle/laguna-tiny-q8_0.gguf");
+    test_oracle_prompt("oracle/deepseek2-tiny-q8_0.gguf");   /* pre deepseek-v3 */
     test_special();
     test_roundtrip("vocab/qwen3-vocab.gguf", 1000, 1);
     test_roundtrip("vocab/ggml-vocab-gpt-2.gguf", 1000, 2);

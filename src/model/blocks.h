@@ -26,6 +26,8 @@
 
 /* x += Wo attention(RMSNorm(x)) for layer il (its KV cache rows). */
 void moe_block_attention(moe_context *c, const moe_attn_desc *d, int il);
+/* x += Wo MLA(RMSNorm(x)) for layer il (mla.c: latent attention, its cache rows [c | k_pe]). */
+void moe_block_mla(moe_context *c, const moe_mla_desc *d, const moe_attn_desc *a, int il);
 /* x += SwiGLU(RMSNorm(x)) (a dense FFN). */
 void moe_block_ffn(moe_context *c, const moe_ffn_desc *d, int il);
 /* x += the routed experts' SwiGLU outputs in rank order (+ the shared expert). */

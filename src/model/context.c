@@ -109,6 +109,14 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
                             "%s: flag kv_q8 needs head sizes that are multiples of 32 (head_dim %d, head_dim_v %d)", m->path,
                             hp->head_dim, hp->head_dim_v);
     }
+    /* V rows: none when every layer reads its values from its keys (MLA's
+     * latent cache: kv_lora + rope values per token and layer, F32 4 bytes
+     * each, kv_f16 2), else for every layer */
+    bool v_rows = false;
+    for (int il = 0; il < hp->n_layer; il++) v_rows |= !m->layers[il].attn.v_from_k;
+    if (!v_rows && moe_flag_on(flags, MOE_FLAG_KV_Q8))
+        return moe_errf(err, errlen, MOE_EINVAL, "%s: flag kv_q8 has no layout for the latent (MLA) cache; use kv_f16",
+                        m->path);
     moe_context *s = calloc(1, sizeof *s);
     if (!s) return moe_errf(err, errlen, MOE_ENOMEM, "out of memory");
     s->m = m;
@@ -153,8 +161,10 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
     } else {
         const size_t kv_elem = s->kv_half ? sizeof(uint16_t) : sizeof(float);
         s->k_cache = xcalloc(L * C * Hkv * D, kv_elem, &al);
-        s->v_cache = xcalloc(L * C * Hkv * Dv, kv_elem, &al);
+        s->v_cache = v_rows ? xcalloc(L * C * Hkv * Dv, kv_elem, &al) : NULL;   /* NULL: no V rows */
     }
+    if (hp->blk_tok > 0) s->blk_tok = xcalloc(B * (size_t)hp->blk_tok, sizeof(float), &al);
+    if (hp->blk_thr > 0) s->blk_thr = xcalloc((size_t)n_threads, ((size_t)hp->blk_thr + 63) / 64 * 64, &al);
     for (int i = 0; i < m->n_ropes; i++) s->rope_tab[i] = xcalloc(C * (size_t)m->ropes[i].n_rot, sizeof(float), &al);
     s->x = xcalloc(B * E, sizeof(float), &al);
     s->xn = xcalloc(B * E, sizeof(float), &al);
@@ -254,7 +264,7 @@ static void context_free(moe_context *c) {
                     c->rope_tab[1], c->x, c->xn, c->proj, c->ffn_out, c->q, c->k, c->v, c->att, c->gate, c->router,
                     c->selw, c->xg, c->eout, c->hg, c->hu, c->scores, c->attn_sum, c->logits_tmp, c->sel, c->ex_slot,
                     c->gather_src, c->expert_rows, c->jobs, c->job_pre, c->xa, c->xga, c->ha, c->seq_len, c->tok_pos,
-                    c->tok_seq, c->out_rows};
+                    c->tok_seq, c->out_rows, c->blk_tok, c->blk_thr};
     _Static_assert(MOE_MAX_ROPES == 2, "context_free lists every rope table");
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) moe_free_aligned(bufs[i]);
     context_free(c->shadow);
@@ -338,8 +348,9 @@ static void copy_cache(moe_context *c, int src, int dst, int n) {
     const size_t C = (size_t)c->n_ctx, el = c->kv_half ? sizeof(uint16_t) : sizeof(float);
     for (size_t b = 0; b < blocks; b++) {
         memcpy((char *)c->k_cache + (d0 + b) * C * D * el, (char *)c->k_cache + (s0 + b) * C * D * el, (size_t)n * D * el);
-        memcpy((char *)c->v_cache + (d0 + b) * C * Dv * el, (char *)c->v_cache + (s0 + b) * C * Dv * el,
-               (size_t)n * Dv * el);
+        if (c->v_cache)
+            memcpy((char *)c->v_cache + (d0 + b) * C * Dv * el, (char *)c->v_cache + (s0 + b) * C * Dv * el,
+                   (size_t)n * Dv * el);
     }
 }
 

@@ -92,7 +92,26 @@ typedef struct moe_attn_desc {
     moe_weight wextra;
     void (*head_hook)(const struct moe_context *c, const struct moe_attn_desc *d, int t, int h0, int h1);
     int hook_arg;            /* free for the hook (laguna: gate values per element, not per head) */
+    /* The layer's values are the first head_dim_v dims of its cached keys
+     * (MLA's latent c, mla.c): it has no V cache rows of its own. When every
+     * layer says so the context allocates no V cache (FP32 / F16 caches). */
+    bool v_from_k;
 } moe_attn_desc;
+
+/* Multi-head latent attention (DeepSeek-V2, blocks.h: moe_block_mla), per token:
+ *   h = RMSNorm(x) * norm
+ *   q = Wq_b (RMSNorm(Wq_a h) * q_a_norm)  (or Wq h)     [n_head][nope | rope]
+ *   [c | k_pe] = Wkv_a h;  c = RMSNorm(c) * kv_a_norm;  k_pe = RoPE(k_pe)
+ *   per head: q~ = [Wk_b_h q_nope | RoPE(q_pe)], key = [c | k_pe] (one row
+ *   shared by all heads: the cache), value = c, o_h = Wv_b_h softmax(q~ . key * kq_scale) c
+ *   x += Wo [o_0 .. o_{H-1}] */
+typedef struct moe_mla_desc {
+    int nope, rope_dim, kv_lora, v_dim, q_lora;   /* q_lora 0: wq instead of wq_a / q_a_norm / wq_b */
+    float kq_scale;
+    const float *norm, *q_a_norm, *kv_a_norm;
+    moe_weight wq, wq_a, wq_b, wkv_a, wo;
+    moe_weight wk_b, wv_b;   /* stacks of n_head: [kv_lora rows of nope], [v_dim rows of kv_lora] */
+} moe_mla_desc;
 
 /* Router scores: logits -> probabilities in place (blocks.h provides the
  * softmax and the sigmoid). */
@@ -104,6 +123,10 @@ typedef struct moe_router_desc {
     const float *select_bias;      /* added to the probabilities for the top-k choice only, or NULL */
     bool renorm;                   /* chosen weights divided by their sum (clamped >= 2^-14) */
     float scale;                   /* chosen weights multiplied by it (1: none) */
+    /* Group-limited routing (0: none): the experts form n_group consecutive
+     * groups; a group scores the sum of its two best selection scores and
+     * only the n_group_used best groups' experts may be chosen. */
+    int n_group, n_group_used;
 } moe_router_desc;
 
 /* SwiGLU FFN: Wd (silu(Wg h) * Wu h) with h = RMSNorm(x) * norm. */
@@ -126,6 +149,7 @@ typedef struct moe_moe_desc {
 /* One layer: the architecture's layer function reads its descriptors. */
 typedef struct moe_layer {
     moe_attn_desc attn;
+    moe_mla_desc mla;        /* latent attention (deepseek2): attn then holds n_head, rope, v_from_k */
     bool dense;              /* the FFN is `ffn` (dense), not `moe` */
     moe_ffn_desc ffn;
     moe_moe_desc moe;
@@ -136,6 +160,9 @@ typedef struct moe_hparams {
     int n_head_max, n_head_kv, head_dim, head_dim_v;
     float rms_eps;
     int n_expert, n_expert_used, n_ff, n_ff_exp, n_ff_shexp;
+    /* block-private scratch the context allocates (0: none): floats per
+     * token of the step (c->blk_tok) and bytes per thread (c->blk_thr) */
+    int blk_tok, blk_thr;
 } moe_hparams;
 
 #define MOE_MAX_NOTES 32
@@ -227,6 +254,8 @@ struct moe_context {
     float *scores;              /* [n_threads][n_head_max][n_ctx] */
     float *attn_sum;            /* [n_threads][n_head_max] */
     float *logits_tmp;          /* differential twin only: [n_batch][n_vocab] */
+    float *blk_tok;             /* [n_batch][hp.blk_tok]: scratch of blocks that need their own (mla.c) */
+    uint8_t *blk_thr;           /* [n_threads][hp.blk_thr] bytes, 64-aligned rows */
     /* flag act_q8 only (NULL otherwise): 8-bit activation rows (act8_ref.c) */
     uint8_t *xa;                /* [n_batch] rows of max(n_embd, n_head_max*head_dim_v) */
     uint8_t *xga;               /* [n_batch*n_expert_used] rows of n_embd: gathered expert inputs */

@@ -11,7 +11,12 @@
  *  laguna  <system>\nCONTENT\n</system>\n<user>\nCONTENT\n</user>\n
  *          <assistant>\nCONTENT\n</assistant>\n ... then <assistant>\n
  *          (poolside Laguna's own role tags; reconstructed from public
- *          descriptions, not checked against the real template). */
+ *          descriptions, not checked against the real template).
+ *  deepseek3  SYSTEM\n\n<｜User｜>CONTENT<｜Assistant｜>CONTENT<｜end▁of▁sentence｜>
+ *          ... then <｜Assistant｜> (DeepSeek-V3/R1's turn markers, as llama.cpp's
+ *          built-in DeepSeek-V3 rendering writes them; the BOS the Jinja
+ *          template prepends is the tokenizer's business, tool calls and
+ *          R1's reasoning handling are not applied). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,12 +58,30 @@ static void render_laguna(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen)
     if (gen) sb_add(b, "<assistant>\n");
 }
 
+#define DS_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"              /* <｜User｜> */
+#define DS_ASSISTANT "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"     /* <｜Assistant｜> */
+#define DS_EOS "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"   /* <｜end▁of▁sentence｜> */
+
+static void render_deepseek3(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(msgs[i].role, "system")) {
+            sb_add(b, msgs[i].content); sb_add(b, "\n\n");
+        } else if (!strcmp(msgs[i].role, "user")) {
+            sb_add(b, DS_USER); sb_add(b, msgs[i].content);
+        } else if (!strcmp(msgs[i].role, "assistant")) {
+            sb_add(b, DS_ASSISTANT); sb_add(b, msgs[i].content); sb_add(b, DS_EOS);
+        }
+    }
+    if (gen) sb_add(b, DS_ASSISTANT);
+}
+
 static const struct { const char *name; render_fn fn; } FORMATS[] = {
     {"chatml", render_chatml},
     {"laguna", render_laguna},
+    {"deepseek3", render_deepseek3},
 };
 
-const char *moe_chat_formats(void) { return "chatml, laguna"; }
+const char *moe_chat_formats(void) { return "chatml, laguna, deepseek3"; }
 
 const char *moe_chat_detect(const char *tmpl) {
     if (!tmpl) return NULL;
@@ -66,6 +89,7 @@ const char *moe_chat_detect(const char *tmpl) {
     /* Laguna's template closes assistant turns with </assistant> (its EOT
      * token) and is published as laguna_glm_thinking_*; either marks it */
     if (strstr(tmpl, "</assistant>") || strstr(tmpl, "laguna_glm_thinking")) return "laguna";
+    if (strstr(tmpl, DS_USER) && strstr(tmpl, DS_ASSISTANT) && strstr(tmpl, DS_EOS)) return "deepseek3";
     return NULL;
 }
 

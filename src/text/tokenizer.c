@@ -187,6 +187,13 @@ static const char RX_QWEN2[] =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char RX_NEWLINES[] = "[^\\n]+|[\\n]+";
+/* llama.cpp's DEEPSEEK3_LLM expressions (pre deepseek-v3): digit runs of
+ * 1-3, CJK / kana runs, then the word, punctuation and space rules */
+static const char RX_DS3_NUM[] = "\\p{N}{1,3}";
+static const char RX_DS3_CJK[] = "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+";
+static const char RX_DS3[] =
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+    " ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char RX_DEF_PUNCT[] = "[\\p{P}\\$\\+<=>\\^~\\|]+";
 static const char RX_DEF_NUM[] = "\\p{N}+";
 static const char RX_DEF_DIGIT3[] = "[0-9][0-9][0-9]";
@@ -206,6 +213,7 @@ static const pre_def PRE_DEFS[] = {
     {"laguna|", {RX_NEWLINES, RX_QWEN2}, false},
     {"llama3|llama-v3|llama-bpe|falcon3|", {RX_LLAMA3}, true},
     {"dbrx|smaug-bpe|", {RX_LLAMA3}, false},
+    {"deepseek-v3|", {RX_DS3_NUM, RX_DS3_CJK, RX_DS3}, false},
 };
 
 static bool pre_name_match(const char *names, const char *v, size_t vlen) {
@@ -565,7 +573,7 @@ int moe_tokenizer_load(const gguf_file *f, moe_tokenizer **out, char *err, size_
         if (!d) {
             moe_tokenizer_free(t);
             return moe_errf(err, errlen, MOE_EUNSUPPORTED,
-                            "%s: tokenizer.ggml.pre '%.*s' is not supported (known: default, gpt-2, olmo, qwen2, laguna, llama3/llama-bpe, dbrx)",
+                            "%s: tokenizer.ggml.pre '%.*s' is not supported (known: default, gpt-2, olmo, qwen2, laguna, llama3/llama-bpe, dbrx, deepseek-v3)",
                             path, (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
         }
         t->ignore_merges = d->ignore_merges;

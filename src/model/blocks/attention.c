@@ -202,7 +202,7 @@ double moe_attn_kv_bytes(const moe_context *c, const moe_attn_desc *d, int pos) 
     const moe_hparams *hp = &c->m->hp;
     const double keys = pos - first_visible(d, pos) + 1;
     const double elem = c->kv_q8 ? 34.0 / 32.0 : c->kv_half ? 2.0 : 4.0;   /* kv_q8: a code + a half per 32 */
-    return keys * hp->n_head_kv * (double)(hp->head_dim + hp->head_dim_v) * elem;
+    return keys * hp->n_head_kv * (double)(hp->head_dim + (d->v_from_k ? 0 : hp->head_dim_v)) * elem;
 }
 
 /* For the profile: the KV bytes the step's attention read. */

@@ -158,6 +158,36 @@ const char *moe_router_name(moe_router_probs_fn f) {
     return f == moe_router_sigmoid ? "sigmoid" : f == moe_router_softmax ? "softmax" : "custom";
 }
 
+/* Group-limited routing (DeepSeek-V3, llama.cpp's for every deepseek2):
+ * the NE experts form n_group consecutive groups; a group's score is the
+ * sum of its two best selection scores (p + bias), the best first (a float
+ * add, as ggml's sum of the top-2 rows); the n_group_used best groups (ties
+ * to the lower group) stay, every expert of the others is marked taken so
+ * top-k cannot choose it (bind checks that enough remain). */
+static void limit_groups(const moe_router_desc *r, const float *p, int NE, uint64_t *taken) {
+    const int G = r->n_group, per = NE / G;
+    float gs[4096];
+    bool kept[4096] = {false};
+    for (int g = 0; g < G; g++) {
+        float b1 = -INFINITY, b2 = -INFINITY;
+        for (int e = g * per; e < (g + 1) * per; e++) {
+            const float v = r->select_bias ? p[e] + r->select_bias[e] : p[e];
+            if (v > b1) { b2 = b1; b1 = v; }
+            else if (v > b2) b2 = v;
+        }
+        gs[g] = per > 1 ? b1 + b2 : b1;
+    }
+    for (int u = 0; u < r->n_group_used; u++) {
+        int best = -1;
+        for (int g = 0; g < G; g++)
+            if (!kept[g] && (best < 0 || gs[g] > gs[best])) best = g;
+        kept[best] = true;
+    }
+    for (int g = 0; g < G; g++)
+        if (!kept[g])
+            for (int e = g * per; e < (g + 1) * per; e++) taken[e >> 6] |= 1ull << (e & 63);
+}
+
 /* Chooses experts and weights for token t (rank order = descending score,
  * ties to the lowest id). */
 static void route_token(const moe_context *c, const moe_router_desc *r, int t, bool perturb) {
@@ -168,6 +198,7 @@ static void route_token(const moe_context *c, const moe_router_desc *r, int t, b
     int32_t *sel = c->sel + (size_t)t * K;
     float *w = c->selw + (size_t)t * K;
     uint64_t taken[64] = {0};                                     /* n_expert <= 4096 */
+    if (r->n_group > 1) limit_groups(r, p, NE, taken);            /* the other groups' experts: out */
     for (int k = 0; k < K; k++) {                                 /* top-k on p (+ bias) */
         int best = -1;
         float bv = -INFINITY;

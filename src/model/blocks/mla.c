@@ -1,0 +1,175 @@
+/* mla.c — multi-head latent attention (DeepSeek-V2, arXiv:2405.04434 §2.1),
+ * in the absorbed form llama.cpp computes (blocks.h: moe_block_mla):
+ *
+ *   h      = RMSNorm(x) * attn_norm                               [n][E]
+ *   q      = Wq_b (RMSNorm(Wq_a h) * q_a_norm)   (or Wq h)       [n][H][nope | rope]
+ *   [c|kp] = Wkv_a h                                              [n][C + rope]
+ *   c      = RMSNorm(c) * kv_a_norm;  kp = RoPE(kp)     (NORM pairs, YaRN)
+ *   cache  <- [c | kp] at the token's position: ONE row of C + rope values per
+ *             token and layer, shared by all heads (F32: 4 (C + rope) bytes,
+ *             kv_f16: 2 (C + rope); DeepSeek-V3: 576 values = 1152 bytes in
+ *             F16 where full K/V would be 128 x (192 + 128) = 40960 values)
+ *   per head h:
+ *     q~   = [Wk_b_h q_nope_h | RoPE(q_pe_h)]                     [C + rope]
+ *     s_j  = q~ . cache_j * kq_scale      for the visible positions j
+ *     o_h  = sum_j softmax(s)_j c_j       (values: the first C dims of each row)
+ *     out_h = Wv_b_h o_h                                          [v]
+ *   x     += Wo [out_0 .. out_{H-1}]
+ *
+ * Computation order (the same in prefill and decode, so they agree bit for
+ * bit, and the same for any batch, chunking or thread count):
+ *   1. per token: the norm and the projections (row dot products under the
+ *      kernels' contract: a row's bits do not depend on the other rows);
+ *   2. per token, alone: the q_a norm, the c norm, RoPE of kp, the cache store;
+ *   3. per (token, head) item, alone, on any thread: Wk_b_h q_nope (one gemv),
+ *      RoPE of q_pe, the scores over the token's sequence's keys in increasing
+ *      position order, softmax (max, exp, sum in key order), the weighted sum
+ *      of the c rows in key order, times 1/sum, then Wv_b_h o (one gemv);
+ *   4. per token: Wo, the residual.
+ * Phase 2 finishes before phase 3 starts, so a token reads the keys of the
+ * step's earlier tokens exactly as a later decode step reads them. */
+#include <string.h>
+
+#include "attention/attn.h"
+#include "base/flags.h"
+#include "model/blocks.h"
+
+typedef struct {
+    moe_context *c;
+    const moe_mla_desc *d;
+    const moe_attn_desc *a;
+    int il;
+    float *q;                /* [n][H][nope + rope] */
+    float *out;              /* [n][H][v] */
+} mla_task;
+
+/* Index of the first float (half) of sequence seq's cache rows for layer il
+ * (one KV head: rows of C + rope, n_ctx of them). */
+static size_t cache_rows(const moe_context *c, int seq, int il) {
+    return ((size_t)seq * (size_t)c->m->hp.n_layer + (size_t)il) * (size_t)c->n_ctx;
+}
+
+/* Phase 2 for the step's tokens [b, e). */
+static void rows_worker(void *arg, int ith, int nth) {
+    const mla_task *mt = arg;
+    const moe_context *c = mt->c;
+    const moe_mla_desc *d = mt->d;
+    const moe_hparams *hp = &c->m->hp;
+    const moe_rope *rp = &c->m->ropes[mt->a->rope];
+    const size_t D = (size_t)d->kv_lora + (size_t)d->rope_dim;
+    int64_t b, e;
+    moe_split(c->n_tok, ith, nth, 1, &b, &e);
+    for (int64_t t = b; t < e; t++) {
+        if (d->q_lora) {
+            float *qa = c->blk_tok + (size_t)t * (size_t)d->q_lora;
+            moe_rms_norm(qa, d->q_a_norm, qa, d->q_lora, hp->rms_eps);
+        }
+        float *kv = c->k + (size_t)t * D;
+        moe_rms_norm(kv, d->kv_a_norm, kv, d->kv_lora, hp->rms_eps);
+        const int pos = c->tok_pos[t];
+        moe_rope_apply(kv + d->kv_lora, c->rope_tab[mt->a->rope] + (size_t)pos * (size_t)rp->n_rot, rp->n_rot,
+                       rp->adjacent);
+        const size_t at = (cache_rows(c, c->tok_seq[t], mt->il) + (size_t)pos) * D;
+        if (c->kv_half) c->attn->to_half(kv, (uint16_t *)c->k_cache + at, (int)D);
+        else memcpy((float *)c->k_cache + at, kv, D * sizeof(float));
+    }
+}
+
+/* One product y = W_h x of one row (head h of a stack), reading an A8 copy
+ * of x from the thread's scratch when W is in the a8 layout (act_q8). */
+static void head_gemv(const moe_context *c, const moe_weight *w, int h, const float *x, uint8_t *a8, float *y) {
+    const uint8_t *xa = NULL;
+    if (w->a8) {
+        c->kern->quantize_act8(x, a8, (int)w->n_in);
+        xa = a8;
+    }
+    moe_matmul_rows(c, w, h, x, (size_t)w->n_in, xa, 0, 1, y, (size_t)w->n_out, 0, w->n_out);
+}
+
+/* Phase 3: items (token t, head h), dealt out cyclically (later tokens of a
+ * prompt see more keys). */
+static void item_worker(void *arg, int ith, int nth) {
+    const mla_task *mt = arg;
+    moe_context *c = mt->c;
+    const moe_mla_desc *d = mt->d;
+    const moe_hparams *hp = &c->m->hp;
+    const moe_rope *rp = &c->m->ropes[mt->a->rope];
+    const moe_attn_kernels *ak = c->attn;
+    const int H = mt->a->n_head, Cl = d->kv_lora, D = d->kv_lora + d->rope_dim, Dq = d->nope + d->rope_dim;
+    const size_t Cx = (size_t)c->n_ctx;
+    float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * Cx;
+    uint8_t *a8 = c->blk_thr ? c->blk_thr + (size_t)ith * (((size_t)hp->blk_thr + 63) / 64 * 64) : NULL;
+    const bool stream = c->n_tok == 1 && moe_flag_on(c->flags, MOE_FLAG_KEY_STREAM);
+    for (int64_t it = ith; it < (int64_t)c->n_tok * H; it += nth) {
+        const int t = (int)(it / H), h = (int)(it % H);
+        const int pos = c->tok_pos[t], nk = pos + 1;
+        const float *qn = mt->q + ((size_t)t * H + h) * (size_t)Dq;          /* [nope | rope] */
+        float *qt = c->q + ((size_t)t * H + h) * (size_t)D;                 /* [C | rope] */
+        head_gemv(c, &d->wk_b, h, qn, a8, qt);                              /* q~ = Wk_b_h q_nope */
+        memcpy(qt + Cl, qn + d->nope, (size_t)d->rope_dim * sizeof(float));
+        moe_rope_apply(qt + Cl, c->rope_tab[mt->a->rope] + (size_t)pos * (size_t)rp->n_rot, rp->n_rot, rp->adjacent);
+        const size_t k0 = cache_rows(c, c->tok_seq[t], mt->il) * (size_t)D;   /* keys [nk][D], values their first C */
+        float *o = c->att + ((size_t)t * H + h) * (size_t)Cl;
+        if (c->kv_half) {
+            const uint16_t *kc = (const uint16_t *)c->k_cache + k0;
+            ak->scores_h(qt, (size_t)D, 1, kc, (size_t)D, nk, D, d->kq_scale, sc, Cx);
+            ak->exp_shift(sc, nk, ak->max_f32(sc, nk));
+            float sum;
+            moe_attn_row_sums(sc, Cx, 1, nk, &sum);
+            ak->accum_h(sc, Cx, 1, kc, (size_t)D, nk, Cl, o, (size_t)Cl);
+            const float inv = 1.0f / sum;
+            for (int i = 0; i < Cl; i++) o[i] *= inv;
+        } else {
+            const float *kc = (const float *)c->k_cache + k0;
+            (stream ? ak->scores_stream : ak->scores)(qt, (size_t)D, 1, kc, (size_t)D, nk, D, d->kq_scale, sc, Cx);
+            ak->exp_shift(sc, nk, ak->max_f32(sc, nk));
+            float sum;
+            moe_attn_row_sums(sc, Cx, 1, nk, &sum);
+            (stream ? ak->accum_stream : ak->accum)(sc, Cx, 1, kc, (size_t)D, nk, Cl, o, (size_t)Cl);
+            const float inv = 1.0f / sum;
+            for (int i = 0; i < Cl; i++) o[i] *= inv;
+        }
+        head_gemv(c, &d->wv_b, h, o, a8, mt->out + ((size_t)t * H + h) * (size_t)d->v_dim);   /* Wv_b_h o */
+    }
+}
+
+static void mla_run(moe_context *c, const moe_mla_desc *d, const moe_attn_desc *a, int il) {
+    const moe_hparams *hp = &c->m->hp;
+    const int n = c->n_tok, E = hp->n_embd, H = a->n_head;
+    float *qa = c->blk_tok;                                       /* [n][blk_tok]: qa first, then q, out */
+    const size_t qa_len = (size_t)d->q_lora, q_len = (size_t)H * (size_t)(d->nope + d->rope_dim);
+    mla_task mt = {c, d, a, il, c->blk_tok + (size_t)n * qa_len, c->blk_tok + (size_t)n * (qa_len + q_len)};
+    moe_norm_tokens(c, d->norm);                                  /* h = RMSNorm(x) * norm  [n][E] */
+    /* qa [n][q_lora] (or q [n][H*(nope+rope)] directly) and [c | kp] [n][C + rope] */
+    const moe_weight *ws[2] = {d->q_lora ? &d->wq_a : &d->wq, &d->wkv_a};
+    float *ys[2] = {d->q_lora ? qa : mt.q, c->k};
+    const uint8_t *xa = moe_act_rows_multi(c, ws, 2, c->xn, n);
+    PROF_MARK(c, MOE_PH_ATTN_NORM, 0, 0);
+    moe_matmul_multi(c, ws, ys, 2, c->xn, xa, n);
+    const bool glue = moe_flag_on(c->flags, MOE_FLAG_PARALLEL_GLUE);
+    if (glue && n > 1) moe_ctx_par(c, rows_worker, &mt);          /* phase 2 */
+    else rows_worker(&mt, 0, 1);
+    if (d->q_lora) moe_matmul(c, &d->wq_b, qa, n, mt.q);          /* q = Wq_b qa */
+    PROF_MARK(c, MOE_PH_QKV, (double)ws[0]->mat_bytes + (double)ws[1]->mat_bytes + (d->q_lora ? (double)d->wq_b.mat_bytes : 0), 0);
+    moe_ctx_par(c, item_worker, &mt);                             /* phase 3 */
+    double kvb = 0;
+    for (int t = 0; t < n; t++) kvb += moe_attn_kv_bytes(c, a, c->tok_pos[t]);
+    PROF_MARK(c, MOE_PH_ATTENTION, (double)(d->wk_b.mat_bytes * (size_t)d->wk_b.n_mat + d->wv_b.mat_bytes * (size_t)d->wv_b.n_mat), kvb);
+    moe_matmul(c, &d->wo, mt.out, n, c->proj);                    /* proj [n][E] */
+    for (size_t i = 0; i < (size_t)n * E; i++) c->x[i] += c->proj[i];
+    PROF_MARK(c, MOE_PH_WO, (double)d->wo.mat_bytes, 0);
+}
+
+void moe_block_mla(moe_context *c, const moe_mla_desc *d, const moe_attn_desc *a, int il) {
+    if (c->diverged) return;
+    mla_run(c, d, a, il);
+    moe_context *r = c->shadow;
+    if (!r) return;
+    mla_run(r, d, a, il);
+    const size_t N = (size_t)c->n_tok, E = (size_t)c->m->hp.n_embd;
+    const size_t qd = (size_t)a->n_head * (size_t)(d->kv_lora + d->rope_dim);
+    (void)(moe_diff_check(c, c->q, r->q, N, qd, "mla absorbed query", il) &&
+           moe_diff_check(c, c->proj, r->proj, N, E, "mla output projection", il) &&
+           moe_diff_check(c, c->x, r->x, N, E, "residual after mla", il));
+    PROF_START(c);
+}
