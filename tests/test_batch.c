@@ -343,7 +343,8 @@ int main(void) {
      * qwen2moe's gated shared expert, on their reference files when ../shared
      * is there; FP32 only (the numerics do not touch those steps, and each
      * model costs minutes under ASan) */
-    static const char *const shared[] = {"olmoe-tiny-q8_0", "qwen2moe-tiny-q8_0"};
+    static const char *const shared[] = {"olmoe-tiny-q8_0", "qwen2moe-tiny-q8_0",
+                                         "glm4moe-tiny-q8_0"};   /* per-head q/k norm after biases, partial RoPE */
     for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/oracle/%s.gguf", check_shared_dir(), shared[i]);

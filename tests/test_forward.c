@@ -138,6 +138,8 @@ int main(void) {
         {"mixtral-tiny-q8_0.gguf", true, {"+act_q8,+kv_q8", NULL}},
         {"olmoe-tiny-q8_0.gguf", true, {"+act_q8,+kv_f16", NULL}},
         {"qwen2moe-tiny-q8_0.gguf", true, {"+act_q8", "+kv_q8", NULL}},
+        /* glm4moe: partial RoPE, per-head q/k norm with biases, a dense lead, an unrun MTP block */
+        {"glm4moe-tiny-q8_0.gguf", true, {"+act_q8,+kv_f16", NULL}},
     };
     /* Generated here: shapes the shared files do not have but users' files
      * may. 5 query heads of 18 dims on one KV head: Q/O rows of 90 values

@@ -11,7 +11,10 @@
  *  laguna  <system>\nCONTENT\n</system>\n<user>\nCONTENT\n</user>\n
  *          <assistant>\nCONTENT\n</assistant>\n ... then <assistant>\n
  *          (poolside Laguna's own role tags; reconstructed from public
- *          descriptions, not checked against the real template). */
+ *          descriptions, not checked against the real template).
+ *  glm4    [gMASK]<sop><|ROLE|>\nCONTENT ... then <|assistant|>\n
+ *          (GLM-4 / GLM-4.5; as llama.cpp's built-in chatglm4 renders it,
+ *          without GLM-4.5's <think> handling or tool calls). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,12 +56,22 @@ static void render_laguna(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen)
     if (gen) sb_add(b, "<assistant>\n");
 }
 
+static void render_glm4(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
+    sb_add(b, "[gMASK]<sop>");
+    for (size_t i = 0; i < n; i++) {
+        sb_add(b, "<|"); sb_add(b, msgs[i].role); sb_add(b, "|>\n");
+        sb_add(b, msgs[i].content);
+    }
+    if (gen) sb_add(b, "<|assistant|>\n");
+}
+
 static const struct { const char *name; render_fn fn; } FORMATS[] = {
     {"chatml", render_chatml},
     {"laguna", render_laguna},
+    {"glm4", render_glm4},
 };
 
-const char *moe_chat_formats(void) { return "chatml, laguna"; }
+const char *moe_chat_formats(void) { return "chatml, laguna, glm4"; }
 
 const char *moe_chat_detect(const char *tmpl) {
     if (!tmpl) return NULL;
@@ -66,6 +79,8 @@ const char *moe_chat_detect(const char *tmpl) {
     /* Laguna's template closes assistant turns with </assistant> (its EOT
      * token) and is published as laguna_glm_thinking_*; either marks it */
     if (strstr(tmpl, "</assistant>") || strstr(tmpl, "laguna_glm_thinking")) return "laguna";
+    /* GLM-4's templates open with these two special tokens */
+    if (strstr(tmpl, "[gMASK]<sop>")) return "glm4";
     return NULL;
 }
 
