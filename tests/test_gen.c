@@ -570,6 +570,7 @@ static void check_later_presets(void) {
     static const struct { const char *arch, *oracle; } L[] = {
         {"llama", "oracle/mixtral-tiny-q8_0.gguf"}, {"olmoe", "oracle/olmoe-tiny-q8_0.gguf"},
         {"qwen2moe", "oracle/qwen2moe-tiny-q8_0.gguf"}, {"glm4moe", "oracle/glm4moe-tiny-q8_0.gguf"},
+        {"gpt-oss", "oracle/gpt-oss-tiny-q8_0.gguf"}, {"deepseek2", "oracle/deepseek2-tiny-q8_0.gguf"},
     };
     char err[MOE_ERR_LEN];
     int32_t toks[12];
@@ -582,6 +583,18 @@ static void check_later_presets(void) {
         CHECK(strict_gguf(p, NULL));
         const char *op = check_ref(L[a].oracle);
         if (op) compare_with_oracle(p, op);
+        /* gpt-oss and deepseek2 files are written before moefast runs them:
+         * until their architecture (and its tokenizer's pre-tokenizer) is in,
+         * the checks stop at the file; the others must load */
+        moe_model *probe = NULL;
+        rc = moe_model_load(p, NULL, &probe, err, sizeof err);
+        moe_model_free(probe);
+        const bool pending = !strcmp(L[a].arch, "gpt-oss") || !strcmp(L[a].arch, "deepseek2");
+        if (pending && rc == MOE_EUNSUPPORTED) {
+            printf("gen %s: the file is checked, not run (%s)\n", L[a].arch, err);
+            unlink(p);
+            continue;
+        }
         float *pre = run_logits(p, NULL, toks, 8, 0), *dec = run_logits(p, NULL, toks, 8, 1);
         CHECK_MSG(same_logits(pre, dec, 1000), "%s: prefill != decode", L[a].arch);
         /* greedy: 4 more tokens, each from the previous step's argmax */
