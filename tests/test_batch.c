@@ -344,7 +344,8 @@ int main(void) {
      * items per (token, head) over the shared latent cache), on their reference files when ../shared
      * is there; FP32 only (the numerics do not touch those steps, and each
      * model costs minutes under ASan) */
-    static const char *const shared[] = {"olmoe-tiny-q8_0", "qwen2moe-tiny-q8_0", "deepseek2-tiny-q8_0"};
+    static const char *const shared[] = {"olmoe-tiny-q8_0", "qwen2moe-tiny-q8_0", "deepseek2-tiny-q8_0",
+                                         "glm4moe-tiny-q8_0"};   /* per-head q/k norm after biases, partial RoPE */
     for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/oracle/%s.gguf", check_shared_dir(), shared[i]);

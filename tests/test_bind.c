@@ -167,6 +167,52 @@ static void deepseek2_cases(void) {
               err);
     moe_session_free(s);
     moe_model_free(m);
+/* glm4moe's own checks: the required selection bias, the MTP block's
+ * tensors (never run, but required as llama.cpp requires them), a bias of
+ * the wrong shape, the count of MTP blocks. */
+static void glm4moe_cases(void) {
+    char g[512];
+    snprintf(g, sizeof g, "%s/oracle/glm4moe-tiny-q8_0.gguf", check_shared_dir());
+    if (access(g, R_OK)) {
+        printf("skip the glm4moe cases: %s not found\n", g);
+        return;
+    }
+    edit b1 = {.drop_tensor = "blk.2.exp_probs_b.bias"};
+    expect_fail(g, &b1, MOE_EFORMAT, (const char *[]){"missing tensor 'blk.2.exp_probs_b.bias' (glm4moe)", NULL},
+                "glm4moe selection bias");
+    edit b2 = {.drop_tensor = "blk.4.nextn.eh_proj.weight"};
+    expect_fail(g, &b2, MOE_EFORMAT, (const char *[]){"missing tensor 'blk.4.nextn.eh_proj.weight' (glm4moe)", NULL},
+                "glm4moe nextn eh_proj");
+    edit b3 = {.drop_tensor = "blk.4.attn_q.weight"};
+    expect_fail(g, &b3, MOE_EFORMAT, (const char *[]){"missing tensor 'blk.4.attn_q.weight' (glm4moe)", NULL},
+                "glm4moe MTP block attention");
+    edit b4 = {.reshape_tensor = "blk.1.attn_q.bias"};
+    expect_fail(g, &b4, MOE_EFORMAT, (const char *[]){"'blk.1.attn_q.bias' has shape [1, 384]", "expected [384]", NULL},
+                "glm4moe q bias shape");
+    edit b5 = {.reshape_tensor = "blk.4.nextn.eh_proj.weight"};
+    expect_fail(g, &b5, MOE_EFORMAT, (const char *[]){"'blk.4.nextn.eh_proj.weight' has shape [256, 512]", "expected [512, 256]", NULL},
+                "glm4moe eh_proj shape");
+    edit b6 = {.u32_key = "glm4moe.nextn_predict_layers", .u32_val = 5};
+    expect_fail(g, &b6, MOE_EFORMAT, (const char *[]){"glm4moe.nextn_predict_layers 5 must be < block_count 5", NULL},
+                "glm4moe nextn count");
+    edit b7 = {.drop_tensor = "blk.0.post_attention_norm.weight"};
+    expect_fail(g, &b7, MOE_EFORMAT, (const char *[]){"missing tensor 'blk.0.post_attention_norm.weight' (glm4moe)", NULL},
+                "glm4moe post-attention norm");
+    edit b8 = {.drop_key = "glm4moe.expert_shared_count"};
+    expect_fail(g, &b8, MOE_EFORMAT, (const char *[]){"missing required key 'glm4moe.expert_shared_count'", NULL},
+                "glm4moe shared count");
+    edit b9 = {.u32_key = "glm4moe.expert_gating_func", .u32_val = 3};
+    expect_fail(g, &b9, MOE_EUNSUPPORTED, (const char *[]){"glm4moe.expert_gating_func 3 not supported", NULL},
+                "glm4moe gating");
+    /* nextn_predict_layers 0: blk.4 is then an ordinary block, and loads */
+    edit ok = {.u32_key = "glm4moe.nextn_predict_layers", .u32_val = 0};
+    char dst[256], err[MOE_ERR_LEN];
+    snprintf(dst, sizeof dst, "/tmp/moefast-test-bind-glm-%d.gguf", (int)getpid());
+    CHECK(rewrite(g, dst, &ok) == 0);
+    moe_model *m = NULL;
+    CHECK_MSG(moe_model_load(dst, NULL, &m, err, sizeof err) == MOE_OK, "%s", err);
+    moe_model_free(m);
+    unlink(dst);
 }
 
 int main(void) {
@@ -213,5 +259,6 @@ int main(void) {
     expect_fail(qw, &e13, MOE_EFORMAT, (const char *[]){"expert_feed_forward_length missing or < 1", NULL}, "expert width");
     later_architectures();
     deepseek2_cases();
+    glm4moe_cases();
     return check_report("test_bind");
 }

@@ -82,6 +82,13 @@ int main(void) {
     expect_render(DS_TMPL, NULL, CONV, 4, true,
                   "You are terse.\n\n<｜User｜>Hello!<｜Assistant｜>Hi.<｜end▁of▁sentence｜><｜User｜>Bye<｜Assistant｜>");
     expect_render(synth_q, "deepseek3", CONV + 1, 1, false, "<｜User｜>Hello!");
+    /* GLM-4: recognised by its opening tokens, rendered as llama.cpp's chatglm4 */
+    CHECK(moe_chat_detect("[gMASK]<sop>{% for m in messages %}<|{{ m.role }}|>") &&
+          !strcmp(moe_chat_detect("[gMASK]<sop>{% for m in messages %}<|{{ m.role }}|>"), "glm4"));
+    expect_render("[gMASK]<sop>{{ x }}", NULL, CONV, 4, true,
+                  "[gMASK]<sop><|system|>\nYou are terse.<|user|>\nHello!<|assistant|>\nHi.<|user|>\nBye<|assistant|>\n");
+    expect_render(synth_q, "glm4", CONV + 1, 1, false, "[gMASK]<sop><|user|>\nHello!");
+    CHECK(strstr(moe_chat_formats(), "glm4") != NULL);
     /* an unknown template works once a format is named */
     expect_render("[INST]", "chatml", CONV + 1, 1, true, "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
 

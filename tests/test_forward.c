@@ -141,6 +141,8 @@ int main(void) {
         /* MLA (per-head Wk_b / Wv_b products inside the attention items, the
          * latent cache read as keys and values) and group-limited routing */
         {"deepseek2-tiny-q8_0.gguf", true, {"+act_q8,+kv_f16", "+kv_f16", NULL}},
+        /* glm4moe: partial RoPE, per-head q/k norm with biases, a dense lead, an unrun MTP block */
+        {"glm4moe-tiny-q8_0.gguf", true, {"+act_q8,+kv_f16", NULL}},
     };
     /* Generated here: shapes the shared files do not have but users' files
      * may. 5 query heads of 18 dims on one KV head: Q/O rows of 90 values

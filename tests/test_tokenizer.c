@@ -448,6 +448,41 @@ static void test_malformed(void) {
     CHECK_STR_CONTAINS((load_synthetic(BAD_MERGE, err, sizeof err), err), "zz");
 }
 
+/* A vocabulary declaring no end-of-generation ids: Laguna's end of turn
+ * `</assistant>` (a user-defined token, type 4, in its vocabulary) still
+ * ends generation, from the fallback list; pre `glm4` (llama.cpp's
+ * CHATGLM4: the Llama-3 expression) loads with no BOS id. */
+static void test_eog_fallback(const char *pre) {
+    static const char *const toks[] = {"a", "b", "ab", "</assistant>", "c", "1", "2", "3", "4"};
+    static const char *const merges[] = {"a b"};
+    static const int32_t types[] = {1, 1, 1, 4, 1, 1, 1, 1, 1};
+    mbuf b = {0};
+    mb_put(&b, "GGUF", 4); mb_u32(&b, 3); mb_u64(&b, 0); mb_u64(&b, 5);
+    mb_key(&b, "tokenizer.ggml.model", GGUF_STRING); mb_str(&b, "gpt2");
+    mb_key(&b, "tokenizer.ggml.pre", GGUF_STRING); mb_str(&b, pre);
+    mb_strarr(&b, "tokenizer.ggml.tokens", toks, 9);
+    mb_i32arr(&b, "tokenizer.ggml.token_type", types, 9);
+    mb_strarr(&b, "tokenizer.ggml.merges", merges, 1);
+    gguf_file *f = NULL;
+    moe_tokenizer *t = NULL;
+    int rc = gguf_open_memory(b.p, b.n, "synthetic.gguf", &f, g_err, sizeof g_err);
+    if (rc == MOE_OK) rc = moe_tokenizer_load(f, &t, g_err, sizeof g_err);
+    CHECK_MSG(rc == MOE_OK, "pre %s: %s", pre, g_err);
+    if (t) {
+        CHECK(moe_tokenizer_is_eog(t, 3));
+        CHECK(!moe_tokenizer_is_eog(t, 2));
+        CHECK_EQ_INT(moe_tokenizer_bos(t), -1);
+        CHECK(!moe_tokenizer_add_bos(t));
+        size_t n;
+        int32_t *ids = enc(t, "1234ab</assistant>", 18, true, true, &n);
+        CHECK(n == 6 && ids[0] == 5 && ids[3] == 8 && ids[4] == 2 && ids[5] == 3);
+        free(ids);
+    }
+    moe_tokenizer_free(t);
+    gguf_close(f);
+    free(b.p);
+}
+
 /* ---- merge paths: heap, bucket queue and the naive O(n^2) scan agree ---- */
 
 static int32_t *enc_with(const moe_tokenizer *t, int merge, const char *s, size_t n, size_t *nout, size_t *fallbacks) {
@@ -700,6 +735,8 @@ int main(void) {
     test_roundtrip("oracle/laguna-tiny-q8_0.gguf", 1000, 3);
     test_invalid_bytes();
     test_malformed();
+    test_eog_fallback("laguna");
+    test_eog_fallback("glm4");
     test_merge_paths("vocab/qwen3-vocab.gguf", 11);
     test_merge_paths("vocab/ggml-vocab-gpt-2.gguf", 12);
     test_merge_paths("vocab/ggml-vocab-llama-spm.gguf", 13);

@@ -8,7 +8,7 @@
 #include "moefast.h"
 
 static const char GEN_HELP[] =
-    "usage: moefast gen --arch laguna|qwen3moe --preset tiny|default|bench -o FILE\n"
+    "usage: moefast gen --arch laguna|qwen3moe|llama|olmoe|qwen2moe|glm4moe|gpt-oss|deepseek2 --preset tiny|default|bench -o FILE\n"
     "                   [--seed N] [--type T] [--type-experts T] [key=value ...]\n"
     "\n"
     "Writes a GGUF v3 model with seeded random weights (same arguments give a\n"
@@ -103,7 +103,7 @@ int cmd_gen(int argc, char **argv) {
             goto done;
         }
     }
-    if (!arch) { cli_fail("gen", "--arch is required (laguna|qwen3moe)"); goto done; }
+    if (!arch) { cli_fail("gen", "--arch is required (laguna|qwen3moe|llama|olmoe|qwen2moe|glm4moe|gpt-oss|deepseek2)"); goto done; }
     if (!preset) { cli_fail("gen", "--preset is required (tiny|default|bench)"); goto done; }
     if (!out) { cli_fail("gen", "-o FILE is required"); goto done; }
     char err[MOE_ERR_LEN];

@@ -28,7 +28,7 @@ static const command COMMANDS[] = {
     {"chat", cmd_chat, "interactive chat: chat -m FILE [--system TEXT] [--chat-format NAME]"},
     {"info", cmd_info, "describe a GGUF:  info FILE"},
     {"tokenize", cmd_tokenize, "text to ids:      tokenize -m FILE (TEXT | -f FILE) [--json]"},
-    {"gen", cmd_gen, "write a model:    gen --arch laguna|qwen3moe --preset tiny|default|bench -o FILE [key=value ...]"},
+    {"gen", cmd_gen, "write a model:    gen --arch ARCH --preset tiny|default|bench -o FILE [key=value ...]"},
     {"quantize", cmd_quantize, "re-encode:        quantize IN OUT TYPE [--type-experts TYPE]"},
     {"trace", cmd_trace, "golden trace:     trace record -m FILE (-p TEXT | -f FILE | --tokens IDS) --steps N -o FILE"},
     {"gate", cmd_gate, "replay a trace:   gate -m FILE TRACE [--mode teacher|free] [--steps N]"},

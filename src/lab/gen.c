@@ -1,6 +1,9 @@
-/* gen.c — `moefast gen`: writes qwen3moe / laguna GGUF files with seeded
- * random weights, in exactly the layout llama.cpp reads (key names, tensor
- * names, shapes and order copied from the shared oracle files).
+/* gen.c — `moefast gen`: writes GGUF files of every architecture moefast
+ * runs (qwen3moe, laguna, llama/Mixtral, olmoe, qwen2moe, glm4moe) with
+ * seeded random weights, in exactly the layout llama.cpp reads (key names,
+ * tensor names, shapes and order copied from the shared oracle files). Each
+ * architecture is one row of ARCHS: its presets, the options of its tensors
+ * and its own keys; the writer and the plan are shared.
  *
  * How weights are drawn (docs/MODELS.md): each tensor has its own PRNG stream
  * (seed mixed with a hash of the tensor name), each matrix row a sub-stream
@@ -33,7 +36,9 @@ typedef struct moe_gen_vocab {
 int moe_gen_vocab_build(int64_t n_vocab, moe_gen_vocab *out, char *err, size_t errlen);
 void moe_gen_vocab_free(moe_gen_vocab *v);
 
-enum { ARCH_QWEN3MOE = 1, ARCH_LAGUNA = 2, ARCH_BOTH = 3 };
+/* architecture bits (a key applies to a mask of them) */
+enum { ARCH_QWEN3MOE = 1, ARCH_LAGUNA = 2, ARCH_LLAMA = 4, ARCH_OLMOE = 8, ARCH_QWEN2MOE = 16, ARCH_GLM4MOE = 32,
+       ARCH_GPTOSS = 64, ARCH_DEEPSEEK2 = 128, ARCH_ALL = 255, ARCH_BOTH = ARCH_ALL };
 
 typedef struct gen_cfg {
     int arch;
@@ -46,7 +51,10 @@ typedef struct gen_cfg {
     int64_t swa_window, swa_pattern, rope_dim, rope_dim_swa, yarn_orig_ctx, n_dense_lead;
     int64_t rope_scaling; /* 1 yarn, 0 none */
     int64_t gate_per_element, expert_weights_norm;
-    double rope_base, rope_base_swa, yarn_factor, yarn_beta_fast, yarn_beta_slow;
+    int64_t n_expert_shared, n_nextn;   /* glm4moe: shared experts, trailing MTP blocks (in n_layer) */
+    int64_t q_lora, kv_lora, qk_nope, v_head, n_group, n_group_used;   /* deepseek2 (MLA; rope_dim = qk_rope) */
+    double yarn_log_mul;                                              /* deepseek2 */
+    double rope_base, rope_base_swa, yarn_factor, yarn_beta_fast, yarn_beta_slow, yarn_attn_factor;
     double expert_weights_scale, rms_eps;
 } gen_cfg;
 
@@ -79,25 +87,34 @@ static const key_def KEYS[] = {
     {"head_dim", ARCH_BOTH, K_INT, O(head_dim), 2, 1024, NULL, "key_length = value_length"},
     {"n_vocab", ARCH_BOTH, K_INT, O(n_vocab), 260, 1 << 20, NULL, "vocabulary size (BPE trained to fill it)"},
     {"n_ctx", ARCH_BOTH, K_INT, O(n_ctx), 16, 1 << 24, NULL, "context_length"},
-    {"n_ff", ARCH_BOTH, K_INT, O(n_ff), 32, 1 << 20, NULL, "feed_forward_length (laguna: dense FFN of leading layers)"},
+    {"n_ff", ARCH_BOTH, K_INT, O(n_ff), 32, 1 << 20, NULL, "feed_forward_length (laguna, glm4moe: dense FFN of leading layers; llama, olmoe: use n_ff_exp)"},
     {"n_expert", ARCH_BOTH, K_INT, O(n_expert), 1, 4096, NULL, "expert_count"},
     {"n_expert_used", ARCH_BOTH, K_INT, O(n_expert_used), 1, 4096, NULL, "expert_used_count (top-k)"},
     {"n_ff_exp", ARCH_BOTH, K_INT, O(n_ff_exp), 32, 1 << 20, NULL, "expert_feed_forward_length"},
-    {"n_ff_shexp", ARCH_LAGUNA, K_INT, O(n_ff_shexp), 32, 1 << 20, NULL, "expert_shared_feed_forward_length"},
-    {"n_dense_lead", ARCH_LAGUNA, K_INT, O(n_dense_lead), 0, 512, NULL, "leading_dense_block_count"},
+    {"n_ff_shexp", ARCH_LAGUNA | ARCH_QWEN2MOE, K_INT, O(n_ff_shexp), 32, 1 << 20, NULL, "expert_shared_feed_forward_length"},
+    {"n_dense_lead", ARCH_LAGUNA | ARCH_GLM4MOE | ARCH_DEEPSEEK2, K_INT, O(n_dense_lead), 0, 512, NULL, "leading_dense_block_count"},
+    {"n_expert_shared", ARCH_GLM4MOE | ARCH_DEEPSEEK2, K_INT, O(n_expert_shared), 1, 64, NULL, "expert_shared_count (shared width = count x n_ff_exp)"},
+    {"n_nextn", ARCH_GLM4MOE, K_INT, O(n_nextn), 0, 16, NULL, "nextn_predict_layers: MTP blocks, the last of n_layer"},
     {"rope_base", ARCH_BOTH, K_FLOAT, O(rope_base), 1, 1e12, NULL, "rope.freq_base (laguna: full layers)"},
     {"rope_base_swa", ARCH_LAGUNA, K_FLOAT, O(rope_base_swa), 1, 1e12, NULL, "rope.freq_base_swa"},
-    {"rope_dim", ARCH_LAGUNA, K_INT, O(rope_dim), 2, 1024, NULL, "rope.dimension_count (full layers; even, <= head_dim)"},
+    {"q_lora", ARCH_DEEPSEEK2, K_INT, O(q_lora), 32, 1 << 16, NULL, "attention.q_lora_rank (multiple of 32)"},
+    {"kv_lora", ARCH_DEEPSEEK2, K_INT, O(kv_lora), 32, 1 << 16, NULL, "attention.kv_lora_rank (multiple of 32)"},
+    {"qk_nope", ARCH_DEEPSEEK2, K_INT, O(qk_nope), 32, 4096, NULL, "qk_nope_head_dim (multiple of 32; rope_dim is qk_rope)"},
+    {"v_head", ARCH_DEEPSEEK2, K_INT, O(v_head), 32, 4096, NULL, "v_head_dim (multiple of 32)"},
+    {"n_group", ARCH_DEEPSEEK2, K_INT, O(n_group), 1, 4096, NULL, "expert_group_count (divides n_expert)"},
+    {"n_group_used", ARCH_DEEPSEEK2, K_INT, O(n_group_used), 1, 4096, NULL, "expert_group_used_count"},
+    {"rope_dim", ARCH_LAGUNA | ARCH_GLM4MOE | ARCH_DEEPSEEK2, K_INT, O(rope_dim), 2, 1024, NULL, "rope.dimension_count (laguna: full layers; even, <= head_dim)"},
     {"rope_dim_swa", ARCH_LAGUNA, K_INT, O(rope_dim_swa), 2, 1024, NULL, "rope.dimension_count_swa (even, <= head_dim)"},
     {"rope_scaling", ARCH_LAGUNA, K_ENUM, O(rope_scaling), 0, 0, "none|yarn", "rope.scaling.type of full layers (none omits the yarn keys)"},
-    {"yarn_factor", ARCH_LAGUNA, K_FLOAT, O(yarn_factor), 1, 1e6, NULL, "rope.scaling.factor"},
-    {"yarn_orig_ctx", ARCH_LAGUNA, K_INT, O(yarn_orig_ctx), 1, 1 << 24, NULL, "rope.scaling.original_context_length"},
-    {"yarn_beta_fast", ARCH_LAGUNA, K_FLOAT, O(yarn_beta_fast), 0, 1e6, NULL, "rope.scaling.yarn_beta_fast (llama.cpp uses 32)"},
+    {"yarn_factor", ARCH_LAGUNA | ARCH_GPTOSS | ARCH_DEEPSEEK2, K_FLOAT, O(yarn_factor), 1, 1e6, NULL, "rope.scaling.factor"},
+    {"yarn_orig_ctx", ARCH_LAGUNA | ARCH_GPTOSS | ARCH_DEEPSEEK2, K_INT, O(yarn_orig_ctx), 1, 1 << 24, NULL, "rope.scaling.original_context_length"},
+    {"yarn_beta_fast", ARCH_LAGUNA, K_FLOAT, O(yarn_beta_fast), -1, 1e6, NULL, "rope.scaling.yarn_beta_fast (llama.cpp uses 32; < 0: key omitted)"},
+    {"yarn_attn_factor", ARCH_LAGUNA, K_FLOAT, O(yarn_attn_factor), -1e6, 1e6, NULL, "rope.scaling.attn_factor (0: key omitted)"},
     {"yarn_beta_slow", ARCH_LAGUNA, K_FLOAT, O(yarn_beta_slow), 0, 1e6, NULL, "rope.scaling.yarn_beta_slow (llama.cpp uses 1)"},
-    {"swa_window", ARCH_LAGUNA, K_INT, O(swa_window), 0, 1 << 24, NULL, "attention.sliding_window (0: all layers full)"},
+    {"swa_window", ARCH_LAGUNA | ARCH_GPTOSS, K_INT, O(swa_window), 0, 1 << 24, NULL, "attention.sliding_window (0: all layers full)"},
     {"swa_pattern", ARCH_LAGUNA, K_INT, O(swa_pattern), 1, 512, NULL, "full attention at layers il % swa_pattern == 0 (key written when != 4)"},
-    {"expert_weights_scale", ARCH_LAGUNA, K_FLOAT, O(expert_weights_scale), 0, 1e6, NULL, "expert_weights_scale"},
-    {"expert_weights_norm", ARCH_LAGUNA, K_INT, O(expert_weights_norm), 0, 1, NULL, "expert_weights_norm (0/1)"},
+    {"expert_weights_scale", ARCH_LAGUNA | ARCH_GLM4MOE | ARCH_DEEPSEEK2, K_FLOAT, O(expert_weights_scale), 0, 1e6, NULL, "expert_weights_scale"},
+    {"expert_weights_norm", ARCH_LAGUNA | ARCH_GLM4MOE | ARCH_DEEPSEEK2, K_INT, O(expert_weights_norm), 0, 1, NULL, "expert_weights_norm (0/1)"},
     {"gate", ARCH_LAGUNA, K_ENUM, O(gate_per_element), 0, 0, "head|element", "attn_gate: one scalar per head or per element"},
     {"rms_eps", ARCH_BOTH, K_FLOAT, O(rms_eps), 1e-12, 0.1, NULL, "attention.layer_norm_rms_epsilon"},
 };
@@ -153,6 +170,252 @@ static void preset_laguna(gen_cfg *c, int which) {
     }
 }
 
+/* The shapes every later preset shares: tiny as the shared oracle's files
+ * (README "Shapes"); default small; bench like qwen3moe's bench (16 layers,
+ * n_embd 1024, 64 experts top-8 of 512, vocab 32000: about 1.8 GB in Q8_0,
+ * so bytes per token compare across architectures). */
+static void later_common(gen_cfg *c, int which) {
+    c->n_vocab = 1000; c->n_layer = 4; c->n_embd = 256; c->n_expert = 8; c->n_expert_used = 2; c->n_ff_exp = 32;
+    if (which == 1) {
+        c->n_layer = 8; c->n_embd = 512; c->n_vocab = 2048; c->n_expert = 32; c->n_expert_used = 4; c->n_ff_exp = 64;
+    } else if (which == 2) {
+        c->n_layer = 16; c->n_embd = 1024; c->n_vocab = 32000; c->n_expert = 64; c->n_expert_used = 8; c->n_ff_exp = 512;
+    }
+}
+
+static void preset_llama(gen_cfg *c, int which) {   /* Mixtral: expert width = feed_forward_length */
+    later_common(c, which);
+    c->rms_eps = 1e-5; c->rope_base = 1e6; c->n_ctx = 32768;
+    c->n_head = 8; c->n_head_kv = 2; c->head_dim = c->n_embd / 8;
+}
+
+static void preset_olmoe(gen_cfg *c, int which) {   /* q/k norm over the whole row: n_head_kv = n_head */
+    later_common(c, which);
+    c->rms_eps = 1e-5; c->rope_base = 10000; c->n_ctx = 4096;
+    c->n_head = which == 0 ? 4 : 8; c->n_head_kv = c->n_head; c->head_dim = c->n_embd / c->n_head;
+}
+
+static void preset_qwen2moe(gen_cfg *c, int which) {
+    later_common(c, which);
+    c->rms_eps = 1e-6; c->rope_base = 1e6; c->n_ctx = 8192;
+    c->n_head = which == 0 ? 4 : 8; c->n_head_kv = c->n_head; c->head_dim = c->n_embd / c->n_head;
+    c->n_ff = c->n_ff_exp; c->n_ff_shexp = 4 * c->n_ff_exp;   /* tiny: 32 / 64 as the oracle file */
+    if (which == 0) c->n_ff_shexp = 64;
+}
+
+static void preset_glm4moe(gen_cfg *c, int which) {
+    later_common(c, which);
+    c->n_layer += 1;                 /* + the MTP block */
+    c->rms_eps = 1e-5; c->rope_base = 1e6; c->n_ctx = 131072;
+    c->n_head = which == 0 ? 6 : 16; c->n_head_kv = which == 0 ? 2 : 4; c->head_dim = which == 2 ? 128 : 64;
+    c->rope_dim = -1;                /* half the head */
+    c->n_ff = which == 0 ? 256 : 4 * c->n_embd;
+    c->n_dense_lead = 1; c->n_expert_shared = 1; c->n_nextn = 1;
+    c->expert_weights_scale = 2.5; c->expert_weights_norm = 1;
+}
+
+static void preset_gptoss(gen_cfg *c, int which) {   /* sliding window on even layers; sinks; biases everywhere */
+    later_common(c, which);
+    c->rms_eps = 1e-5; c->rope_base = 150000; c->n_ctx = 131072;
+    c->n_head = which == 2 ? 16 : 6; c->n_head_kv = which == 2 ? 4 : 2; c->head_dim = which == 2 ? 128 : 64;
+    c->n_ff = c->n_ff_exp;           /* written, unused by llama.cpp */
+    c->swa_window = which == 0 ? 12 : 128;
+    c->rope_scaling = 1; c->yarn_factor = 32; c->yarn_orig_ctx = 4096; c->yarn_beta_fast = 32; c->yarn_beta_slow = 1;
+}
+
+static void preset_deepseek2(gen_cfg *c, int which) {   /* MLA attention, group-limited sigmoid routing */
+    later_common(c, which);
+    c->rms_eps = 1e-6; c->rope_base = 10000; c->n_ctx = 163840;
+    c->n_head = which == 2 ? 16 : 4; c->n_head_kv = 1;
+    c->q_lora = which == 2 ? 512 : 64; c->kv_lora = which == 2 ? 256 : 96;
+    c->qk_nope = which == 2 ? 128 : 64; c->rope_dim = which == 2 ? 64 : 32; c->v_head = which == 2 ? 128 : 64;
+    c->head_dim = c->qk_nope + c->rope_dim;
+    c->n_ff = which == 0 ? 256 : 4 * c->n_embd;
+    if (which == 0) { c->n_expert = 12; c->n_expert_used = 4; }
+    c->n_group = which == 2 ? 8 : 3; c->n_group_used = which == 2 ? 4 : 2;
+    c->n_dense_lead = 1; c->n_expert_shared = 1;
+    c->expert_weights_scale = 2.5; c->expert_weights_norm = 1;
+    c->rope_scaling = 1; c->yarn_factor = 40; c->yarn_orig_ctx = 4096; c->yarn_beta_fast = 32; c->yarn_beta_slow = 1;
+    c->yarn_log_mul = 0.1;           /* the converter's 0.1 * mscale_all_dim (1) */
+}
+
+/* ---- the architectures ---------------------------------------------------- */
+
+enum { QK_NONE, QK_HEAD_BEFORE_O, QK_HEAD_AFTER_O, QK_ROW_AFTER_O };   /* q/k norms and their place */
+enum { SH_NONE, SH_PLAIN, SH_GATED };                                   /* shared expert */
+
+struct arch_def;
+struct plan;
+typedef int (*keys_fn)(gguf_writer *w, const gen_cfg *c, const struct arch_def *d);
+typedef int (*plan_fn)(struct plan *p, const gen_cfg *c, const struct arch_def *d, int64_t il);
+
+/* What differs between the architectures' files (the tensor table of the
+ * shared README): their options, in the order llama.cpp's converters write. */
+typedef struct arch_def {
+    const char *name, *pre;  /* general.architecture, tokenizer.ggml.pre */
+    int id;                  /* ARCH_* bit */
+    void (*preset)(gen_cfg *c, int which);
+    bool vocab_size_key;     /* A.vocab_size is written */
+    bool biases;             /* attn_{q,k,v}.bias */
+    int qk_norm;             /* QK_* */
+    bool post_attn_norm;     /* the FFN input norm is post_attention_norm (else ffn_norm) */
+    bool sel_bias;           /* exp_probs_b.bias */
+    int shared;              /* SH_* */
+    bool ff_is_expert;       /* feed_forward_length is the experts' width (llama, olmoe) */
+    bool expert_ff_key;      /* A.expert_feed_forward_length */
+    keys_fn keys_rope;       /* after A.rope.freq_base, or NULL */
+    keys_fn keys_moe;        /* after A.expert_feed_forward_length, or NULL */
+    keys_fn keys_heads;      /* instead of A.attention.key_length / value_length (deepseek2), or NULL */
+    bool out_bias, sinks;    /* attn_output.bias, attn_sinks (gpt-oss) */
+    bool router_bias, exp_biases;   /* ffn_gate_inp.bias, ffn_{gate,up,down}_exps.bias (gpt-oss) */
+    plan_fn plan_attn;       /* a block's attention tensors when not the generic ones (deepseek2's MLA), or NULL */
+} arch_def;
+
+static const char *akey(char *buf, size_t len, const arch_def *d, const char *s) {
+    snprintf(buf, len, "%s.%s", d->name, s);
+    return buf;
+}
+#define KEY(s) akey(k, sizeof k, d, s)
+
+static int keys_rope_laguna(gguf_writer *w, const gen_cfg *c, const arch_def *d) {
+    char k[128];
+    int r = 0;
+    r |= gguf_w_u32(w, KEY("attention.sliding_window"), (uint32_t)c->swa_window);
+    r |= gguf_w_f32(w, KEY("rope.freq_base_swa"), (float)c->rope_base_swa);
+    r |= gguf_w_u32(w, KEY("rope.dimension_count_swa"), (uint32_t)c->rope_dim_swa);
+    r |= gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)c->rope_dim);
+    if (c->rope_scaling) {
+        r |= gguf_w_str(w, KEY("rope.scaling.type"), "yarn");
+        r |= gguf_w_f32(w, KEY("rope.scaling.factor"), (float)c->yarn_factor);
+        r |= gguf_w_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)c->yarn_orig_ctx);
+        if (c->yarn_beta_fast >= 0) r |= gguf_w_f32(w, KEY("rope.scaling.yarn_beta_fast"), (float)c->yarn_beta_fast);
+        r |= gguf_w_f32(w, KEY("rope.scaling.yarn_beta_slow"), (float)c->yarn_beta_slow);
+        if (c->yarn_attn_factor != 0) r |= gguf_w_f32(w, KEY("rope.scaling.attn_factor"), (float)c->yarn_attn_factor);
+    }
+    return r;
+}
+
+/* llama: the whole head (moefast refuses anything else); glm4moe: rope_dim */
+static int keys_rope_dims(gguf_writer *w, const gen_cfg *c, const arch_def *d) {
+    char k[128];
+    return gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)(d->id == ARCH_LLAMA ? c->head_dim : c->rope_dim));
+}
+
+static int keys_moe_laguna(gguf_writer *w, const gen_cfg *c, const arch_def *d) {
+    char k[128];
+    int r = 0;
+    r |= gguf_w_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)c->n_ff_shexp);
+    r |= gguf_w_bool(w, KEY("expert_weights_norm"), c->expert_weights_norm != 0);
+    r |= gguf_w_f32(w, KEY("expert_weights_scale"), (float)c->expert_weights_scale);
+    r |= gguf_w_u32(w, KEY("expert_gating_func"), 2); /* sigmoid */
+    r |= gguf_w_u32(w, KEY("leading_dense_block_count"), (uint32_t)c->n_dense_lead);
+    /* llama.cpp's default is 4; the oracle files omit the key */
+    if (c->swa_pattern != 4)
+        r |= gguf_w_u32(w, KEY("attention.sliding_window_pattern"), (uint32_t)c->swa_pattern);
+    return r;
+}
+
+static int keys_moe_qwen2moe(gguf_writer *w, const gen_cfg *c, const arch_def *d) {
+    char k[128];
+    return gguf_w_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)c->n_ff_shexp);
+}
+
+static int keys_moe_glm4moe(gguf_writer *w, const gen_cfg *c, const arch_def *d) {
+    char k[128];
+    int r = 0;
+    r |= gguf_w_u32(w, KEY("expert_shared_count"), (uint32_t)c->n_expert_shared);
+    r |= gguf_w_u32(w, KEY("leading_dense_block_count"), (uint32_t)c->n_dense_lead);
+    r |= gguf_w_u32(w, KEY("expert_gating_func"), 2); /* sigmoid */
+    r |= gguf_w_f32(w, KEY("expert_weights_scale"), (float)c->expert_weights_scale);
+    r |= gguf_w_bool(w, KEY("expert_weights_norm"), c->expert_weights_norm != 0);
+    r |= gguf_w_u32(w, KEY("nextn_predict_layers"), (uint32_t)c->n_nextn);
+    return r;
+}
+
+static int keys_rope_gptoss(gguf_writer *w, const gen_cfg *c, const arch_def *d) {
+    char k[128];
+    int r = 0;
+    r |= gguf_w_u32(w, KEY("attention.sliding_window"), (uint32_t)c->swa_window);
+    r |= gguf_w_str(w, KEY("rope.scaling.type"), "yarn");
+    r |= gguf_w_f32(w, KEY("rope.scaling.factor"), (float)c->yarn_factor);
+    r |= gguf_w_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)c->yarn_orig_ctx);
+    r |= gguf_w_f32(w, KEY("rope.scaling.yarn_beta_fast"), (float)c->yarn_beta_fast);
+    r |= gguf_w_f32(w, KEY("rope.scaling.yarn_beta_slow"), (float)c->yarn_beta_slow);
+    return r;
+}
+
+/* deepseek2 MLA: the cache's shapes (key = kv_lora + rope, value = kv_lora)
+ * and the per-head ones (_mla), after the LoRA ranks */
+static int keys_heads_deepseek2(gguf_writer *w, const gen_cfg *c, const arch_def *d) {
+    char k[128];
+    int r = 0;
+    r |= gguf_w_u32(w, KEY("leading_dense_block_count"), (uint32_t)c->n_dense_lead);
+    r |= gguf_w_u32(w, KEY("attention.q_lora_rank"), (uint32_t)c->q_lora);
+    r |= gguf_w_u32(w, KEY("attention.kv_lora_rank"), (uint32_t)c->kv_lora);
+    r |= gguf_w_u32(w, KEY("attention.key_length"), (uint32_t)(c->kv_lora + c->rope_dim));
+    r |= gguf_w_u32(w, KEY("attention.value_length"), (uint32_t)c->kv_lora);
+    r |= gguf_w_u32(w, KEY("attention.key_length_mla"), (uint32_t)(c->qk_nope + c->rope_dim));
+    r |= gguf_w_u32(w, KEY("attention.value_length_mla"), (uint32_t)c->v_head);
+    return r;
+}
+
+static int keys_rope_deepseek2(gguf_writer *w, const gen_cfg *c, const arch_def *d) {
+    char k[128];
+    int r = keys_rope_dims(w, c, d);
+    r |= gguf_w_str(w, KEY("rope.scaling.type"), "yarn");
+    r |= gguf_w_f32(w, KEY("rope.scaling.factor"), (float)c->yarn_factor);
+    r |= gguf_w_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)c->yarn_orig_ctx);
+    r |= gguf_w_f32(w, KEY("rope.scaling.yarn_beta_fast"), (float)c->yarn_beta_fast);
+    r |= gguf_w_f32(w, KEY("rope.scaling.yarn_beta_slow"), (float)c->yarn_beta_slow);
+    r |= gguf_w_f32(w, KEY("rope.scaling.yarn_log_multiplier"), (float)c->yarn_log_mul);
+    return r;
+}
+
+static int keys_moe_deepseek2(gguf_writer *w, const gen_cfg *c, const arch_def *d) {
+    char k[128];
+    int r = 0;
+    r |= gguf_w_u32(w, KEY("expert_shared_count"), (uint32_t)c->n_expert_shared);
+    r |= gguf_w_f32(w, KEY("expert_weights_scale"), (float)c->expert_weights_scale);
+    r |= gguf_w_bool(w, KEY("expert_weights_norm"), c->expert_weights_norm != 0);
+    r |= gguf_w_u32(w, KEY("expert_gating_func"), 2); /* sigmoid */
+    r |= gguf_w_u32(w, KEY("expert_group_count"), (uint32_t)c->n_group);
+    r |= gguf_w_u32(w, KEY("expert_group_used_count"), (uint32_t)c->n_group_used);
+    return r;
+}
+
+static int plan_attn_mla(struct plan *p, const gen_cfg *c, const arch_def *d, int64_t il);
+
+static const arch_def ARCHS[] = {
+    {.name = "laguna", .pre = "laguna", .id = ARCH_LAGUNA, .preset = preset_laguna, .vocab_size_key = true,
+     .qk_norm = QK_HEAD_BEFORE_O, .sel_bias = true, .shared = SH_PLAIN, .expert_ff_key = true,
+     .keys_rope = keys_rope_laguna, .keys_moe = keys_moe_laguna},
+    {.name = "qwen3moe", .pre = "qwen2", .id = ARCH_QWEN3MOE, .preset = preset_qwen3moe, .qk_norm = QK_HEAD_BEFORE_O,
+     .expert_ff_key = true},
+    {.name = "llama", .pre = "llama-bpe", .id = ARCH_LLAMA, .preset = preset_llama, .vocab_size_key = true,
+     .ff_is_expert = true, .keys_rope = keys_rope_dims},
+    {.name = "olmoe", .pre = "olmo", .id = ARCH_OLMOE, .preset = preset_olmoe, .qk_norm = QK_ROW_AFTER_O,
+     .ff_is_expert = true},
+    {.name = "qwen2moe", .pre = "qwen2", .id = ARCH_QWEN2MOE, .preset = preset_qwen2moe, .biases = true,
+     .shared = SH_GATED, .expert_ff_key = true, .keys_moe = keys_moe_qwen2moe},
+    {.name = "glm4moe", .pre = "glm4", .id = ARCH_GLM4MOE, .preset = preset_glm4moe, .vocab_size_key = true,
+     .biases = true, .qk_norm = QK_HEAD_AFTER_O, .post_attn_norm = true, .sel_bias = true, .shared = SH_PLAIN,
+     .expert_ff_key = true, .keys_rope = keys_rope_dims, .keys_moe = keys_moe_glm4moe},
+    {.name = "gpt-oss", .pre = "gpt-4o", .id = ARCH_GPTOSS, .preset = preset_gptoss, .biases = true,
+     .post_attn_norm = true, .ff_is_expert = true, .expert_ff_key = true, .keys_rope = keys_rope_gptoss,
+     .out_bias = true, .sinks = true, .router_bias = true, .exp_biases = true},
+    {.name = "deepseek2", .pre = "deepseek-v3", .id = ARCH_DEEPSEEK2, .preset = preset_deepseek2,
+     .vocab_size_key = true, .sel_bias = true, .shared = SH_PLAIN, .expert_ff_key = true,
+     .keys_rope = keys_rope_deepseek2, .keys_moe = keys_moe_deepseek2, .keys_heads = keys_heads_deepseek2,
+     .plan_attn = plan_attn_mla},
+};
+#define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])
+
+static const arch_def *arch_of(const gen_cfg *c) {
+    for (size_t i = 0; i < N_ARCHS; i++)
+        if (ARCHS[i].id == c->arch) return &ARCHS[i];
+    return &ARCHS[0];
+}
+
 static int set_key(gen_cfg *c, const char *kv, char *err, size_t errlen) {
     const char *eq = strchr(kv, '=');
     if (!eq || eq == kv)
@@ -166,8 +429,7 @@ static int set_key(gen_cfg *c, const char *kv, char *err, size_t errlen) {
         return moe_errf(err, errlen, MOE_EINVAL, "unknown key '%.*s' (see moefast gen --help)",
                         (int)kl, kv);
     if (!(k->arch & c->arch))
-        return moe_errf(err, errlen, MOE_EINVAL, "key '%s' does not apply to arch %s", k->name,
-                        c->arch == ARCH_LAGUNA ? "laguna" : "qwen3moe");
+        return moe_errf(err, errlen, MOE_EINVAL, "key '%s' does not apply to arch %s", k->name, arch_of(c)->name);
     char *p = (char *)c + k->off, *end;
     errno = 0;
     switch (k->kind) {
@@ -238,7 +500,11 @@ static int64_t layer_heads(const gen_cfg *c, int64_t il) {
     return layer_is_swa(c, il) ? c->n_head_swa : c->n_head;
 }
 static bool layer_is_dense(const gen_cfg *c, int64_t il) {
-    return c->arch == ARCH_LAGUNA && il < c->n_dense_lead;
+    return (c->arch & (ARCH_LAGUNA | ARCH_GLM4MOE | ARCH_DEEPSEEK2)) && il < c->n_dense_lead;
+}
+/* the shared expert's width */
+static int64_t shexp_width(const gen_cfg *c) {
+    return (c->arch & (ARCH_GLM4MOE | ARCH_DEEPSEEK2)) ? c->n_ff_exp * c->n_expert_shared : c->n_ff_shexp;
 }
 
 static int validate(const gen_cfg *c, char *err, size_t errlen) {
@@ -252,7 +518,7 @@ static int validate(const gen_cfg *c, char *err, size_t errlen) {
     /* weights are drawn in 32-value blocks along rows */
     const struct { const char *k; int64_t v; } rows[] = {
         {"n_embd", c->n_embd}, {"n_ff", c->n_ff}, {"n_ff_exp", c->n_ff_exp},
-        {"n_ff_shexp", c->arch == ARCH_LAGUNA ? c->n_ff_shexp : 32}};
+        {"n_ff_shexp", arch_of(c)->shared != SH_NONE ? shexp_width(c) : 32}};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         if (rows[i].v % 32) BAD("%s=%lld must be a multiple of 32", rows[i].k, (long long)rows[i].v);
     if (c->arch == ARCH_LAGUNA) {
@@ -261,6 +527,31 @@ static int validate(const gen_cfg *c, char *err, size_t errlen) {
         if (c->rope_dim_swa % 2 || c->rope_dim_swa > c->head_dim)
             BAD("rope_dim_swa=%lld must be even and <= head_dim=%lld", (long long)c->rope_dim_swa,
                 (long long)c->head_dim);
+        if (c->n_dense_lead > c->n_layer)
+            BAD("n_dense_lead=%lld exceeds n_layer=%lld", (long long)c->n_dense_lead, (long long)c->n_layer);
+    }
+    /* the architectures' own constraints (what their binds refuse) */
+    if ((c->arch & (ARCH_OLMOE | ARCH_QWEN2MOE)) && c->n_head * c->head_dim != c->n_embd)
+        BAD("n_head x head_dim = %lld must equal n_embd=%lld for %s", (long long)(c->n_head * c->head_dim),
+            (long long)c->n_embd, arch_of(c)->name);
+    if (c->arch == ARCH_OLMOE && c->n_head_kv != c->n_head)
+        BAD("olmoe needs n_head_kv = n_head (its q/k norms span the whole row)");
+    if (c->arch == ARCH_GLM4MOE) {
+        if (c->rope_dim % 2 || c->rope_dim > c->head_dim)
+            BAD("rope_dim=%lld must be even and <= head_dim=%lld", (long long)c->rope_dim, (long long)c->head_dim);
+        if (c->n_nextn >= c->n_layer || c->n_dense_lead > c->n_layer - c->n_nextn)
+            BAD("n_nextn=%lld and n_dense_lead=%lld must leave decoder blocks of n_layer=%lld", (long long)c->n_nextn,
+                (long long)c->n_dense_lead, (long long)c->n_layer);
+        if (c->n_expert_shared < 1) BAD("glm4moe needs n_expert_shared >= 1");
+    }
+    if (c->arch == ARCH_DEEPSEEK2) {
+        if (c->q_lora % 32 || c->kv_lora % 32 || c->qk_nope % 32 || c->v_head % 32)
+            BAD("q_lora, kv_lora, qk_nope and v_head must be multiples of 32 (rows of the MLA matrices)");
+        if (c->rope_dim % 2 || c->rope_dim < 2) BAD("rope_dim=%lld must be even", (long long)c->rope_dim);
+        if (c->n_expert % c->n_group || c->n_group_used > c->n_group ||
+            c->n_expert_used > c->n_group_used * (c->n_expert / c->n_group))
+            BAD("n_group=%lld must divide n_expert=%lld and its n_group_used=%lld groups hold n_expert_used=%lld",
+                (long long)c->n_group, (long long)c->n_expert, (long long)c->n_group_used, (long long)c->n_expert_used);
         if (c->n_dense_lead > c->n_layer)
             BAD("n_dense_lead=%lld exceeds n_layer=%lld", (long long)c->n_dense_lead, (long long)c->n_layer);
     }
@@ -311,48 +602,101 @@ static int plan_add(plan *p, int kind, int type, float std, uint32_t n_dims, int
  * (like the shared oracle models); norms are 1 +- 0.1. */
 static float inv_sqrt(int64_t n) { return (float)(1.0 / sqrt((double)n)); }
 
-static int build_plan(const gen_cfg *c, plan *p) {
-    const int T = c->type, TE = c->type_experts;
-    const int64_t E = c->n_embd, hd = c->head_dim, kv = c->n_head_kv * hd;
+/* q/k norms: per head [head_dim], or (olmoe) over the whole projection */
+static int plan_qk_norm(plan *p, const gen_cfg *c, int qk, int64_t q, int64_t il) {
+    const int64_t hd = c->head_dim, kv = c->n_head_kv * hd;
+    int r = plan_add(p, W_NORM, 0, 0, 1, qk == QK_ROW_AFTER_O ? q : hd, 1, 1, "blk.%lld.attn_q_norm.weight", il);
+    return r | plan_add(p, W_NORM, 0, 0, 1, qk == QK_ROW_AFTER_O ? kv : hd, 1, 1, "blk.%lld.attn_k_norm.weight", il);
+}
+
+/* deepseek2's multi-head latent attention (q LoRA, the shared latent KV,
+ * split k_b / v_b per head: the tensor table of the shared README). */
+static int plan_attn_mla(struct plan *p, const gen_cfg *c, const arch_def *d, int64_t il) {
+    const int T = c->type;
+    const int64_t E = c->n_embd, H = c->n_head, R = c->q_lora, C = c->kv_lora, n = c->qk_nope, rr = c->rope_dim;
+    int r = plan_add(p, W_NORM, 0, 0, 1, E, 1, 1, "blk.%lld.attn_norm.weight", il);
+    r |= plan_add(p, W_NORM, 0, 0, 1, R, 1, 1, "blk.%lld.attn_q_a_norm.weight", il);
+    r |= plan_add(p, W_MATRIX, T, inv_sqrt(E), 2, E, R, 1, "blk.%lld.attn_q_a.weight", il);
+    r |= plan_add(p, W_MATRIX, T, inv_sqrt(R), 2, R, H * (n + rr), 1, "blk.%lld.attn_q_b.weight", il);
+    r |= plan_add(p, W_NORM, 0, 0, 1, C, 1, 1, "blk.%lld.attn_kv_a_norm.weight", il);
+    r |= plan_add(p, W_MATRIX, T, inv_sqrt(E), 2, E, C + rr, 1, "blk.%lld.attn_kv_a_mqa.weight", il);
+    r |= plan_add(p, W_MATRIX, T, inv_sqrt(n), 3, n, C, H, "blk.%lld.attn_k_b.weight", il);
+    r |= plan_add(p, W_MATRIX, T, inv_sqrt(C), 3, C, c->v_head, H, "blk.%lld.attn_v_b.weight", il);
+    return r | plan_add(p, W_MATRIX, T, inv_sqrt(H * c->v_head), 2, H * c->v_head, E, 1, "blk.%lld.attn_output.weight", il);
+}
+
+/* One block's attention tensors. */
+static int plan_attention(plan *p, const gen_cfg *c, const arch_def *d, int64_t il) {
+    if (d->plan_attn) return d->plan_attn(p, c, d, il);
+    const int T = c->type;
+    const int64_t E = c->n_embd, kv = c->n_head_kv * c->head_dim, q = layer_heads(c, il) * c->head_dim;
     const float se = inv_sqrt(E);
-    int r = 0;
-    r |= plan_add(p, W_MATRIX, T, 1.0f, 2, E, c->n_vocab, 1, "token_embd.weight", 0);
-    for (int64_t il = 0; il < c->n_layer && !r; il++) {
-        const int64_t q = layer_heads(c, il) * hd;
-        r |= plan_add(p, W_NORM, 0, 0, 1, E, 1, 1, "blk.%lld.attn_norm.weight", il);
-        r |= plan_add(p, W_MATRIX, T, se, 2, E, q, 1, "blk.%lld.attn_q.weight", il);
-        r |= plan_add(p, W_MATRIX, T, se, 2, E, kv, 1, "blk.%lld.attn_k.weight", il);
-        r |= plan_add(p, W_MATRIX, T, se, 2, E, kv, 1, "blk.%lld.attn_v.weight", il);
-        r |= plan_add(p, W_NORM, 0, 0, 1, hd, 1, 1, "blk.%lld.attn_q_norm.weight", il);
-        r |= plan_add(p, W_NORM, 0, 0, 1, hd, 1, 1, "blk.%lld.attn_k_norm.weight", il);
-        r |= plan_add(p, W_MATRIX, T, inv_sqrt(q), 2, q, E, 1, "blk.%lld.attn_output.weight", il);
-        if (c->arch == ARCH_LAGUNA)
-            r |= plan_add(p, W_MATRIX, T, se, 2, E, c->gate_per_element ? q : layer_heads(c, il), 1,
-                          "blk.%lld.attn_gate.weight", il);
-        r |= plan_add(p, W_NORM, 0, 0, 1, E, 1, 1, "blk.%lld.ffn_norm.weight", il);
-        if (layer_is_dense(c, il)) {
-            r |= plan_add(p, W_MATRIX, T, se, 2, E, c->n_ff, 1, "blk.%lld.ffn_gate.weight", il);
-            r |= plan_add(p, W_MATRIX, T, se, 2, E, c->n_ff, 1, "blk.%lld.ffn_up.weight", il);
-            r |= plan_add(p, W_MATRIX, T, inv_sqrt(c->n_ff), 2, c->n_ff, E, 1, "blk.%lld.ffn_down.weight", il);
-            continue;
-        }
-        const int64_t X = c->n_expert, F = c->n_ff_exp;
-        /* router: F32 always (std 1/sqrt(E): sigmoid/softmax inputs of RMS ~1) */
-        r |= plan_add(p, W_MATRIX, MOE_T_F32, se, 2, E, X, 1, "blk.%lld.ffn_gate_inp.weight", il);
-        if (c->arch == ARCH_LAGUNA)
-            r |= plan_add(p, W_BIAS, 0, 0, 1, X, 1, 1, "blk.%lld.exp_probs_b.bias", il);
-        r |= plan_add(p, W_MATRIX, TE, se, 3, E, F, X, "blk.%lld.ffn_gate_exps.weight", il);
-        r |= plan_add(p, W_MATRIX, TE, se, 3, E, F, X, "blk.%lld.ffn_up_exps.weight", il);
-        r |= plan_add(p, W_MATRIX, TE, inv_sqrt(F), 3, F, E, X, "blk.%lld.ffn_down_exps.weight", il);
-        if (c->arch == ARCH_LAGUNA) {
-            const int64_t S = c->n_ff_shexp;
-            r |= plan_add(p, W_MATRIX, TE, se, 2, E, S, 1, "blk.%lld.ffn_gate_shexp.weight", il);
-            r |= plan_add(p, W_MATRIX, TE, se, 2, E, S, 1, "blk.%lld.ffn_up_shexp.weight", il);
-            r |= plan_add(p, W_MATRIX, TE, inv_sqrt(S), 2, S, E, 1, "blk.%lld.ffn_down_shexp.weight", il);
-        }
+    int r = plan_add(p, W_NORM, 0, 0, 1, E, 1, 1, "blk.%lld.attn_norm.weight", il);
+    r |= plan_add(p, W_MATRIX, T, se, 2, E, q, 1, "blk.%lld.attn_q.weight", il);
+    if (d->biases) r |= plan_add(p, W_BIAS, 0, 0, 1, q, 1, 1, "blk.%lld.attn_q.bias", il);
+    r |= plan_add(p, W_MATRIX, T, se, 2, E, kv, 1, "blk.%lld.attn_k.weight", il);
+    if (d->biases) r |= plan_add(p, W_BIAS, 0, 0, 1, kv, 1, 1, "blk.%lld.attn_k.bias", il);
+    r |= plan_add(p, W_MATRIX, T, se, 2, E, kv, 1, "blk.%lld.attn_v.weight", il);
+    if (d->biases) r |= plan_add(p, W_BIAS, 0, 0, 1, kv, 1, 1, "blk.%lld.attn_v.bias", il);
+    if (d->qk_norm == QK_HEAD_BEFORE_O) r |= plan_qk_norm(p, c, d->qk_norm, q, il);
+    r |= plan_add(p, W_MATRIX, T, inv_sqrt(q), 2, q, E, 1, "blk.%lld.attn_output.weight", il);
+    if (d->out_bias) r |= plan_add(p, W_BIAS, 0, 0, 1, E, 1, 1, "blk.%lld.attn_output.bias", il);
+    if (d->sinks) r |= plan_add(p, W_BIAS, 0, 0, 1, layer_heads(c, il), 1, 1, "blk.%lld.attn_sinks.weight", il);
+    if (d->qk_norm == QK_HEAD_AFTER_O || d->qk_norm == QK_ROW_AFTER_O) r |= plan_qk_norm(p, c, d->qk_norm, q, il);
+    if (d->id == ARCH_LAGUNA)
+        r |= plan_add(p, W_MATRIX, T, se, 2, E, c->gate_per_element ? q : layer_heads(c, il), 1,
+                      "blk.%lld.attn_gate.weight", il);
+    return r;
+}
+
+/* One block's FFN: dense SwiGLU, or router (+ selection bias), experts and
+ * the shared expert (+ its gate); glm4moe's MTP blocks add their own. */
+static int plan_ffn(plan *p, const gen_cfg *c, const arch_def *d, int64_t il) {
+    const int T = c->type, TE = c->type_experts;
+    const int64_t E = c->n_embd, X = c->n_expert, F = c->n_ff_exp;
+    const float se = inv_sqrt(E);
+    int r = plan_add(p, W_NORM, 0, 0, 1, E, 1, 1, d->post_attn_norm ? "blk.%lld.post_attention_norm.weight" : "blk.%lld.ffn_norm.weight", il);
+    if (layer_is_dense(c, il)) {
+        r |= plan_add(p, W_MATRIX, T, se, 2, E, c->n_ff, 1, "blk.%lld.ffn_gate.weight", il);
+        r |= plan_add(p, W_MATRIX, T, se, 2, E, c->n_ff, 1, "blk.%lld.ffn_up.weight", il);
+        return r | plan_add(p, W_MATRIX, T, inv_sqrt(c->n_ff), 2, c->n_ff, E, 1, "blk.%lld.ffn_down.weight", il);
     }
+    /* router: F32 always (std 1/sqrt(E): sigmoid/softmax inputs of RMS ~1) */
+    r |= plan_add(p, W_MATRIX, MOE_T_F32, se, 2, E, X, 1, "blk.%lld.ffn_gate_inp.weight", il);
+    if (d->router_bias) r |= plan_add(p, W_BIAS, 0, 0, 1, X, 1, 1, "blk.%lld.ffn_gate_inp.bias", il);
+    if (d->sel_bias) r |= plan_add(p, W_BIAS, 0, 0, 1, X, 1, 1, "blk.%lld.exp_probs_b.bias", il);
+    r |= plan_add(p, W_MATRIX, TE, se, 3, E, F, X, "blk.%lld.ffn_gate_exps.weight", il);
+    r |= plan_add(p, W_MATRIX, TE, se, 3, E, F, X, "blk.%lld.ffn_up_exps.weight", il);
+    r |= plan_add(p, W_MATRIX, TE, inv_sqrt(F), 3, F, E, X, "blk.%lld.ffn_down_exps.weight", il);
+    if (d->exp_biases) {   /* one bias row per expert */
+        r |= plan_add(p, W_BIAS, 0, 0, 2, F, X, 1, "blk.%lld.ffn_gate_exps.bias", il);
+        r |= plan_add(p, W_BIAS, 0, 0, 2, F, X, 1, "blk.%lld.ffn_up_exps.bias", il);
+        r |= plan_add(p, W_BIAS, 0, 0, 2, E, X, 1, "blk.%lld.ffn_down_exps.bias", il);
+    }
+    /* qwen2moe's shared-expert gate: one F32 row, stored 1-D [E] */
+    if (d->shared == SH_GATED) r |= plan_add(p, W_MATRIX, MOE_T_F32, se, 1, E, 1, 1, "blk.%lld.ffn_gate_inp_shexp.weight", il);
+    if (d->shared != SH_NONE) {
+        const int64_t S = shexp_width(c);
+        r |= plan_add(p, W_MATRIX, TE, se, 2, E, S, 1, "blk.%lld.ffn_gate_shexp.weight", il);
+        r |= plan_add(p, W_MATRIX, TE, se, 2, E, S, 1, "blk.%lld.ffn_up_shexp.weight", il);
+        r |= plan_add(p, W_MATRIX, TE, inv_sqrt(S), 2, S, E, 1, "blk.%lld.ffn_down_shexp.weight", il);
+    }
+    if (d->id == ARCH_GLM4MOE && il >= c->n_layer - c->n_nextn) {
+        r |= plan_add(p, W_MATRIX, T, inv_sqrt(2 * E), 2, 2 * E, E, 1, "blk.%lld.nextn.eh_proj.weight", il);
+        r |= plan_add(p, W_NORM, 0, 0, 1, E, 1, 1, "blk.%lld.nextn.enorm.weight", il);
+        r |= plan_add(p, W_NORM, 0, 0, 1, E, 1, 1, "blk.%lld.nextn.hnorm.weight", il);
+        r |= plan_add(p, W_NORM, 0, 0, 1, E, 1, 1, "blk.%lld.nextn.shared_head_norm.weight", il);
+    }
+    return r;
+}
+
+static int build_plan(const gen_cfg *c, plan *p) {
+    const arch_def *d = arch_of(c);
+    const int64_t E = c->n_embd;
+    int r = plan_add(p, W_MATRIX, c->type, 1.0f, 2, E, c->n_vocab, 1, "token_embd.weight", 0);
+    for (int64_t il = 0; il < c->n_layer && !r; il++) r |= plan_attention(p, c, d, il) | plan_ffn(p, c, d, il);
     r |= plan_add(p, W_NORM, 0, 0, 1, E, 1, 1, "output_norm.weight", 0);
-    r |= plan_add(p, W_MATRIX, T, 1.6f * se, 2, E, c->n_vocab, 1, "output.weight", 0);
+    r |= plan_add(p, W_MATRIX, c->type, 1.6f * inv_sqrt(E), 2, E, c->n_vocab, 1, "output.weight", 0);
     return r ? -1 : 0;
 }
 
@@ -434,7 +778,7 @@ static void draw_tensor(const gen_cfg *c, const tplan *t, uint8_t *dst, float *s
         moe_rng r;
         moe_rng_seed(&r, seed);
         float *o = (float *)(void *)dst;
-        for (int64_t i = 0; i < t->ne[0]; i++) {
+        for (int64_t i = 0; i < t->ne[0] * t->ne[1] * t->ne[2]; i++) {   /* gpt-oss: 2-D expert biases */
             int v = (int)(moe_rng_next(&r) % 2001) - 1000; /* -1000..1000 */
             o[i] = t->kind == W_NORM ? 1.0f + (float)v * 1e-4f : (float)v * 5e-5f;
         }
@@ -465,12 +809,10 @@ static const char CHAT_TEMPLATE[] =
     "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 static int write_metadata(gguf_writer *w, const gen_cfg *c, const moe_gen_vocab *v) {
-    const bool lag = c->arch == ARCH_LAGUNA;
-    const char *a = lag ? "laguna" : "qwen3moe";
+    const arch_def *d = arch_of(c);
     char k[128];
     int r = 0;
-#define KEY(s) (snprintf(k, sizeof k, "%s." s, a), k)
-    r |= gguf_w_str(w, "general.architecture", a);
+    r |= gguf_w_str(w, "general.architecture", d->name);
     r |= gguf_w_str(w, "general.name", c->name);
     r |= gguf_w_u32(w, "general.file_type", (uint32_t)moe_gen_ftype(c->type_experts));
     if (!is_float_type(c->type) || !is_float_type(c->type_experts))
@@ -479,9 +821,9 @@ static int write_metadata(gguf_writer *w, const gen_cfg *c, const moe_gen_vocab 
     r |= gguf_w_u32(w, KEY("block_count"), (uint32_t)c->n_layer);
     r |= gguf_w_u32(w, KEY("context_length"), (uint32_t)c->n_ctx);
     r |= gguf_w_u32(w, KEY("embedding_length"), (uint32_t)c->n_embd);
-    if (lag) r |= gguf_w_u32(w, KEY("vocab_size"), (uint32_t)c->n_vocab);
-    r |= gguf_w_u32(w, KEY("feed_forward_length"), (uint32_t)c->n_ff);
-    if (lag) {
+    if (d->vocab_size_key) r |= gguf_w_u32(w, KEY("vocab_size"), (uint32_t)c->n_vocab);
+    r |= gguf_w_u32(w, KEY("feed_forward_length"), (uint32_t)(d->ff_is_expert ? c->n_ff_exp : c->n_ff));
+    if (d->id == ARCH_LAGUNA) {
         int32_t *hc = malloc((size_t)c->n_layer * sizeof *hc);
         if (!hc) return -1;
         for (int64_t il = 0; il < c->n_layer; il++) hc[il] = (int32_t)layer_heads(c, il);
@@ -491,39 +833,21 @@ static int write_metadata(gguf_writer *w, const gen_cfg *c, const moe_gen_vocab 
         r |= gguf_w_u32(w, KEY("attention.head_count"), (uint32_t)c->n_head);
     }
     r |= gguf_w_u32(w, KEY("attention.head_count_kv"), (uint32_t)c->n_head_kv);
-    r |= gguf_w_u32(w, KEY("attention.key_length"), (uint32_t)c->head_dim);
-    r |= gguf_w_u32(w, KEY("attention.value_length"), (uint32_t)c->head_dim);
+    if (d->keys_heads) {
+        r |= d->keys_heads(w, c, d);
+    } else {
+        r |= gguf_w_u32(w, KEY("attention.key_length"), (uint32_t)c->head_dim);
+        r |= gguf_w_u32(w, KEY("attention.value_length"), (uint32_t)c->head_dim);
+    }
     r |= gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)c->rms_eps);
     r |= gguf_w_f32(w, KEY("rope.freq_base"), (float)c->rope_base);
-    if (lag) {
-        r |= gguf_w_u32(w, KEY("attention.sliding_window"), (uint32_t)c->swa_window);
-        r |= gguf_w_f32(w, KEY("rope.freq_base_swa"), (float)c->rope_base_swa);
-        r |= gguf_w_u32(w, KEY("rope.dimension_count_swa"), (uint32_t)c->rope_dim_swa);
-        r |= gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)c->rope_dim);
-        if (c->rope_scaling) {
-            r |= gguf_w_str(w, KEY("rope.scaling.type"), "yarn");
-            r |= gguf_w_f32(w, KEY("rope.scaling.factor"), (float)c->yarn_factor);
-            r |= gguf_w_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)c->yarn_orig_ctx);
-            r |= gguf_w_f32(w, KEY("rope.scaling.yarn_beta_fast"), (float)c->yarn_beta_fast);
-            r |= gguf_w_f32(w, KEY("rope.scaling.yarn_beta_slow"), (float)c->yarn_beta_slow);
-        }
-    }
+    if (d->keys_rope) r |= d->keys_rope(w, c, d);
     r |= gguf_w_u32(w, KEY("expert_count"), (uint32_t)c->n_expert);
     r |= gguf_w_u32(w, KEY("expert_used_count"), (uint32_t)c->n_expert_used);
-    r |= gguf_w_u32(w, KEY("expert_feed_forward_length"), (uint32_t)c->n_ff_exp);
-    if (lag) {
-        r |= gguf_w_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)c->n_ff_shexp);
-        r |= gguf_w_bool(w, KEY("expert_weights_norm"), c->expert_weights_norm != 0);
-        r |= gguf_w_f32(w, KEY("expert_weights_scale"), (float)c->expert_weights_scale);
-        r |= gguf_w_u32(w, KEY("expert_gating_func"), 2); /* sigmoid */
-        r |= gguf_w_u32(w, KEY("leading_dense_block_count"), (uint32_t)c->n_dense_lead);
-        /* llama.cpp's default is 4; the oracle files omit the key */
-        if (c->swa_pattern != 4)
-            r |= gguf_w_u32(w, KEY("attention.sliding_window_pattern"), (uint32_t)c->swa_pattern);
-    }
-#undef KEY
+    if (d->expert_ff_key) r |= gguf_w_u32(w, KEY("expert_feed_forward_length"), (uint32_t)c->n_ff_exp);
+    if (d->keys_moe) r |= d->keys_moe(w, c, d);
     r |= gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
-    r |= gguf_w_str(w, "tokenizer.ggml.pre", lag ? "laguna" : "qwen2");
+    r |= gguf_w_str(w, "tokenizer.ggml.pre", d->pre);
     r |= gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, v->n_tokens);
     r |= gguf_w_arr_i32(w, "tokenizer.ggml.token_type", v->types, v->n_tokens);
     r |= gguf_w_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges, v->n_merges);
@@ -534,6 +858,7 @@ static int write_metadata(gguf_writer *w, const gen_cfg *c, const moe_gen_vocab 
     r |= gguf_w_str(w, "tokenizer.chat_template", CHAT_TEMPLATE);
     return r ? -1 : 0;
 }
+#undef KEY
 
 /* ---- entry point ------------------------------------------------------------- */
 
@@ -546,9 +871,14 @@ int moe_gen_model(const char *arch, const char *preset, const char *const *overr
     int which = !strcmp(preset, "tiny") ? 0 : !strcmp(preset, "default") ? 1 : !strcmp(preset, "bench") ? 2 : -1;
     if (which < 0)
         return moe_errf(err, errlen, MOE_EINVAL, "unknown preset '%s' (expected tiny|default|bench)", preset);
-    if (!strcmp(arch, "qwen3moe")) preset_qwen3moe(&c, which);
-    else if (!strcmp(arch, "laguna")) preset_laguna(&c, which);
-    else return moe_errf(err, errlen, MOE_EINVAL, "unknown arch '%s' (expected laguna|qwen3moe)", arch);
+    const arch_def *d = NULL;
+    for (size_t i = 0; i < N_ARCHS; i++)
+        if (!strcmp(arch, ARCHS[i].name)) d = &ARCHS[i];
+    if (!d)
+        return moe_errf(err, errlen, MOE_EINVAL, "unknown arch '%s' (expected laguna|qwen3moe|llama|olmoe|qwen2moe|glm4moe|gpt-oss|deepseek2)",
+                        arch);
+    c.arch = d->id;
+    d->preset(&c, which);
     c.preset = preset;
     c.seed = 42;
     c.type = which == 0 ? MOE_T_F32 : MOE_T_Q8_0;
@@ -559,7 +889,7 @@ int moe_gen_model(const char *arch, const char *preset, const char *const *overr
         if (rc) return rc;
     }
     if (c.type_experts < 0) c.type_experts = c.type;
-    if (c.arch == ARCH_LAGUNA && c.rope_dim < 0) c.rope_dim = c.head_dim / 2 + (c.head_dim / 2) % 2;
+    if (c.rope_dim < 0) c.rope_dim = c.head_dim / 2 + (c.head_dim / 2) % 2;   /* laguna, glm4moe: half the head */
     if (c.arch == ARCH_LAGUNA && c.rope_dim_swa < 0) c.rope_dim_swa = c.head_dim;
     int rc = validate(&c, err, errlen);
     if (rc) return rc;

@@ -318,7 +318,8 @@ int moe_bind_dense_ffn(moe_model *m, int il, moe_ffn_desc *d, char *err, size_t 
     const moe_hparams *hp = &m->hp;
     char n[128];
     int rc;
-    if ((rc = moe_bind_vector(m, &d->norm, T("ffn_norm.weight"), hp->n_embd, true, err, errlen))) return rc;
+    /* the input norm is ffn_norm unless the architecture bound another (glm4moe: post_attention_norm) */
+    if (!d->norm && (rc = moe_bind_vector(m, &d->norm, T("ffn_norm.weight"), hp->n_embd, true, err, errlen))) return rc;
     if ((rc = moe_bind_weight(m, &d->gate, T("ffn_gate.weight"), hp->n_embd, hp->n_ff, 0, MOE_USE_ALL, true, err, errlen))) return rc;
     if ((rc = moe_bind_weight(m, &d->up, T("ffn_up.weight"), hp->n_embd, hp->n_ff, 0, MOE_USE_ALL, true, err, errlen))) return rc;
     return moe_bind_weight(m, &d->down, T("ffn_down.weight"), hp->n_ff, hp->n_embd, 0, MOE_USE_ALL, true, err, errlen);
@@ -329,7 +330,8 @@ int moe_bind_moe(moe_model *m, int il, moe_moe_desc *d, char *err, size_t errlen
     const int64_t E = hp->n_embd, NE = hp->n_expert, F = hp->n_ff_exp, Fs = hp->n_ff_shexp;
     char n[128];
     int rc;
-    if ((rc = moe_bind_vector(m, &d->norm, T("ffn_norm.weight"), E, true, err, errlen))) return rc;
+    /* as for the dense FFN: ffn_norm unless already bound */
+    if (!d->norm && (rc = moe_bind_vector(m, &d->norm, T("ffn_norm.weight"), E, true, err, errlen))) return rc;
     if ((rc = moe_bind_weight(m, &d->router.w, T("ffn_gate_inp.weight"), E, NE, 0, MOE_USE_ALL, true, err, errlen))) return rc;
     if ((rc = moe_bind_vector(m, &d->router.select_bias, T("exp_probs_b.bias"), NE, false, err, errlen)) < 0) return rc;
     if ((rc = moe_bind_weight(m, &d->gate_exps, T("ffn_gate_exps.weight"), E, F, NE, MOE_USE_TOPK, true, err, errlen))) return rc;

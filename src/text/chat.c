@@ -16,7 +16,10 @@
  *          ... then <｜Assistant｜> (DeepSeek-V3/R1's turn markers, as llama.cpp's
  *          built-in DeepSeek-V3 rendering writes them; the BOS the Jinja
  *          template prepends is the tokenizer's business, tool calls and
- *          R1's reasoning handling are not applied). */
+ *          R1's reasoning handling are not applied).
+ *  glm4    [gMASK]<sop><|ROLE|>\nCONTENT ... then <|assistant|>\n
+ *          (GLM-4 / GLM-4.5; as llama.cpp's built-in chatglm4 renders it,
+ *          without GLM-4.5's <think> handling or tool calls). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,13 +78,23 @@ static void render_deepseek3(sbuf *b, const moe_chat_msg *msgs, size_t n, bool g
     if (gen) sb_add(b, DS_ASSISTANT);
 }
 
+static void render_glm4(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
+    sb_add(b, "[gMASK]<sop>");
+    for (size_t i = 0; i < n; i++) {
+        sb_add(b, "<|"); sb_add(b, msgs[i].role); sb_add(b, "|>\n");
+        sb_add(b, msgs[i].content);
+    }
+    if (gen) sb_add(b, "<|assistant|>\n");
+}
+
 static const struct { const char *name; render_fn fn; } FORMATS[] = {
     {"chatml", render_chatml},
     {"laguna", render_laguna},
     {"deepseek3", render_deepseek3},
+    {"glm4", render_glm4},
 };
 
-const char *moe_chat_formats(void) { return "chatml, laguna, deepseek3"; }
+const char *moe_chat_formats(void) { return "chatml, laguna, deepseek3, glm4"; }
 
 const char *moe_chat_detect(const char *tmpl) {
     if (!tmpl) return NULL;
@@ -90,6 +103,8 @@ const char *moe_chat_detect(const char *tmpl) {
      * token) and is published as laguna_glm_thinking_*; either marks it */
     if (strstr(tmpl, "</assistant>") || strstr(tmpl, "laguna_glm_thinking")) return "laguna";
     if (strstr(tmpl, DS_USER) && strstr(tmpl, DS_ASSISTANT) && strstr(tmpl, DS_EOS)) return "deepseek3";
+    /* GLM-4's templates open with these two special tokens */
+    if (strstr(tmpl, "[gMASK]<sop>")) return "glm4";
     return NULL;
 }
 

@@ -214,6 +214,10 @@ static const pre_def PRE_DEFS[] = {
     {"llama3|llama-v3|llama-bpe|falcon3|", {RX_LLAMA3}, true},
     {"dbrx|smaug-bpe|", {RX_LLAMA3}, false},
     {"deepseek-v3|", {RX_DS3_NUM, RX_DS3_CJK, RX_DS3}, false},
+    /* llama.cpp's CHATGLM4: the Llama-3 expression without ignore_merges; it
+     * also forces the BOS id to none, which is already so for gpt2 vocabularies
+     * without tokenizer.ggml.bos_token_id (the key, when present, wins there too) */
+    {"glm4|chatglm-bpe|", {RX_LLAMA3}, false},
 };
 
 static bool pre_name_match(const char *names, const char *v, size_t vlen) {
@@ -315,6 +319,9 @@ static const char *const EOG_TEXTS[] = {
     "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
     /* FIM pad / repo / file separator end generation in llama.cpp too */
     "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
+    /* poolside Laguna's end of turn (its chat format closes assistant turns
+     * with it); not in llama.cpp's list, whose Laguna files name it eot */
+    "</assistant>",
 };
 
 static int cmp_special(const void *a, const void *b, void *ctx) {

@@ -31,5 +31,6 @@ extern const moe_arch moe_arch_llama;
 extern const moe_arch moe_arch_olmoe;
 extern const moe_arch moe_arch_qwen2moe;
 extern const moe_arch moe_arch_deepseek2;
+extern const moe_arch moe_arch_glm4moe;
 
 #endif

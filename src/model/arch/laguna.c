@@ -16,6 +16,7 @@
  *                 w = p[e] / max(sum p[e], 6.1e-5) * expert_weights_scale
  * Layer types: full attention where l % pattern == 0 (YaRN RoPE over the
  * first n_rot dims), sliding-window attention elsewhere (plain RoPE). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/arch/arch.h"
@@ -87,6 +88,36 @@ static int bind_gate(moe_model *m, int il, moe_attn_desc *d, char *err, size_t e
     return moe_bind_weight(m, &d->wextra, n, m->hp.n_embd, want, 0, MOE_USE_ALL, true, err, errlen);
 }
 
+/* YaRN of the full layers beyond moe_read_rope's generic keys.
+ * - rope.scaling.yarn_beta_fast absent: 64, not the generic YaRN default 32
+ *   that llama.cpp falls back to. Every Laguna checkpoint is trained with
+ *   beta_fast 64 and its converter writes the key, so a file without it lost
+ *   the key, not the value; 64 keeps such a file running as trained (llama.cpp
+ *   would run it with 32: the one place an absent key makes us differ).
+ * - rope.scaling.attn_factor (optional, default 1): llama.cpp multiplies it
+ *   into the YaRN attn_factor, i.e. cos and sin are scaled by
+ *   attn_factor * (1 + 0.1 ln factor) on the YaRN layers; moe_rope.attn_factor
+ *   is that same pre-correction magnitude. */
+static int read_yarn_extras(moe_model *m, bool beta_fast_absent, char *err, size_t errlen) {
+    moe_rope *r = &m->ropes[ROPE_FULL];
+    if (!r->yarn) return MOE_OK;
+    if (beta_fast_absent) {
+        r->yarn_beta_fast = 64.0f;
+        for (int i = m->n_notes - 1; i >= 0; i--) {  /* the generic note said 32 */
+            if (!strstr(m->notes[i], "yarn_beta_fast absent")) continue;
+            char *n = strdup("laguna.rope.scaling.yarn_beta_fast absent: Laguna's 64 used");
+            if (n) { free(m->notes[i]); m->notes[i] = n; }
+            break;
+        }
+    }
+    int rc = moe_get_f32_def(m, "rope.scaling.attn_factor", 1.0f, &r->attn_factor, err, errlen);
+    if (rc) return rc;
+    if (!(r->attn_factor > 0.0f && r->attn_factor < 1e6f))
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: laguna.rope.scaling.attn_factor = %g must be in (0, 1e6)", m->path,
+                        (double)r->attn_factor);
+    return MOE_OK;
+}
+
 static int laguna_bind(moe_model *m, char *err, size_t errlen) {
     moe_hparams *hp = &m->hp;
     uint32_t u;
@@ -111,8 +142,11 @@ static int laguna_bind(moe_model *m, char *err, size_t errlen) {
     if (swa_pattern < 1)
         return moe_errf(err, errlen, MOE_EFORMAT, "%s: laguna.attention.sliding_window_pattern must be >= 1", m->path);
     if ((rc = moe_check_hparams(m, err, errlen))) return rc;
+    float beta;
+    const bool beta_absent = gguf_get_f32(m->gf, "laguna.rope.scaling.yarn_beta_fast", &beta, NULL, 0) == 1;
     if ((rc = moe_read_rope(m, ROPE_FULL, "rope.freq_base", 10000.0f, "rope.dimension_count", hp->head_dim, true, err,
-                            errlen)))
+                            errlen)) ||
+        (rc = read_yarn_extras(m, beta_absent, err, errlen)))
         return rc;
     /* absent: the full layers' base, as llama.cpp defaults it */
     if (swa_window > 0 && (rc = moe_read_rope(m, ROPE_SWA, "rope.freq_base_swa", m->ropes[ROPE_FULL].base,

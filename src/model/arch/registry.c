@@ -11,6 +11,7 @@ static const moe_arch *const ARCHS[] = {
     &moe_arch_olmoe,
     &moe_arch_qwen2moe,
     &moe_arch_deepseek2,
+    &moe_arch_glm4moe,
 };
 
 #define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])
