@@ -30,5 +30,6 @@ extern const moe_arch moe_arch_qwen3moe;
 extern const moe_arch moe_arch_llama;
 extern const moe_arch moe_arch_olmoe;
 extern const moe_arch moe_arch_qwen2moe;
+extern const moe_arch moe_arch_gpt_oss;
 
 #endif

@@ -10,6 +10,7 @@ static const moe_arch *const ARCHS[] = {
     &moe_arch_llama,
     &moe_arch_olmoe,
     &moe_arch_qwen2moe,
+    &moe_arch_gpt_oss,
 };
 
 #define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])
