@@ -340,10 +340,10 @@ int main(void) {
     }
     /* the later architectures' per-token steps between the projections and
      * the attention items (olmoe's whole-row q/k norm, qwen2moe's biases) and
-     * qwen2moe's gated shared expert, on their reference files when ../shared
-     * is there; FP32 only (the numerics do not touch those steps, and each
+     * qwen2moe's gated shared expert, gpt-oss's sinks and expert biases),
+     * on their reference files when ../shared is there; FP32 only (the numerics do not touch those steps, and each
      * model costs minutes under ASan) */
-    static const char *const shared[] = {"olmoe-tiny-q8_0", "qwen2moe-tiny-q8_0"};
+    static const char *const shared[] = {"olmoe-tiny-q8_0", "qwen2moe-tiny-q8_0", "gpt-oss-tiny-q8_0"};
     for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/oracle/%s.gguf", check_shared_dir(), shared[i]);
