@@ -11,7 +11,14 @@
  *  laguna  <system>\nCONTENT\n</system>\n<user>\nCONTENT\n</user>\n
  *          <assistant>\nCONTENT\n</assistant>\n ... then <assistant>\n
  *          (poolside Laguna's own role tags; reconstructed from public
- *          descriptions, not checked against the real template). */
+ *          descriptions, not checked against the real template).
+ *  harmony <|start|>ROLE<|message|>CONTENT<|end|> ..., assistant turns as
+ *          <|start|>assistant<|channel|>final<|message|>CONTENT<|end|>, then
+ *          <|start|>assistant (OpenAI's harmony format of gpt-oss). A system
+ *          message becomes the developer message "# Instructions\n\nCONTENT"
+ *          as gpt-oss's template writes it; the template's own system
+ *          message (model identity, reasoning effort, channels) and tool
+ *          sections are not generated. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,12 +60,25 @@ static void render_laguna(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen)
     if (gen) sb_add(b, "<assistant>\n");
 }
 
+static void render_harmony(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
+    for (size_t i = 0; i < n; i++) {
+        const bool sys = !strcmp(msgs[i].role, "system");
+        sb_add(b, "<|start|>"); sb_add(b, sys ? "developer" : msgs[i].role);
+        if (!strcmp(msgs[i].role, "assistant")) sb_add(b, "<|channel|>final");
+        sb_add(b, "<|message|>");
+        if (sys) sb_add(b, "# Instructions\n\n");
+        sb_add(b, msgs[i].content); sb_add(b, "<|end|>");
+    }
+    if (gen) sb_add(b, "<|start|>assistant");
+}
+
 static const struct { const char *name; render_fn fn; } FORMATS[] = {
     {"chatml", render_chatml},
     {"laguna", render_laguna},
+    {"harmony", render_harmony},
 };
 
-const char *moe_chat_formats(void) { return "chatml, laguna"; }
+const char *moe_chat_formats(void) { return "chatml, laguna, harmony"; }
 
 const char *moe_chat_detect(const char *tmpl) {
     if (!tmpl) return NULL;
@@ -66,6 +86,8 @@ const char *moe_chat_detect(const char *tmpl) {
     /* Laguna's template closes assistant turns with </assistant> (its EOT
      * token) and is published as laguna_glm_thinking_*; either marks it */
     if (strstr(tmpl, "</assistant>") || strstr(tmpl, "laguna_glm_thinking")) return "laguna";
+    /* gpt-oss's template writes harmony's message headers */
+    if (strstr(tmpl, "<|start|>") && strstr(tmpl, "<|message|>")) return "harmony";
     return NULL;
 }
 
