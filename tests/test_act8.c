@@ -42,7 +42,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define NMAX 2048
+#define NMAX 3072  /* the longest row tested (2912) rounded up to whole groups of 512 */
 #define GB A8_GROUP_BYTES
 
 static moe_rng g_rng;
@@ -378,17 +378,19 @@ static void edit_a8(uint8_t *xa, int64_t n) {
 /* ---- (a) SIMD == reference ------------------------------------------------------- */
 
 /* partial last groups of 1, 2, 3, 8, 9 and 15 blocks, whole groups, and a whole group + 9 */
-static const int64_t NS32[] = {32, 64, 96, 256, 288, 480, 512, 544, 800, 1024, 2048};
-/* NVFP4 (n % 64 == 0): partial groups of 2, 4, 6, 8, 14 blocks, whole groups, whole + 2 / 8 / 14 */
-static const int64_t NS64[] = {64, 128, 192, 256, 448, 512, 576, 768, 960, 1024, 2048};
+/* + gpt-oss's n_embd 2880 (90 blocks: 5 whole groups + 10) and 2912 (91) */
+static const int64_t NS32[] = {32, 64, 96, 256, 288, 480, 512, 544, 800, 1024, 2048, 2880, 2912};
+/* NVFP4 (n % 64 == 0): partial groups of 2, 4, 6, 8, 14 blocks, whole groups, whole + 2 / 8 / 14, 2880 */
+static const int64_t NS64[] = {64, 128, 192, 256, 448, 512, 576, 768, 960, 1024, 2048, 2880};
 static const int64_t ROWS[] = {1, 2, 3, 5, 8};
 static const int64_t TOKS[] = {1, 2, 3, 5};
 /* Q4_K, Q6_K (n % 256 == 0): a partial group of 8 blocks alone, whole groups, whole + 8 */
 static const int64_t NS256[] = {256, 512, 768, 1024, 1280, 1536, 1792, 2048};
 static const int64_t *ns_for(uint32_t type, int *count) {
     if (type == MOE_T_Q4_K || type == MOE_T_Q6_K) { *count = COUNT(NS256); return NS256; }
+    if (type == MOE_T_NVFP4) { *count = COUNT(NS64); return NS64; }
     *count = COUNT(NS32);
-    return type == MOE_T_NVFP4 ? NS64 : NS32;
+    return NS32;
 }
 
 static int g_mismatch_reports;

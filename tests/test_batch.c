@@ -339,13 +339,15 @@ int main(void) {
         unlink(path);
     }
     /* the later architectures' per-token steps between the projections and
-     * the attention items (olmoe's whole-row q/k norm, qwen2moe's biases) and
-     * qwen2moe's gated shared expert, deepseek2's latent attention (MLA
-     * items per (token, head) over the shared latent cache), on their reference files when ../shared
-     * is there; FP32 only (the numerics do not touch those steps, and each
-     * model costs minutes under ASan) */
+     * the attention items (olmoe's whole-row q/k norm, qwen2moe's biases,
+     * glm4moe's per-head q/k norm after biases and partial RoPE), qwen2moe's
+     * gated shared expert, deepseek2's latent attention (MLA items per
+     * (token, head) over the shared latent cache), gpt-oss's sinks and expert
+     * biases, on their reference files when ../shared is there; FP32 only
+     * (the numerics do not touch those steps, and each model costs minutes
+     * under ASan) */
     static const char *const shared[] = {"olmoe-tiny-q8_0", "qwen2moe-tiny-q8_0", "deepseek2-tiny-q8_0",
-                                         "glm4moe-tiny-q8_0"};   /* per-head q/k norm after biases, partial RoPE */
+                                         "glm4moe-tiny-q8_0", "gpt-oss-tiny-q8_0"};
     for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/oracle/%s.gguf", check_shared_dir(), shared[i]);

@@ -167,6 +167,8 @@ static void deepseek2_cases(void) {
               err);
     moe_session_free(s);
     moe_model_free(m);
+}
+
 /* glm4moe's own checks: the required selection bias, the MTP block's
  * tensors (never run, but required as llama.cpp requires them), a bias of
  * the wrong shape, the count of MTP blocks. */
@@ -215,6 +217,48 @@ static void glm4moe_cases(void) {
     unlink(dst);
 }
 
+/* gpt-oss: the tensors llama.cpp requires (biases, sinks), the per-expert
+ * bias stacks' shapes, its own keys. */
+static void gpt_oss_cases(void) {
+    char go[512];
+    snprintf(go, sizeof go, "%s/oracle/gpt-oss-tiny-q8_0.gguf", check_shared_dir());
+    if (access(go, R_OK)) {
+        printf("skip the gpt-oss cases: %s not found\n", go);
+        return;
+    }
+    edit g1 = {.drop_tensor = "blk.1.attn_sinks.weight"};
+    expect_fail(go, &g1, MOE_EFORMAT, (const char *[]){"missing tensor 'blk.1.attn_sinks.weight' (gpt-oss)", NULL}, "gpt-oss sinks");
+    edit g2 = {.reshape_tensor = "blk.2.attn_sinks.weight"};
+    expect_fail(go, &g2, MOE_EFORMAT, (const char *[]){"'blk.2.attn_sinks.weight' has shape [1, 6]", "expected [6]", NULL},
+                "gpt-oss sinks shape");
+    edit g3 = {.reshape_tensor = "blk.0.ffn_up_exps.bias"};
+    expect_fail(go, &g3, MOE_EFORMAT, (const char *[]){"'blk.0.ffn_up_exps.bias' has shape [8, 32]", "expected F32 [32, 8]", NULL},
+                "gpt-oss expert bias shape");
+    edit g4 = {.drop_tensor = "blk.3.ffn_down_exps.bias"};
+    expect_fail(go, &g4, MOE_EFORMAT, (const char *[]){"missing tensor 'blk.3.ffn_down_exps.bias' (gpt-oss)", NULL},
+                "gpt-oss down bias");
+    edit g5 = {.drop_tensor = "blk.2.ffn_gate_inp.bias"};
+    expect_fail(go, &g5, MOE_EFORMAT, (const char *[]){"missing tensor 'blk.2.ffn_gate_inp.bias' (gpt-oss)", NULL},
+                "gpt-oss router bias");
+    edit g6 = {.drop_tensor = "blk.1.attn_output.bias"};
+    expect_fail(go, &g6, MOE_EFORMAT, (const char *[]){"missing tensor 'blk.1.attn_output.bias' (gpt-oss)", NULL},
+                "gpt-oss output bias");
+    edit g7 = {.reshape_tensor = "blk.0.attn_q.bias"};
+    expect_fail(go, &g7, MOE_EFORMAT, (const char *[]){"'blk.0.attn_q.bias' has shape [1, 384]", "expected [384]", NULL},
+                "gpt-oss q bias shape");
+    edit g8 = {.drop_tensor = "blk.0.post_attention_norm.weight"};
+    expect_fail(go, &g8, MOE_EFORMAT, (const char *[]){"missing tensor 'blk.0.post_attention_norm.weight' (gpt-oss)", NULL},
+                "gpt-oss post-attention norm");
+    edit g9 = {.drop_key = "gpt-oss.attention.sliding_window"};
+    expect_fail(go, &g9, MOE_EFORMAT, (const char *[]){"missing required key 'gpt-oss.attention.sliding_window'", NULL},
+                "gpt-oss window key");
+    edit g10 = {.u32_key = "gpt-oss.attention.sliding_window", .u32_val = 0};
+    expect_fail(go, &g10, MOE_EFORMAT, (const char *[]){"gpt-oss.attention.sliding_window must be > 0", NULL}, "gpt-oss window 0");
+    edit g11 = {.drop_key = "gpt-oss.expert_feed_forward_length"};
+    expect_fail(go, &g11, MOE_EFORMAT, (const char *[]){"missing required key 'gpt-oss.expert_feed_forward_length'", NULL},
+                "gpt-oss expert width");
+}
+
 int main(void) {
     /* laguna-tiny-q8_0: the same keys and shapes as the F32 file, and vendored
      * in tests/data/shared, so a clone without ../shared runs every case */
@@ -260,5 +304,6 @@ int main(void) {
     later_architectures();
     deepseek2_cases();
     glm4moe_cases();
+    gpt_oss_cases();
     return check_report("test_bind");
 }

@@ -89,6 +89,15 @@ int main(void) {
                   "[gMASK]<sop><|system|>\nYou are terse.<|user|>\nHello!<|assistant|>\nHi.<|user|>\nBye<|assistant|>\n");
     expect_render(synth_q, "glm4", CONV + 1, 1, false, "[gMASK]<sop><|user|>\nHello!");
     CHECK(strstr(moe_chat_formats(), "glm4") != NULL);
+    /* harmony (gpt-oss): recognised by its headers; system -> developer instructions */
+    CHECK(moe_chat_detect("{{- '<|start|>' + role + '<|message|>' }}") &&
+          !strcmp(moe_chat_detect("<|start|>user<|message|>"), "harmony"));
+    expect_render(synth_q, "harmony", CONV, 4, true,
+                  "<|start|>developer<|message|># Instructions\n\nYou are terse.<|end|>"
+                  "<|start|>user<|message|>Hello!<|end|>"
+                  "<|start|>assistant<|channel|>final<|message|>Hi.<|end|>"
+                  "<|start|>user<|message|>Bye<|end|><|start|>assistant");
+    expect_render("<|start|>x<|message|>", NULL, CONV + 1, 1, false, "<|start|>user<|message|>Hello!<|end|>");
     /* an unknown template works once a format is named */
     expect_render("[INST]", "chatml", CONV + 1, 1, true, "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
 

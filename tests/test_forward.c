@@ -143,6 +143,10 @@ int main(void) {
         {"deepseek2-tiny-q8_0.gguf", true, {"+act_q8,+kv_f16", "+kv_f16", NULL}},
         /* glm4moe: partial RoPE, per-head q/k norm with biases, a dense lead, an unrun MTP block */
         {"glm4moe-tiny-q8_0.gguf", true, {"+act_q8,+kv_f16", NULL}},
+        /* gpt-oss: attention sinks (in each KV format), expert and router
+         * biases, the clamped SwiGLU, sliding even layers; MXFP4 experts */
+        {"gpt-oss-tiny-q8_0.gguf", true, {"+act_q8,+kv_q8", "+kv_f16", NULL}},
+        {"gpt-oss-tiny-bf16-mxfp4.gguf", true, {"+act_q8", NULL}},
     };
     /* Generated here: shapes the shared files do not have but users' files
      * may. 5 query heads of 18 dims on one KV head: Q/O rows of 90 values

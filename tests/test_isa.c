@@ -96,10 +96,18 @@ static float *forward_logits(const char *path, int *nv) {
     return lg;
 }
 
-/* The forward pass at the chosen level equals the scalar level's. */
+/* The forward pass at the chosen level equals the scalar level's: laguna
+ * (vendored too: never skipped in a clone), and gpt-oss's BF16 / MXFP4 file
+ * (sinks, biases, MXFP4 experts) when ../shared has it. */
+static void check_forward_file(const char *rel);
 static void check_forward(void) {
+    check_forward_file("oracle/laguna-tiny-q8_0.gguf");
+    check_forward_file("oracle/gpt-oss-tiny-bf16-mxfp4.gguf");
+}
+
+static void check_forward_file(const char *rel) {
     char err[MOE_ERR_LEN];
-    const char *p = check_ref("oracle/laguna-tiny-q8_0.gguf");   /* vendored too: never skipped in a clone */
+    const char *p = check_ref(rel);
     if (!p) return;
     int nv = 0, nv0 = 0;
     float *a = forward_logits(p, &nv);
@@ -108,7 +116,9 @@ static void check_forward(void) {
     float *b = forward_logits(p, &nv0);
     CHECK_MSG(a && b && nv == nv0, "forward at %s failed", lvl);
     if (a && b) CHECK_MSG(memcmp(a, b, sizeof(float) * (size_t)nv) == 0, "%s logits differ from scalar's", lvl);
-    printf("MOEFAST_CPU_MASK=%s: forward at %s, %d logits compared with scalar's\n", getenv("MOEFAST_CPU_MASK"), lvl, nv);
+    printf("MOEFAST_CPU_MASK=%s: %s forward at %s, %d logits compared with scalar's\n", getenv("MOEFAST_CPU_MASK"), rel, lvl,
+           nv);
+    CHECK_EQ_INT(moe_set_isa(lvl, err, sizeof err), MOE_OK);   /* the next file at the chosen level again */
     free(a);
     free(b);
 }

@@ -294,9 +294,11 @@ static void test_kernels_match(const moe_kernels *ref, const moe_kernels *simd) 
         const uint32_t type = FORMATS[f];
         const moe_type_info *ti = moe_type_get(type);
         int64_t blk = ti->block;
-        int64_t NS[4] = {blk, 2 * blk, 4096, 0};
+        /* 2880 = gpt-oss's n_embd (90 blocks of 32: not a multiple of 256 or
+         * 512) and 2912 (91 blocks), for the 32-value formats */
+        int64_t NS[6] = {blk, 2 * blk, 4096, 0, blk == 32 ? 2880 : 0, blk == 32 ? 2912 : 0};
         if (blk == 1) { NS[0] = 1; NS[1] = 37; NS[3] = 70; }
-        for (int ni = 0; ni < 4; ni++) {
+        for (int ni = 0; ni < 6; ni++) {
             const int64_t n = NS[ni];
             if (!n) continue;
             for (int ri = 0; ri < 3; ri++) {
@@ -660,7 +662,8 @@ static void test_wide_match(const moe_kernels *ref, const moe_kernels *simd) {
         const uint32_t type = FORMATS[f];
         if (!simd->gemm_wide[type]) continue;
         const int64_t blk = moe_type_get(type)->block;
-        const int64_t NS[] = {blk == 1 ? 16 : blk, blk == 1 ? 48 : 2 * blk, 1280, 2304, blk == 1 ? 37 : 0};
+        const int64_t NS[] = {blk == 1 ? 16 : blk, blk == 1 ? 48 : 2 * blk, 1280, 2304, blk == 1 ? 37 : 0,
+                              blk == 32 ? 2880 : 0, blk == 32 ? 2912 : 0};   /* gpt-oss's n_embd, + 1 block */
         for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++) {
             const int64_t n = NS[ni];
             if (!n) continue;

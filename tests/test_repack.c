@@ -22,12 +22,15 @@ int main(void) {
         CHECK(moe_type_has_x4(type));
         const bool flt = moe_type_get(type)->block == 1;   /* F32, F16, BF16 */
         const int64_t blk = flt ? MOE_X4_PLAIN_RUN : moe_type_get(type)->block;
-        const int64_t ns[] = {blk, 2 * blk, 1024, 2304};
+        /* 2880, 2912: gpt-oss's n_embd (90 blocks of 32, not a multiple of
+         * 256 or 512) and 91 blocks, where the format's block allows */
+        const int64_t ns[] = {blk, 2 * blk, 1024, 2304, 2880, 2912};
         CHECK(moe_x4_fits(type, blk) && moe_x4_fits(type, 2304));
         if (flt) CHECK(!moe_x4_fits(type, 48) && !moe_x4_fits(type, 2047));
-        for (size_t ni = 0; ni < 4; ni++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
             for (size_t ri = 0; ri < 4; ri++) {
                 const int64_t n = ns[ni] < blk ? blk : ns[ni], nrows = rows_list[ri];
+                if (n % blk || !moe_x4_fits(type, n)) continue;
                 const size_t rb = (size_t)moe_row_bytes(type, (uint64_t)n);
                 float *src = malloc(sizeof(float) * (size_t)n);
                 uint8_t *plain = malloc(rb * (size_t)nrows), *x4 = malloc(rb * (size_t)nrows);

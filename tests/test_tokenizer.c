@@ -207,6 +207,20 @@ static void test_oracle_prompt(const char *model) {
     moe_tokenizer_free(t);
 }
 
+/* o200k (pre gpt-4o) starts a word at a lower->upper case change: the
+ * synthetic vocabulary's tokens " overThe" (606) and " testHello" (681),
+ * which the qwen2 expression keeps whole, come out split. */
+static void test_o200k_case_split(void) {
+    moe_tokenizer *t = load_vocab("oracle/gpt-oss-tiny-q8_0.gguf");
+    if (!t) return;
+    static const int32_t W[] = {429, 588, 379, 589};   /* " over" "The" " test" "Hello" */
+    size_t n;
+    int32_t *got = enc(t, " overThe testHello", 18, false, true, &n);
+    ids_equal("gpt-oss o200k case split", got, n, W, 4);
+    free(got);
+    moe_tokenizer_free(t);
+}
+
 static void test_special(void) {
     moe_tokenizer *t = load_vocab("vocab/qwen3-vocab.gguf");
     if (!t) return;
@@ -729,6 +743,8 @@ int main(void) {
     test_oracle_prompt("oracle/qwen3moe-tiny-q8_0.gguf"); /* the F32 files' vocabulary */
     test_oracle_prompt("oracle/laguna-tiny-q8_0.gguf");
     test_oracle_prompt("oracle/deepseek2-tiny-q8_0.gguf");   /* pre deepseek-v3 */
+    test_oracle_prompt("oracle/gpt-oss-tiny-q8_0.gguf");   /* pre gpt-4o (o200k) */
+    test_o200k_case_split();
     test_special();
     test_roundtrip("vocab/qwen3-vocab.gguf", 1000, 1);
     test_roundtrip("vocab/ggml-vocab-gpt-2.gguf", 1000, 2);

@@ -34,7 +34,7 @@ static void usage(FILE *f) {
             "                    [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
             "                    [--ctx N] [--flags SPEC] [-v]\n"
             "  one user message per input line; replies go to stdout\n"
-            "  --chat-format NAME  chatml | laguna (default: recognised from the model's template)\n"
+            "  --chat-format NAME  chatml | laguna | harmony (default: recognised from the model's template)\n"
             "  -n MAX              most tokens per reply (default 256)\n"
             "  -v                  per-turn token counts on stderr\n"
             "  Ctrl-C stops the current reply; at the prompt (or end of input) it exits\n");

@@ -311,6 +311,8 @@ int moe_bind_attention(moe_model *m, int il, moe_attn_desc *d, char *err, size_t
     if ((rc = moe_bind_vector(m, &d->bk, T("attn_k.bias"), Hkv * D, false, err, errlen)) < 0) return rc;
     if ((rc = moe_bind_vector(m, &d->bv, T("attn_v.bias"), Hkv * Dv, false, err, errlen)) < 0) return rc;
     if ((rc = moe_bind_vector(m, &d->bo, T("attn_output.bias"), E, false, err, errlen)) < 0) return rc;
+    /* optional attention sinks: one logit per query head */
+    if ((rc = moe_bind_vector(m, &d->sinks, T("attn_sinks.weight"), H, false, err, errlen)) < 0) return rc;
     return MOE_OK;
 }
 
@@ -325,18 +327,40 @@ int moe_bind_dense_ffn(moe_model *m, int il, moe_ffn_desc *d, char *err, size_t 
     return moe_bind_weight(m, &d->down, T("ffn_down.weight"), hp->n_ff, hp->n_embd, 0, MOE_USE_ALL, true, err, errlen);
 }
 
+/* An optional F32 stack of per-expert vectors [n, count] (count rows of n). */
+static int bind_vectors(moe_model *m, const float **out, const char *name, int64_t n, int64_t count, char *err,
+                        size_t errlen) {
+    *out = NULL;
+    const gguf_tensor *t = gguf_find_tensor(m->gf, name);
+    if (!t) return 1;
+    if (t->ne[0] != n || t->ne[1] != count || t->ne[2] != 1 || t->ne[3] != 1 || t->type != MOE_T_F32) {
+        char a[96];
+        moe_shape_str(t->ne, (int)(t->n_dims ? t->n_dims : 1), a, sizeof a);
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: tensor '%s' has shape %s (type %u), expected F32 [%lld, %lld]", m->path,
+                        name, a, t->type, (long long)n, (long long)count);
+    }
+    *out = (const float *)t->data;
+    return MOE_OK;
+}
+
 int moe_bind_moe(moe_model *m, int il, moe_moe_desc *d, char *err, size_t errlen) {
     const moe_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, NE = hp->n_expert, F = hp->n_ff_exp, Fs = hp->n_ff_shexp;
     char n[128];
     int rc;
-    /* as for the dense FFN: ffn_norm unless already bound */
+    /* as for the dense FFN: ffn_norm unless the architecture bound the
+     * input norm under another name first */
     if (!d->norm && (rc = moe_bind_vector(m, &d->norm, T("ffn_norm.weight"), E, true, err, errlen))) return rc;
     if ((rc = moe_bind_weight(m, &d->router.w, T("ffn_gate_inp.weight"), E, NE, 0, MOE_USE_ALL, true, err, errlen))) return rc;
     if ((rc = moe_bind_vector(m, &d->router.select_bias, T("exp_probs_b.bias"), NE, false, err, errlen)) < 0) return rc;
+    if ((rc = moe_bind_vector(m, &d->router.bias, T("ffn_gate_inp.bias"), NE, false, err, errlen)) < 0) return rc;
     if ((rc = moe_bind_weight(m, &d->gate_exps, T("ffn_gate_exps.weight"), E, F, NE, MOE_USE_TOPK, true, err, errlen))) return rc;
     if ((rc = moe_bind_weight(m, &d->up_exps, T("ffn_up_exps.weight"), E, F, NE, MOE_USE_TOPK, true, err, errlen))) return rc;
     if ((rc = moe_bind_weight(m, &d->down_exps, T("ffn_down_exps.weight"), F, E, NE, MOE_USE_TOPK, true, err, errlen))) return rc;
+    /* optional per-expert biases */
+    if ((rc = bind_vectors(m, &d->b_gate_exps, T("ffn_gate_exps.bias"), F, NE, err, errlen)) < 0) return rc;
+    if ((rc = bind_vectors(m, &d->b_up_exps, T("ffn_up_exps.bias"), F, NE, err, errlen)) < 0) return rc;
+    if ((rc = bind_vectors(m, &d->b_down_exps, T("ffn_down_exps.bias"), E, NE, err, errlen)) < 0) return rc;
     d->router.scale = 1.0f;
     if (Fs <= 0) return MOE_OK;
     d->has_shared = true;

@@ -40,12 +40,16 @@ int moe_read_rope(moe_model *m, int i, const char *base_key, float base_def, con
 
 /* Standard tensors of layer il ("blk.<il>.attn_q.weight", ...). Optional:
  * attn_{q,k}_norm ([head_dim], or with d->qk_norm_full set before the call
- * the whole projection's width), attn_{q,k,v,output}.bias. */
+ * the whole projection's width), attn_{q,k,v,output}.bias, attn_sinks
+ * ([n_head]). */
 int moe_bind_attention(moe_model *m, int il, moe_attn_desc *d, char *err, size_t errlen);
 int moe_bind_dense_ffn(moe_model *m, int il, moe_ffn_desc *d, char *err, size_t errlen);
 /* Router, experts and (when hp.n_ff_shexp > 0) the shared expert with its
  * optional sigmoid gate ffn_gate_inp_shexp; the router's function, bias
- * use, renorm and scale are the architecture's. */
+ * use, renorm and scale are the architecture's. Optional: ffn_gate_inp.bias
+ * [n_expert], ffn_{gate,up}_exps.bias [n_ff_exp, n_expert],
+ * ffn_down_exps.bias [n_embd, n_expert] (F32). The input norm is
+ * ffn_norm unless d->norm is set before the call. */
 int moe_bind_moe(moe_model *m, int il, moe_moe_desc *d, char *err, size_t errlen);
 /* token_embd, output_norm, output (tied to token_embd when absent). */
 int moe_bind_io(moe_model *m, char *err, size_t errlen);

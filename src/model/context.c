@@ -189,7 +189,7 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
     s->hg = xcalloc(hid, sizeof(float), &al);
     s->hu = xcalloc(hid, sizeof(float), &al);
     s->scores = xcalloc((size_t)n_threads * Hm * C, sizeof(float), &al);
-    s->attn_sum = xcalloc((size_t)n_threads * Hm, sizeof(float), &al);
+    s->attn_sum = xcalloc((size_t)n_threads * 2 * Hm, sizeof(float), &al);   /* sums, then the sinks' terms */
     if (shadow) s->logits_tmp = xcalloc(B * (size_t)hp->n_vocab, sizeof(float), &al); /* the twin's logits */
     if (moe_flag_on(flags, MOE_FLAG_ACT_Q8)) {
         const size_t in_max = E > Hm * Dv ? E : Hm * Dv;

@@ -425,11 +425,23 @@ static void print_layers(const moe_model *m, FILE *f) {
         fprintf(f, "  router: %s%s, weights %s, scale %g\n", moe_router_name(router->probs),
                 router->select_bias ? " + selection bias" : "", router->renorm ? "renormalised" : "not renormalised",
                 (double)router->scale);
+    if (router && (router->bias || router->softmax_topk))
+        fprintf(f, "  router logits%s%s\n", router->bias ? " + bias" : "",
+                router->softmax_topk ? "; weights: softmax over the chosen experts' logits" : "");
     const moe_attn_desc *a = &m->layers[0].attn;   /* the attention's options, as layer 0 has them */
     if (a->q_norm || a->bq || a->bk || a->bv || a->bo)
         fprintf(f, "  attention (layer 0): q/k norm %s, biases%s%s%s%s\n",
                 !a->q_norm ? "none" : a->qk_norm_full ? "over the whole row" : "per head", a->bq ? " q" : "",
                 a->bk ? " k" : "", a->bv ? " v" : "", a->bo ? " output" : (a->bq || a->bk || a->bv) ? "" : " none");
+    if (a->sinks) fprintf(f, "  attention sinks: one learned logit per query head in the softmax denominator\n");
+    for (int il = 0; il < hp->n_layer; il++)
+        if (!m->layers[il].dense) {
+            const moe_moe_desc *x = &m->layers[il].moe;
+            if (x->act == MOE_ACT_SWIGLU_CLAMP || x->b_gate_exps || x->b_up_exps || x->b_down_exps)
+                fprintf(f, "  experts: %s%s\n", x->act == MOE_ACT_SWIGLU_CLAMP ? "clamped SwiGLU (limit 7, alpha 1.702)" : "SwiGLU",
+                        x->b_gate_exps || x->b_up_exps || x->b_down_exps ? ", with biases" : "");
+            break;
+        }
     for (int il = 0; il < hp->n_layer; il++)
         if (!m->layers[il].dense && m->layers[il].moe.shared_gate.data) {
             fprintf(f, "  shared expert gated by sigmoid(ffn_gate_inp_shexp . h)\n");

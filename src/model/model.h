@@ -85,6 +85,9 @@ typedef struct moe_attn_desc {
     bool qk_norm_full;
     moe_weight wq, wk, wv, wo;
     const float *bq, *bk, *bv, *bo;        /* biases added to the projections' outputs, or NULL */
+    /* attention sinks: one learned logit per query head that joins each
+     * softmax denominator and takes no value (not scaled, not masked), or NULL */
+    const float *sinks;
     /* An extra projection of the attention input, computed in the same pool
      * phase as Q/K/V into the context's `gate` rows (n_out per token), and a
      * hook applied to query heads [h0, h1) of token t's attention output
@@ -127,6 +130,10 @@ typedef struct moe_router_desc {
      * groups; a group scores the sum of its two best selection scores and
      * only the n_group_used best groups' experts may be chosen. */
     int n_group, n_group_used;
+    const float *bias;             /* added to the router logits before everything else, or NULL */
+    /* the weights are the softmax over the k chosen scores (probs then
+     * usually NULL: the top-k is taken on the raw logits) */
+    bool softmax_topk;
 } moe_router_desc;
 
 /* SwiGLU FFN: Wd (silu(Wg h) * Wu h) with h = RMSNorm(x) * norm. */
@@ -135,12 +142,21 @@ typedef struct moe_ffn_desc {
     moe_weight gate, up, down;
 } moe_ffn_desc;
 
+/* The routed experts' gated activation y(g, u) of gate g = Wg h + bg and up
+ * u = Wu h + bu: SwiGLU silu(g) * u, or the clamped SwiGLU of OpenAI's
+ * gpt-oss, g' = min(g, 7): g' * sigmoid(1.702 g') * (clamp(u, -7, 7) + 1). */
+typedef enum moe_ffn_act { MOE_ACT_SWIGLU = 0, MOE_ACT_SWIGLU_CLAMP = 1 } moe_ffn_act;
+
 /* Mixture of experts: x += sum_k w_k SwiGLU_{e_k}(h) (+ g * SwiGLU_shared(h)),
  * g = sigmoid(shared_gate . h) with a shared gate, else 1. */
 typedef struct moe_moe_desc {
     const float *norm;
     moe_router_desc router;
     moe_weight gate_exps, up_exps, down_exps;   /* n_mat = n_expert */
+    moe_ffn_act act;                            /* the routed experts' activation */
+    /* per-expert biases of the routed experts, or NULL: gate / up
+     * [n_expert][n_ff_exp], down [n_expert][n_embd] */
+    const float *b_gate_exps, *b_up_exps, *b_down_exps;
     bool has_shared;
     moe_weight gate_sh, up_sh, down_sh;         /* the always-on shared expert */
     moe_weight shared_gate;                     /* n_in n_embd, n_out 1; data NULL when absent */
@@ -210,6 +226,8 @@ typedef struct moe_ffn_job {
     uint8_t *ha;             /* act_q8: room for the hidden rows as A8 rows (input of wd), or NULL */
     float *hg, *hu;          /* [nr][F] hidden */
     float *out;              /* [nr][n_out] */
+    const float *bg, *bu, *bd; /* biases of this matrix (rows of wg / wu / wd), or NULL */
+    moe_ffn_act act;
 } moe_ffn_job;
 
 struct moe_context {
@@ -252,7 +270,7 @@ struct moe_context {
     moe_ffn_job *jobs;          /* [n_expert + 1] */
     int64_t *job_pre;           /* [2][n_expert + 2]: row and work prefix sums */
     float *scores;              /* [n_threads][n_head_max][n_ctx] */
-    float *attn_sum;            /* [n_threads][n_head_max] */
+    float *attn_sum;            /* [n_threads][2][n_head_max]: softmax sums, the sinks' terms */
     float *logits_tmp;          /* differential twin only: [n_batch][n_vocab] */
     float *blk_tok;             /* [n_batch][hp.blk_tok]: scratch of blocks that need their own (mla.c) */
     uint8_t *blk_thr;           /* [n_threads][hp.blk_thr] bytes, 64-aligned rows */

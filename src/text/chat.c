@@ -19,7 +19,14 @@
  *          R1's reasoning handling are not applied).
  *  glm4    [gMASK]<sop><|ROLE|>\nCONTENT ... then <|assistant|>\n
  *          (GLM-4 / GLM-4.5; as llama.cpp's built-in chatglm4 renders it,
- *          without GLM-4.5's <think> handling or tool calls). */
+ *          without GLM-4.5's <think> handling or tool calls).
+ *  harmony <|start|>ROLE<|message|>CONTENT<|end|> ..., assistant turns as
+ *          <|start|>assistant<|channel|>final<|message|>CONTENT<|end|>, then
+ *          <|start|>assistant (OpenAI's harmony format of gpt-oss). A system
+ *          message becomes the developer message "# Instructions\n\nCONTENT"
+ *          as gpt-oss's template writes it; the template's own system
+ *          message (model identity, reasoning effort, channels) and tool
+ *          sections are not generated. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,14 +94,27 @@ static void render_glm4(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
     if (gen) sb_add(b, "<|assistant|>\n");
 }
 
+static void render_harmony(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
+    for (size_t i = 0; i < n; i++) {
+        const bool sys = !strcmp(msgs[i].role, "system");
+        sb_add(b, "<|start|>"); sb_add(b, sys ? "developer" : msgs[i].role);
+        if (!strcmp(msgs[i].role, "assistant")) sb_add(b, "<|channel|>final");
+        sb_add(b, "<|message|>");
+        if (sys) sb_add(b, "# Instructions\n\n");
+        sb_add(b, msgs[i].content); sb_add(b, "<|end|>");
+    }
+    if (gen) sb_add(b, "<|start|>assistant");
+}
+
 static const struct { const char *name; render_fn fn; } FORMATS[] = {
     {"chatml", render_chatml},
     {"laguna", render_laguna},
     {"deepseek3", render_deepseek3},
     {"glm4", render_glm4},
+    {"harmony", render_harmony},
 };
 
-const char *moe_chat_formats(void) { return "chatml, laguna, deepseek3, glm4"; }
+const char *moe_chat_formats(void) { return "chatml, laguna, deepseek3, glm4, harmony"; }
 
 const char *moe_chat_detect(const char *tmpl) {
     if (!tmpl) return NULL;
@@ -105,6 +125,8 @@ const char *moe_chat_detect(const char *tmpl) {
     if (strstr(tmpl, DS_USER) && strstr(tmpl, DS_ASSISTANT) && strstr(tmpl, DS_EOS)) return "deepseek3";
     /* GLM-4's templates open with these two special tokens */
     if (strstr(tmpl, "[gMASK]<sop>")) return "glm4";
+    /* gpt-oss's template writes harmony's message headers */
+    if (strstr(tmpl, "<|start|>") && strstr(tmpl, "<|message|>")) return "harmony";
     return NULL;
 }
 

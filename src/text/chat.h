@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include "moefast.h"
 
-/* Known format names, comma-separated ("chatml, laguna"), for messages. */
+/* Known format names, comma-separated ("chatml, laguna, harmony"), for messages. */
 const char *moe_chat_formats(void);
 /* The format recognised in a tokenizer.chat_template, or NULL. */
 const char *moe_chat_detect(const char *tmpl);

@@ -186,6 +186,18 @@ static const char RX_LLAMA3[] =
 static const char RX_QWEN2[] =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* o200k (gpt-4o, gpt-oss): case-aware words (an optional leading
+ * non-letter, "upper" letters then "lower" ones or the reverse, then an
+ * optional contraction), digits in groups of 1-3, punctuation runs with
+ * trailing newlines or slashes. llama.cpp's form of tokenizer.json's
+ * expression: "upper" = a letter other than a-z, "lower" = a letter other
+ * than A-Z. */
+static const char RX_GPT4O[] =
+    "[^\\r\\n\\p{L}\\p{N}]?(?:(?=[\\p{L}])[^a-z])*(?:(?=[\\p{L}])[^A-Z])+"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "[^\\r\\n\\p{L}\\p{N}]?(?:(?=[\\p{L}])[^a-z])+(?:(?=[\\p{L}])[^A-Z])*"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char RX_NEWLINES[] = "[^\\n]+|[\\n]+";
 /* llama.cpp's DEEPSEEK3_LLM expressions (pre deepseek-v3): digit runs of
  * 1-3, CJK / kana runs, then the word, punctuation and space rules */
@@ -218,6 +230,7 @@ static const pre_def PRE_DEFS[] = {
      * also forces the BOS id to none, which is already so for gpt2 vocabularies
      * without tokenizer.ggml.bos_token_id (the key, when present, wins there too) */
     {"glm4|chatglm-bpe|", {RX_LLAMA3}, false},
+    {"gpt-4o|llama4|", {RX_GPT4O}, false},
 };
 
 static bool pre_name_match(const char *names, const char *v, size_t vlen) {
@@ -580,7 +593,7 @@ int moe_tokenizer_load(const gguf_file *f, moe_tokenizer **out, char *err, size_
         if (!d) {
             moe_tokenizer_free(t);
             return moe_errf(err, errlen, MOE_EUNSUPPORTED,
-                            "%s: tokenizer.ggml.pre '%.*s' is not supported (known: default, gpt-2, olmo, qwen2, laguna, llama3/llama-bpe, dbrx, deepseek-v3)",
+                            "%s: tokenizer.ggml.pre '%.*s' is not supported (known: default, gpt-2, olmo, qwen2, laguna, llama3/llama-bpe, dbrx, deepseek-v3, glm4, gpt-4o)",
                             path, (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
         }
         t->ignore_merges = d->ignore_merges;

@@ -32,5 +32,6 @@ extern const moe_arch moe_arch_olmoe;
 extern const moe_arch moe_arch_qwen2moe;
 extern const moe_arch moe_arch_deepseek2;
 extern const moe_arch moe_arch_glm4moe;
+extern const moe_arch moe_arch_gpt_oss;
 
 #endif

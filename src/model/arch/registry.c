@@ -12,6 +12,7 @@ static const moe_arch *const ARCHS[] = {
     &moe_arch_qwen2moe,
     &moe_arch_deepseek2,
     &moe_arch_glm4moe,
+    &moe_arch_gpt_oss,
 };
 
 #define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])

@@ -77,7 +77,7 @@ static void attn_prep(moe_context *c, const moe_attn_desc *d, int il, int t, int
  * absolute position j, the softmax is the FP32 one over j0 .. j0+nk-1.
  * stream: a decode step (one token), whose keys and values come from memory. */
 static void attn_item_q8(moe_context *c, size_t blk, int G, const float *q, int j0, int nk, float kq_scale, int ith,
-                         bool stream, float *sc, float *sums, float *o) {
+                         bool stream, const float *sinks, float *sc, float *sums, float *o) {
     const moe_hparams *hp = &c->m->hp;
     const int D = hp->head_dim, Dv = hp->head_dim_v;
     const size_t C = (size_t)c->n_ctx, Cp = (size_t)c->ctx_pad;
@@ -85,7 +85,14 @@ static void attn_item_q8(moe_context *c, size_t blk, int G, const float *q, int 
     for (int h = 0; h < G; h++) c->kern->quantize_act8(q + (size_t)h * D, qa + (size_t)h * c->a8_row, D);
     c->attn->scores_q8(qa, c->a8_row, G, (const int8_t *)c->k_cache + blk * Cp * (size_t)D,
                        c->k_scale + blk * (size_t)(D / 32) * Cp, Cp, j0, nk, D, kq_scale, sc, C);
-    for (int h = 0; h < G; h++) sums[h] = c->attn->softmax_q8(sc + (size_t)h * C + (size_t)j0, nk);
+    for (int h = 0; h < G; h++) {
+        float *r = sc + (size_t)h * C + (size_t)j0;
+        /* a sink joins the denominator, shifted by the scores' own maximum
+         * (softmax_q8's; a sink far above it gives weights 0, its limit) */
+        const float mx = sinks ? c->attn->max_f32(r, nk) : 0.0f;
+        sums[h] = c->attn->softmax_q8(r, nk);
+        if (sinks) sums[h] += moe_expf(sinks[h] - mx);
+    }
     float *w = c->attn_w + (size_t)ith * (size_t)hp->n_head_max * (size_t)(Dv / 32) * C;
     /* value_prefetch: a decode step's values come from memory (attn.h) */
     const bool pf = stream && moe_flag_on(c->flags, MOE_FLAG_VALUE_PREFETCH);
@@ -156,7 +163,8 @@ static void attn_worker(void *arg, int ith, int nth) {
     const float kq_scale = 1.0f / sqrtf((float)D);
     const size_t C = (size_t)c->n_ctx;
     float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * C;  /* [G][n_ctx] */
-    float *sums = c->attn_sum + (size_t)ith * (size_t)hp->n_head_max;   /* [G] */
+    float *sums = c->attn_sum + (size_t)ith * 2 * (size_t)hp->n_head_max;   /* [G] */
+    float *sink_w = sums + hp->n_head_max;                                 /* [G]: exp(sink - max) */
     /* key_stream: a decode step's keys and values come from memory, so the
      * FP32 cache is read by the kernels ordered for that (attn.h) */
     const moe_attn_kernels *ak = c->attn;
@@ -175,8 +183,9 @@ static void attn_worker(void *arg, int ith, int nth) {
         const size_t blk = cache_block(c, c->tok_seq[t], at->il, g);
         const float *q = c->q + ((size_t)t * H + (size_t)g * G) * D;      /* heads g*G .. g*G+G-1 */
         float *o = c->att + ((size_t)t * H + (size_t)g * G) * Dv;
+        const float *sinks = d->sinks ? d->sinks + (size_t)g * G : NULL;  /* the group's G sinks */
         if (c->kv_q8) {                           /* the same steps on 8-bit blocks, keys indexed absolutely */
-            attn_item_q8(c, blk, G, q, j0, nk, kq_scale, ith, c->n_tok == 1, sc, sums, o);
+            attn_item_q8(c, blk, G, q, j0, nk, kq_scale, ith, c->n_tok == 1, sinks, sc, sums, o);
         } else {
             const size_t kg = (blk * C + (size_t)j0) * (size_t)D;         /* keys [nk][D] */
             const size_t vg = (blk * C + (size_t)j0) * (size_t)Dv;        /* values [nk][Dv] */
@@ -184,9 +193,15 @@ static void attn_worker(void *arg, int ith, int nth) {
             else scores_f32(q, (size_t)D, G, (const float *)c->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
             for (int h = 0; h < G; h++) {                                 /* softmax numerators per head */
                 float *r = sc + (size_t)h * C;
-                ak->exp_shift(r, nk, ak->max_f32(r, nk));                 /* r[j] = exp(r[j] - max) */
+                float mx = ak->max_f32(r, nk);
+                /* a sink: the max includes it, its exp joins the sum (ggml's soft_max with sinks) */
+                if (sinks && sinks[h] > mx) mx = sinks[h];
+                if (sinks) sink_w[h] = moe_expf(sinks[h] - mx);
+                ak->exp_shift(r, nk, mx);                                 /* r[j] = exp(r[j] - max) */
             }
             moe_attn_row_sums(sc, C, G, nk, sums);                        /* denominators, in key order */
+            if (sinks)                                                    /* the sink's term last */
+                for (int h = 0; h < G; h++) sums[h] += sink_w[h];
             if (c->kv_half) ak->accum_h(sc, C, G, (const uint16_t *)c->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
             else accum_f32(sc, C, G, (const float *)c->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
             for (int h = 0; h < G; h++) {

@@ -26,6 +26,24 @@ typedef struct {
     const int64_t *work;     /* prefix sums of rows x tokens, [n_jobs + 1] */
 } jobs_task;
 
+/* y[t][r] += b[r] for the nr rows of y (stride floats apart), r in [r0, r1). */
+static void add_rows_bias(float *y, size_t stride, int nr, const float *b, int64_t r0, int64_t r1) {
+    for (int t = 0; t < nr; t++)
+        for (int64_t r = r0; r < r1; r++) y[(size_t)t * stride + (size_t)r] += b[r];
+}
+
+/* gpt-oss's clamped SwiGLU, g[i] = y(g[i], u[i]) (model.h: moe_ffn_act), in
+ * llama.cpp's order of operations (ggml swiglu_oai, alpha 1.702, limit 7).
+ * Plain C, so every ISA level computes the same bits. */
+static void swiglu_clamp(float *g, const float *u, int64_t n) {
+    const float alpha = 1.702f, limit = 7.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i] < limit ? g[i] : limit;                 /* NaN: min(NaN, 7) = 7, as std::min */
+        const float y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        g[i] = x / (1.0f + moe_expf(alpha * -x)) * (y + 1.0f);
+    }
+}
+
 static void jobs_worker(void *arg, int ith, int nth) {
     jobs_task *jt = arg;
     /* Each thread gets an equal share of the work (rows x tokens), cut on
@@ -50,12 +68,26 @@ static void jobs_worker(void *arg, int ith, int nth) {
         if (r1 > real) r1 = real;                    /* padding rows do not exist */
         if (r0 >= r1) continue;
         const size_t aEn = (size_t)moe_act8_row_bytes((int64_t)En), aF = (size_t)moe_act8_row_bytes((int64_t)F);
-        if (ph == 0 || ph == 1) moe_matmul_rows(jt->c, j->wg, j->mat, j->x, En, j->xa, aEn, j->nr, j->hg, F, r0, r1);
-        if (ph == 0 || ph == 2) moe_matmul_rows(jt->c, j->wu, j->mat, j->x, En, j->xa, aEn, j->nr, j->hu, F, r0, r1);
+        if (ph == 0 || ph == 1) {
+            moe_matmul_rows(jt->c, j->wg, j->mat, j->x, En, j->xa, aEn, j->nr, j->hg, F, r0, r1);
+            if (j->bg) add_rows_bias(j->hg, F, j->nr, j->bg, r0, r1);
+        }
+        if (ph == 0 || ph == 2) {
+            moe_matmul_rows(jt->c, j->wu, j->mat, j->x, En, j->xa, aEn, j->nr, j->hu, F, r0, r1);
+            if (j->bu) add_rows_bias(j->hu, F, j->nr, j->bu, r0, r1);
+        }
         if (ph == 0 || ph == 3)
-            for (int t = 0; t < j->nr; t++)
-                jt->c->attn->silu_mul(j->hg + (size_t)t * F + (size_t)r0, j->hu + (size_t)t * F + (size_t)r0, r1 - r0);
-        if (ph == 4) moe_matmul_rows(jt->c, j->wd, j->mat, j->hg, F, j->ha, aF, j->nr, j->out, (size_t)j->wd->n_out, r0, r1);
+            for (int t = 0; t < j->nr; t++) {
+                float *g = j->hg + (size_t)t * F + (size_t)r0;
+                const float *u = j->hu + (size_t)t * F + (size_t)r0;
+                if (j->act == MOE_ACT_SWIGLU_CLAMP) swiglu_clamp(g, u, r1 - r0);
+                else jt->c->attn->silu_mul(g, u, r1 - r0);
+            }
+        if (ph == 4) {
+            const size_t Eo = (size_t)j->wd->n_out;
+            moe_matmul_rows(jt->c, j->wd, j->mat, j->hg, F, j->ha, aF, j->nr, j->out, Eo, r0, r1);
+            if (j->bd) add_rows_bias(j->out, Eo, j->nr, j->bd, r0, r1);
+        }
     }
 }
 
@@ -155,7 +187,7 @@ void moe_router_sigmoid(float *p, int n) {
 }
 
 const char *moe_router_name(moe_router_probs_fn f) {
-    return f == moe_router_sigmoid ? "sigmoid" : f == moe_router_softmax ? "softmax" : "custom";
+    return !f ? "none" : f == moe_router_sigmoid ? "sigmoid" : f == moe_router_softmax ? "softmax" : "custom";
 }
 
 /* Group-limited routing (DeepSeek-V3, llama.cpp's for every deepseek2):
@@ -194,7 +226,9 @@ static void route_token(const moe_context *c, const moe_router_desc *r, int t, b
     const moe_hparams *hp = &c->m->hp;
     const int NE = hp->n_expert, K = hp->n_expert_used;
     float *p = c->router + (size_t)t * NE;                       /* logits -> probabilities in place */
-    r->probs(p, NE);
+    if (r->bias)
+        for (int e = 0; e < NE; e++) p[e] += r->bias[e];
+    if (r->probs) r->probs(p, NE);
     int32_t *sel = c->sel + (size_t)t * K;
     float *w = c->selw + (size_t)t * K;
     uint64_t taken[64] = {0};                                     /* n_expert <= 4096 */
@@ -211,6 +245,7 @@ static void route_token(const moe_context *c, const moe_router_desc *r, int t, b
         sel[k] = best;
         w[k] = p[best];
     }
+    if (r->softmax_topk) moe_router_softmax(w, K);               /* over the chosen scores, rank order */
     if (r->renorm) {
         double sum = 0.0;
         for (int k = 0; k < K; k++) sum += (double)w[k];
@@ -330,7 +365,11 @@ static int expert_jobs(moe_context *c, const moe_moe_desc *d, const uint8_t *xa,
                                           .nr = cnt[e] - start,
                                           .ha = c->ha ? c->ha + (size_t)start * aFx : NULL,
                                           .hg = c->hg + (size_t)start * Fx, .hu = c->hu + (size_t)start * Fx,
-                                          .out = c->eout + (size_t)start * E};
+                                          .out = c->eout + (size_t)start * E,
+                                          .bg = d->b_gate_exps ? d->b_gate_exps + (size_t)e * Fx : NULL,
+                                          .bu = d->b_up_exps ? d->b_up_exps + (size_t)e * Fx : NULL,
+                                          .bd = d->b_down_exps ? d->b_down_exps + (size_t)e * E : NULL,
+                                          .act = d->act};
     }
     gather_task gt = {c, xa, rows0, *rows};                       /* the copies, [n*K][E] */
     if (glue && *rows - rows0 > K) moe_ctx_par(c, gather_worker, &gt);
