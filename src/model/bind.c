@@ -226,6 +226,30 @@ int moe_read_uniform_heads(moe_model *m, char *err, size_t errlen) {
     return moe_read_head_dims(m, err, errlen);
 }
 
+int moe_read_expert_groups(moe_model *m, int *n_group, int *n_group_used, char *err, size_t errlen) {
+    const moe_hparams *hp = &m->hp;
+    const int NE = hp->n_expert;
+    uint32_t g, gu;
+    int rc;
+    *n_group = *n_group_used = 0;
+    if ((rc = moe_get_u32_def(m, "expert_group_count", 0, &g, false, err, errlen)) ||
+        (rc = moe_get_u32_def(m, "expert_group_used_count", 0, &gu, false, err, errlen)))
+        return rc;
+    if (g <= 1) return MOE_OK;
+    const char *a = m->arch_name;
+    if (NE < 1 || NE % (int)g)
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s.expert_group_count %u does not divide expert_count %d", m->path, a, g, NE);
+    if (gu < 1 || gu > g)
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s.expert_group_used_count %u must be 1..expert_group_count %u", m->path, a,
+                        gu, g);
+    if (hp->n_expert_used > (int)gu * (NE / (int)g))
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s: %u used groups of %d experts cannot supply expert_used_count %d", m->path,
+                        a, gu, NE / (int)g, hp->n_expert_used);
+    *n_group = (int)g;
+    *n_group_used = (int)gu;
+    return MOE_OK;
+}
+
 int moe_check_hparams(moe_model *m, char *err, size_t errlen) {
     moe_hparams *hp = &m->hp;
 #define NEED(cond, what) do { if (!(cond)) return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s: %s", m->path, m->arch_name, what); } while (0)

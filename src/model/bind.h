@@ -31,6 +31,11 @@ int moe_read_head_dims(moe_model *m, char *err, size_t errlen);
  * every layer's attn.n_head), attention.head_count_kv (default: the same),
  * then moe_read_head_dims. */
 int moe_read_uniform_heads(moe_model *m, char *err, size_t errlen);
+/* expert_group_count / expert_group_used_count (optional; group-limited
+ * routing, DeepSeek-V3 style) into *n_group / *n_group_used (0 / 0 when
+ * absent or 1), checked against the expert counts (needs n_expert and
+ * n_expert_used read). */
+int moe_read_expert_groups(moe_model *m, int *n_group, int *n_group_used, char *err, size_t errlen);
 /* Range checks every architecture needs, once the layers' head counts are set. */
 int moe_check_hparams(moe_model *m, char *err, size_t errlen);
 /* rope.freq_base / rope.dimension_count style keys (base_key, dims_key under

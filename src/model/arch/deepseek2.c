@@ -56,9 +56,8 @@ static int read_keys(moe_model *m, ds2_keys *k, char *err, size_t errlen) {
     U32("attention.kv_lora_rank", 0, true, k->kv_lora);
     U32("expert_shared_count", 0, true, k->n_shared);
     U32("expert_gating_func", 1, false, k->gating);
-    U32("expert_group_count", 0, false, k->n_group);
-    U32("expert_group_used_count", 0, false, k->n_group_used);
     U32("rope.dimension_count", 0, true, k->rope);
+    if ((rc = moe_read_expert_groups(m, &k->n_group, &k->n_group_used, err, errlen))) return rc;
     char key[160];
     snprintf(key, sizeof key, "%s.attention.key_length_mla", m->arch_name);
     uint32_t kmla = 0, vmla = 0;
@@ -79,7 +78,6 @@ static int read_keys(moe_model *m, ds2_keys *k, char *err, size_t errlen) {
 
 static int check_keys(moe_model *m, const ds2_keys *k, char *err, size_t errlen) {
     const moe_hparams *hp = &m->hp;
-    const int NE = hp->n_expert;
 #define NEED(cond, ...) do { if (!(cond)) return moe_errf(err, errlen, MOE_EFORMAT, __VA_ARGS__); } while (0)
     NEED(k->gating == 1 || k->gating == 2, "%s: deepseek2.expert_gating_func %d not supported (1 softmax, 2 sigmoid)",
          m->path, k->gating);
@@ -91,16 +89,6 @@ static int check_keys(moe_model *m, const ds2_keys *k, char *err, size_t errlen)
     NEED(k->n_dense_lead <= hp->n_layer, "%s: deepseek2.leading_dense_block_count %d > block_count %d", m->path,
          k->n_dense_lead, hp->n_layer);
     NEED(k->n_dense_lead == 0 || hp->n_ff >= 1, "%s: deepseek2.feed_forward_length is needed for the dense layers", m->path);
-    if (k->n_group > 1) {
-        NEED(NE % k->n_group == 0, "%s: deepseek2.expert_group_count %d does not divide expert_count %d", m->path,
-             k->n_group, NE);
-        NEED(k->n_group_used >= 1 && k->n_group_used <= k->n_group,
-             "%s: deepseek2.expert_group_used_count %d must be 1..expert_group_count %d", m->path, k->n_group_used,
-             k->n_group);
-        NEED(hp->n_expert_used <= k->n_group_used * (NE / k->n_group),
-             "%s: deepseek2: %d used groups of %d experts cannot supply expert_used_count %d", m->path, k->n_group_used,
-             NE / k->n_group, hp->n_expert_used);
-    }
     /* the projections' inputs share the context's act_q8 rows (width max(n_embd, H*C)) */
     const int64_t wide = hp->n_embd > (int64_t)hp->n_head_max * k->kv_lora ? hp->n_embd : (int64_t)hp->n_head_max * k->kv_lora;
     NEED(k->q_lora <= wide && (int64_t)hp->n_head_max * k->v_dim <= wide,

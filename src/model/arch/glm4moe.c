@@ -73,7 +73,7 @@ static int check_nextn(moe_model *m, int il, char *err, size_t errlen) {
 static int glm4moe_bind(moe_model *m, char *err, size_t errlen) {
     moe_hparams *hp = &m->hp;
     uint32_t u;
-    int rc, n_shared, n_dense_lead, n_nextn, gating, groups;
+    int rc, n_shared, n_dense_lead, n_nextn, gating, groups, groups_used;
     bool renorm;
     float scale;
 #define U32(key, def, req, dst) do { if ((rc = moe_get_u32_def(m, key, def, &u, req, err, errlen))) return rc; dst = (int)u; } while (0)
@@ -83,7 +83,6 @@ static int glm4moe_bind(moe_model *m, char *err, size_t errlen) {
     U32("leading_dense_block_count", 0, false, n_dense_lead);
     U32("nextn_predict_layers", 0, false, n_nextn);
     U32("expert_gating_func", 2, false, gating);   /* llama.cpp: absent (0) means sigmoid for GLM */
-    U32("expert_group_count", 1, false, groups);
 #undef U32
     if ((rc = moe_get_bool_def(m, "expert_weights_norm", false, &renorm, err, errlen))) return rc;
     if ((rc = moe_get_f32_def(m, "expert_weights_scale", 1.0f, &scale, err, errlen))) return rc;
@@ -92,9 +91,7 @@ static int glm4moe_bind(moe_model *m, char *err, size_t errlen) {
     if (gating != 1 && gating != 2)
         return moe_errf(err, errlen, MOE_EUNSUPPORTED, "%s: glm4moe.expert_gating_func %d not supported (1 softmax, 2 sigmoid)",
                         m->path, gating);
-    if (groups > 1)
-        return moe_errf(err, errlen, MOE_EUNSUPPORTED, "%s: glm4moe.expert_group_count %d: group-limited routing is not supported",
-                        m->path, groups);
+    if ((rc = moe_read_expert_groups(m, &groups, &groups_used, err, errlen))) return rc;
     if (n_nextn < 0 || n_nextn >= hp->n_layer)
         return moe_errf(err, errlen, MOE_EFORMAT, "%s: glm4moe.nextn_predict_layers %d must be < block_count %d", m->path,
                         n_nextn, hp->n_layer);
@@ -124,6 +121,8 @@ static int glm4moe_bind(moe_model *m, char *err, size_t errlen) {
         L->moe.router.probs = gating == 2 ? moe_router_sigmoid : moe_router_softmax;
         L->moe.router.renorm = renorm;
         L->moe.router.scale = scale;
+        L->moe.router.n_group = groups;
+        L->moe.router.n_group_used = groups_used;
     }
     if (n_nextn > 0) {
         m->n_weights = n_weights_run;
