@@ -23,7 +23,8 @@ OUT=build/bench
 T=${BENCH_THREADS:-2}
 PAIRS=${PRICE_PAIRS:-5}
 REPEAT=${BENCH_REPEAT:-3}
-ALL="qwen3moe-bench-q8_0 laguna-bench-q8_0 laguna-bench-bf16-nvfp4"
+ALL="qwen3moe-bench-q8_0 laguna-bench-q8_0 laguna-bench-bf16-nvfp4 llama-bench-q8_0 olmoe-bench-q8_0 qwen2moe-bench-q8_0
+     glm4moe-bench-q8_0 gpt-oss-bench-bf16-mxfp4 deepseek2-bench-q8_0"
 SEL=${BENCH_MODELS:-$ALL}
 NUMS=${BENCH_NUMERICS:-fp32 q8 q8kv}
 # flags of a numerics; suffix of its trace and result files
@@ -46,6 +47,12 @@ gen_args() {
     qwen3moe-bench-q8_0) echo "--arch qwen3moe --preset bench --type Q8_0" ;;
     laguna-bench-q8_0) echo "--arch laguna --preset bench --type Q8_0" ;;
     laguna-bench-bf16-nvfp4) echo "--arch laguna --preset bench --type BF16 --type-experts NVFP4" ;;
+    llama-bench-q8_0) echo "--arch llama --preset bench --type Q8_0" ;;
+    olmoe-bench-q8_0) echo "--arch olmoe --preset bench --type Q8_0" ;;
+    qwen2moe-bench-q8_0) echo "--arch qwen2moe --preset bench --type Q8_0" ;;
+    glm4moe-bench-q8_0) echo "--arch glm4moe --preset bench --type Q8_0" ;;
+    gpt-oss-bench-bf16-mxfp4) echo "--arch gpt-oss --preset bench --type BF16 --type-experts MXFP4" ;;
+    deepseek2-bench-q8_0) echo "--arch deepseek2 --preset bench --type Q8_0" ;;
     *) return 1 ;;
   esac
 }

@@ -24,7 +24,7 @@ static const char GEN_HELP[] =
     "Norms, the router (ffn_gate_inp) and exp_probs_b are always F32.\n"
     "\n"
     "Hyperparameter overrides (key=value; unknown keys and bad values are errors):\n"
-    "  both archs:\n"
+    "  every architecture:\n"
     "    n_layer            block_count\n"
     "    n_embd             embedding_length (multiple of 32)\n"
     "    n_head             query heads (laguna: sets n_head_full and n_head_swa)\n"
