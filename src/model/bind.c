@@ -79,9 +79,12 @@ int moe_bind_weight(moe_model *m, moe_weight *w, const char *name, int64_t n_in,
         return moe_errf(err, errlen, MOE_EFORMAT, "%s: tensor '%s' has shape %s, expected %s", m->path, name, a, b);
     }
     const moe_type_info *ti = moe_type_get(t->type);
-    if (!ti || !ti->supported)
-        return moe_errf(err, errlen, MOE_EUNSUPPORTED, "%s: tensor '%s' has type %s, which moefast cannot compute with",
-                        m->path, name, ti && ti->name ? ti->name : "unknown");
+    if (!ti || !ti->supported) {
+        char can[400];
+        moe_type_list_supported(can, sizeof can);
+        return moe_errf(err, errlen, MOE_EUNSUPPORTED, "%s: tensor '%s' has type %s (id %u), which moefast cannot run (it runs: %s)",
+                        m->path, name, ti && ti->name ? ti->name : "unknown", t->type, can);
+    }
     if (n_in % ti->block)
         return moe_errf(err, errlen, MOE_EFORMAT, "%s: tensor '%s' row length %lld is not a multiple of the %s block size %u",
                         m->path, name, (long long)n_in, ti->name, ti->block);

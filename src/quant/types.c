@@ -2,6 +2,7 @@
 #include "quant/quant.h"
 #include "base/util.h"
 
+#include <stdio.h>
 #include <strings.h>
 
 #define MOE_TYPE_ROW_(N, id, blk, bytes, k, x4, a8, ft) \
@@ -43,4 +44,16 @@ bool moe_type_has_x4(uint32_t type) {
 bool moe_type_has_a8(uint32_t type) {
     const moe_type_info *ti = moe_type_get(type);
     return ti && ti->has_a8;
+}
+
+void moe_type_list_supported(char *buf, size_t len) {
+    size_t n = 0;
+    if (!buf || !len) return;
+    buf[0] = 0;
+    for (int i = 0; i < MOE_T_COUNT; i++) {
+        if (!TYPES[i].name || !TYPES[i].supported) continue;
+        const int w = snprintf(buf + n, len - n, "%s%s", n ? ", " : "", TYPES[i].name);
+        if (w < 0 || (size_t)w >= len - n) return;   /* truncated: what fits */
+        n += (size_t)w;
+    }
 }

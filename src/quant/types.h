@@ -78,6 +78,9 @@ typedef struct moe_type_info {
 const moe_type_info *moe_type_get(uint32_t type);
 /* Type id by name (case-insensitive, "q8_0", "nvfp4", ...); -1 if unknown. */
 int moe_type_by_name(const char *name);
+/* "F32, F16, Q4_0, ...": the types with kernels, in id order (for the
+ * error that refuses a tensor of another type). */
+void moe_type_list_supported(char *buf, size_t len);
 /* Bytes of a row of n values; 0 when n is not a multiple of the block size. */
 uint64_t moe_row_bytes(uint32_t type, uint64_t n);
 
