@@ -6,9 +6,9 @@
  * blocks' lanes of the contract. The integer products are act8_avx2.c's
  * exact even/odd split (u & 0xFF, u >> 8 against the sign-extended even and
  * odd activation bytes, two vpmaddwd): u reaches 241 (IQ4_NL), where
- * vpmaddubsw would saturate. A row's last, partial group is copied into a
- * zero-padded full-group image first; the FMAs are blended in for lanes
- * j < gn only. */
+ * vpmaddubsw would saturate. A row's last, partial group (gn < 16) is read
+ * with dword-masked loads (vpmaskmovd: nothing past the group is touched)
+ * and its FMAs blended in for lanes j < gn only. */
 #include "quant/quant_internal.h"
 
 #include <immintrin.h>
@@ -20,17 +20,6 @@ enum { LF_Q4_1, LF_Q5_0, LF_Q5_1, LF_IQ4_NL };
 #define LF_HAS_M(F) ((F) == LF_Q4_1 || (F) == LF_Q5_1)
 #define LF_FIVE(F) ((F) == LF_Q5_0 || (F) == LF_Q5_1)
 #define LF_BPB(F) ((F) == LF_Q4_1 ? 20 : (F) == LF_Q5_0 ? 22 : (F) == LF_Q5_1 ? 24 : 18)
-
-/* A partial group of gn blocks re-laid as a full one (16 blocks): d[16],
- * m[16], lo[256], hi[64] at the full group's offsets, zeros elsewhere. */
-ALWAYS_INLINE void row_full(const uint8_t *G, int gn, uint8_t *buf, const int F) {
-    const int ns = LF_HAS_M(F) ? 4 : 2;
-    memset(buf, 0, 16 * LF_BPB(F));
-    memcpy(buf, G, (size_t)(2 * gn));
-    if (LF_HAS_M(F)) memcpy(buf + 32, G + 2 * gn, (size_t)(2 * gn));
-    for (int p = 0; p < 4; p++) memcpy(buf + 16 * ns + 64 * p, G + ns * gn + 4 * gn * p, (size_t)(4 * gn));
-    if (LF_FIVE(F)) memcpy(buf + 16 * ns + 256, G + ns * gn + 16 * gn, (size_t)(4 * gn));
-}
 
 ALWAYS_INLINE float hsum16(__m256 lo, __m256 hi) {
     const __m256 s8 = _mm256_add_ps(lo, hi);
@@ -61,11 +50,25 @@ ALWAYS_INLINE __m256i dot4(__m256i is, __m256i u, __m256i a) {
     return _mm256_add_epi32(is, _mm256_add_epi32(_mm256_madd_epi16(ue, ae), _mm256_madd_epi16(uo, ao)));
 }
 
-/* R rows x T tokens of lane half L of one group in the full layout (row r
- * at G + r*gs), folded into acc for the lanes in live (all-ones dwords). */
-ALWAYS_INLINE void group_l(const uint8_t *G, size_t gs, const uint8_t *A, size_t xs, int L, __m256 live,
-                           __m256 acc[4][4], const int R, const int T, const int F) {
-    const int ns = LF_HAS_M(F) ? 4 : 2;
+/* 32 bytes at p: plain in a full group, else the dwords in live only. */
+ALWAYS_INLINE __m256i ld_run(const uint8_t *p, __m256i live, const int PARTIAL) {
+    return PARTIAL ? _mm256_maskload_epi32((const int *)p, live) : _mm256_loadu_si256((const __m256i *)p);
+}
+/* 8 f16 at p (lane half L of d or m) as floats; partial: the dwords up to
+ * lane gn - 8L (one f16 past it may be read: still inside the group, and
+ * its lane is blended away). */
+ALWAYS_INLINE __m256 ld_f16(const uint8_t *p, int nl, const int PARTIAL) {
+    if (!PARTIAL) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    const __m128i k = _mm_cmpgt_epi32(_mm_set1_epi32((nl + 1) / 2), _mm_setr_epi32(0, 1, 2, 3));
+    return _mm256_cvtph_ps(_mm_maskload_epi32((const int *)p, k));
+}
+
+/* R rows x T tokens of lane half L of one group of gn blocks (row r at G +
+ * r*gs), folded into acc for the lanes j < gn. */
+ALWAYS_INLINE void group_l(const uint8_t *G, size_t gs, int gn, const uint8_t *A, size_t xs, int L,
+                           __m256 acc[4][4], const int R, const int T, const int F, const int PARTIAL) {
+    const int ns = LF_HAS_M(F) ? 4 : 2, nl = gn - 8 * L; /* live lanes of this half */
+    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(nl), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     __m256i is[4][4], h[4];
     UNROLL for (int t = 0; t < T; t++) {
         const __m256i c = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 512 + 32 * L));
@@ -73,11 +76,10 @@ ALWAYS_INLINE void group_l(const uint8_t *G, size_t gs, const uint8_t *A, size_t
         UNROLL for (int r = 0; r < R; r++) is[r][t] = s;
     }
     UNROLL for (int r = 0; r < R; r++)
-        h[r] = LF_FIVE(F) ? _mm256_loadu_si256((const __m256i *)(G + (size_t)r * gs + 16 * ns + 256 + 32 * L))
-                          : _mm256_setzero_si256();
+        h[r] = LF_FIVE(F) ? ld_run(G + (size_t)r * gs + (ns + 16) * gn + 32 * L, live, PARTIAL) : _mm256_setzero_si256();
     UNROLL for (int p = 0; p < 4; p++) {
         UNROLL for (int r = 0; r < R; r++) {
-            const __m256i z = _mm256_loadu_si256((const __m256i *)(G + (size_t)r * gs + 16 * ns + 64 * p + 32 * L));
+            const __m256i z = ld_run(G + (size_t)r * gs + (ns + 4 * p) * gn + 32 * L, live, PARTIAL);
             const __m256i u0 = slab_u(z, h[r], 2 * p, F), u1 = slab_u(z, h[r], 2 * p + 1, F);
             UNROLL for (int t = 0; t < T; t++) {
                 const uint8_t *At = A + (size_t)t * xs + 128 * p + 32 * L;
@@ -87,9 +89,8 @@ ALWAYS_INLINE void group_l(const uint8_t *G, size_t gs, const uint8_t *A, size_t
         }
     }
     UNROLL for (int r = 0; r < R; r++) {
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(G + (size_t)r * gs + 16 * L)));
-        const __m256 m = LF_HAS_M(F) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(G + (size_t)r * gs + 32 + 16 * L)))
-                                     : _mm256_setzero_ps();
+        const __m256 d = ld_f16(G + (size_t)r * gs + 16 * L, nl, PARTIAL);
+        const __m256 m = LF_HAS_M(F) ? ld_f16(G + (size_t)r * gs + 2 * gn + 16 * L, nl, PARTIAL) : _mm256_setzero_ps();
         UNROLL for (int t = 0; t < T; t++) {
             const uint8_t *At = A + (size_t)t * xs;
             const __m256 da = _mm256_loadu_ps((const float *)(At + 576 + 32 * L));
@@ -99,7 +100,7 @@ ALWAYS_INLINE void group_l(const uint8_t *G, size_t gs, const uint8_t *A, size_t
                                                     _mm256_loadu_si256((const __m256i *)(At + 704 + 32 * L)));
                 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(qs), _mm256_mul_ps(m, da), v);
             }
-            acc[r][t] = _mm256_blendv_ps(acc[r][t], v, live);
+            acc[r][t] = PARTIAL ? _mm256_blendv_ps(acc[r][t], v, _mm256_castsi256_ps(live)) : v;
         }
     }
 }
@@ -116,17 +117,10 @@ ALWAYS_INLINE void tile_l(const uint8_t *w, size_t rb, const uint8_t *xa, size_t
         const int gn = (int)(nb - g0 < A8_G ? nb - g0 : A8_G);
         const uint8_t *G = w + (size_t)g0 * LF_BPB(F), *A = xa + (size_t)(g0 / A8_G) * A8_GROUP_BYTES;
         if (gn == A8_G) {
-            const __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-            UNROLL for (int L = 0; L < 2; L++) group_l(G, rb, A, xs, L, all, acc[L], R, T, F);
+            UNROLL for (int L = 0; L < 2; L++) group_l(G, rb, A8_G, A, xs, L, acc[L], R, T, F, 0);
         } else {
-            _Alignas(64) uint8_t buf[4][16 * 24];
-            UNROLL for (int r = 0; r < R; r++) row_full(G + (size_t)r * rb, gn, buf[r], F);
-            UNROLL for (int L = 0; L < 2; L++) {
-                if (gn <= 8 * L) break;
-                const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-                const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(gn - 8 * L), lane));
-                group_l(buf[0], sizeof buf[0], A, xs, L, live, acc[L], R, T, F);
-            }
+            group_l(G, rb, gn, A, xs, 0, acc[0], R, T, F, 1);
+            if (gn > 8) group_l(G, rb, gn, A, xs, 1, acc[1], R, T, F, 1);
         }
     }
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)

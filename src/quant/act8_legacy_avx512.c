@@ -8,9 +8,11 @@
  * from the slab pair p = t / 2 (one 64-byte load, a nibble split): IQ4_NL a
  * vpshufb of kv + 128, Q5_0 / Q5_1 the nibble with bit 4 from the hi area
  * (shifted to bit 4 and merged by one vpternlogd), Q4_1 the nibble.
- * A row's last, partial group (gn < 16 blocks) is first copied into a
- * zero-padded full-group image (row_full), so one code path serves both;
- * the FMAs are masked to lanes j < gn, so absent lanes keep their +0. */
+ * A row's last, partial group (gn < 16 blocks) is read with masked loads
+ * (zeros past the group: nothing past the row is touched) and its FMAs
+ * are masked to lanes j < gn, so absent lanes keep their +0. (A first
+ * version copied the group into a zero-padded full image: bench_quant
+ * "a8 1024x256", one partial group of 8 blocks per row, read 6-7 GB/s.) */
 #include "quant/quant_internal.h"
 
 #include <immintrin.h>
@@ -24,17 +26,6 @@ enum { LF_Q4_1, LF_Q5_0, LF_Q5_1, LF_IQ4_NL };
 #define LF_HAS_M(F) ((F) == LF_Q4_1 || (F) == LF_Q5_1)
 #define LF_FIVE(F) ((F) == LF_Q5_0 || (F) == LF_Q5_1)
 #define LF_BPB(F) ((F) == LF_Q4_1 ? 20 : (F) == LF_Q5_0 ? 22 : (F) == LF_Q5_1 ? 24 : 18)
-
-/* A partial group of gn blocks re-laid as a full one (16 blocks): d[16],
- * m[16], lo[256], hi[64] at the full group's offsets, zeros elsewhere. */
-ALWAYS_INLINE void row_full(const uint8_t *G, int gn, uint8_t *buf, const int F) {
-    const int ns = LF_HAS_M(F) ? 4 : 2;
-    memset(buf, 0, 16 * LF_BPB(F));
-    memcpy(buf, G, (size_t)(2 * gn));
-    if (LF_HAS_M(F)) memcpy(buf + 32, G + 2 * gn, (size_t)(2 * gn));
-    for (int p = 0; p < 4; p++) memcpy(buf + 16 * ns + 64 * p, G + ns * gn + 4 * gn * p, (size_t)(4 * gn));
-    if (LF_FIVE(F)) memcpy(buf + 16 * ns + 256, G + ns * gn + 16 * gn, (size_t)(4 * gn));
-}
 
 /* u of slab t from its pair z (and, 5-bit formats, the hi area h). */
 ALWAYS_INLINE __m512i slab_u(__m512i z, __m512i h, const int t, const int F) {
@@ -51,11 +42,22 @@ ALWAYS_INLINE __m512i slab_u(__m512i z, __m512i h, const int t, const int F) {
     return _mm512_ternarylogic_epi32(nib, hb, _mm512_set1_epi8(0x10), 0xF8); /* nib | (hb & 0x10) */
 }
 
-/* R rows x T tokens of one group in the full layout (row r's group at
- * G + r*gs), its block sums folded into acc for the lanes in ml. */
-ALWAYS_INLINE void group_l(const uint8_t *G, size_t gs, const uint8_t *A, size_t xs, __mmask16 ml, __m512 acc[4][4],
-                           const int R, const int T, const int F) {
+/* Bytes [0, 4 gn) at p: a plain load in a full group, else masked. */
+ALWAYS_INLINE __m512i ld_run(const uint8_t *p, int gn, const int PARTIAL) {
+    return PARTIAL ? _mm512_maskz_loadu_epi8(((__mmask64)1 << (4 * gn)) - 1, p) : _mm512_loadu_si512(p);
+}
+/* gn f16 at p as floats (lanes past gn: 0). */
+ALWAYS_INLINE __m512 ld_f16(const uint8_t *p, int gn, const int PARTIAL) {
+    return _mm512_cvtph_ps(PARTIAL ? _mm256_maskz_loadu_epi16((__mmask16)((1u << gn) - 1), p)
+                                   : _mm256_loadu_si256((const __m256i *)p));
+}
+
+/* R rows x T tokens of one group of gn blocks (row r's group at G + r*gs),
+ * its block sums folded into acc for the lanes j < gn. */
+ALWAYS_INLINE void group_l(const uint8_t *G, size_t gs, int gn, const uint8_t *A, size_t xs, __m512 acc[4][4],
+                           const int R, const int T, const int F, const int PARTIAL) {
     const int ns = LF_HAS_M(F) ? 4 : 2;
+    const __mmask16 ml = (__mmask16)((1u << gn) - 1);
     __m512i is[4][4], h[4];
     UNROLL for (int t = 0; t < T; t++) {
         const __m512i c = _mm512_loadu_si512(A + (size_t)t * xs + 512);
@@ -63,7 +65,7 @@ ALWAYS_INLINE void group_l(const uint8_t *G, size_t gs, const uint8_t *A, size_t
         UNROLL for (int r = 0; r < R; r++) is[r][t] = s;
     }
     UNROLL for (int r = 0; r < R; r++)
-        h[r] = LF_FIVE(F) ? _mm512_loadu_si512(G + (size_t)r * gs + 16 * ns + 256) : _mm512_setzero_si512();
+        h[r] = LF_FIVE(F) ? ld_run(G + (size_t)r * gs + (ns + 16) * gn, gn, PARTIAL) : _mm512_setzero_si512();
     UNROLL for (int p = 0; p < 4; p++) {
         __m512i a0[4], a1[4];
         UNROLL for (int t = 0; t < T; t++) {
@@ -71,7 +73,7 @@ ALWAYS_INLINE void group_l(const uint8_t *G, size_t gs, const uint8_t *A, size_t
             a1[t] = _mm512_loadu_si512(A + (size_t)t * xs + 128 * p + 64);
         }
         UNROLL for (int r = 0; r < R; r++) {
-            const __m512i z = _mm512_loadu_si512(G + (size_t)r * gs + 16 * ns + 64 * p);
+            const __m512i z = ld_run(G + (size_t)r * gs + (ns + 4 * p) * gn, gn, PARTIAL);
             const __m512i u0 = slab_u(z, h[r], 2 * p, F), u1 = slab_u(z, h[r], 2 * p + 1, F);
             UNROLL for (int t = 0; t < T; t++) {
                 is[r][t] = _mm512_dpbusd_epi32(is[r][t], u0, a0[t]);
@@ -80,9 +82,8 @@ ALWAYS_INLINE void group_l(const uint8_t *G, size_t gs, const uint8_t *A, size_t
         }
     }
     UNROLL for (int r = 0; r < R; r++) {
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(G + (size_t)r * gs)));
-        const __m512 m = LF_HAS_M(F) ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(G + (size_t)r * gs + 32)))
-                                     : _mm512_setzero_ps();
+        const __m512 d = ld_f16(G + (size_t)r * gs, gn, PARTIAL);
+        const __m512 m = LF_HAS_M(F) ? ld_f16(G + (size_t)r * gs + 2 * gn, gn, PARTIAL) : _mm512_setzero_ps();
         UNROLL for (int t = 0; t < T; t++) {
             const uint8_t *At = A + (size_t)t * xs;
             const __m512 da = _mm512_loadu_ps((const float *)(At + 576));
@@ -104,13 +105,8 @@ ALWAYS_INLINE void tile_l(const uint8_t *w, size_t rb, const uint8_t *xa, size_t
     for (int64_t g0 = 0; g0 < nb; g0 += A8_G) {
         const int gn = (int)(nb - g0 < A8_G ? nb - g0 : A8_G);
         const uint8_t *G = w + (size_t)g0 * LF_BPB(F), *A = xa + (size_t)(g0 / A8_G) * A8_GROUP_BYTES;
-        if (gn == A8_G) {
-            group_l(G, rb, A, xs, 0xFFFF, acc, R, T, F);
-        } else {
-            _Alignas(64) uint8_t buf[4][16 * 24];
-            UNROLL for (int r = 0; r < R; r++) row_full(G + (size_t)r * rb, gn, buf[r], F);
-            group_l(buf[0], sizeof buf[0], A, xs, (__mmask16)((1u << gn) - 1), acc, R, T, F);
-        }
+        if (gn == A8_G) group_l(G, rb, A8_G, A, xs, acc, R, T, F, 0);
+        else group_l(G, rb, gn, A, xs, acc, R, T, F, 1);
     }
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
         y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t]);
