@@ -16,7 +16,7 @@ typedef struct {
     const char *u32_key; uint32_t u32_val; /* replace a u32 key's value */
     const char *str_key; const char *str_val;
     const char *add_scale; int64_t scale_n; /* add "<name>.scale" with scale_n F32 values */
-    const char *retype_tensor;             /* store this tensor as Q5_0 (known type, no kernels) */
+    const char *retype_tensor;             /* store this tensor as Q8_1 (known type, no kernels) */
 } edit;
 
 static int rewrite(const char *src, const char *dst, const edit *e) {
@@ -47,7 +47,7 @@ static int rewrite(const char *src, const char *dst, const edit *e) {
             if (n_dims < 2) n_dims = 2;          /* a vector [n] becomes [1, n] */
         }
         if (e->retype_tensor && !strcmp(t->name, e->retype_tensor)) {
-            type = MOE_T_Q5_0;
+            type = MOE_T_Q8_1;
             nbytes = moe_row_bytes(type, (uint64_t)ne[0]) * (uint64_t)(ne[1] * ne[2] * ne[3]);
             data = zeros;
         }
@@ -145,7 +145,7 @@ int main(void) {
     edit e5 = {.str_key = "general.architecture", .str_val = "mamba"};
     expect_fail(lag, &e5, MOE_EUNSUPPORTED, (const char *[]){"'mamba' is not supported", NULL}, "architecture");
     edit e6 = {.retype_tensor = "blk.0.attn_k.weight"};
-    expect_fail(lag, &e6, MOE_EUNSUPPORTED, (const char *[]){"'blk.0.attn_k.weight' has type Q5_0", NULL}, "no kernels");
+    expect_fail(lag, &e6, MOE_EUNSUPPORTED, (const char *[]){"'blk.0.attn_k.weight' has type Q8_1", NULL}, "no kernels");
     edit e7 = {.add_scale = "blk.1.ffn_down_exps.weight", .scale_n = 3};
     expect_fail(lag, &e7, MOE_EFORMAT, (const char *[]){"'blk.1.ffn_down_exps.scale' must be F32 with 1 or 16 values", NULL}, "scale shape");
     edit e8 = {.u32_key = "laguna.expert_used_count", .u32_val = 17};
