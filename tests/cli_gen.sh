@@ -69,6 +69,25 @@ expect_err quantize "$d/a.gguf" "$d/r.gguf" Q8_0 --type-experts nope; expect_msg
 expect_err quantize "$d/missing.gguf" "$d/r.gguf" Q8_0; expect_msg "missing.gguf"
 expect_err quantize "$d/a.gguf" "$d/r.gguf"
 [ -e "$d/r.gguf" ] && bad "a failed quantize left $d/r.gguf"
+# the 32-value formats of the quantization mixes: quantize and gen --type
+# write them, and a short greedy run gives the same tokens at every ISA
+# level, with the 8-bit activation path too
+for T in Q4_1 Q5_0 Q5_1 IQ4_NL; do
+  "$BIN" quantize "$d/a.gguf" "$d/$T.gguf" $T >/dev/null || bad "quantize $T failed"
+  "$BIN" gen --arch qwen3moe --preset tiny --type $T -o "$d/g$T.gguf" >/dev/null || bad "gen --type $T failed"
+  "$BIN" info "$d/g$T.gguf" 2>/dev/null | grep -q "blk.0.ffn_up_exps.weight  *$T " || bad "gen --type $T: experts not $T"
+  for fl in none +act_q8; do
+    want=""
+    for isa in scalar avx2 avx512; do
+      got=$(MOEFAST_ISA=$isa "$BIN" run -m "$d/$T.gguf" --tokens 1,2,3,4 -n 6 --flags=$fl --json 2>/dev/null |
+            grep -o '"tokens":\[[^]]*\]')
+      [ -n "$got" ] || bad "run $T $fl $isa produced no tokens"
+      [ -z "$want" ] && want=$got
+      [ "$got" = "$want" ] || bad "run $T $fl: $isa gives $got, scalar $want"
+    done
+  done
+done
+
 if LF=$(ref oracle/laguna-tiny-f32.gguf); then
   "$BIN" quantize "$LF" "$d/l.gguf" BF16 --type-experts NVFP4 >/dev/null \
     || bad "quantize laguna BF16/NVFP4 failed"

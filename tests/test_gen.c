@@ -467,7 +467,7 @@ static void check_overrides(void) {
         {"laguna", "tiny", "n_layer=3x", "n_layer"},
         {"laguna", "tiny", "rms_eps=abc", "rms_eps"},
         {"laguna", "tiny", "type=Q9_9", "Q9_9"},
-        {"laguna", "tiny", "type=Q5_1", "Q5_1"},
+        {"laguna", "tiny", "type=Q8_1", "Q8_1"},
         {"laguna", "tiny", "gate=both", "gate"},
         {"laguna", "tiny", "n_expert_used=17", "n_expert_used"},
         {"laguna", "tiny", "n_head_kv=4", "n_head_kv"},

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 static const uint32_t FORMATS[] = {MOE_T_F32, MOE_T_F16, MOE_T_BF16, MOE_T_Q8_0, MOE_T_Q4_0,
+                                   MOE_T_Q4_1, MOE_T_Q5_0, MOE_T_Q5_1, MOE_T_IQ4_NL,
                                    MOE_T_Q4_K, MOE_T_Q6_K, MOE_T_MXFP4, MOE_T_NVFP4};
 #define NFMT (sizeof FORMATS / sizeof FORMATS[0])
 
@@ -82,6 +83,8 @@ static void fill_row(uint32_t type, uint8_t *row, int64_t n, bool edges) {
         if (zero) { memset(blk, 0, ti->block_bytes); continue; }
         switch (type) {
         case MOE_T_Q8_0: case MOE_T_Q4_0: put16(blk, rnd_f16_scale(edges)); break;
+        case MOE_T_Q5_0: case MOE_T_IQ4_NL: put16(blk, rnd_f16_scale(edges)); break;
+        case MOE_T_Q4_1: case MOE_T_Q5_1: put16(blk, rnd_f16_scale(edges)); put16(blk + 2, rnd_f16_scale(edges)); break;
         case MOE_T_Q4_K: put16(blk, rnd_f16_scale(edges)); put16(blk + 2, rnd_f16_scale(edges)); break;
         case MOE_T_Q6_K: put16(blk + 208, rnd_f16_scale(edges)); break;
         case MOE_T_MXFP4: {
@@ -127,12 +130,12 @@ static void fill_x(float *x, int64_t n, bool edges) {
 static void test_type_table(void) {
     static const struct { uint32_t id; const char *name; uint32_t blk, bytes; bool sup; } want[] = {
         {0, "F32", 1, 4, true}, {1, "F16", 1, 2, true}, {2, "Q4_0", 32, 18, true},
-        {3, "Q4_1", 32, 20, false}, {6, "Q5_0", 32, 22, false}, {7, "Q5_1", 32, 24, false},
+        {3, "Q4_1", 32, 20, true}, {6, "Q5_0", 32, 22, true}, {7, "Q5_1", 32, 24, true},
         {8, "Q8_0", 32, 34, true}, {9, "Q8_1", 32, 36, false}, {10, "Q2_K", 256, 84, false},
         {11, "Q3_K", 256, 110, false}, {12, "Q4_K", 256, 144, true}, {13, "Q5_K", 256, 176, false},
         {14, "Q6_K", 256, 210, true}, {15, "Q8_K", 256, 292, false}, {16, "IQ2_XXS", 256, 66, false},
         {17, "IQ2_XS", 256, 74, false}, {18, "IQ3_XXS", 256, 98, false}, {19, "IQ1_S", 256, 50, false},
-        {20, "IQ4_NL", 32, 18, false}, {21, "IQ3_S", 256, 110, false}, {22, "IQ2_S", 256, 82, false},
+        {20, "IQ4_NL", 32, 18, true}, {21, "IQ3_S", 256, 110, false}, {22, "IQ2_S", 256, 82, false},
         {23, "IQ4_XS", 256, 136, false}, {24, "I8", 1, 1, false}, {25, "I16", 1, 2, false},
         {26, "I32", 1, 4, false}, {27, "I64", 1, 8, false}, {28, "F64", 1, 8, false},
         {29, "IQ1_M", 256, 56, false}, {30, "BF16", 1, 2, true}, {34, "TQ1_0", 256, 54, false},
@@ -193,6 +196,48 @@ static void test_known_values(void) {
         for (int j = 0; j < 32; j++) b[2 + j] = (uint8_t)(int8_t)(j - 16);
         moe_dequant_row(MOE_T_Q8_0, b, w, 32);
         CHECK(w[0] == -8.0f && w[31] == 7.5f && w[16] == 0.0f);
+    }
+    { /* Q4_1: d = 2, m = -1; byte j = low (j), high (15-j): w = 2c - 1 */
+        uint8_t b[20];
+        put16(b, 0x4000);
+        put16(b + 2, 0xBC00);
+        for (int j = 0; j < 16; j++) b[4 + j] = (uint8_t)(j | (15 - j) << 4);
+        moe_dequant_row(MOE_T_Q4_1, b, w, 32);
+        CHECK(w[0] == -1.0f && w[15] == 29.0f && w[16] == 29.0f && w[31] == -1.0f && w[3] == 5.0f);
+    }
+    { /* Q5_0: d = 0.5; qh = 0xA5A5F00F (bit j: value j); w = (q - 16) / 2 */
+        uint8_t b[22];
+        put16(b, 0x3800);
+        const uint32_t qh = 0xA5A5F00Fu;
+        memcpy(b + 2, &qh, 4);
+        for (int j = 0; j < 16; j++) b[6 + j] = (uint8_t)(j | (15 - j) << 4);
+        moe_dequant_row(MOE_T_Q5_0, b, w, 32);
+        for (int j = 0; j < 16; j++) {
+            CHECK_MSG(w[j] == (float)((j | (int)((qh >> j) & 1) << 4) - 16) * 0.5f, "Q5_0 value %d", j);
+            CHECK_MSG(w[j + 16] == (float)(((15 - j) | (int)((qh >> (j + 16)) & 1) << 4) - 16) * 0.5f, "Q5_0 value %d", j + 16);
+        }
+        CHECK(w[0] == 0.0f && w[4] == -6.0f && w[16] == 7.5f && w[31] == 0.0f);
+    }
+    { /* Q5_1: d = 1, m = 0.25; codes as above: w = q + 0.25 */
+        uint8_t b[24];
+        put16(b, 0x3C00);
+        put16(b + 2, 0x3400);
+        const uint32_t qh = 0xA5A5F00Fu;
+        memcpy(b + 4, &qh, 4);
+        for (int j = 0; j < 16; j++) b[8 + j] = (uint8_t)(j | (15 - j) << 4);
+        moe_dequant_row(MOE_T_Q5_1, b, w, 32);
+        CHECK(w[0] == 16.25f && w[4] == 4.25f && w[16] == 31.25f && w[31] == 16.25f && w[12] == 28.25f);
+    }
+    { /* IQ4_NL: d = 0.5; nibble j -> ggml's level j (ggml-common.h kvalues_iq4nl) */
+        static const int kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+        uint8_t b[18];
+        put16(b, 0x3800);
+        for (int j = 0; j < 16; j++) b[2 + j] = (uint8_t)(j | (15 - j) << 4);
+        moe_dequant_row(MOE_T_IQ4_NL, b, w, 32);
+        for (int j = 0; j < 16; j++) {
+            CHECK_MSG(w[j] == (float)kv[j] * 0.5f, "IQ4_NL value %d", j);
+            CHECK_MSG(w[j + 16] == (float)kv[15 - j] * 0.5f, "IQ4_NL value %d", j + 16);
+        }
     }
     { /* Q4_0: d = 2; byte j = low (j), high (15-j) */
         uint8_t b[18];
@@ -409,6 +454,7 @@ static float bound_for(uint32_t type, const float *x, int64_t i, float *scratch)
     int64_t b0, len;
     switch (type) {
     case MOE_T_Q8_0: case MOE_T_Q4_0: case MOE_T_MXFP4: b0 = i / 32 * 32; len = 32; break;
+    case MOE_T_Q4_1: case MOE_T_Q5_0: case MOE_T_Q5_1: case MOE_T_IQ4_NL: b0 = i / 32 * 32; len = 32; break;
     case MOE_T_NVFP4: b0 = i / 16 * 16; len = 16; break;
     case MOE_T_Q4_K: case MOE_T_Q6_K: b0 = i / 256 * 256; len = 256; break;
     default: b0 = i; len = 1; break;
@@ -425,6 +471,15 @@ static float bound_for(uint32_t type, const float *x, int64_t i, float *scratch)
     /* the value clamped at code 15 is 7*d for d = amax/8 rounded to half:
      * off by up to d * (1 + 7 * 2^-11) (seen: 1.0014 d) */
     case MOE_T_Q4_0: return amax / 8 * 1.004f;
+    /* half a step of the f16-rounded d, plus the f16 rounding of m and of
+     * d times the largest code (2^-11 relative each) */
+    case MOE_T_Q4_1: return (mx - mn) / 15 * 0.51f + (fabsf(mn) + (mx - mn)) * 0x1p-10f;
+    case MOE_T_Q5_1: return (mx - mn) / 31 * 0.51f + (fabsf(mn) + (mx - mn)) * 0x1p-10f;
+    /* as Q4_0: the value clamped at code 31 is 15*d for d = amax/16 */
+    case MOE_T_Q5_0: return amax / 16 * 1.004f;
+    /* the widest gap of the levels is 113..89 = 24 of 127: half of it times
+     * the scale (about amax/127, up to 1.3 times that for the searched one) */
+    case MOE_T_IQ4_NL: return amax * 0.13f;
     case MOE_T_Q4_K: return (mx - fminf(mn, 0)) / 15 * 1.0f;
     case MOE_T_Q6_K: return amax / 32 * 1.01f;
     case MOE_T_MXFP4: return amax > 0 ? exp2f(floorf(log2f(amax)) - 1) : 0;
@@ -478,6 +533,28 @@ static void test_round_trip(void) {
     moe_quantize_row(MOE_T_Q4_0, v, b, 32);
     CHECK_EQ_INT(moe_rd16_test(b), f16_bits(0.125f)); /* d = max / -8 = -1/-8 */
     CHECK_EQ_INT(b[2] & 15, 0);                     /* -1 / 0.125 = -8 -> 0 */
+    /* Q5_0: d = -1 / -16; value 0 -> 0, value 31 (15/16) -> 15 + 16 = 31 */
+    moe_quantize_row(MOE_T_Q5_0, v, b, 32);
+    CHECK_EQ_INT(moe_rd16_test(b), f16_bits(0.0625f));
+    CHECK_EQ_INT(b[6] & 15, 0);
+    CHECK_EQ_INT(b[6 + 15] >> 4, 15);
+    CHECK_EQ_INT(b[5] >> 7, 1);                     /* qh bit 31 */
+    CHECK_EQ_INT(b[2] & 1, 0);                      /* qh bit 0 */
+    /* Q4_1 / Q5_1: d = (max - min) / 15 (31), m = min = -1 */
+    moe_quantize_row(MOE_T_Q4_1, v, b, 32);
+    CHECK_EQ_INT(moe_rd16_test(b), f16_bits((15.0f / 16 + 1) / 15));
+    CHECK_EQ_INT(moe_rd16_test(b + 2), f16_bits(-1.0f));
+    CHECK_EQ_INT(b[4] & 15, 0);
+    CHECK_EQ_INT(b[4 + 15] >> 4, 15);
+    moe_quantize_row(MOE_T_Q5_1, v, b, 32);
+    CHECK_EQ_INT(moe_rd16_test(b), f16_bits((15.0f / 16 + 1) / 31));
+    CHECK_EQ_INT(b[8 + 15] >> 4, 15);
+    CHECK_EQ_INT(b[7] >> 7, 1);
+    /* IQ4_NL: an all-zero block is d = 0 and code 8 (level 1, nearest to 0) */
+    for (int i = 0; i < 32; i++) v[i] = 0.0f;
+    moe_quantize_row(MOE_T_IQ4_NL, v, b, 32);
+    CHECK_EQ_INT(moe_rd16_test(b), 0);
+    CHECK_EQ_INT(b[2], 0x88);
     free(x); free(y); free(q);
 }
 
@@ -573,6 +650,10 @@ static void oracle_kernels(const char *name) {
 static void test_oracle(void) {
     oracle_kernels("qwen3moe-tiny-q4_0.gguf");
     oracle_kernels("qwen3moe-tiny-q4_k.gguf");
+    oracle_kernels("qwen3moe-tiny-q4_1.gguf");      /* Q4_1 */
+    oracle_kernels("qwen3moe-tiny-q5_0.gguf");      /* Q5_0 */
+    oracle_kernels("qwen3moe-tiny-q5_k_m.gguf");    /* Q5_1 among others */
+    oracle_kernels("qwen3moe-tiny-iq4_xs.gguf");    /* IQ4_NL among others */
     oracle_kernels("laguna-tiny-bf16-nvfp4.gguf");
     oracle_kernels("qwen3moe-tiny-q8_0-nvfp4-scale2.gguf");
     oracle_pair("qwen3moe-tiny-q8_0.gguf", "qwen3moe-tiny-f32.gguf", MOE_T_Q8_0);
@@ -638,7 +719,7 @@ static void test_isa_selection(void) {
             CHECK(moe_kernels_active() == k);
             CHECK_EQ_INT(k->isa, i);
             for (size_t f = 0; f < NFMT; f++) CHECK(k->gemv[FORMATS[f]] && k->gemm[FORMATS[f]]);
-            CHECK(k->gemv[MOE_T_Q4_1] == NULL && k->gemv[MOE_T_Q5_K] == NULL);
+            CHECK(k->gemv[MOE_T_Q8_1] == NULL && k->gemv[MOE_T_Q5_K] == NULL);
         } else {
             CHECK_EQ_INT(rc, MOE_EUNSUPPORTED);
             CHECK_STR_CONTAINS(err, names[i]);

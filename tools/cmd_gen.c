@@ -19,7 +19,7 @@ static const char GEN_HELP[] =
     "Options:\n"
     "  --seed N            PRNG seed (default 42)              (= seed=N)\n"
     "  --type T            weight type of the matrices: F32, F16, BF16, Q8_0, Q4_0,\n"
-    "                      Q4_K, NVFP4, ... (default F32 for tiny, Q8_0 otherwise)\n"
+    "                      Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, NVFP4, ... (default F32 for tiny, Q8_0 otherwise)\n"
     "  --type-experts T    type of routed and shared expert matrices (default: --type)\n"
     "Norms, the router (ffn_gate_inp) and exp_probs_b are always F32.\n"
     "\n"

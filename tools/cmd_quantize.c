@@ -9,10 +9,11 @@
 static const char QUANT_HELP[] =
     "usage: moefast quantize IN OUT TYPE [--type-experts TYPE]\n"
     "\n"
-    "Re-encodes the weight matrices of IN to TYPE (F32, F16, BF16, Q8_0, Q4_0, Q4_K,\n"
-    "NVFP4, ...) and writes OUT atomically. Routed and shared expert matrices get\n"
-    "--type-experts (default TYPE). Norms, the router and biases are copied\n"
-    "unchanged; all metadata is carried over and general.file_type updated.\n";
+    "Re-encodes the weight matrices of IN to TYPE (F32, F16, BF16, Q8_0, Q4_0, Q4_1,\n"
+    "Q5_0, Q5_1, IQ4_NL, Q4_K, NVFP4, ...) and writes OUT atomically. Routed and\n"
+    "shared expert matrices get --type-experts (default TYPE). Norms, the router\n"
+    "and biases are copied unchanged; all metadata is carried over and\n"
+    "general.file_type updated.\n";
 
 int cmd_quantize(int argc, char **argv) {
     const char *pos[3] = {NULL, NULL, NULL}, *te = NULL;

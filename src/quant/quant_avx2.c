@@ -47,6 +47,72 @@ ALWAYS_INLINE void dq_q4_0(const uint8_t *row, int64_t i, __m256 *v, float *st, 
     v[3] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(hi, hi)), d);
 }
 
+/* Q4_1: (float)c * d + m, the product then the sum. */
+ALWAYS_INLINE void dq_q4_1(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+    const uint8_t *b = row + i * QB_Q4_1 * S;
+    const __m256 d = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(b)]), m = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(b + 2)]);
+    const __m128i q = ld128(b + 4), m15 = _mm_set1_epi8(15);
+    const __m128i lo = _mm_and_si128(q, m15), hi = _mm_and_si128(_mm_srli_epi16(q, 4), m15);
+    v[0] = _mm256_add_ps(_mm256_mul_ps(u8f(lo), d), m);
+    v[1] = _mm256_add_ps(_mm256_mul_ps(u8f(_mm_unpackhi_epi64(lo, lo)), d), m);
+    v[2] = _mm256_add_ps(_mm256_mul_ps(u8f(hi), d), m);
+    v[3] = _mm256_add_ps(_mm256_mul_ps(u8f(_mm_unpackhi_epi64(hi, hi)), d), m);
+}
+
+/* IQ4_NL: the int8 level by vpshufb, then (float)kv * d. */
+ALWAYS_INLINE void dq_iq4_nl(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+    const uint8_t *b = row + i * QB_IQ4_NL * S;
+    const __m256 d = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(b)]);
+    const __m128i kv = _mm_loadu_si128((const __m128i *)moe_kvalues_iq4nl), m = _mm_set1_epi8(15);
+    const __m128i q = ld128(b + 2);
+    const __m128i lo = _mm_shuffle_epi8(kv, _mm_and_si128(q, m));
+    const __m128i hi = _mm_shuffle_epi8(kv, _mm_and_si128(_mm_srli_epi16(q, 4), m));
+    v[0] = _mm256_mul_ps(i8f(lo), d);
+    v[1] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(lo, lo)), d);
+    v[2] = _mm256_mul_ps(i8f(hi), d);
+    v[3] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(hi, hi)), d);
+}
+
+/* Q5_0 / Q5_1: the 5-bit codes as bytes: bit j of qh spread to byte j
+ * (a byte shuffle of qh, an AND with the bit, a compare) as 0x10, ORed
+ * into the nibbles; lo = values 0..15, hi = 16..31. */
+ALWAYS_INLINE void q5_codes(const uint8_t *b, __m128i *lo, __m128i *hi) {
+    uint32_t qh;
+    memcpy(&qh, b, 4);
+    const __m128i h = _mm_cvtsi32_si128((int)qh), m15 = _mm_set1_epi8(15), c16 = _mm_set1_epi8(16);
+    const __m128i bits = _mm_set1_epi64x((long long)0x8040201008040201ull);
+    const __m128i h0 = _mm_shuffle_epi8(h, _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    const __m128i h1 = _mm_shuffle_epi8(h, _mm_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m128i b0 = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h0, bits), bits), c16);
+    const __m128i b1 = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h1, bits), bits), c16);
+    const __m128i q = ld128(b + 4);
+    *lo = _mm_or_si128(_mm_and_si128(q, m15), b0);
+    *hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q, 4), m15), b1);
+}
+ALWAYS_INLINE void dq_q5_0(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+    const uint8_t *b = row + i * QB_Q5_0 * S;
+    const __m256 d = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(b)]);
+    __m128i lo, hi;
+    q5_codes(b + 2, &lo, &hi);
+    const __m128i c16 = _mm_set1_epi8(16);
+    lo = _mm_sub_epi8(lo, c16);
+    hi = _mm_sub_epi8(hi, c16);
+    v[0] = _mm256_mul_ps(i8f(lo), d);
+    v[1] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(lo, lo)), d);
+    v[2] = _mm256_mul_ps(i8f(hi), d);
+    v[3] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(hi, hi)), d);
+}
+ALWAYS_INLINE void dq_q5_1(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+    const uint8_t *b = row + i * QB_Q5_1 * S;
+    const __m256 d = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(b)]), m = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(b + 2)]);
+    __m128i lo, hi;
+    q5_codes(b + 4, &lo, &hi);
+    v[0] = _mm256_add_ps(_mm256_mul_ps(u8f(lo), d), m);
+    v[1] = _mm256_add_ps(_mm256_mul_ps(u8f(_mm_unpackhi_epi64(lo, lo)), d), m);
+    v[2] = _mm256_add_ps(_mm256_mul_ps(u8f(hi), d), m);
+    v[3] = _mm256_add_ps(_mm256_mul_ps(u8f(_mm_unpackhi_epi64(hi, hi)), d), m);
+}
+
 ALWAYS_INLINE void dq_mxfp4(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
     const uint8_t *b = row + i * QB_MXFP4 * S;
     const __m256 d = _mm256_set1_ps(moe_e8m0_half_tab[b[0]]);
@@ -223,6 +289,10 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m256 *v, float *st, 
 
 DEF_BLOCK_KERNELS(q8_0, 32, 2, dq_q8_0, QB_Q8_0, QB_Q8_0)
 DEF_BLOCK_KERNELS(q4_0, 32, 2, dq_q4_0, QB_Q4_0, QB_Q4_0)
+DEF_BLOCK_KERNELS(q4_1, 32, 2, dq_q4_1, QB_Q4_1, QB_Q4_1)
+DEF_BLOCK_KERNELS(q5_0, 32, 2, dq_q5_0, QB_Q5_0, QB_Q5_0)
+DEF_BLOCK_KERNELS(q5_1, 32, 2, dq_q5_1, QB_Q5_1, QB_Q5_1)
+DEF_BLOCK_KERNELS(iq4_nl, 32, 2, dq_iq4_nl, QB_IQ4_NL, QB_IQ4_NL)
 DEF_BLOCK_KERNELS(mxfp4, 32, 2, dq_mxfp4, QB_MXFP4, QB_MXFP4)
 DEF_BLOCK_KERNELS(nvfp4, 64, 4, dq_nvfp4, QB_NVFP4, QB_NVFP4)
 DEF_BLOCK_KERNELS(q4_k, 64, 4, dq_q4_k, QB_Q4_K / 4, QB_Q4_K)
@@ -459,15 +529,21 @@ const moe_kernels moe_kernels_avx2_tab = {
     .isa = MOE_ISA_AVX2, .name = "avx2",
     ENTRY(MOE_T_F32, f32), ENTRY(MOE_T_F16, f16), ENTRY(MOE_T_BF16, bf16),
     ENTRY(MOE_T_Q8_0, q8_0), ENTRY(MOE_T_Q4_0, q4_0), ENTRY(MOE_T_Q4_K, q4_k),
+    ENTRY(MOE_T_Q4_1, q4_1), ENTRY(MOE_T_Q5_0, q5_0), ENTRY(MOE_T_Q5_1, q5_1), ENTRY(MOE_T_IQ4_NL, iq4_nl),
     ENTRY(MOE_T_Q6_K, q6_k), ENTRY(MOE_T_MXFP4, mxfp4), ENTRY(MOE_T_NVFP4, nvfp4),
     ENTRY_X4(MOE_T_F32, f32), ENTRY_X4(MOE_T_F16, f16), ENTRY_X4(MOE_T_BF16, bf16),
     ENTRY_X4(MOE_T_Q8_0, q8_0), ENTRY_X4(MOE_T_Q4_0, q4_0), ENTRY_X4(MOE_T_Q4_K, q4_k),
+    ENTRY_X4(MOE_T_Q4_1, q4_1), ENTRY_X4(MOE_T_Q5_0, q5_0), ENTRY_X4(MOE_T_Q5_1, q5_1), ENTRY_X4(MOE_T_IQ4_NL, iq4_nl),
     ENTRY_X4(MOE_T_Q6_K, q6_k), ENTRY_X4(MOE_T_MXFP4, mxfp4), ENTRY_X4(MOE_T_NVFP4, nvfp4),
     ENTRY_WIDE_X4(MOE_T_Q8_0, q8_0), ENTRY_WIDE_X4(MOE_T_Q4_0, q4_0), ENTRY_WIDE_X4(MOE_T_Q4_K, q4_k),
+    ENTRY_WIDE_X4(MOE_T_Q4_1, q4_1), ENTRY_WIDE_X4(MOE_T_Q5_0, q5_0), ENTRY_WIDE_X4(MOE_T_Q5_1, q5_1),
+    ENTRY_WIDE_X4(MOE_T_IQ4_NL, iq4_nl),
     ENTRY_WIDE_X4(MOE_T_Q6_K, q6_k), ENTRY_WIDE_X4(MOE_T_MXFP4, mxfp4), ENTRY_WIDE_X4(MOE_T_NVFP4, nvfp4),
     .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
     A8_ENTRY(MOE_T_Q8_0, q8_0, avx2), A8_ENTRY(MOE_T_NVFP4, nvfp4, avx2),
     A8_ENTRY(MOE_T_MXFP4, mxfp4, avx2), A8_ENTRY(MOE_T_Q4_0, q4_0, avx2), A8_ENTRY(MOE_T_Q4_K, q4_k, avx2),
     A8_ENTRY(MOE_T_Q6_K, q6_k, avx2),
+    A8_ENTRY(MOE_T_Q4_1, q4_1, avx2), A8_ENTRY(MOE_T_Q5_0, q5_0, avx2), A8_ENTRY(MOE_T_Q5_1, q5_1, avx2),
+    A8_ENTRY(MOE_T_IQ4_NL, iq4_nl, avx2),
     .quantize_act8 = moe_quantize_act8_avx2,
 };

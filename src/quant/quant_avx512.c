@@ -47,6 +47,50 @@ ALWAYS_INLINE void dq_q4_0(const uint8_t *row, int64_t i, __m512 *v, float *st, 
     v[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), tab);
 }
 
+/* Q4_1: t[c] = (float)c * d + m (the product, then the sum: two roundings). */
+ALWAYS_INLINE void dq_q4_1(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    const uint8_t *b = row + i * QB_Q4_1 * S;
+    const __m512 tab = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(K_0_15), _mm512_set1_ps(moe_f16_f32_tab[moe_rd16(b)])),
+                                     _mm512_set1_ps(moe_f16_f32_tab[moe_rd16(b + 2)]));
+    const __m512i idx = _mm512_cvtepu8_epi32(ld128(b + 4));
+    v[0] = _mm512_permutexvar_ps(idx, tab);
+    v[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), tab);
+}
+
+/* IQ4_NL: t[c] = (float)kv[c] * d. */
+ALWAYS_INLINE void dq_iq4_nl(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    const uint8_t *b = row + i * QB_IQ4_NL * S;
+    const __m512 tab = _mm512_mul_ps(_mm512_loadu_ps(moe_kvalues_iq4nl_f), _mm512_set1_ps(moe_f16_f32_tab[moe_rd16(b)]));
+    const __m512i idx = _mm512_cvtepu8_epi32(ld128(b + 2));
+    v[0] = _mm512_permutexvar_ps(idx, tab);
+    v[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), tab);
+}
+
+/* Q5_0 / Q5_1: a 32-entry table in two zmm (t[c] = (float)(c-16) * d, or
+ * (float)c * d + m) and vpermt2ps on the 5-bit codes: the nibble, with bit
+ * 4 set from qh through a mask register (bit j of qh: value j). */
+static const float K_M16[32] = {-16, -15, -14, -13, -12, -11, -10, -9, -8, -7, -6, -5, -4, -3, -2, -1,
+                                0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+ALWAYS_INLINE void dq_q5(const uint8_t *b, __m512 t0, __m512 t1, __m512 *v) {
+    uint32_t qh;
+    memcpy(&qh, b, 4);
+    const __m512i q = _mm512_cvtepu8_epi32(ld128(b + 4)), m15 = _mm512_set1_epi32(15), c16 = _mm512_set1_epi32(16);
+    const __m512i lo = _mm512_and_si512(q, m15), hi = _mm512_srli_epi32(q, 4);
+    v[0] = _mm512_permutex2var_ps(t0, _mm512_mask_or_epi32(lo, (__mmask16)qh, lo, c16), t1);
+    v[1] = _mm512_permutex2var_ps(t0, _mm512_mask_or_epi32(hi, (__mmask16)(qh >> 16), hi, c16), t1);
+}
+ALWAYS_INLINE void dq_q5_0(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    const uint8_t *b = row + i * QB_Q5_0 * S;
+    const __m512 d = _mm512_set1_ps(moe_f16_f32_tab[moe_rd16(b)]);
+    dq_q5(b + 2, _mm512_mul_ps(_mm512_loadu_ps(K_M16), d), _mm512_mul_ps(_mm512_loadu_ps(K_M16 + 16), d), v);
+}
+ALWAYS_INLINE void dq_q5_1(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    const uint8_t *b = row + i * QB_Q5_1 * S;
+    const __m512 d = _mm512_set1_ps(moe_f16_f32_tab[moe_rd16(b)]), m = _mm512_set1_ps(moe_f16_f32_tab[moe_rd16(b + 2)]);
+    dq_q5(b + 4, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(K_M16 + 16), d), m),
+          _mm512_add_ps(_mm512_mul_ps(_mm512_add_ps(_mm512_loadu_ps(K_M16 + 16), _mm512_set1_ps(16.0f)), d), m), v);
+}
+
 /* MXFP4: t[c] = (float)kv[c] * 2^(e-128). */
 ALWAYS_INLINE void dq_mxfp4(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
     const uint8_t *b = row + i * QB_MXFP4 * S;
@@ -250,6 +294,10 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m512 *v, float *st, 
 
 DEF_BLOCK_KERNELS(q8_0, 32, 2, dq_q8_0, QB_Q8_0, QB_Q8_0)
 DEF_BLOCK_KERNELS(q4_0, 32, 2, dq_q4_0, QB_Q4_0, QB_Q4_0)
+DEF_BLOCK_KERNELS(q4_1, 32, 2, dq_q4_1, QB_Q4_1, QB_Q4_1)
+DEF_BLOCK_KERNELS(q5_0, 32, 2, dq_q5_0, QB_Q5_0, QB_Q5_0)
+DEF_BLOCK_KERNELS(q5_1, 32, 2, dq_q5_1, QB_Q5_1, QB_Q5_1)
+DEF_BLOCK_KERNELS(iq4_nl, 32, 2, dq_iq4_nl, QB_IQ4_NL, QB_IQ4_NL)
 DEF_BLOCK_KERNELS(mxfp4, 32, 2, dq_mxfp4, QB_MXFP4, QB_MXFP4)
 DEF_BLOCK_KERNELS_P(nvfp4, 64, 4, dq_nvfp4p, QB_NVFP4, QB_NVFP4, 1)
 DEF_BLOCK_KERNELS(q4_k, 64, 4, dq_q4_k, QB_Q4_K / 4, QB_Q4_K)
@@ -498,16 +546,22 @@ const moe_kernels moe_kernels_avx512_tab = {
     .isa = MOE_ISA_AVX512, .name = "avx512",
     ENTRY(MOE_T_F32, f32), ENTRY(MOE_T_F16, f16), ENTRY(MOE_T_BF16, bf16),
     ENTRY(MOE_T_Q8_0, q8_0), ENTRY(MOE_T_Q4_0, q4_0), ENTRY(MOE_T_Q4_K, q4_k),
+    ENTRY(MOE_T_Q4_1, q4_1), ENTRY(MOE_T_Q5_0, q5_0), ENTRY(MOE_T_Q5_1, q5_1), ENTRY(MOE_T_IQ4_NL, iq4_nl),
     ENTRY(MOE_T_Q6_K, q6_k), ENTRY(MOE_T_MXFP4, mxfp4), ENTRY(MOE_T_NVFP4, nvfp4),
     ENTRY_X4(MOE_T_F32, f32), ENTRY_X4(MOE_T_F16, f16), ENTRY_X4(MOE_T_BF16, bf16),
     ENTRY_X4(MOE_T_Q8_0, q8_0), ENTRY_X4(MOE_T_Q4_0, q4_0), ENTRY_X4(MOE_T_Q4_K, q4_k),
+    ENTRY_X4(MOE_T_Q4_1, q4_1), ENTRY_X4(MOE_T_Q5_0, q5_0), ENTRY_X4(MOE_T_Q5_1, q5_1), ENTRY_X4(MOE_T_IQ4_NL, iq4_nl),
     ENTRY_X4(MOE_T_Q6_K, q6_k), ENTRY_X4(MOE_T_MXFP4, mxfp4), ENTRY_X4(MOE_T_NVFP4, nvfp4),
     ENTRY_WIDE_X4(MOE_T_F32, f32),
     ENTRY_WIDE_X4(MOE_T_Q8_0, q8_0), ENTRY_WIDE_X4(MOE_T_Q4_0, q4_0), ENTRY_WIDE_X4(MOE_T_Q4_K, q4_k),
+    ENTRY_WIDE_X4(MOE_T_Q4_1, q4_1), ENTRY_WIDE_X4(MOE_T_Q5_0, q5_0), ENTRY_WIDE_X4(MOE_T_Q5_1, q5_1),
+    ENTRY_WIDE_X4(MOE_T_IQ4_NL, iq4_nl),
     ENTRY_WIDE_X4(MOE_T_Q6_K, q6_k), ENTRY_WIDE_X4(MOE_T_MXFP4, mxfp4), ENTRY_WIDE_X4(MOE_T_NVFP4, nvfp4),
     .dot_f32 = dot_f32_512, .axpy_f32 = axpy_f32_512,
     A8_ENTRY(MOE_T_Q8_0, q8_0, avx512), A8_ENTRY(MOE_T_NVFP4, nvfp4, avx512),
     A8_ENTRY(MOE_T_MXFP4, mxfp4, avx512), A8_ENTRY(MOE_T_Q4_0, q4_0, avx512), A8_ENTRY(MOE_T_Q4_K, q4_k, avx512),
     A8_ENTRY(MOE_T_Q6_K, q6_k, avx512),
+    A8_ENTRY(MOE_T_Q4_1, q4_1, avx512), A8_ENTRY(MOE_T_Q5_0, q5_0, avx512), A8_ENTRY(MOE_T_Q5_1, q5_1, avx512),
+    A8_ENTRY(MOE_T_IQ4_NL, iq4_nl, avx512),
     .quantize_act8 = moe_quantize_act8_avx512,
 };

@@ -21,6 +21,9 @@ enum { MOE_TYPES(MOE_QB_) };
 extern const int8_t moe_kvalues_fp4[16];
 /* The same values as floats (exact), for SIMD tables. */
 extern const float moe_kvalues_fp4_f[16];
+/* ggml's kvalues_iq4nl, the IQ4_NL levels (quant_ref.c), and as floats. */
+extern const int8_t moe_kvalues_iq4nl[16];
+extern const float moe_kvalues_iq4nl_f[16];
 /* Half of the UE4M3 value of each scale byte, exactly ggml_ue4m3_to_fp32():
  * bit 7 ignored, 0x00 and 0x7F give 0, exponent 15 decodes like any other. */
 extern const float moe_ue4m3_half[256];
@@ -217,6 +220,7 @@ static inline void moe_wide_prefetch(const uint8_t *W, size_t rb, int64_t nrows,
  * X(name, values per dequantized part, 16-value chunks per part, block bytes) */
 #define MOE_WIDE_FORMATS(X)                                                                        \
     X(q8_0, 32, 2, QB_Q8_0) X(q4_0, 32, 2, QB_Q4_0) X(mxfp4, 32, 2, QB_MXFP4)                      \
+    X(q4_1, 32, 2, QB_Q4_1) X(q5_0, 32, 2, QB_Q5_0) X(q5_1, 32, 2, QB_Q5_1) X(iq4_nl, 32, 2, QB_IQ4_NL) \
     X(nvfp4, 64, 4, QB_NVFP4) X(q4_k, 64, 4, QB_Q4_K) X(q6_k, 64, 4, QB_Q6_K)
 
 /* fill_NAME for a block format: each file defines WIDE_PART(NAME, NV, row,
@@ -266,10 +270,19 @@ A8_DECL_ALL(q8_0)
 A8_DECL_ALL(nvfp4)
 A8_DECL_ALL(mxfp4)
 A8_DECL_ALL(q4_0)
+A8_DECL_ALL(q4_1)
+A8_DECL_ALL(q5_0)
+A8_DECL_ALL(q5_1)
+A8_DECL_ALL(iq4_nl)
 A8_DECL_ALL(q4_k)
 A8_DECL_ALL(q6_k)
 #undef A8_DECL_ALL
 #undef A8_DECL
+/* act8_legacy_ref.c: Q4_1, Q5_0, Q5_1, IQ4_NL on the act_q8 path (act8_ref.c
+ * hands them over): which types, their a8 repack and the contract on a plain row. */
+bool moe_a8l_type(uint32_t type);
+void moe_a8l_repack(uint32_t type, const void *src, void *dst, int64_t nrows, int64_t n);
+float moe_a8l_dot_ref(uint32_t type, const void *row, const void *xa, int64_t n);
 /* act8q_avx512.c, act8q_avx2.c: moe_quantize_act8, byte for byte. */
 void moe_quantize_act8_avx512(const float *x, void *dst, int64_t n);
 void moe_quantize_act8_avx2(const float *x, void *dst, int64_t n);

@@ -29,6 +29,9 @@ void moe_quant_init_tables(void) {
 
 const int8_t moe_kvalues_fp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 const float moe_kvalues_fp4_f[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+/* ggml's kvalues_iq4nl (ggml-common.h), the 16 non-linear IQ4_NL levels. */
+const int8_t moe_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const float moe_kvalues_iq4nl_f[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 /* ggml_ue4m3_to_fp32(x): 0x00 and 0x7F -> 0; e = (x>>3)&15, m = x&7;
  * e == 0: m*2^-9; else (1+m/8)*2^(e-7); the result is then halved (the
@@ -111,6 +114,38 @@ static void dq_block(uint32_t type, const uint8_t *b, float *w) {
         for (int j = 0; j < 16; j++) {
             w[j] = (float)((b[2 + j] & 15) - 8) * d;
             w[j + 16] = (float)((b[2 + j] >> 4) - 8) * d;
+        }
+        break;
+    }
+    case MOE_T_Q4_1: case MOE_T_IQ4_NL: {
+        const bool nl = type == MOE_T_IQ4_NL;
+        const float d = moe_f16_to_f32(moe_rd16(b)), m = nl ? 0.0f : moe_f16_to_f32(moe_rd16(b + 2));
+        const uint8_t *qs = b + (nl ? 2 : 4);
+        for (int j = 0; j < 16; j++) {
+            if (nl) {
+                w[j] = (float)moe_kvalues_iq4nl[qs[j] & 15] * d;
+                w[j + 16] = (float)moe_kvalues_iq4nl[qs[j] >> 4] * d;
+            } else {
+                w[j] = (float)(qs[j] & 15) * d + m;
+                w[j + 16] = (float)(qs[j] >> 4) * d + m;
+            }
+        }
+        break;
+    }
+    case MOE_T_Q5_0: case MOE_T_Q5_1: {
+        const bool one = type == MOE_T_Q5_1;
+        const float d = moe_f16_to_f32(moe_rd16(b)), m = one ? moe_f16_to_f32(moe_rd16(b + 2)) : 0.0f;
+        const uint8_t *qh = b + (one ? 4 : 2), *qs = qh + 4;
+        const uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+        for (int j = 0; j < 16; j++) {
+            const int q0 = (qs[j] & 15) | (int)((h >> j) & 1) << 4, q1 = (qs[j] >> 4) | (int)((h >> (j + 16)) & 1) << 4;
+            if (one) {
+                w[j] = (float)q0 * d + m;
+                w[j + 16] = (float)q1 * d + m;
+            } else {
+                w[j] = (float)(q0 - 16) * d;
+                w[j + 16] = (float)(q1 - 16) * d;
+            }
         }
         break;
     }
@@ -369,6 +404,109 @@ static void q_q4_0(const float *x, uint8_t *y) {
     }
 }
 
+/* ggml quantize_row_q4_1_ref / q5_1_ref: d = (max - min) / (2^bits - 1), m = min;
+ * code = (uint8_t)((x - min) * id + 0.5f) (Q4_1: through int8, capped at
+ * 15; Q5_1: uncapped, its top bit lands in qh). */
+static void q_q45_1(const float *x, uint8_t *y, const int bits) {
+    float min = 3.402823466e+38f, max = -3.402823466e+38f;
+    for (int j = 0; j < 32; j++) {
+        if (x[j] < min) min = x[j];
+        if (x[j] > max) max = x[j];
+    }
+    const float d = (max - min) / (float)((1 << bits) - 1), id = d ? 1.0f / d : 0.0f;
+    st16(y, moe_f32_to_f16(d));
+    st16(y + 2, moe_f32_to_f16(min));
+    uint32_t qh = 0;
+    uint8_t *qs = y + (bits == 5 ? 8 : 4);
+    for (int j = 0; j < 16; j++) {
+        const float x0 = (x[j] - min) * id, x1 = (x[j + 16] - min) * id;
+        uint8_t a, b;
+        if (bits == 4) {
+            a = (uint8_t)QMIN(15, (int8_t)(x0 + 0.5f));
+            b = (uint8_t)QMIN(15, (int8_t)(x1 + 0.5f));
+        } else {
+            a = (uint8_t)(x0 + 0.5f);
+            b = (uint8_t)(x1 + 0.5f);
+        }
+        qs[j] = (uint8_t)((a & 15) | (b & 15) << 4);
+        qh |= (uint32_t)((a & 0x10u) >> 4) << j;
+        qh |= (uint32_t)((b & 0x10u) >> 4) << (j + 16);
+    }
+    if (bits == 5) memcpy(y + 4, &qh, 4);
+}
+
+/* ggml quantize_row_q5_0_ref: as Q4_0 with d = max / -16 and codes to 31. */
+static void q_q5_0(const float *x, uint8_t *y) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; j++)
+        if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+    const float d = max / -16, id = d ? 1.0f / d : 0.0f;
+    st16(y, moe_f32_to_f16(d));
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        const uint8_t a = (uint8_t)QMIN(31, (int8_t)(x[j] * id + 16.5f));
+        const uint8_t b = (uint8_t)QMIN(31, (int8_t)(x[j + 16] * id + 16.5f));
+        y[6 + j] = (uint8_t)((a & 15) | (b & 15) << 4);
+        qh |= (uint32_t)((a & 0x10u) >> 4) << j;
+        qh |= (uint32_t)((b & 0x10u) >> 4) << (j + 16);
+    }
+    memcpy(y + 2, &qh, 4);
+}
+
+/* ggml best_index_int8: the nearest level of a sorted table (ties: the
+ * upper one; below / above the range: the end). */
+static int best_index_iq4nl(float x) {
+    const int8_t *val = moe_kvalues_iq4nl;
+    if (x <= val[0]) return 0;
+    if (x >= val[15]) return 15;
+    int ml = 0, mu = 15;
+    while (mu - ml > 1) {
+        const int mav = (ml + mu) / 2;
+        if (x < val[mav]) mu = mav; else ml = mav;
+    }
+    return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
+}
+
+/* ggml quantize_iq4_nl without an importance matrix (llama-quantize's
+ * path: quantize_row_iq4_nl_impl(32, 32, ..., ntry = 7)): weights x^2, the
+ * least-squares scale of the first assignment, then 15 trial scales
+ * (itry - 127) / max, the best by sumqx^2 / sumq2, and the codes again
+ * for the chosen scale. */
+static void q_iq4_nl(const float *x, uint8_t *y) {
+    const int8_t *val = moe_kvalues_iq4nl;
+    float wt[32], amax = 0.0f, max = 0.0f, d = 0.0f;
+    uint8_t L[32];
+    for (int j = 0; j < 32; j++) {
+        wt[j] = x[j] * x[j];
+        const float ax = fabsf(x[j]);
+        if (ax > amax) { amax = ax; max = x[j]; }
+    }
+    if (amax >= 1e-15f) {
+        float id = 1 / (-max / val[0]), sumqx = 0, sumq2 = 0;
+        for (int j = 0; j < 32; j++) {
+            const float q = val[best_index_iq4nl(id * x[j])];
+            sumqx += wt[j] * q * x[j];
+            sumq2 += wt[j] * q * q;
+        }
+        d = sumqx / sumq2;
+        float best = d * sumqx;
+        for (int itry = -7; itry <= 7; ++itry) {
+            id = (itry + val[0]) / max;
+            sumqx = sumq2 = 0;
+            for (int j = 0; j < 32; j++) {
+                const float q = val[best_index_iq4nl(id * x[j])];
+                sumqx += wt[j] * q * x[j];
+                sumq2 += wt[j] * q * q;
+            }
+            if (sumq2 > 0 && sumqx * sumqx > best * sumq2) { d = sumqx / sumq2; best = d * sumqx; }
+        }
+    }
+    st16(y, moe_f32_to_f16(d));
+    const float id = d ? 1 / d : 0;
+    for (int j = 0; j < 32; j++) L[j] = (uint8_t)best_index_iq4nl(id * x[j]);
+    for (int j = 0; j < 16; j++) y[2 + j] = (uint8_t)(L[j] | L[j + 16] << 4);
+}
+
 static void q_q4_k(const float *x, uint8_t *y) {
     uint8_t L[256], Laux[32], *sc = y + 4, *q = y + 16;
     float weights[32], mins[8], scales[8], max_scale = 0, max_min = 0;
@@ -503,6 +641,10 @@ void moe_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
         switch (type) {
         case MOE_T_Q8_0: q_q8_0(x, y); break;
         case MOE_T_Q4_0: q_q4_0(x, y); break;
+        case MOE_T_Q4_1: q_q45_1(x, y, 4); break;
+        case MOE_T_Q5_0: q_q5_0(x, y); break;
+        case MOE_T_Q5_1: q_q45_1(x, y, 5); break;
+        case MOE_T_IQ4_NL: q_iq4_nl(x, y); break;
         case MOE_T_Q4_K: q_q4_k(x, y); break;
         case MOE_T_Q6_K: q_q6_k(x, y); break;
         case MOE_T_MXFP4: q_mxfp4(x, y); break;
@@ -580,6 +722,10 @@ REF_KERNELS(f16, MOE_T_F16)
 REF_KERNELS(bf16, MOE_T_BF16)
 REF_KERNELS(q8_0, MOE_T_Q8_0)
 REF_KERNELS(q4_0, MOE_T_Q4_0)
+REF_KERNELS(q4_1, MOE_T_Q4_1)
+REF_KERNELS(q5_0, MOE_T_Q5_0)
+REF_KERNELS(q5_1, MOE_T_Q5_1)
+REF_KERNELS(iq4_nl, MOE_T_IQ4_NL)
 REF_KERNELS(q4_k, MOE_T_Q4_K)
 REF_KERNELS(q6_k, MOE_T_Q6_K)
 REF_KERNELS(mxfp4, MOE_T_MXFP4)
@@ -589,6 +735,10 @@ REF_KERNELS_X4(f16, MOE_T_F16)
 REF_KERNELS_X4(bf16, MOE_T_BF16)
 REF_KERNELS_X4(q8_0, MOE_T_Q8_0)
 REF_KERNELS_X4(q4_0, MOE_T_Q4_0)
+REF_KERNELS_X4(q4_1, MOE_T_Q4_1)
+REF_KERNELS_X4(q5_0, MOE_T_Q5_0)
+REF_KERNELS_X4(q5_1, MOE_T_Q5_1)
+REF_KERNELS_X4(iq4_nl, MOE_T_IQ4_NL)
 REF_KERNELS_X4(q4_k, MOE_T_Q4_K)
 REF_KERNELS_X4(q6_k, MOE_T_Q6_K)
 REF_KERNELS_X4(mxfp4, MOE_T_MXFP4)
@@ -630,13 +780,17 @@ const moe_kernels moe_kernels_scalar_tab = {
     .isa = MOE_ISA_SCALAR, .name = "scalar",
     ENTRY(MOE_T_F32, f32), ENTRY(MOE_T_F16, f16), ENTRY(MOE_T_BF16, bf16),
     ENTRY(MOE_T_Q8_0, q8_0), ENTRY(MOE_T_Q4_0, q4_0), ENTRY(MOE_T_Q4_K, q4_k),
+    ENTRY(MOE_T_Q4_1, q4_1), ENTRY(MOE_T_Q5_0, q5_0), ENTRY(MOE_T_Q5_1, q5_1), ENTRY(MOE_T_IQ4_NL, iq4_nl),
     ENTRY(MOE_T_Q6_K, q6_k), ENTRY(MOE_T_MXFP4, mxfp4), ENTRY(MOE_T_NVFP4, nvfp4),
     ENTRY_X4(MOE_T_F32, f32), ENTRY_X4(MOE_T_F16, f16), ENTRY_X4(MOE_T_BF16, bf16),
     ENTRY_X4(MOE_T_Q8_0, q8_0), ENTRY_X4(MOE_T_Q4_0, q4_0), ENTRY_X4(MOE_T_Q4_K, q4_k),
+    ENTRY_X4(MOE_T_Q4_1, q4_1), ENTRY_X4(MOE_T_Q5_0, q5_0), ENTRY_X4(MOE_T_Q5_1, q5_1), ENTRY_X4(MOE_T_IQ4_NL, iq4_nl),
     ENTRY_X4(MOE_T_Q6_K, q6_k), ENTRY_X4(MOE_T_MXFP4, mxfp4), ENTRY_X4(MOE_T_NVFP4, nvfp4),
     .dot_f32 = dot_f32_ref, .axpy_f32 = axpy_f32_ref,
     A8_ENTRY(MOE_T_Q8_0, q8_0, ref), A8_ENTRY(MOE_T_NVFP4, nvfp4, ref),
     A8_ENTRY(MOE_T_MXFP4, mxfp4, ref), A8_ENTRY(MOE_T_Q4_0, q4_0, ref), A8_ENTRY(MOE_T_Q4_K, q4_k, ref),
     A8_ENTRY(MOE_T_Q6_K, q6_k, ref),
+    A8_ENTRY(MOE_T_Q4_1, q4_1, ref), A8_ENTRY(MOE_T_Q5_0, q5_0, ref), A8_ENTRY(MOE_T_Q5_1, q5_1, ref),
+    A8_ENTRY(MOE_T_IQ4_NL, iq4_nl, ref),
     .quantize_act8 = moe_quantize_act8,
 };
