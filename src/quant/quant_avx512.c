@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include "quant/hsum_avx512.h"
+#include "quant/kquant.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
@@ -149,6 +150,105 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m512 *v, float *st, 
     }
 }
 
+/* ---- Q5_K, Q3_K, Q2_K, IQ4_XS (specification: kquant_ref.c) ------------
+ * Parts of 64 values, 4 per super-block; the super-block state is set up
+ * at part 0 as for Q4_K / Q6_K. */
+static const float K_16_31[16] = {16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+
+/* Q5_K: the Q4_K header (prep_q4_k: st[j] = d*sc_j, st[8+j] = dmin*m_j);
+ * 5-bit codes index two 16-entry tables t[k] = d1*k - m1 (k < 16, k >= 16)
+ * through vpermt2ps: each entry is the reference's product and subtraction. */
+ALWAYS_INLINE void dq_q5_k(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    const uint8_t *b = row + (i >> 2) * QB_Q5_K * S;
+    const int c = (int)(i & 3);
+    if (c == 0) prep_q4_k(b, st);
+    const __m512 k0 = _mm512_loadu_ps(K_0_15), k1 = _mm512_loadu_ps(K_16_31);
+    const __m512 d1 = _mm512_set1_ps(st[2 * c]), m1 = _mm512_set1_ps(st[8 + 2 * c]);
+    const __m512 d2 = _mm512_set1_ps(st[2 * c + 1]), m2 = _mm512_set1_ps(st[9 + 2 * c]);
+    const __m512 t1a = _mm512_sub_ps(_mm512_mul_ps(k0, d1), m1), t1b = _mm512_sub_ps(_mm512_mul_ps(k1, d1), m1);
+    const __m512 t2a = _mm512_sub_ps(_mm512_mul_ps(k0, d2), m2), t2b = _mm512_sub_ps(_mm512_mul_ps(k1, d2), m2);
+    const uint8_t *qs = b + 48 + 32 * c, *qh = b + 16;
+    const __m128i m15 = _mm_set1_epi8(15), one = _mm_set1_epi8(1);
+    UNROLL for (int u = 0; u < 2; u++) {
+        const __m128i q8 = ld128(qs + 16 * u), h8 = ld128(qh + 16 * u);
+        const __m128i lo = _mm_or_si128(_mm_and_si128(q8, m15),
+                                        _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h8, 2 * c), one), 4));
+        const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q8, 4), m15),
+                                        _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h8, 2 * c + 1), one), 4));
+        v[u] = _mm512_permutex2var_ps(t1a, _mm512_cvtepu8_epi32(lo), t1b);
+        v[2 + u] = _mm512_permutex2var_ps(t2a, _mm512_cvtepu8_epi32(hi), t2b);
+    }
+}
+
+/* Q3_K: st[j] = d * (s_j - 32); part p: half h = p/2, shifts j = 2(p&1),
+ * 2(p&1)+1; q = (c | hbit << 2) - 4 = the reference's c - (hbit ? 0 : 4). */
+ALWAYS_INLINE void prep_q3_k(const uint8_t *b, float *st) {
+    int8_t s[16];
+    moe_q3k_scales(b + 96, s);
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)s)));
+    _mm512_storeu_ps(st, _mm512_mul_ps(_mm512_set1_ps(f16s(b + 108)), sc));
+}
+ALWAYS_INLINE void dq_q3_k(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    const uint8_t *b = row + (i >> 2) * QB_Q3_K * S;
+    const int p = (int)(i & 3), h = p >> 1;
+    if (p == 0) prep_q3_k(b, st);
+    const uint8_t *qs = b + 32 + 32 * h;
+    const __m128i m3 = _mm_set1_epi8(3), one = _mm_set1_epi8(1), c4 = _mm_set1_epi8(4);
+    UNROLL for (int jj = 0; jj < 2; jj++) {
+        const int j = 2 * (p & 1) + jj;
+        UNROLL for (int u = 0; u < 2; u++) {
+            const __m128i c = _mm_and_si128(_mm_srli_epi16(ld128(qs + 16 * u), 2 * j), m3);
+            const __m128i hb = _mm_and_si128(_mm_srli_epi16(ld128(b + 16 * u), 4 * h + j), one);
+            const __m128i q = _mm_sub_epi8(_mm_or_si128(c, _mm_slli_epi16(hb, 2)), c4);
+            v[2 * jj + u] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)),
+                                          _mm512_set1_ps(st[4 * p + 2 * jj + u]));
+        }
+    }
+}
+
+/* Q2_K: st[s] = d * (sc_s & 15) (prep); ml = dmin * (sc_s >> 4) per chunk;
+ * w = dl * (float)q - ml. */
+ALWAYS_INLINE void prep_q2_k(const uint8_t *b, float *st) {
+    const __m128i sc = _mm_and_si128(ld128(b), _mm_set1_epi8(15));
+    _mm512_storeu_ps(st, _mm512_mul_ps(_mm512_set1_ps(f16s(b + 80)), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc))));
+}
+ALWAYS_INLINE void dq_q2_k(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    const uint8_t *b = row + (i >> 2) * QB_Q2_K * S;
+    const int p = (int)(i & 3), h = p >> 1;
+    if (p == 0) prep_q2_k(b, st);
+    const float dmin = moe_f16_f32_tab[moe_rd16(b + 82)];
+    const uint8_t *qs = b + 16 + 32 * h;
+    const __m128i m3 = _mm_set1_epi8(3);
+    UNROLL for (int jj = 0; jj < 2; jj++) {
+        const int j = 2 * (p & 1) + jj;
+        UNROLL for (int u = 0; u < 2; u++) {
+            const int sb = 4 * p + 2 * jj + u;
+            const __m128i c = _mm_and_si128(_mm_srli_epi16(ld128(qs + 16 * u), 2 * j), m3);
+            const __m512 ml = _mm512_set1_ps(dmin * (float)(b[sb] >> 4));
+            v[2 * jj + u] = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(st[sb]), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(c))), ml);
+        }
+    }
+}
+
+/* IQ4_XS: st[ib] = d * (ls_ib - 32); sub-block ib: t[c] = kv[c] * st[ib]. */
+ALWAYS_INLINE void prep_iq4_xs(const uint8_t *b, float *st) {
+    const float d = f16s(b);
+    for (int ib = 0; ib < 8; ib++) st[ib] = d * (float)moe_iq4xs_scale(b, ib);
+}
+ALWAYS_INLINE void dq_iq4_xs(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    const uint8_t *b = row + (i >> 2) * QB_IQ4_XS * S;
+    const int p = (int)(i & 3);
+    if (p == 0) prep_iq4_xs(b, st);
+    const __m512 kv = _mm512_loadu_ps(moe_kq_iq4nl_f);
+    UNROLL for (int s = 0; s < 2; s++) {
+        const int ib = 2 * p + s;
+        const __m512 tab = _mm512_mul_ps(kv, _mm512_set1_ps(st[ib]));
+        const __m512i idx = _mm512_cvtepu8_epi32(ld128(b + 8 + 16 * ib));
+        v[2 * s] = _mm512_permutexvar_ps(idx, tab);
+        v[2 * s + 1] = _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), tab);
+    }
+}
+
 /* ---- the R x T tile for block formats ------------------------------------ */
 
 /* Software prefetch distance in bytes ahead of each row's read position.
@@ -254,6 +354,10 @@ DEF_BLOCK_KERNELS(mxfp4, 32, 2, dq_mxfp4, QB_MXFP4, QB_MXFP4)
 DEF_BLOCK_KERNELS_P(nvfp4, 64, 4, dq_nvfp4p, QB_NVFP4, QB_NVFP4, 1)
 DEF_BLOCK_KERNELS(q4_k, 64, 4, dq_q4_k, QB_Q4_K / 4, QB_Q4_K)
 DEF_BLOCK_KERNELS(q6_k, 64, 4, dq_q6_k, QB_Q6_K / 4, QB_Q6_K)
+DEF_BLOCK_KERNELS(q5_k, 64, 4, dq_q5_k, QB_Q5_K / 4, QB_Q5_K)
+DEF_BLOCK_KERNELS(q3_k, 64, 4, dq_q3_k, QB_Q3_K / 4, QB_Q3_K)
+DEF_BLOCK_KERNELS(q2_k, 64, 4, dq_q2_k, QB_Q2_K / 4, QB_Q2_K)
+DEF_BLOCK_KERNELS(iq4_xs, 64, 4, dq_iq4_xs, QB_IQ4_XS / 4, QB_IQ4_XS)
 
 /* ---- F32 / F16 / BF16: any n; the tail uses masked FMAs so that lanes past
  * n keep their accumulator untouched (an FMA with zeros would turn -0 into +0). */
@@ -460,6 +564,7 @@ MOE_DEF_WIDE_TILES
         UNROLL for (int q_ = 0; q_ < (NV); q_++) _mm512_store_ps((o) + q_ * 64, v_[q_]);           \
     } while (0)
 MOE_WIDE_FORMATS(DEF_WIDE_BLOCK)
+MOE_KQ_WIDE_FORMATS(DEF_WIDE_BLOCK)
 
 /* F32 rows (the routers): a row length that is not a multiple of 16 takes
  * the 4x4 kernel (its masked tail keeps -0 accumulators intact; zero-padded
@@ -509,5 +614,9 @@ const moe_kernels moe_kernels_avx512_tab = {
     A8_ENTRY(MOE_T_Q8_0, q8_0, avx512), A8_ENTRY(MOE_T_NVFP4, nvfp4, avx512),
     A8_ENTRY(MOE_T_MXFP4, mxfp4, avx512), A8_ENTRY(MOE_T_Q4_0, q4_0, avx512), A8_ENTRY(MOE_T_Q4_K, q4_k, avx512),
     A8_ENTRY(MOE_T_Q6_K, q6_k, avx512),
+    ENTRY(MOE_T_Q5_K, q5_k), ENTRY_X4(MOE_T_Q5_K, q5_k), ENTRY_WIDE_X4(MOE_T_Q5_K, q5_k),
+    ENTRY(MOE_T_Q3_K, q3_k), ENTRY_X4(MOE_T_Q3_K, q3_k), ENTRY_WIDE_X4(MOE_T_Q3_K, q3_k),
+    ENTRY(MOE_T_Q2_K, q2_k), ENTRY_X4(MOE_T_Q2_K, q2_k), ENTRY_WIDE_X4(MOE_T_Q2_K, q2_k),
+    ENTRY(MOE_T_IQ4_XS, iq4_xs), ENTRY_X4(MOE_T_IQ4_XS, iq4_xs), ENTRY_WIDE_X4(MOE_T_IQ4_XS, iq4_xs),
     .quantize_act8 = moe_quantize_act8_avx512,
 };
