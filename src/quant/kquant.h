@@ -31,6 +31,8 @@ static inline int moe_iq4xs_scale(const uint8_t *b, int ib) {
     return (((b[4 + ib / 2] >> (4 * (ib % 2))) & 15) | ((h >> (2 * ib)) & 3) << 4) - 32;
 }
 
+static inline uint32_t moe_kq_rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+
 /* Dequantize one block of Q2_K, Q3_K, Q5_K or IQ4_XS (kquant_ref.c spells
  * the layouts and the float operations out). */
 void moe_kq_dq_block(uint32_t type, const uint8_t *b, float *w);

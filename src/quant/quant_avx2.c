@@ -137,13 +137,13 @@ ALWAYS_INLINE void dq_q5_k(const uint8_t *row, int64_t i, __m256 *v, float *st, 
     const __m256 d1 = _mm256_set1_ps(st[2 * c]), mm1 = _mm256_set1_ps(st[8 + 2 * c]);
     const __m256 d2 = _mm256_set1_ps(st[2 * c + 1]), mm2 = _mm256_set1_ps(st[9 + 2 * c]);
     const uint8_t *qs = b + 48 + 32 * c, *qh = b + 16;
-    const __m128i m15 = _mm_set1_epi8(15), one = _mm_set1_epi8(1);
+    const __m128i m15 = _mm_set1_epi8(15), c16 = _mm_set1_epi8(16);
     UNROLL for (int u = 0; u < 2; u++) {
-        const __m128i q8 = ld128(qs + 16 * u), h8 = ld128(qh + 16 * u);
-        const __m128i lo = _mm_or_si128(_mm_and_si128(q8, m15),
-                                        _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h8, 2 * c), one), 4));
+        /* bits 2c, 2c+1 of qh moved to bit 4 (one variable shift per 16 bytes) */
+        const __m128i q8 = ld128(qs + 16 * u), h8 = _mm_srli_epi16(ld128(qh + 16 * u), 2 * c);
+        const __m128i lo = _mm_or_si128(_mm_and_si128(q8, m15), _mm_and_si128(_mm_slli_epi16(h8, 4), c16));
         const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q8, 4), m15),
-                                        _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h8, 2 * c + 1), one), 4));
+                                        _mm_and_si128(_mm_slli_epi16(h8, 3), c16));
         v[2 * u] = _mm256_sub_ps(_mm256_mul_ps(d1, u8f(lo)), mm1);
         v[2 * u + 1] = _mm256_sub_ps(_mm256_mul_ps(d1, u8f(_mm_unpackhi_epi64(lo, lo))), mm1);
         v[4 + 2 * u] = _mm256_sub_ps(_mm256_mul_ps(d2, u8f(hi)), mm2);
@@ -151,11 +151,19 @@ ALWAYS_INLINE void dq_q5_k(const uint8_t *row, int64_t i, __m256 *v, float *st, 
     }
 }
 
+/* Q3_K: the 16 scales minus 32 as int8 (moe_q3k_scales, vectorized): low
+ * nibbles of bytes 0..7 then their high nibbles, or'ed with bits 2(j/4),
+ * 2(j/4)+1 of byte 8 + j%4 put at bits 4, 5. */
+ALWAYS_INLINE __m128i q3k_scales16(const uint8_t *s) {
+    const __m128i q = _mm_loadl_epi64((const __m128i *)s), m15 = _mm_set1_epi8(15);
+    const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(q, m15), _mm_and_si128(_mm_srli_epi16(q, 4), m15));
+    const __m128i w = _mm_srlv_epi32(_mm_set1_epi32((int)moe_kq_rd32(s + 8)), _mm_setr_epi32(0, 2, 4, 6));
+    const __m128i hi = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi8(3)), 4);
+    return _mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32));
+}
 ALWAYS_INLINE void prep_q3_k(const uint8_t *b, float *st) {
-    int8_t s[16];
-    moe_q3k_scales(b + 96, s);
     const __m256 d = _mm256_set1_ps(f16s(b + 108));
-    const __m128i v = _mm_loadu_si128((const __m128i *)s);
+    const __m128i v = q3k_scales16(b + 96);
     _mm256_storeu_ps(st, _mm256_mul_ps(d, i8f(v)));
     _mm256_storeu_ps(st + 8, _mm256_mul_ps(d, i8f(_mm_unpackhi_epi64(v, v))));
 }

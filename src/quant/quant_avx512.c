@@ -168,64 +168,84 @@ ALWAYS_INLINE void dq_q5_k(const uint8_t *row, int64_t i, __m512 *v, float *st, 
     const __m512 t1a = _mm512_sub_ps(_mm512_mul_ps(k0, d1), m1), t1b = _mm512_sub_ps(_mm512_mul_ps(k1, d1), m1);
     const __m512 t2a = _mm512_sub_ps(_mm512_mul_ps(k0, d2), m2), t2b = _mm512_sub_ps(_mm512_mul_ps(k1, d2), m2);
     const uint8_t *qs = b + 48 + 32 * c, *qh = b + 16;
-    const __m128i m15 = _mm_set1_epi8(15), one = _mm_set1_epi8(1);
+    const __m128i m15 = _mm_set1_epi8(15), c16 = _mm_set1_epi8(16);
     UNROLL for (int u = 0; u < 2; u++) {
-        const __m128i q8 = ld128(qs + 16 * u), h8 = ld128(qh + 16 * u);
-        const __m128i lo = _mm_or_si128(_mm_and_si128(q8, m15),
-                                        _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h8, 2 * c), one), 4));
+        /* bits 2c, 2c+1 of qh moved to bit 4 (one variable shift per 16 bytes) */
+        const __m128i q8 = ld128(qs + 16 * u), h8 = _mm_srli_epi16(ld128(qh + 16 * u), 2 * c);
+        const __m128i lo = _mm_or_si128(_mm_and_si128(q8, m15), _mm_and_si128(_mm_slli_epi16(h8, 4), c16));
         const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q8, 4), m15),
-                                        _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h8, 2 * c + 1), one), 4));
+                                        _mm_and_si128(_mm_slli_epi16(h8, 3), c16));
         v[u] = _mm512_permutex2var_ps(t1a, _mm512_cvtepu8_epi32(lo), t1b);
         v[2 + u] = _mm512_permutex2var_ps(t2a, _mm512_cvtepu8_epi32(hi), t2b);
     }
 }
 
-/* Q3_K: st[j] = d * (s_j - 32); part p: half h = p/2, shifts j = 2(p&1),
- * 2(p&1)+1; q = (c | hbit << 2) - 4 = the reference's c - (hbit ? 0 : 4). */
+/* Q3_K: st[j] = d * (s_j - 32). Part p = sub-blocks 4p .. 4p+3 (half h =
+ * p/2, shifts j = 2(p&1) + jj); codes u = c | hbit << 2 (0..7, value u - 4:
+ * the reference's c - (hbit ? 0 : 4)). Two 16-entry tables per part, lane
+ * 8e + u = st[4p + 2t + e] * (u - 4) (table t, sub-block 2t + e of the
+ * part): the reference's exact product; a chunk is then one vpermps. */
+static const float K_Q3[16] = {-4, -3, -2, -1, 0, 1, 2, 3, -4, -3, -2, -1, 0, 1, 2, 3};
+static const int32_t K_SHR2[16] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3};
+static const float K_Q2[16] = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
+/* Q3_K: the 16 scales minus 32 as int8 (moe_q3k_scales, vectorized): low
+ * nibbles of bytes 0..7 then their high nibbles, or'ed with bits 2(j/4),
+ * 2(j/4)+1 of byte 8 + j%4 put at bits 4, 5. */
+ALWAYS_INLINE __m128i q3k_scales16(const uint8_t *s) {
+    const __m128i q = _mm_loadl_epi64((const __m128i *)s), m15 = _mm_set1_epi8(15);
+    const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(q, m15), _mm_and_si128(_mm_srli_epi16(q, 4), m15));
+    const __m128i w = _mm_srlv_epi32(_mm_set1_epi32((int)moe_kq_rd32(s + 8)), _mm_setr_epi32(0, 2, 4, 6));
+    const __m128i hi = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi8(3)), 4);
+    return _mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32));
+}
 ALWAYS_INLINE void prep_q3_k(const uint8_t *b, float *st) {
-    int8_t s[16];
-    moe_q3k_scales(b + 96, s);
-    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)s)));
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q3k_scales16(b + 96)));
     _mm512_storeu_ps(st, _mm512_mul_ps(_mm512_set1_ps(f16s(b + 108)), sc));
 }
 ALWAYS_INLINE void dq_q3_k(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
     const uint8_t *b = row + (i >> 2) * QB_Q3_K * S;
-    const int p = (int)(i & 3), h = p >> 1;
+    const int p = (int)(i & 3), h = p >> 1, j0 = 2 * (p & 1);
     if (p == 0) prep_q3_k(b, st);
+    const __m512 k = _mm512_loadu_ps(K_Q3);
+    const float *dl = st + 4 * p;
+    const __m512 t0 = _mm512_mul_ps(_mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(dl[0]), _mm512_set1_ps(dl[1])), k);
+    const __m512 t1 = _mm512_mul_ps(_mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(dl[2]), _mm512_set1_ps(dl[3])), k);
     const uint8_t *qs = b + 32 + 32 * h;
-    const __m128i m3 = _mm_set1_epi8(3), one = _mm_set1_epi8(1), c4 = _mm_set1_epi8(4);
-    UNROLL for (int jj = 0; jj < 2; jj++) {
-        const int j = 2 * (p & 1) + jj;
-        UNROLL for (int u = 0; u < 2; u++) {
-            const __m128i c = _mm_and_si128(_mm_srli_epi16(ld128(qs + 16 * u), 2 * j), m3);
-            const __m128i hb = _mm_and_si128(_mm_srli_epi16(ld128(b + 16 * u), 4 * h + j), one);
-            const __m128i q = _mm_sub_epi8(_mm_or_si128(c, _mm_slli_epi16(hb, 2)), c4);
-            v[2 * jj + u] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)),
-                                          _mm512_set1_ps(st[4 * p + 2 * jj + u]));
+    const __m128i m3 = _mm_set1_epi8(3), m4 = _mm_set1_epi8(4), c8 = _mm_set1_epi8(8);
+    UNROLL for (int u = 0; u < 2; u++) {
+        const __m128i q8 = _mm_srli_epi16(ld128(qs + 16 * u), 2 * j0);    /* shifts j0, j0 + 1 = 0, 2 below */
+        const __m128i h8 = _mm_srli_epi16(ld128(b + 16 * u), 4 * h + j0);
+        UNROLL for (int jj = 0; jj < 2; jj++) {
+            const __m128i c = _mm_and_si128(jj ? _mm_srli_epi16(q8, 2) : q8, m3);
+            const __m128i hb = _mm_and_si128(_mm_slli_epi16(h8, 2 - jj), m4);      /* hbit << 2 */
+            __m128i x = _mm_or_si128(c, hb);
+            if (u) x = _mm_or_si128(x, c8);                                         /* sub-block 2jj + 1 */
+            v[2 * jj + u] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(x), jj ? t1 : t0);
         }
     }
 }
 
-/* Q2_K: st[s] = d * (sc_s & 15) (prep); ml = dmin * (sc_s >> 4) per chunk;
- * w = dl * (float)q - ml. */
-ALWAYS_INLINE void prep_q2_k(const uint8_t *b, float *st) {
-    const __m128i sc = _mm_and_si128(ld128(b), _mm_set1_epi8(15));
-    _mm512_storeu_ps(st, _mm512_mul_ps(_mm512_set1_ps(f16s(b + 80)), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc))));
-}
+/* Q2_K: per part one 16-entry table, lane 4q + c = (d*sc)*c - dmin*m of
+ * sub-block 4p + q (the reference's two exact products and one rounded
+ * subtraction); a chunk is one vpermps. No state. */
 ALWAYS_INLINE void dq_q2_k(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    (void)st;
     const uint8_t *b = row + (i >> 2) * QB_Q2_K * S;
-    const int p = (int)(i & 3), h = p >> 1;
-    if (p == 0) prep_q2_k(b, st);
-    const float dmin = moe_f16_f32_tab[moe_rd16(b + 82)];
+    const int p = (int)(i & 3), h = p >> 1, j0 = 2 * (p & 1);
+    const __m512i sc = _mm512_permutexvar_epi32(_mm512_loadu_si512(K_SHR2), _mm512_cvtepu8_epi32(ld128(b + 4 * p)));
+    const __m512 D = _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15)));
+    const __m512 M = _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4));
+    const __m512 dl = _mm512_mul_ps(_mm512_set1_ps(moe_f16_f32_tab[moe_rd16(b + 80)]), D);
+    const __m512 ml = _mm512_mul_ps(_mm512_set1_ps(moe_f16_f32_tab[moe_rd16(b + 82)]), M);
+    const __m512 t = _mm512_sub_ps(_mm512_mul_ps(dl, _mm512_loadu_ps(K_Q2)), ml);
     const uint8_t *qs = b + 16 + 32 * h;
     const __m128i m3 = _mm_set1_epi8(3);
-    UNROLL for (int jj = 0; jj < 2; jj++) {
-        const int j = 2 * (p & 1) + jj;
-        UNROLL for (int u = 0; u < 2; u++) {
-            const int sb = 4 * p + 2 * jj + u;
-            const __m128i c = _mm_and_si128(_mm_srli_epi16(ld128(qs + 16 * u), 2 * j), m3);
-            const __m512 ml = _mm512_set1_ps(dmin * (float)(b[sb] >> 4));
-            v[2 * jj + u] = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(st[sb]), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(c))), ml);
+    UNROLL for (int u = 0; u < 2; u++) {
+        const __m128i q8 = _mm_srli_epi16(ld128(qs + 16 * u), 2 * j0);
+        UNROLL for (int jj = 0; jj < 2; jj++) {
+            const __m128i c = _mm_and_si128(jj ? _mm_srli_epi16(q8, 2) : q8, m3);
+            const __m128i x = _mm_or_si128(c, _mm_set1_epi8((char)(4 * (2 * jj + u))));
+            v[2 * jj + u] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(x), t);
         }
     }
 }
