@@ -69,6 +69,14 @@ expect_err quantize "$d/a.gguf" "$d/r.gguf" Q8_0 --type-experts nope; expect_msg
 expect_err quantize "$d/missing.gguf" "$d/r.gguf" Q8_0; expect_msg "missing.gguf"
 expect_err quantize "$d/a.gguf" "$d/r.gguf"
 [ -e "$d/r.gguf" ] && bad "a failed quantize left $d/r.gguf"
+# the 256-value K-quants (rows of 256: n_ff_exp) and llama-quantize's Q2_K mix
+for t in Q5_K Q3_K Q2_K IQ4_XS; do
+  "$BIN" gen --arch qwen3moe --preset tiny --type "$t" n_ff_exp=256 -o "$d/k.gguf" >/dev/null || bad "gen --type $t failed"
+  "$BIN" run -m "$d/k.gguf" --tokens 1,2,3 -n 2 >/dev/null 2>&1 || bad "run on a $t model failed"
+done
+"$BIN" quantize "$d/a.gguf" "$d/m.gguf" Q2_K >/dev/null || bad "quantize with the Q2_K mix failed"
+"$BIN" run -m "$d/m.gguf" --tokens 1,2,3 -n 2 >/dev/null 2>&1 || bad "run on the Q2_K mix failed"
+expect_err quantize "$d/a.gguf" "$d/r.gguf" Q8_0 --type-experts Q4_K_M; expect_msg "Q4_K_M"
 if LF=$(ref oracle/laguna-tiny-f32.gguf); then
   "$BIN" quantize "$LF" "$d/l.gguf" BF16 --type-experts NVFP4 >/dev/null \
     || bad "quantize laguna BF16/NVFP4 failed"
