@@ -168,15 +168,17 @@ ALWAYS_INLINE void dq_q5_k(const uint8_t *row, int64_t i, __m512 *v, float *st, 
     const __m512 t1a = _mm512_sub_ps(_mm512_mul_ps(k0, d1), m1), t1b = _mm512_sub_ps(_mm512_mul_ps(k1, d1), m1);
     const __m512 t2a = _mm512_sub_ps(_mm512_mul_ps(k0, d2), m2), t2b = _mm512_sub_ps(_mm512_mul_ps(k1, d2), m2);
     const uint8_t *qs = b + 48 + 32 * c, *qh = b + 16;
-    const __m128i m15 = _mm_set1_epi8(15), c16 = _mm_set1_epi8(16);
+    /* 5-bit indices built in dword lanes: vpermt2ps reads bits 0..4 only, so
+     * a bit select (vpternlogd) of the nibble and the qh bit moved to bit 4
+     * is the whole index */
+    const __m512i m15 = _mm512_set1_epi32(15);
     UNROLL for (int u = 0; u < 2; u++) {
-        /* bits 2c, 2c+1 of qh moved to bit 4 (one variable shift per 16 bytes) */
-        const __m128i q8 = ld128(qs + 16 * u), h8 = _mm_srli_epi16(ld128(qh + 16 * u), 2 * c);
-        const __m128i lo = _mm_or_si128(_mm_and_si128(q8, m15), _mm_and_si128(_mm_slli_epi16(h8, 4), c16));
-        const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q8, 4), m15),
-                                        _mm_and_si128(_mm_slli_epi16(h8, 3), c16));
-        v[u] = _mm512_permutex2var_ps(t1a, _mm512_cvtepu8_epi32(lo), t1b);
-        v[2 + u] = _mm512_permutex2var_ps(t2a, _mm512_cvtepu8_epi32(hi), t2b);
+        const __m512i ia = _mm512_cvtepu8_epi32(ld128(qs + 16 * u));
+        const __m512i ha = _mm512_srli_epi32(_mm512_cvtepu8_epi32(ld128(qh + 16 * u)), 2 * c);
+        const __m512i lo = _mm512_ternarylogic_epi32(m15, ia, _mm512_slli_epi32(ha, 4), 0xCA);
+        const __m512i hi = _mm512_ternarylogic_epi32(m15, _mm512_srli_epi32(ia, 4), _mm512_slli_epi32(ha, 3), 0xCA);
+        v[u] = _mm512_permutex2var_ps(t1a, lo, t1b);
+        v[2 + u] = _mm512_permutex2var_ps(t2a, hi, t2b);
     }
 }
 
