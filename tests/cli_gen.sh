@@ -88,6 +88,18 @@ for T in Q4_1 Q5_0 Q5_1 IQ4_NL; do
   done
 done
 
+# the 256-value K-quants (rows of 256: n_ff_exp) and llama-quantize's Q2_K mix
+for t in Q5_K Q3_K Q2_K IQ4_XS; do
+  "$BIN" gen --arch qwen3moe --preset tiny --type "$t" n_ff_exp=256 -o "$d/k.gguf" >/dev/null || bad "gen --type $t failed"
+  "$BIN" run -m "$d/k.gguf" --tokens 1,2,3 -n 2 >/dev/null 2>&1 || bad "run on a $t model failed"
+done
+"$BIN" quantize "$d/a.gguf" "$d/m.gguf" Q2_K >/dev/null || bad "quantize with the Q2_K mix failed"
+"$BIN" run -m "$d/m.gguf" --tokens 1,2,3 -n 2 >/dev/null 2>&1 || bad "run on the Q2_K mix failed"
+expect_err quantize "$d/a.gguf" "$d/r.gguf" Q8_0 --type-experts Q4_K_M; expect_msg "Q4_K_M"
+"$BIN" gen --arch qwen3moe --preset tiny --type Q4_K_M n_ff_exp=256 -o "$d/m.gguf" >/dev/null || bad "gen --type Q4_K_M failed"
+"$BIN" run -m "$d/m.gguf" --tokens 1,2,3 -n 2 >/dev/null 2>&1 || bad "run on a gen Q4_K_M mix failed"
+ls "$d"/*.f32.tmp >/dev/null 2>&1 && bad "gen --type Q4_K_M left its F32 file"
+expect_err gen --arch qwen3moe --preset tiny --type Q5_K_M --type-experts Q8_0 -o "$d/r.gguf"; expect_msg "Q5_K_M"
 if LF=$(ref oracle/laguna-tiny-f32.gguf); then
   "$BIN" quantize "$LF" "$d/l.gguf" BF16 --type-experts NVFP4 >/dev/null \
     || bad "quantize laguna BF16/NVFP4 failed"

@@ -138,7 +138,27 @@ static const oracle_case CASES[] = {
      * throwaway build also rounds the BF16 inputs: docs/ORACLE.md) */
     {.name = "gpt-oss-tiny-bf16-mxfp4", .tol = 0.2f, .steps = 16},
     {.name = "gpt-oss-tiny-bf16-mxfp4", .tol = 0.5f, .flags = "+act_q8,+kv_f16", .steps = 16},
+    /* llama-quantize's mixes of qwen3moe-tiny-f32 (README: Q2_K..Q6_K,
+     * IQ4_XS, Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL fallbacks, Q8_0; the reference uses
+     * Q8_K activation blocks for the K-quants) */
+    {.name = "qwen3moe-tiny-q2_k", .tol = 0.3f},                               /* measured 0.250 */
+    {.name = "qwen3moe-tiny-q2_k", .tol = 0.3f, .flags = "+act_q8,+kv_f16"},   /* measured 0.260 */
+    {.name = "qwen3moe-tiny-iq4_xs", .tol = 0.35f, .flags = "+act_q8,+kv_f16"},
+    {.name = "qwen3moe-tiny-q3_k_m", .tol = 0.35f, .flags = "+act_q8,+kv_f16"},
+    {.name = "qwen3moe-tiny-q4_k_m", .tol = 0.35f, .flags = "+act_q8,+kv_f16"},
+    {.name = "qwen3moe-tiny-q5_k_m", .tol = 0.35f, .flags = "+act_q8,+kv_f16"},
 };
+
+/* The llama-quantize mixes above: while one of their tensor types has no
+ * kernels here, the loader refuses them with one line, and the case is
+ * skipped with that line (any other load error still fails). */
+static bool is_mix(const char *name) {
+    static const char *const MIX[] = {"qwen3moe-tiny-q2_k", "qwen3moe-tiny-iq4_xs", "qwen3moe-tiny-q3_k_m",
+                                      "qwen3moe-tiny-q4_k_m", "qwen3moe-tiny-q5_k_m"};
+    for (size_t i = 0; i < sizeof MIX / sizeof MIX[0]; i++)
+        if (!strcmp(name, MIX[i])) return true;
+    return false;
+}
 
 /* n little-endian floats, or NULL when the file is missing or not that size */
 static float *read_f32(const char *path, size_t n) {
@@ -172,6 +192,11 @@ static void run_case(const oracle_case *c) {
     moe_model *m = NULL;
     moe_load_params lp = {.flags = c->flags};
     int rc = moe_model_load(gpath, &lp, &m, err, sizeof err);
+    if (rc == MOE_EUNSUPPORTED && is_mix(c->name) && strstr(err, "cannot compute with")) {
+        printf("%-32s skipped: %s\n", c->name, err);
+        json_decref(j);
+        return;
+    }
     CHECK_MSG(rc == MOE_OK, "%s", err);
     if (rc) { json_decref(j); return; }
     int V = moe_model_n_vocab(m);

@@ -24,7 +24,8 @@
 
 static const uint32_t FORMATS[] = {MOE_T_F32, MOE_T_F16, MOE_T_BF16, MOE_T_Q8_0, MOE_T_Q4_0,
                                    MOE_T_Q4_1, MOE_T_Q5_0, MOE_T_Q5_1, MOE_T_IQ4_NL,
-                                   MOE_T_Q4_K, MOE_T_Q6_K, MOE_T_MXFP4, MOE_T_NVFP4};
+                                   MOE_T_Q4_K, MOE_T_Q6_K, MOE_T_MXFP4, MOE_T_NVFP4,
+                                   MOE_T_Q5_K, MOE_T_Q3_K, MOE_T_Q2_K, MOE_T_IQ4_XS};
 #define NFMT (sizeof FORMATS / sizeof FORMATS[0])
 
 static moe_rng g_rng;
@@ -87,6 +88,10 @@ static void fill_row(uint32_t type, uint8_t *row, int64_t n, bool edges) {
         case MOE_T_Q4_1: case MOE_T_Q5_1: put16(blk, rnd_f16_scale(edges)); put16(blk + 2, rnd_f16_scale(edges)); break;
         case MOE_T_Q4_K: put16(blk, rnd_f16_scale(edges)); put16(blk + 2, rnd_f16_scale(edges)); break;
         case MOE_T_Q6_K: put16(blk + 208, rnd_f16_scale(edges)); break;
+        case MOE_T_Q5_K: put16(blk, rnd_f16_scale(edges)); put16(blk + 2, rnd_f16_scale(edges)); break;
+        case MOE_T_Q3_K: put16(blk + 108, rnd_f16_scale(edges)); break;
+        case MOE_T_Q2_K: put16(blk + 80, rnd_f16_scale(edges)); put16(blk + 82, rnd_f16_scale(edges)); break;
+        case MOE_T_IQ4_XS: put16(blk, rnd_f16_scale(edges)); break;
         case MOE_T_MXFP4: {
             uint32_t r = rnd32() % 100;
             blk[0] = (uint8_t)(120 + rnd32() % 12);
@@ -131,12 +136,12 @@ static void test_type_table(void) {
     static const struct { uint32_t id; const char *name; uint32_t blk, bytes; bool sup; } want[] = {
         {0, "F32", 1, 4, true}, {1, "F16", 1, 2, true}, {2, "Q4_0", 32, 18, true},
         {3, "Q4_1", 32, 20, true}, {6, "Q5_0", 32, 22, true}, {7, "Q5_1", 32, 24, true},
-        {8, "Q8_0", 32, 34, true}, {9, "Q8_1", 32, 36, false}, {10, "Q2_K", 256, 84, false},
-        {11, "Q3_K", 256, 110, false}, {12, "Q4_K", 256, 144, true}, {13, "Q5_K", 256, 176, false},
+        {8, "Q8_0", 32, 34, true}, {9, "Q8_1", 32, 36, false}, {10, "Q2_K", 256, 84, true},
+        {11, "Q3_K", 256, 110, true}, {12, "Q4_K", 256, 144, true}, {13, "Q5_K", 256, 176, true},
         {14, "Q6_K", 256, 210, true}, {15, "Q8_K", 256, 292, false}, {16, "IQ2_XXS", 256, 66, false},
         {17, "IQ2_XS", 256, 74, false}, {18, "IQ3_XXS", 256, 98, false}, {19, "IQ1_S", 256, 50, false},
         {20, "IQ4_NL", 32, 18, true}, {21, "IQ3_S", 256, 110, false}, {22, "IQ2_S", 256, 82, false},
-        {23, "IQ4_XS", 256, 136, false}, {24, "I8", 1, 1, false}, {25, "I16", 1, 2, false},
+        {23, "IQ4_XS", 256, 136, true}, {24, "I8", 1, 1, false}, {25, "I16", 1, 2, false},
         {26, "I32", 1, 4, false}, {27, "I64", 1, 8, false}, {28, "F64", 1, 8, false},
         {29, "IQ1_M", 256, 56, false}, {30, "BF16", 1, 2, true}, {34, "TQ1_0", 256, 54, false},
         {35, "TQ2_0", 256, 66, false}, {39, "MXFP4", 32, 17, true}, {40, "NVFP4", 64, 36, true},
@@ -456,7 +461,8 @@ static float bound_for(uint32_t type, const float *x, int64_t i, float *scratch)
     case MOE_T_Q8_0: case MOE_T_Q4_0: case MOE_T_MXFP4: b0 = i / 32 * 32; len = 32; break;
     case MOE_T_Q4_1: case MOE_T_Q5_0: case MOE_T_Q5_1: case MOE_T_IQ4_NL: b0 = i / 32 * 32; len = 32; break;
     case MOE_T_NVFP4: b0 = i / 16 * 16; len = 16; break;
-    case MOE_T_Q4_K: case MOE_T_Q6_K: b0 = i / 256 * 256; len = 256; break;
+    case MOE_T_Q4_K: case MOE_T_Q6_K: case MOE_T_Q5_K: case MOE_T_Q3_K: case MOE_T_Q2_K: case MOE_T_IQ4_XS:
+        b0 = i / 256 * 256; len = 256; break;
     default: b0 = i; len = 1; break;
     }
     for (int64_t k = b0; k < b0 + len; k++) {
@@ -482,6 +488,10 @@ static float bound_for(uint32_t type, const float *x, int64_t i, float *scratch)
     case MOE_T_IQ4_NL: return amax * 0.13f;
     case MOE_T_Q4_K: return (mx - fminf(mn, 0)) / 15 * 1.0f;
     case MOE_T_Q6_K: return amax / 32 * 1.01f;
+    case MOE_T_Q5_K: return (mx - fminf(mn, 0)) / 31 * 1.0f;
+    case MOE_T_Q3_K: return amax / 4 * 1.0f;
+    case MOE_T_Q2_K: return (mx - fminf(mn, 0)) / 5;
+    case MOE_T_IQ4_XS: return amax / 8 * 1.0f;
     case MOE_T_MXFP4: return amax > 0 ? exp2f(floorf(log2f(amax)) - 1) : 0;
     case MOE_T_NVFP4: return amax / 6 * 1.0625f + 0x1p-9f; /* + subnormal UE4M3 scales */
     default: return 0;
@@ -515,6 +525,7 @@ static void test_round_trip(void) {
                 if (bnd > 0 && err / bnd > worst) worst = err / bnd;
             }
             CHECK_MSG(bad == 0, "%s dist %d: %d values outside the bound", moe_type_get(type)->name, dist, bad);
+            if (getenv("MOEFAST_TEST_VERBOSE")) printf("  %s dist %d: worst err/bound %.3f\n", moe_type_get(type)->name, dist, worst);
             for (int i = 0; i < 64; i++) CHECK(y[i] == 0.0f);
         }
     }
@@ -719,7 +730,7 @@ static void test_isa_selection(void) {
             CHECK(moe_kernels_active() == k);
             CHECK_EQ_INT(k->isa, i);
             for (size_t f = 0; f < NFMT; f++) CHECK(k->gemv[FORMATS[f]] && k->gemm[FORMATS[f]]);
-            CHECK(k->gemv[MOE_T_Q8_1] == NULL && k->gemv[MOE_T_Q5_K] == NULL);
+            CHECK(k->gemv[MOE_T_Q8_1] == NULL && k->gemv[MOE_T_Q8_K] == NULL);
         } else {
             CHECK_EQ_INT(rc, MOE_EUNSUPPORTED);
             CHECK_STR_CONTAINS(err, names[i]);

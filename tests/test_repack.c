@@ -11,7 +11,8 @@
 int main(void) {
     const uint32_t types[] = {MOE_T_Q8_0, MOE_T_Q4_0, MOE_T_Q4_1, MOE_T_Q5_0, MOE_T_Q5_1, MOE_T_IQ4_NL,
                               MOE_T_Q4_K,  MOE_T_Q6_K, MOE_T_MXFP4,
-                              MOE_T_NVFP4, MOE_T_F32, MOE_T_F16, MOE_T_BF16};
+                              MOE_T_NVFP4, MOE_T_F32, MOE_T_F16, MOE_T_BF16,
+                              MOE_T_Q5_K, MOE_T_Q3_K, MOE_T_Q2_K, MOE_T_IQ4_XS};
     const int64_t rows_list[] = {4, 8, 13, 16};
     const int64_t ntoks[] = {1, 5, 16};
     moe_rng r;

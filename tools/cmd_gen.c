@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "cli.h"
@@ -21,6 +23,8 @@ static const char GEN_HELP[] =
     "  --type T            weight type of the matrices: F32, F16, BF16, Q8_0, Q4_0,\n"
     "                      Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, NVFP4, ... (default F32 for tiny, Q8_0 otherwise)\n"
     "  --type-experts T    type of routed and shared expert matrices (default: --type)\n"
+    "  --type Q3_K_M|Q4_K_M|Q5_K_M   the F32 model quantized with llama-quantize's\n"
+    "                      mix of that name (as `moefast quantize`; docs/QUANT_MIXES.md)\n"
     "Norms, the router (ffn_gate_inp) and exp_probs_b are always F32.\n"
     "\n"
     "Hyperparameter overrides (key=value; unknown keys and bad values are errors):\n"
@@ -66,8 +70,14 @@ static const char *opt_value(int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
+/* --type Q3_K_M / Q4_K_M / Q5_K_M: a llama-quantize mix (not a single type
+ * the generator can draw), made by quantizing the F32 model. */
+static bool is_mix(const char *t) {
+    return !strcasecmp(t, "Q3_K_M") || !strcasecmp(t, "Q4_K_M") || !strcasecmp(t, "Q5_K_M");
+}
+
 int cmd_gen(int argc, char **argv) {
-    const char *arch = NULL, *preset = NULL, *out = NULL;
+    const char *arch = NULL, *preset = NULL, *out = NULL, *mix = NULL;
     const char **ov = calloc((size_t)argc * 2 + 1, sizeof *ov);
     char **owned = calloc((size_t)argc + 1, sizeof *owned);
     int n_ov = 0, n_owned = 0, rc = 2;
@@ -84,6 +94,7 @@ int cmd_gen(int argc, char **argv) {
         if (map) {
             const char *v = opt_value(argc, argv, &i);
             if (!v) { cli_fail("gen", "%s needs a value", a); goto done; }
+            if (map[0] == 't' && map[4] == 0 && is_mix(v)) { mix = v; v = "F32"; }
             size_t n = strlen(map) + strlen(v) + 2;
             char *s = malloc(n);
             if (!s) { cli_fail("gen", "out of memory"); goto done; }
@@ -106,10 +117,20 @@ int cmd_gen(int argc, char **argv) {
     if (!arch) { cli_fail("gen", "--arch is required (laguna|qwen3moe|llama|olmoe|qwen2moe|glm4moe|gpt-oss|deepseek2)"); goto done; }
     if (!preset) { cli_fail("gen", "--preset is required (tiny|default|bench)"); goto done; }
     if (!out) { cli_fail("gen", "-o FILE is required"); goto done; }
-    char err[MOE_ERR_LEN];
-    if (moe_gen_model(arch, preset, ov, out, err, sizeof err) != 0) {
+    char err[MOE_ERR_LEN], tmp[4096];
+    if (mix) {
+        for (int k = 0; k < n_ov; k++)
+            if (!strncmp(ov[k], "type_experts=", 13)) { cli_fail("gen", "--type %s is a mix: no --type-experts", mix); goto done; }
+        snprintf(tmp, sizeof tmp, "%s.f32.tmp", out);
+    }
+    if (moe_gen_model(arch, preset, ov, mix ? tmp : out, err, sizeof err) != 0) {
         cli_fail("gen", "%s", err);
         goto done;
+    }
+    if (mix) {
+        const int qrc = moe_quantize_file(tmp, out, mix, NULL, err, sizeof err);
+        unlink(tmp);
+        if (qrc != 0) { cli_fail("gen", "%s", err); goto done; }
     }
     struct stat st;
     if (stat(out, &st) == 0)

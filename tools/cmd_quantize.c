@@ -10,10 +10,16 @@ static const char QUANT_HELP[] =
     "usage: moefast quantize IN OUT TYPE [--type-experts TYPE]\n"
     "\n"
     "Re-encodes the weight matrices of IN to TYPE (F32, F16, BF16, Q8_0, Q4_0, Q4_1,\n"
-    "Q5_0, Q5_1, IQ4_NL, Q4_K, NVFP4, ...) and writes OUT atomically. Routed and\n"
-    "shared expert matrices get --type-experts (default TYPE). Norms, the router\n"
-    "and biases are copied unchanged; all metadata is carried over and\n"
-    "general.file_type updated.\n";
+    "Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q3_K, Q2_K, IQ4_XS, NVFP4, ...) and writes OUT\n"
+    "atomically. Routed and shared expert matrices get\n"
+    "--type-experts (default TYPE). Norms, the router and biases are copied\n"
+    "unchanged; all metadata is carried over and general.file_type updated.\n"
+    "\n"
+    "TYPE Q2_K, Q3_K_M, Q4_K_M, Q5_K_M or IQ4_XS without --type-experts is\n"
+    "llama-quantize's mix of that name: each tensor's type chosen as llama.cpp\n"
+    "chooses it (docs/QUANT_MIXES.md; e.g. attn_v / ffn_down in Q6_K in some\n"
+    "layers, output Q6_K, Q5_0 / Q5_1 / Q4_0 / IQ4_NL / Q8_0 where a row is not a\n"
+    "multiple of 256). Q2_K or IQ4_XS for every matrix: add --type-experts Q2_K.\n";
 
 int cmd_quantize(int argc, char **argv) {
     const char *pos[3] = {NULL, NULL, NULL}, *te = NULL;

@@ -7,12 +7,17 @@
  * Rows are dequantized with moe_dequant_row and quantized with
  * moe_quantize_row, except Q8_0 blocks whose values are exactly an f16 scale
  * times int8 values: those keep that exact encoding (see q8_0_exact_block). All metadata is carried over in order; general.file_type
- * is updated and general.quantization_version kept consistent. */
+ * is updated and general.quantization_version kept consistent.
+ * A mix name as TYPE (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, IQ4_XS, with no expert
+ * type: llama-quantize's meaning) picks each tensor's type as llama-quantize
+ * does (quant_mix.c) and quantizes with ggml's reference quantizers only
+ * (no exact-Q8_0 shortcut), so the result is llama.cpp's file. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gguf/gguf.h"
+#include "lab/quant_mix.h"
 #include "quant/quant.h"
 #include "base/util.h"
 
@@ -96,15 +101,38 @@ int moe_quantize_file(const char *in, const char *out, const char *type,
                       const char *type_experts, char *err, size_t errlen) {
     if (!in || !out || !type)
         return moe_errf(err, errlen, MOE_EINVAL, "input, output and type are required");
-    int T, TE;
-    int rc = parse_type(type, "type", &T, err, errlen);
-    if (rc) return rc;
-    rc = parse_type(type_experts ? type_experts : type, "expert type", &TE, err, errlen);
-    if (rc) return rc;
+    int T, TE, rc;
+    const int mix = type_experts ? -1 : moe_mix_by_name(type);
+    if (mix >= 0) {
+        T = TE = (int)MOE_T_F32; /* per tensor below */
+    } else {
+        rc = parse_type(type, "type", &T, err, errlen);
+        if (rc) return rc;
+        rc = parse_type(type_experts ? type_experts : type, "expert type", &TE, err, errlen);
+        if (rc) return rc;
+    }
 
     gguf_file *f = NULL;
     rc = gguf_open(in, &f, err, errlen);
     if (rc) return rc;
+    /* each tensor's target type, -1: copied */
+    int *target = malloc(sizeof(int) * (f->n_tensors ? f->n_tensors : 1));
+    if (!target) { rc = moe_errf(err, errlen, MOE_ENOMEM, "out of memory"); goto done; }
+    if (mix >= 0) {
+        rc = moe_mix_plan(mix, f, target, err, errlen);
+        if (rc) goto done;
+        for (uint64_t i = 0; i < f->n_tensors && !rc; i++) {
+            const moe_type_info *ti = target[i] >= 0 ? moe_type_get((uint32_t)target[i]) : NULL;
+            if (ti && !ti->supported)
+                rc = moe_errf(err, errlen, MOE_EUNSUPPORTED, "%s: the %s mix puts tensor %s in %s, which is not supported",
+                              in, moe_mix_name(mix), f->tensors[i].name, ti->name);
+        }
+        if (rc) goto done;
+    } else {
+        for (uint64_t i = 0; i < f->n_tensors; i++)
+            target[i] = is_matrix(&f->tensors[i]) ? (is_expert(&f->tensors[i]) ? TE : T) : -1;
+    }
+    const int ftype = mix >= 0 ? moe_mix_ftype(mix) : moe_gen_ftype(TE);
 
     /* check every matrix before doing any work */
     int64_t max_row = 0;
@@ -112,8 +140,8 @@ int moe_quantize_file(const char *in, const char *out, const char *type,
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
         uint64_t nb = t->nbytes;
-        if (is_matrix(t)) {
-            int tt = is_expert(t) ? TE : T;
+        if (target[i] >= 0) {
+            int tt = target[i];
             const moe_type_info *src = moe_type_get(t->type), *dst = moe_type_get((uint32_t)tt);
             if (!src || !src->supported) {
                 rc = moe_errf(err, errlen, MOE_EUNSUPPORTED,
@@ -139,19 +167,19 @@ int moe_quantize_file(const char *in, const char *out, const char *type,
     float *row = malloc((size_t)(max_row ? max_row : 1) * sizeof(float));
     if (!w || !buf || !row) { rc = moe_errf(err, errlen, MOE_ENOMEM, "out of memory"); goto out; }
 
-    const bool quantized = !is_float_type(T) || !is_float_type(TE);
+    const bool quantized = mix >= 0 || !is_float_type(T) || !is_float_type(TE);
     for (uint64_t i = 0; i < f->n_kv && !rc; i++) {
         const gguf_kv *kv = &f->kv[i];
         if (!strcmp(kv->key, "general.quantization_version")) continue; /* re-emitted below */
         if (!strcmp(kv->key, "general.file_type")) {
-            rc = gguf_w_u32(w, kv->key, (uint32_t)moe_gen_ftype(TE));
+            rc = gguf_w_u32(w, kv->key, (uint32_t)ftype);
             if (!rc && quantized) rc = gguf_w_u32(w, "general.quantization_version", 2);
             continue;
         }
         rc = gguf_w_kv(w, kv);
     }
     if (!rc && !gguf_find_kv(f, "general.file_type")) {
-        rc = gguf_w_u32(w, "general.file_type", (uint32_t)moe_gen_ftype(TE));
+        rc = gguf_w_u32(w, "general.file_type", (uint32_t)ftype);
         if (!rc && quantized) rc = gguf_w_u32(w, "general.quantization_version", 2);
     }
     if (rc) { rc = moe_errf(err, errlen, rc < 0 ? rc : MOE_ENOMEM, "cannot copy metadata of %s", in); goto out; }
@@ -161,15 +189,16 @@ int moe_quantize_file(const char *in, const char *out, const char *type,
         const void *data = t->data;
         uint64_t nb = t->nbytes;
         uint32_t ttype = t->type;
-        if (is_matrix(t) && t->type != (uint32_t)(is_expert(t) ? TE : T)) {
+        if (target[i] >= 0 && t->type != (uint32_t)target[i]) {
             /* (a matrix already in its target type is copied: lossless) */
-            ttype = (uint32_t)(is_expert(t) ? TE : T);
+            ttype = (uint32_t)target[i];
             const int64_t n = t->ne[0];
             const uint64_t nrows = (uint64_t)(t->ne[1] * t->ne[2] * t->ne[3]);
             const uint64_t rb_in = moe_row_bytes(t->type, (uint64_t)n), rb_out = moe_row_bytes(ttype, (uint64_t)n);
             for (uint64_t r = 0; r < nrows; r++) {
                 moe_dequant_row(t->type, t->data + r * rb_in, row, n);
-                quantize_row_keep_exact(ttype, row, buf + r * rb_out, n);
+                if (mix >= 0) moe_quantize_row(ttype, row, buf + r * rb_out, n);
+                else quantize_row_keep_exact(ttype, row, buf + r * rb_out, n);
             }
             data = buf;
             nb = rb_out * nrows;
@@ -186,6 +215,7 @@ out:
     free(buf);
     free(row);
 done:
+    free(target);
     gguf_close(f);
     return rc;
 }

@@ -7,6 +7,7 @@
  * mapped to ggml's int8 kvalues with vpshufb, then converted and scaled
  * (int -> float is exact, so it is the same single product). */
 #include "quant/quant_internal.h"
+#include "quant/kquant.h"
 
 #include <immintrin.h>
 
@@ -191,6 +192,114 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m256 *v, float *st, 
     }
 }
 
+/* ---- Q5_K, Q3_K, Q2_K, IQ4_XS (specification: kquant_ref.c; state as in
+ * quant_avx512.c) ---------------------------------------------------------- */
+
+/* Q5_K: the Q4_K header and state (prep_q4_k); codes get their 5th bit from qh. */
+ALWAYS_INLINE void dq_q5_k(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+    const uint8_t *b = row + (i >> 2) * QB_Q5_K * S;
+    const int c = (int)(i & 3);
+    if (c == 0) prep_q4_k(b, st);
+    const __m256 d1 = _mm256_set1_ps(st[2 * c]), mm1 = _mm256_set1_ps(st[8 + 2 * c]);
+    const __m256 d2 = _mm256_set1_ps(st[2 * c + 1]), mm2 = _mm256_set1_ps(st[9 + 2 * c]);
+    const uint8_t *qs = b + 48 + 32 * c, *qh = b + 16;
+    const __m128i m15 = _mm_set1_epi8(15), c16 = _mm_set1_epi8(16);
+    UNROLL for (int u = 0; u < 2; u++) {
+        /* bits 2c, 2c+1 of qh moved to bit 4 (one variable shift per 16 bytes) */
+        const __m128i q8 = ld128(qs + 16 * u), h8 = _mm_srli_epi16(ld128(qh + 16 * u), 2 * c);
+        const __m128i lo = _mm_or_si128(_mm_and_si128(q8, m15), _mm_and_si128(_mm_slli_epi16(h8, 4), c16));
+        const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q8, 4), m15),
+                                        _mm_and_si128(_mm_slli_epi16(h8, 3), c16));
+        v[2 * u] = _mm256_sub_ps(_mm256_mul_ps(d1, u8f(lo)), mm1);
+        v[2 * u + 1] = _mm256_sub_ps(_mm256_mul_ps(d1, u8f(_mm_unpackhi_epi64(lo, lo))), mm1);
+        v[4 + 2 * u] = _mm256_sub_ps(_mm256_mul_ps(d2, u8f(hi)), mm2);
+        v[4 + 2 * u + 1] = _mm256_sub_ps(_mm256_mul_ps(d2, u8f(_mm_unpackhi_epi64(hi, hi))), mm2);
+    }
+}
+
+/* Q3_K: the 16 scales minus 32 as int8 (moe_q3k_scales, vectorized): low
+ * nibbles of bytes 0..7 then their high nibbles, or'ed with bits 2(j/4),
+ * 2(j/4)+1 of byte 8 + j%4 put at bits 4, 5. */
+ALWAYS_INLINE __m128i q3k_scales16(const uint8_t *s) {
+    const __m128i q = _mm_loadl_epi64((const __m128i *)s), m15 = _mm_set1_epi8(15);
+    const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(q, m15), _mm_and_si128(_mm_srli_epi16(q, 4), m15));
+    const __m128i w = _mm_srlv_epi32(_mm_set1_epi32((int)moe_kq_rd32(s + 8)), _mm_setr_epi32(0, 2, 4, 6));
+    const __m128i hi = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi8(3)), 4);
+    return _mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32));
+}
+ALWAYS_INLINE void prep_q3_k(const uint8_t *b, float *st) {
+    const __m256 d = _mm256_set1_ps(f16s(b + 108));
+    const __m128i v = q3k_scales16(b + 96);
+    _mm256_storeu_ps(st, _mm256_mul_ps(d, i8f(v)));
+    _mm256_storeu_ps(st + 8, _mm256_mul_ps(d, i8f(_mm_unpackhi_epi64(v, v))));
+}
+ALWAYS_INLINE void dq_q3_k(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+    const uint8_t *b = row + (i >> 2) * QB_Q3_K * S;
+    const int p = (int)(i & 3), h = p >> 1;
+    if (p == 0) prep_q3_k(b, st);
+    const uint8_t *qs = b + 32 + 32 * h;
+    const __m128i m3 = _mm_set1_epi8(3), one = _mm_set1_epi8(1), c4 = _mm_set1_epi8(4);
+    UNROLL for (int jj = 0; jj < 2; jj++) {
+        const int j = 2 * (p & 1) + jj;
+        UNROLL for (int u = 0; u < 2; u++) {
+            const __m128i c = _mm_and_si128(_mm_srli_epi16(ld128(qs + 16 * u), 2 * j), m3);
+            const __m128i hb = _mm_and_si128(_mm_srli_epi16(ld128(b + 16 * u), 4 * h + j), one);
+            const __m128i q = _mm_sub_epi8(_mm_or_si128(c, _mm_slli_epi16(hb, 2)), c4);
+            const __m256 s = _mm256_set1_ps(st[4 * p + 2 * jj + u]);
+            v[2 * (2 * jj + u)] = _mm256_mul_ps(i8f(q), s);
+            v[2 * (2 * jj + u) + 1] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(q, q)), s);
+        }
+    }
+}
+
+ALWAYS_INLINE void prep_q2_k(const uint8_t *b, float *st) {
+    const __m256 d = _mm256_set1_ps(f16s(b + 80));
+    const __m128i sc = _mm_and_si128(ld128(b), _mm_set1_epi8(15));
+    _mm256_storeu_ps(st, _mm256_mul_ps(d, u8f(sc)));
+    _mm256_storeu_ps(st + 8, _mm256_mul_ps(d, u8f(_mm_unpackhi_epi64(sc, sc))));
+}
+ALWAYS_INLINE void dq_q2_k(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+    const uint8_t *b = row + (i >> 2) * QB_Q2_K * S;
+    const int p = (int)(i & 3), h = p >> 1;
+    if (p == 0) prep_q2_k(b, st);
+    const float dmin = moe_f16_f32_tab[moe_rd16(b + 82)];
+    const uint8_t *qs = b + 16 + 32 * h;
+    const __m128i m3 = _mm_set1_epi8(3);
+    UNROLL for (int jj = 0; jj < 2; jj++) {
+        const int j = 2 * (p & 1) + jj;
+        UNROLL for (int u = 0; u < 2; u++) {
+            const int sb = 4 * p + 2 * jj + u;
+            const __m128i c = _mm_and_si128(_mm_srli_epi16(ld128(qs + 16 * u), 2 * j), m3);
+            const __m256 dl = _mm256_set1_ps(st[sb]), ml = _mm256_set1_ps(dmin * (float)(b[sb] >> 4));
+            v[2 * (2 * jj + u)] = _mm256_sub_ps(_mm256_mul_ps(dl, u8f(c)), ml);
+            v[2 * (2 * jj + u) + 1] = _mm256_sub_ps(_mm256_mul_ps(dl, u8f(_mm_unpackhi_epi64(c, c))), ml);
+        }
+    }
+}
+
+ALWAYS_INLINE void prep_iq4_xs(const uint8_t *b, float *st) {
+    const float d = f16s(b);
+    for (int ib = 0; ib < 8; ib++) st[ib] = d * (float)moe_iq4xs_scale(b, ib);
+}
+/* IQ4_XS: codes -> the int8 levels by vpshufb, then (float)kv * dl. */
+ALWAYS_INLINE void dq_iq4_xs(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+    const uint8_t *b = row + (i >> 2) * QB_IQ4_XS * S;
+    const int p = (int)(i & 3);
+    if (p == 0) prep_iq4_xs(b, st);
+    const __m128i kv = _mm_loadu_si128((const __m128i *)moe_kq_iq4nl), m = _mm_set1_epi8(15);
+    UNROLL for (int s = 0; s < 2; s++) {
+        const int ib = 2 * p + s;
+        const __m256 d = _mm256_set1_ps(st[ib]);
+        const __m128i q = ld128(b + 8 + 16 * ib);
+        const __m128i lo = _mm_shuffle_epi8(kv, _mm_and_si128(q, m));
+        const __m128i hi = _mm_shuffle_epi8(kv, _mm_and_si128(_mm_srli_epi16(q, 4), m));
+        v[4 * s] = _mm256_mul_ps(i8f(lo), d);
+        v[4 * s + 1] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(lo, lo)), d);
+        v[4 * s + 2] = _mm256_mul_ps(i8f(hi), d);
+        v[4 * s + 3] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(hi, hi)), d);
+    }
+}
+
 /* ---- tiles ---------------------------------------------------------------- */
 
 /* Software prefetch distance (bytes ahead of each row's read position); see
@@ -297,6 +406,10 @@ DEF_BLOCK_KERNELS(mxfp4, 32, 2, dq_mxfp4, QB_MXFP4, QB_MXFP4)
 DEF_BLOCK_KERNELS(nvfp4, 64, 4, dq_nvfp4, QB_NVFP4, QB_NVFP4)
 DEF_BLOCK_KERNELS(q4_k, 64, 4, dq_q4_k, QB_Q4_K / 4, QB_Q4_K)
 DEF_BLOCK_KERNELS(q6_k, 64, 4, dq_q6_k, QB_Q6_K / 4, QB_Q6_K)
+DEF_BLOCK_KERNELS(q5_k, 64, 4, dq_q5_k, QB_Q5_K / 4, QB_Q5_K)
+DEF_BLOCK_KERNELS(q3_k, 64, 4, dq_q3_k, QB_Q3_K / 4, QB_Q3_K)
+DEF_BLOCK_KERNELS(q2_k, 64, 4, dq_q2_k, QB_Q2_K / 4, QB_Q2_K)
+DEF_BLOCK_KERNELS(iq4_xs, 64, 4, dq_iq4_xs, QB_IQ4_XS / 4, QB_IQ4_XS)
 
 /* ---- F32 / F16 / BF16 (any n). 8 values at a time; in the tail, lanes past n
  * keep their accumulator (blend), never an FMA with padding. */
@@ -521,6 +634,7 @@ MOE_DEF_WIDE_TILES
         }                                                                                          \
     } while (0)
 MOE_WIDE_FORMATS(DEF_WIDE_BLOCK)
+MOE_KQ_WIDE_FORMATS(DEF_WIDE_BLOCK)
 
 #define ENTRY(id, name) .gemv[id] = gemv_##name, .gemm[id] = gemm_##name
 #define ENTRY_X4(id, name) .gemv_x4[id] = gemv_x4_##name, .gemm_x4[id] = gemm_x4_##name
@@ -545,5 +659,9 @@ const moe_kernels moe_kernels_avx2_tab = {
     A8_ENTRY(MOE_T_Q6_K, q6_k, avx2),
     A8_ENTRY(MOE_T_Q4_1, q4_1, avx2), A8_ENTRY(MOE_T_Q5_0, q5_0, avx2), A8_ENTRY(MOE_T_Q5_1, q5_1, avx2),
     A8_ENTRY(MOE_T_IQ4_NL, iq4_nl, avx2),
+    ENTRY(MOE_T_Q5_K, q5_k), ENTRY_X4(MOE_T_Q5_K, q5_k), ENTRY_WIDE_X4(MOE_T_Q5_K, q5_k),
+    ENTRY(MOE_T_Q3_K, q3_k), ENTRY_X4(MOE_T_Q3_K, q3_k), ENTRY_WIDE_X4(MOE_T_Q3_K, q3_k),
+    ENTRY(MOE_T_Q2_K, q2_k), ENTRY_X4(MOE_T_Q2_K, q2_k), ENTRY_WIDE_X4(MOE_T_Q2_K, q2_k),
+    ENTRY(MOE_T_IQ4_XS, iq4_xs), ENTRY_X4(MOE_T_IQ4_XS, iq4_xs), ENTRY_WIDE_X4(MOE_T_IQ4_XS, iq4_xs),
     .quantize_act8 = moe_quantize_act8_avx2,
 };

@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include "quant/hsum_avx512.h"
+#include "quant/kquant.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
@@ -193,6 +194,127 @@ ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m512 *v, float *st, 
     }
 }
 
+/* ---- Q5_K, Q3_K, Q2_K, IQ4_XS (specification: kquant_ref.c) ------------
+ * Parts of 64 values, 4 per super-block; the super-block state is set up
+ * at part 0 as for Q4_K / Q6_K. */
+static const float K_16_31[16] = {16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+
+/* Q5_K: the Q4_K header (prep_q4_k: st[j] = d*sc_j, st[8+j] = dmin*m_j);
+ * 5-bit codes index two 16-entry tables t[k] = d1*k - m1 (k < 16, k >= 16)
+ * through vpermt2ps: each entry is the reference's product and subtraction. */
+ALWAYS_INLINE void dq_q5_k(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    const uint8_t *b = row + (i >> 2) * QB_Q5_K * S;
+    const int c = (int)(i & 3);
+    if (c == 0) prep_q4_k(b, st);
+    const __m512 k0 = _mm512_loadu_ps(K_0_15), k1 = _mm512_loadu_ps(K_16_31);
+    const __m512 d1 = _mm512_set1_ps(st[2 * c]), m1 = _mm512_set1_ps(st[8 + 2 * c]);
+    const __m512 d2 = _mm512_set1_ps(st[2 * c + 1]), m2 = _mm512_set1_ps(st[9 + 2 * c]);
+    const __m512 t1a = _mm512_sub_ps(_mm512_mul_ps(k0, d1), m1), t1b = _mm512_sub_ps(_mm512_mul_ps(k1, d1), m1);
+    const __m512 t2a = _mm512_sub_ps(_mm512_mul_ps(k0, d2), m2), t2b = _mm512_sub_ps(_mm512_mul_ps(k1, d2), m2);
+    const uint8_t *qs = b + 48 + 32 * c, *qh = b + 16;
+    /* 5-bit indices built in dword lanes: vpermt2ps reads bits 0..4 only, so
+     * a bit select (vpternlogd) of the nibble and the qh bit moved to bit 4
+     * is the whole index */
+    const __m512i m15 = _mm512_set1_epi32(15);
+    UNROLL for (int u = 0; u < 2; u++) {
+        const __m512i ia = _mm512_cvtepu8_epi32(ld128(qs + 16 * u));
+        const __m512i ha = _mm512_srli_epi32(_mm512_cvtepu8_epi32(ld128(qh + 16 * u)), 2 * c);
+        const __m512i lo = _mm512_ternarylogic_epi32(m15, ia, _mm512_slli_epi32(ha, 4), 0xCA);
+        const __m512i hi = _mm512_ternarylogic_epi32(m15, _mm512_srli_epi32(ia, 4), _mm512_slli_epi32(ha, 3), 0xCA);
+        v[u] = _mm512_permutex2var_ps(t1a, lo, t1b);
+        v[2 + u] = _mm512_permutex2var_ps(t2a, hi, t2b);
+    }
+}
+
+/* Q3_K: st[j] = d * (s_j - 32). Part p = sub-blocks 4p .. 4p+3 (half h =
+ * p/2, shifts j = 2(p&1) + jj); codes u = c | hbit << 2 (0..7, value u - 4:
+ * the reference's c - (hbit ? 0 : 4)). Two 16-entry tables per part, lane
+ * 8e + u = st[4p + 2t + e] * (u - 4) (table t, sub-block 2t + e of the
+ * part): the reference's exact product; a chunk is then one vpermps. */
+static const float K_Q3[16] = {-4, -3, -2, -1, 0, 1, 2, 3, -4, -3, -2, -1, 0, 1, 2, 3};
+static const int32_t K_SHR2[16] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3};
+static const float K_Q2[16] = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
+/* Q3_K: the 16 scales minus 32 as int8 (moe_q3k_scales, vectorized): low
+ * nibbles of bytes 0..7 then their high nibbles, or'ed with bits 2(j/4),
+ * 2(j/4)+1 of byte 8 + j%4 put at bits 4, 5. */
+ALWAYS_INLINE __m128i q3k_scales16(const uint8_t *s) {
+    const __m128i q = _mm_loadl_epi64((const __m128i *)s), m15 = _mm_set1_epi8(15);
+    const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(q, m15), _mm_and_si128(_mm_srli_epi16(q, 4), m15));
+    const __m128i w = _mm_srlv_epi32(_mm_set1_epi32((int)moe_kq_rd32(s + 8)), _mm_setr_epi32(0, 2, 4, 6));
+    const __m128i hi = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi8(3)), 4);
+    return _mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32));
+}
+ALWAYS_INLINE void prep_q3_k(const uint8_t *b, float *st) {
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q3k_scales16(b + 96)));
+    _mm512_storeu_ps(st, _mm512_mul_ps(_mm512_set1_ps(f16s(b + 108)), sc));
+}
+ALWAYS_INLINE void dq_q3_k(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    const uint8_t *b = row + (i >> 2) * QB_Q3_K * S;
+    const int p = (int)(i & 3), h = p >> 1, j0 = 2 * (p & 1);
+    if (p == 0) prep_q3_k(b, st);
+    const __m512 k = _mm512_loadu_ps(K_Q3);
+    const float *dl = st + 4 * p;
+    const __m512 t0 = _mm512_mul_ps(_mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(dl[0]), _mm512_set1_ps(dl[1])), k);
+    const __m512 t1 = _mm512_mul_ps(_mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(dl[2]), _mm512_set1_ps(dl[3])), k);
+    const uint8_t *qs = b + 32 + 32 * h;
+    const __m128i m3 = _mm_set1_epi8(3), m4 = _mm_set1_epi8(4), c8 = _mm_set1_epi8(8);
+    UNROLL for (int u = 0; u < 2; u++) {
+        const __m128i q8 = _mm_srli_epi16(ld128(qs + 16 * u), 2 * j0);    /* shifts j0, j0 + 1 = 0, 2 below */
+        const __m128i h8 = _mm_srli_epi16(ld128(b + 16 * u), 4 * h + j0);
+        UNROLL for (int jj = 0; jj < 2; jj++) {
+            const __m128i c = _mm_and_si128(jj ? _mm_srli_epi16(q8, 2) : q8, m3);
+            const __m128i hb = _mm_and_si128(_mm_slli_epi16(h8, 2 - jj), m4);      /* hbit << 2 */
+            __m128i x = _mm_or_si128(c, hb);
+            if (u) x = _mm_or_si128(x, c8);                                         /* sub-block 2jj + 1 */
+            v[2 * jj + u] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(x), jj ? t1 : t0);
+        }
+    }
+}
+
+/* Q2_K: per part one 16-entry table, lane 4q + c = (d*sc)*c - dmin*m of
+ * sub-block 4p + q (the reference's two exact products and one rounded
+ * subtraction); a chunk is one vpermps. No state. */
+ALWAYS_INLINE void dq_q2_k(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    (void)st;
+    const uint8_t *b = row + (i >> 2) * QB_Q2_K * S;
+    const int p = (int)(i & 3), h = p >> 1, j0 = 2 * (p & 1);
+    const __m512i sc = _mm512_permutexvar_epi32(_mm512_loadu_si512(K_SHR2), _mm512_cvtepu8_epi32(ld128(b + 4 * p)));
+    const __m512 D = _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15)));
+    const __m512 M = _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4));
+    const __m512 dl = _mm512_mul_ps(_mm512_set1_ps(moe_f16_f32_tab[moe_rd16(b + 80)]), D);
+    const __m512 ml = _mm512_mul_ps(_mm512_set1_ps(moe_f16_f32_tab[moe_rd16(b + 82)]), M);
+    const __m512 t = _mm512_sub_ps(_mm512_mul_ps(dl, _mm512_loadu_ps(K_Q2)), ml);
+    const uint8_t *qs = b + 16 + 32 * h;
+    const __m128i m3 = _mm_set1_epi8(3);
+    UNROLL for (int u = 0; u < 2; u++) {
+        const __m128i q8 = _mm_srli_epi16(ld128(qs + 16 * u), 2 * j0);
+        UNROLL for (int jj = 0; jj < 2; jj++) {
+            const __m128i c = _mm_and_si128(jj ? _mm_srli_epi16(q8, 2) : q8, m3);
+            const __m128i x = _mm_or_si128(c, _mm_set1_epi8((char)(4 * (2 * jj + u))));
+            v[2 * jj + u] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(x), t);
+        }
+    }
+}
+
+/* IQ4_XS: st[ib] = d * (ls_ib - 32); sub-block ib: t[c] = kv[c] * st[ib]. */
+ALWAYS_INLINE void prep_iq4_xs(const uint8_t *b, float *st) {
+    const float d = f16s(b);
+    for (int ib = 0; ib < 8; ib++) st[ib] = d * (float)moe_iq4xs_scale(b, ib);
+}
+ALWAYS_INLINE void dq_iq4_xs(const uint8_t *row, int64_t i, __m512 *v, float *st, const int S) {
+    const uint8_t *b = row + (i >> 2) * QB_IQ4_XS * S;
+    const int p = (int)(i & 3);
+    if (p == 0) prep_iq4_xs(b, st);
+    const __m512 kv = _mm512_loadu_ps(moe_kq_iq4nl_f);
+    UNROLL for (int s = 0; s < 2; s++) {
+        const int ib = 2 * p + s;
+        const __m512 tab = _mm512_mul_ps(kv, _mm512_set1_ps(st[ib]));
+        const __m512i idx = _mm512_cvtepu8_epi32(ld128(b + 8 + 16 * ib));
+        v[2 * s] = _mm512_permutexvar_ps(idx, tab);
+        v[2 * s + 1] = _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), tab);
+    }
+}
+
 /* ---- the R x T tile for block formats ------------------------------------ */
 
 /* Software prefetch distance in bytes ahead of each row's read position.
@@ -302,6 +424,10 @@ DEF_BLOCK_KERNELS(mxfp4, 32, 2, dq_mxfp4, QB_MXFP4, QB_MXFP4)
 DEF_BLOCK_KERNELS_P(nvfp4, 64, 4, dq_nvfp4p, QB_NVFP4, QB_NVFP4, 1)
 DEF_BLOCK_KERNELS(q4_k, 64, 4, dq_q4_k, QB_Q4_K / 4, QB_Q4_K)
 DEF_BLOCK_KERNELS(q6_k, 64, 4, dq_q6_k, QB_Q6_K / 4, QB_Q6_K)
+DEF_BLOCK_KERNELS(q5_k, 64, 4, dq_q5_k, QB_Q5_K / 4, QB_Q5_K)
+DEF_BLOCK_KERNELS(q3_k, 64, 4, dq_q3_k, QB_Q3_K / 4, QB_Q3_K)
+DEF_BLOCK_KERNELS(q2_k, 64, 4, dq_q2_k, QB_Q2_K / 4, QB_Q2_K)
+DEF_BLOCK_KERNELS(iq4_xs, 64, 4, dq_iq4_xs, QB_IQ4_XS / 4, QB_IQ4_XS)
 
 /* ---- F32 / F16 / BF16: any n; the tail uses masked FMAs so that lanes past
  * n keep their accumulator untouched (an FMA with zeros would turn -0 into +0). */
@@ -508,6 +634,7 @@ MOE_DEF_WIDE_TILES
         UNROLL for (int q_ = 0; q_ < (NV); q_++) _mm512_store_ps((o) + q_ * 64, v_[q_]);           \
     } while (0)
 MOE_WIDE_FORMATS(DEF_WIDE_BLOCK)
+MOE_KQ_WIDE_FORMATS(DEF_WIDE_BLOCK)
 
 /* F32 rows (the routers): a row length that is not a multiple of 16 takes
  * the 4x4 kernel (its masked tail keeps -0 accumulators intact; zero-padded
@@ -563,5 +690,9 @@ const moe_kernels moe_kernels_avx512_tab = {
     A8_ENTRY(MOE_T_Q6_K, q6_k, avx512),
     A8_ENTRY(MOE_T_Q4_1, q4_1, avx512), A8_ENTRY(MOE_T_Q5_0, q5_0, avx512), A8_ENTRY(MOE_T_Q5_1, q5_1, avx512),
     A8_ENTRY(MOE_T_IQ4_NL, iq4_nl, avx512),
+    ENTRY(MOE_T_Q5_K, q5_k), ENTRY_X4(MOE_T_Q5_K, q5_k), ENTRY_WIDE_X4(MOE_T_Q5_K, q5_k),
+    ENTRY(MOE_T_Q3_K, q3_k), ENTRY_X4(MOE_T_Q3_K, q3_k), ENTRY_WIDE_X4(MOE_T_Q3_K, q3_k),
+    ENTRY(MOE_T_Q2_K, q2_k), ENTRY_X4(MOE_T_Q2_K, q2_k), ENTRY_WIDE_X4(MOE_T_Q2_K, q2_k),
+    ENTRY(MOE_T_IQ4_XS, iq4_xs), ENTRY_X4(MOE_T_IQ4_XS, iq4_xs), ENTRY_WIDE_X4(MOE_T_IQ4_XS, iq4_xs),
     .quantize_act8 = moe_quantize_act8_avx512,
 };

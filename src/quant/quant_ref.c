@@ -9,6 +9,7 @@
  * operands that SIMD code can form the same way (an int converted to float
  * is exact, so "(float)q * d" is one product). */
 #include "quant/quant_internal.h"
+#include "quant/kquant.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -203,6 +204,7 @@ static void dq_block(uint32_t type, const uint8_t *b, float *w) {
         break;
     }
     default:
+        moe_kq_dq_block(type, b, w);  /* Q2_K, Q3_K, Q5_K, IQ4_XS: kquant_ref.c */
         break;
     }
 }
@@ -649,7 +651,7 @@ void moe_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
         case MOE_T_Q6_K: q_q6_k(x, y); break;
         case MOE_T_MXFP4: q_mxfp4(x, y); break;
         case MOE_T_NVFP4: q_nvfp4(x, y); break;
-        default: break;
+        default: moe_kq_quantize_block(type, x, y); break;  /* kquant_ref.c */
         }
     }
 }
@@ -743,6 +745,11 @@ REF_KERNELS_X4(q4_k, MOE_T_Q4_K)
 REF_KERNELS_X4(q6_k, MOE_T_Q6_K)
 REF_KERNELS_X4(mxfp4, MOE_T_MXFP4)
 REF_KERNELS_X4(nvfp4, MOE_T_NVFP4)
+/* Q5_K, Q3_K, Q2_K, IQ4_XS (specification: kquant_ref.c) */
+REF_KERNELS(q5_k, MOE_T_Q5_K) REF_KERNELS_X4(q5_k, MOE_T_Q5_K)
+REF_KERNELS(q3_k, MOE_T_Q3_K) REF_KERNELS_X4(q3_k, MOE_T_Q3_K)
+REF_KERNELS(q2_k, MOE_T_Q2_K) REF_KERNELS_X4(q2_k, MOE_T_Q2_K)
+REF_KERNELS(iq4_xs, MOE_T_IQ4_XS) REF_KERNELS_X4(iq4_xs, MOE_T_IQ4_XS)
 
 bool moe_x4_fits(uint32_t type, int64_t n) {
     return moe_type_has_x4(type) && n > 0 && (!is_plain(type) || n % MOE_X4_PLAIN_RUN == 0);
@@ -792,5 +799,7 @@ const moe_kernels moe_kernels_scalar_tab = {
     A8_ENTRY(MOE_T_Q6_K, q6_k, ref),
     A8_ENTRY(MOE_T_Q4_1, q4_1, ref), A8_ENTRY(MOE_T_Q5_0, q5_0, ref), A8_ENTRY(MOE_T_Q5_1, q5_1, ref),
     A8_ENTRY(MOE_T_IQ4_NL, iq4_nl, ref),
+    ENTRY(MOE_T_Q5_K, q5_k), ENTRY_X4(MOE_T_Q5_K, q5_k), ENTRY(MOE_T_Q3_K, q3_k), ENTRY_X4(MOE_T_Q3_K, q3_k),
+    ENTRY(MOE_T_Q2_K, q2_k), ENTRY_X4(MOE_T_Q2_K, q2_k), ENTRY(MOE_T_IQ4_XS, iq4_xs), ENTRY_X4(MOE_T_IQ4_XS, iq4_xs),
     .quantize_act8 = moe_quantize_act8,
 };
