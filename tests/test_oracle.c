@@ -140,13 +140,16 @@ static const oracle_case CASES[] = {
     {.name = "gpt-oss-tiny-bf16-mxfp4", .tol = 0.5f, .flags = "+act_q8,+kv_f16", .steps = 16},
     /* llama-quantize's mixes of qwen3moe-tiny-f32 (README: Q2_K..Q6_K,
      * IQ4_XS, Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL fallbacks, Q8_0; the reference uses
-     * Q8_K activation blocks for the K-quants) */
-    {.name = "qwen3moe-tiny-q2_k", .tol = 0.3f},                               /* measured 0.250 */
-    {.name = "qwen3moe-tiny-q2_k", .tol = 0.3f, .flags = "+act_q8,+kv_f16"},   /* measured 0.260 */
-    {.name = "qwen3moe-tiny-iq4_xs", .tol = 0.35f, .flags = "+act_q8,+kv_f16"},
-    {.name = "qwen3moe-tiny-q3_k_m", .tol = 0.35f, .flags = "+act_q8,+kv_f16"},
-    {.name = "qwen3moe-tiny-q4_k_m", .tol = 0.35f, .flags = "+act_q8,+kv_f16"},
-    {.name = "qwen3moe-tiny-q5_k_m", .tol = 0.35f, .flags = "+act_q8,+kv_f16"},
+     * Q8_K activation blocks for the K-quants). Per step the logits differ
+     * by 0.06-0.09 (0.13-0.20 on a few), except where a routing near-tie
+     * flips (0.25-0.39: q2_k step 15, iq4_xs 10, q3_k_m and q4_k_m 12):
+     * the rows before the first flip are bounded, argmax on decisive steps */
+    {.name = "qwen3moe-tiny-q2_k", .tol = 0.12f, .rows = 15},                               /* measured 0.093 */
+    {.name = "qwen3moe-tiny-q2_k", .tol = 0.12f, .flags = "+act_q8,+kv_f16", .rows = 15},   /* 0.093 */
+    {.name = "qwen3moe-tiny-iq4_xs", .tol = 0.12f, .flags = "+act_q8,+kv_f16", .rows = 10}, /* 0.085 */
+    {.name = "qwen3moe-tiny-q3_k_m", .tol = 0.25f, .flags = "+act_q8,+kv_f16", .rows = 12}, /* 0.202 */
+    {.name = "qwen3moe-tiny-q4_k_m", .tol = 0.2f, .flags = "+act_q8,+kv_f16", .rows = 12},  /* 0.163 */
+    {.name = "qwen3moe-tiny-q5_k_m", .tol = 0.17f, .flags = "+act_q8,+kv_f16"},             /* 0.130 */
 };
 
 /* The llama-quantize mixes above: while one of their tensor types has no
