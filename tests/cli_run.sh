@@ -172,5 +172,14 @@ grep -q "^isa levels: *scalar; avx2 lacks .*avx2" "$d/info" || bad "info does no
 MOEFAST_CPU_MASK=-bogus "$BIN" info "$M" >/dev/null 2>"$d/err" || bad "MOEFAST_CPU_MASK=-bogus made info fail"
 grep -q "MOEFAST_CPU_MASK: '-bogus'" "$d/err" || bad "no warning for MOEFAST_CPU_MASK=-bogus"
 
+# the timing line says which numerics ran (the exact default or the flags)
+"$BIN" run -m "$M" --tokens 1,2,3 -n 2 >/dev/null 2>"$d/err" || bad "run for the numerics line failed"
+tail -n 1 "$d/err" | grep -q ', numerics fp32$' || bad "run does not say 'numerics fp32': $(tail -n 1 "$d/err")"
+"$BIN" run -m "$M" --tokens 1,2,3 -n 2 --flags +act_q8,+kv_f16 >/dev/null 2>"$d/err" || bad "run +act_q8 failed"
+tail -n 1 "$d/err" | grep -q ', numerics +act_q8,+kv_f16$' || bad "run does not name its numerics flags: $(tail -n 1 "$d/err")"
+printf '1 2 3\n4 5\n' >"$d/b.txt"
+"$BIN" run -m "$M" --batch "$d/b.txt" -n 2 --flags +kv_q8 >/dev/null 2>"$d/err" || bad "run --batch +kv_q8 failed"
+tail -n 1 "$d/err" | grep -q ', numerics +kv_q8$' || bad "run --batch does not name its numerics: $(tail -n 1 "$d/err")"
+
 [ $fail -eq 0 ] && echo "cli_run: ok"
 exit $fail

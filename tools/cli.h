@@ -65,5 +65,8 @@ struct moe_model;
 void cli_check_ctx(const char *cmd, const struct moe_model *m, long n_ctx);
 /* Prints "moefast <cmd>: <msg>" to stderr and returns 2. */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The model's numerics, for the lines run and serve print: "fp32" (the exact
+ * default) or its numerics flags ("+act_q8,+kv_f16"; docs/EXACTNESS.md). */
+const char *cli_numerics(const struct moe_model *m, char *buf, size_t len);
 
 #endif

@@ -144,3 +144,11 @@ int cli_sampling_arg(const char *cmd, const char *a, const char *v, moe_sampler_
     }
     return 1;
 }
+
+const char *cli_numerics(const struct moe_model *m, char *buf, size_t len) {
+    char spec[512], err[MOE_ERR_LEN];
+    moe_model_flags(m, spec, sizeof spec);
+    if (moe_flags_numerics_of(spec, buf, len, err, sizeof err) != MOE_OK) snprintf(buf, len, "unknown");
+    else if (!strcmp(buf, "none")) snprintf(buf, len, "fp32");
+    return buf;
+}

@@ -174,9 +174,10 @@ int cmd_run(int argc, char **argv) {
         fwrite(buf, 1, k, stdout);
         printf("\n");
         fflush(stdout); /* the timing line (stderr) comes after the text */
-        fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s); load %.3f s; %s\n",
+        char num[128];
+        fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s); load %.3f s; %s, numerics %s\n",
                 n_prompt, pre_s, n_prompt / (pre_s > 0 ? pre_s : 1e-9), n_dec, dec_s,
-                n_dec ? n_dec / (dec_s > 0 ? dec_s : 1e-9) : 0.0, t_load, moe_model_kernels(m));
+                n_dec ? n_dec / (dec_s > 0 ? dec_s : 1e-9) : 0.0, t_load, moe_model_kernels(m), cli_numerics(m, num, sizeof num));
     } else {
         for (int i = 0; i < n_out; i++) {
             const char *piece; size_t plen;

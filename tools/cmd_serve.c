@@ -131,9 +131,10 @@ int cmd_serve(int argc, char **argv) {
     if (srv_start(&s)) { cli_fail(C, "cannot start the engine thread"); goto done; }
     int port = 0;
     if (!(d = http_start(&s, o.host, (int)o.port, &port, err, sizeof err))) { cli_fail(C, "%s", err); goto done; }
-    fprintf(stderr, "moefast serve: listening on http://%s%s%s:%d (model %s, %d slots x %d positions, %d threads, %s)\n",
+    char num[128];
+    fprintf(stderr, "moefast serve: listening on http://%s%s%s:%d (model %s, %d slots x %d positions, %d threads, numerics %s, %s)\n",
             strchr(o.host, ':') ? "[" : "", o.host, strchr(o.host, ':') ? "]" : "", port, name, s.n_slots, s.n_ctx,
-            moe_context_threads(s.ctx), o.api_key ? "API key required" : "no API key");
+            moe_context_threads(s.ctx), cli_numerics(m, num, sizeof num), o.api_key ? "API key required" : "no API key");
 
     const int sig = wait_signal();
     fprintf(stderr, "moefast serve: %s: shutting down (running requests get %lds)\n", sig == SIGINT ? "SIGINT" : "SIGTERM", o.grace);

@@ -107,10 +107,11 @@ static void print_results(moe_model *m, const batch_prompt *ps, int np, bool jso
             printf("\n");
         }
         fflush(stdout);
+        char num[128];
         fprintf(stderr, "batch: %d prompts, %d prompt tokens in %.3f s (%.1f tok/s); %d steps generated %d tokens in "
-                        "%.3f s (%.1f tok/s); %s\n",
+                        "%.3f s (%.1f tok/s); %s, numerics %s\n",
                 np, n_in, pre_s, n_in / (pre_s > 0 ? pre_s : 1e-9), steps, n_out, dec_s,
-                n_out / (dec_s > 0 ? dec_s : 1e-9), moe_model_kernels(m));
+                n_out / (dec_s > 0 ? dec_s : 1e-9), moe_model_kernels(m), cli_numerics(m, num, sizeof num));
         return;
     }
     json_t *o = json_object(), *arr = json_array();
