@@ -145,14 +145,6 @@ int64_t moe_act8_row_bytes(int64_t n) {
     return (nb + A8_G - 1) / A8_G * A8_GROUP_BYTES;
 }
 
-/* ggml's nearest_int: round half to even via the 1.5*2^23 trick (|v| <= 127 here). */
-static inline int a8_round(float v) {
-    float f = v + 12582912.f;
-    int i;
-    memcpy(&i, &f, 4);
-    return (i & 0x007fffff) - 0x00400000;
-}
-
 void moe_quantize_act8(const float *x, void *dst, int64_t n) {
     const int64_t nb = n / 32, ng = (nb + A8_G - 1) / A8_G;
     uint8_t *D = dst;
@@ -170,7 +162,7 @@ void moe_quantize_act8(const float *x, void *dst, int64_t n) {
         int32_t hs[2] = {0, 0};
         for (int k = 0; k < 32; k++) {
             const float v = xb[k] * id;
-            int q = v >= 127.0f ? 127 : v <= -127.0f ? -127 : v == v ? a8_round(v) : 0;
+            int q = v >= 127.0f ? 127 : v <= -127.0f ? -127 : v == v ? moe_nearest_int(v) : 0;
             g[(k / 4) * 64 + j * 4 + (k % 4)] = (uint8_t)(int8_t)q;
             hs[k / 16] += q;
         }

@@ -8,7 +8,7 @@
  * Bit-identity with the scalar spec: |x| with NaN lanes zeroed, then a max
  * (order-free for non-NaN values) gives amax; id is the same scalar
  * expression; x*id is one rounding per lane; clamping to +-127 before a
- * round-to-nearest-even conversion gives a8_round's result for every
+ * round-to-nearest-even conversion gives moe_nearest_int's result for every
  * in-range value (|v| <= 127); NaN lanes become 0; the sums are integers. */
 #include "quant/quant_internal.h"
 #include "base/util.h"

@@ -111,82 +111,6 @@ void moe_kq_dq_block(uint32_t type, const uint8_t *b, float *w) {
 
 /* ---- quantization: ggml's reference quantizers --------------------------- */
 
-/* ggml's nearest_int: round half to even via the 1.5*2^23 trick. */
-static inline int kq_nearest_int(float f) {
-    float v = f + 12582912.f;
-    int i;
-    memcpy(&i, &v, 4);
-    return (i & 0x007fffff) - 0x00400000;
-}
-
-static void kq_st16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
-
-/* ggml make_qkx2_quants (weights given), with its use_mad switch. */
-static float kq_make_qkx2(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
-                          uint8_t *Laux, float rmin, float rdelta, int nstep, int use_mad) {
-    float min = x[0], max = x[0];
-    float sum_w = weights[0], sum_x = sum_w * x[0];
-    for (int i = 1; i < n; ++i) {
-        if (x[i] < min) min = x[i];
-        if (x[i] > max) max = x[i];
-        float w = weights[i];
-        sum_w += w;
-        sum_x += w * x[i];
-    }
-    if (min > 0) min = 0;
-    if (max == min) {
-        for (int i = 0; i < n; ++i) L[i] = 0;
-        *the_min = -min;
-        return 0.f;
-    }
-    float iscale = nmax / (max - min);
-    float scale = 1 / iscale;
-    float best_error = 0;
-    for (int i = 0; i < n; ++i) {
-        int l = kq_nearest_int(iscale * (x[i] - min));
-        L[i] = (uint8_t)KMAX(0, KMIN(nmax, l));
-        float diff = scale * L[i] + min - x[i];
-        diff = use_mad ? fabsf(diff) : diff * diff;
-        best_error += weights[i] * diff;
-    }
-    for (int is = 0; is <= nstep; ++is) {
-        iscale = (rmin + rdelta * is + nmax) / (max - min);
-        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-        for (int i = 0; i < n; ++i) {
-            int l = kq_nearest_int(iscale * (x[i] - min));
-            l = KMAX(0, KMIN(nmax, l));
-            Laux[i] = (uint8_t)l;
-            float w = weights[i];
-            sum_l += w * l;
-            sum_l2 += w * l * l;
-            sum_xl += w * l * x[i];
-        }
-        float D = sum_w * sum_l2 - sum_l * sum_l;
-        if (D > 0) {
-            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-            if (this_min > 0) {
-                this_min = 0;
-                this_scale = sum_xl / sum_l2;
-            }
-            float cur_error = 0;
-            for (int i = 0; i < n; ++i) {
-                float diff = this_scale * Laux[i] + this_min - x[i];
-                diff = use_mad ? fabsf(diff) : diff * diff;
-                cur_error += weights[i] * diff;
-            }
-            if (cur_error < best_error) {
-                for (int i = 0; i < n; ++i) L[i] = Laux[i];
-                best_error = cur_error;
-                scale = this_scale;
-                min = this_min;
-            }
-        }
-    }
-    *the_min = -min;
-    return scale;
-}
-
 /* ggml make_q3_quants(n, nmax, x, L, do_rmse = true). */
 static float kq_make_q3(int n, int nmax, const float *x, int8_t *L) {
     float max = 0, amax = 0;
@@ -201,7 +125,7 @@ static float kq_make_q3(int n, int nmax, const float *x, int8_t *L) {
     float iscale = -nmax / max;
     float sumlx = 0, suml2 = 0;
     for (int i = 0; i < n; ++i) {
-        int l = kq_nearest_int(iscale * x[i]);
+        int l = moe_nearest_int(iscale * x[i]);
         l = KMAX(-nmax, KMIN(nmax - 1, l));
         L[i] = (int8_t)l;
         float w = x[i] * x[i];
@@ -215,7 +139,7 @@ static float kq_make_q3(int n, int nmax, const float *x, int8_t *L) {
             float slx = sumlx - w * x[i] * L[i];
             if (slx > 0) {
                 float sl2 = suml2 - w * L[i] * L[i];
-                int new_l = kq_nearest_int(x[i] * sl2 / slx);
+                int new_l = moe_nearest_int(x[i] * sl2 / slx);
                 new_l = KMAX(-nmax, KMIN(nmax - 1, new_l));
                 if (new_l != L[i]) {
                     slx += w * x[i] * new_l;
@@ -242,7 +166,7 @@ static void q_q5_k(const float *x, uint8_t *y) {
         for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
         float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; ++l) weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = kq_make_qkx2(32, 31, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -0.5f, 0.1f, 15, 0);
+        scales[j] = moe_make_qkx2_quants(32, 31, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -0.5f, 0.1f, 15, false);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -250,8 +174,8 @@ static void q_q5_k(const float *x, uint8_t *y) {
     float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
     memset(sc, 0, 12);
     for (int j = 0; j < 8; ++j) {
-        uint8_t ls = (uint8_t)kq_nearest_int(inv_scale * scales[j]);
-        uint8_t lm = (uint8_t)kq_nearest_int(inv_min * mins[j]);
+        uint8_t ls = (uint8_t)moe_nearest_int(inv_scale * scales[j]);
+        uint8_t lm = (uint8_t)moe_nearest_int(inv_min * mins[j]);
         ls = KMIN(63, ls);
         lm = KMIN(63, lm);
         if (j < 4) {
@@ -263,8 +187,8 @@ static void q_q5_k(const float *x, uint8_t *y) {
             sc[j - 0] |= (uint8_t)((lm >> 4) << 6);
         }
     }
-    kq_st16(y, moe_f32_to_f16(max_scale / 63.f));
-    kq_st16(y + 2, moe_f32_to_f16(max_min / 63.f));
+    moe_st16(y, moe_f32_to_f16(max_scale / 63.f));
+    moe_st16(y + 2, moe_f32_to_f16(max_min / 63.f));
     const float fd = moe_f16_to_f32(moe_rd16(y)), fm = moe_f16_to_f32(moe_rd16(y + 2));
     for (int j = 0; j < 8; ++j) {
         uint8_t s, m;
@@ -273,7 +197,7 @@ static void q_q5_k(const float *x, uint8_t *y) {
         if (!d) continue;
         const float dm = fm * m;
         for (int ii = 0; ii < 32; ++ii) {
-            int l = kq_nearest_int((x[32 * j + ii] + dm) / d);
+            int l = moe_nearest_int((x[32 * j + ii] + dm) / d);
             L[32 * j + ii] = (uint8_t)KMAX(0, KMIN(31, l));
         }
     }
@@ -307,16 +231,16 @@ static void q_q3_k(const float *x, uint8_t *y) {
     if (max_scale) {
         float iscale = -32.f / max_scale;
         for (int j = 0; j < 16; ++j) {
-            int l = kq_nearest_int(iscale * scales[j]);
+            int l = moe_nearest_int(iscale * scales[j]);
             l = KMAX(-32, KMIN(31, l)) + 32;
             if (j < 8) sc[j] = (uint8_t)(l & 0xF);
             else sc[j - 8] |= (uint8_t)((l & 0xF) << 4);
             l >>= 4;
             sc[j % 4 + 8] |= (uint8_t)(l << (2 * (j / 4)));
         }
-        kq_st16(y + 108, moe_f32_to_f16(1 / iscale));
+        moe_st16(y + 108, moe_f32_to_f16(1 / iscale));
     } else {
-        kq_st16(y + 108, moe_f32_to_f16(0.f));
+        moe_st16(y + 108, moe_f32_to_f16(0.f));
     }
     int8_t s[16];
     moe_q3k_scales(sc, s);
@@ -325,7 +249,7 @@ static void q_q3_k(const float *x, uint8_t *y) {
         float d = fd * s[j];
         if (!d) continue;
         for (int ii = 0; ii < 16; ++ii) {
-            int l = kq_nearest_int(x[16 * j + ii] / d);
+            int l = moe_nearest_int(x[16 * j + ii] / d);
             L[16 * j + ii] = (int8_t)(KMAX(-4, KMIN(3, l)) + 4);
         }
     }
@@ -348,24 +272,24 @@ static void q_q2_k(const float *x, uint8_t *y) {
     const float q4scale = 15.f;
     for (int j = 0; j < 16; ++j) {
         for (int l = 0; l < 16; ++l) weights[l] = fabsf(x[16 * j + l]);
-        scales[j] = kq_make_qkx2(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, 1);
+        scales[j] = moe_make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, true);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
     if (max_scale > 0) {
         float iscale = q4scale / max_scale;
-        for (int j = 0; j < 16; ++j) sc[j] = (uint8_t)kq_nearest_int(iscale * scales[j]);
-        kq_st16(y + 80, moe_f32_to_f16(max_scale / q4scale));
+        for (int j = 0; j < 16; ++j) sc[j] = (uint8_t)moe_nearest_int(iscale * scales[j]);
+        moe_st16(y + 80, moe_f32_to_f16(max_scale / q4scale));
     } else {
         for (int j = 0; j < 16; ++j) sc[j] = 0;
-        kq_st16(y + 80, moe_f32_to_f16(0.f));
+        moe_st16(y + 80, moe_f32_to_f16(0.f));
     }
     if (max_min > 0) {
         float iscale = q4scale / max_min;
-        for (int j = 0; j < 16; ++j) sc[j] |= (uint8_t)(kq_nearest_int(iscale * mins[j]) << 4);
-        kq_st16(y + 82, moe_f32_to_f16(max_min / q4scale));
+        for (int j = 0; j < 16; ++j) sc[j] |= (uint8_t)(moe_nearest_int(iscale * mins[j]) << 4);
+        moe_st16(y + 82, moe_f32_to_f16(max_min / q4scale));
     } else {
-        kq_st16(y + 82, moe_f32_to_f16(0.f));
+        moe_st16(y + 82, moe_f32_to_f16(0.f));
     }
     const float fd = moe_f16_to_f32(moe_rd16(y + 80)), fm = moe_f16_to_f32(moe_rd16(y + 82));
     for (int j = 0; j < 16; ++j) {
@@ -373,7 +297,7 @@ static void q_q2_k(const float *x, uint8_t *y) {
         if (!d) continue;
         const float dm = fm * (sc[j] >> 4);
         for (int ii = 0; ii < 16; ++ii) {
-            int l = kq_nearest_int((x[16 * j + ii] + dm) / d);
+            int l = moe_nearest_int((x[16 * j + ii] + dm) / d);
             L[16 * j + ii] = (uint8_t)KMAX(0, KMIN(3, l));
         }
     }
@@ -452,10 +376,10 @@ static void q_iq4_xs(const float *x, uint8_t *y) {
     }
     uint16_t scales_h = 0;
     float d = -max_scale / 32;
-    kq_st16(y, moe_f32_to_f16(d));
+    moe_st16(y, moe_f32_to_f16(d));
     float id = d ? 1 / d : 0.f;
     for (int ib = 0; ib < 8; ++ib) {
-        int l = kq_nearest_int(id * scales[ib]);
+        int l = moe_nearest_int(id * scales[ib]);
         l = KMAX(-32, KMIN(31, l));
         float dl = d * l;
         float idl = dl ? 1 / dl : 0.f;
@@ -468,7 +392,7 @@ static void q_iq4_xs(const float *x, uint8_t *y) {
         else scales_l[ib / 2] |= (uint8_t)(l_l << 4);
         scales_h |= (uint16_t)(l_h << (2 * ib));
     }
-    kq_st16(y + 2, scales_h);
+    moe_st16(y + 2, scales_h);
     for (int i = 0; i < 8; ++i)
         for (int j = 0; j < 16; ++j) q4[16 * i + j] = (uint8_t)(L[32 * i + j] | (L[32 * i + 16 + j] << 4));
 }

@@ -79,6 +79,21 @@ static inline void moe_q4k_unpack16(const uint8_t *q, uint8_t out[16]) {
     memcpy(out, u, 16);
 }
 static inline uint16_t moe_rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static inline void moe_st16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+/* ggml's nearest_int: round half to even via the 1.5*2^23 trick (|f| < 2^22);
+ * the quantizers and the A8 activation rows round with it. */
+static inline int moe_nearest_int(float f) {
+    float v = f + 12582912.f;
+    int i;
+    memcpy(&i, &v, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+/* ggml's make_qkx2_quants(n, nmax, x, weights, L, &min, Laux, rmin, rdelta,
+ * nstep, use_mad): the scale (returned) and -min of a block's codes 0..nmax
+ * by weighted least squares over nstep + 1 trial scales (quant_ref.c; Q4_K,
+ * Q5_K, Q2_K). */
+float moe_make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
+                           uint8_t *Laux, float rmin, float rdelta, int nstep, bool use_mad);
 static inline uint64_t moe_rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
 /* The gemv / gemm entry points of a block format, shared by the SIMD files:

@@ -236,15 +236,6 @@ void moe_dequant_row(uint32_t type, const void *src, float *dst, int64_t n) {
 
 /* ---- quantization (ggml's reference rounding) --------------------------- */
 
-/* ggml's nearest_int: round half to even via the 1.5*2^23 trick (|x| < 2^22). */
-static inline int nearest_int(float f) {
-    float v = f + 12582912.f;
-    int i; memcpy(&i, &v, 4);
-    return (i & 0x007fffff) - 0x00400000;
-}
-
-static void st16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
-
 /* ggml make_qx_quants(n, nmax, x, L, rmse_type = 1, qw = NULL). */
 static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
     float max = 0, amax = 0;
@@ -259,7 +250,7 @@ static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
     float iscale = -nmax / max;
     float sumlx = 0, suml2 = 0;
     for (int i = 0; i < n; ++i) {
-        int l = nearest_int(iscale * x[i]);
+        int l = moe_nearest_int(iscale * x[i]);
         l = QMAX(-nmax, QMIN(nmax - 1, l));
         L[i] = (int8_t)(l + nmax);
         float w = x[i] * x[i];
@@ -273,7 +264,7 @@ static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
         iscale = -(nmax + 0.1f * is) / max;
         sumlx = suml2 = 0;
         for (int i = 0; i < n; ++i) {
-            int l = nearest_int(iscale * x[i]);
+            int l = moe_nearest_int(iscale * x[i]);
             l = QMAX(-nmax, QMIN(nmax - 1, l));
             float w = x[i] * x[i];
             sumlx += w * x[i] * l;
@@ -281,7 +272,7 @@ static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
         }
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
             for (int i = 0; i < n; ++i) {
-                int l = nearest_int(iscale * x[i]);
+                int l = moe_nearest_int(iscale * x[i]);
                 L[i] = (int8_t)(nmax + QMAX(-nmax, QMIN(nmax - 1, l)));
             }
             scale = sumlx / suml2; best = scale * sumlx;
@@ -290,9 +281,8 @@ static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
     return scale;
 }
 
-/* ggml make_qkx2_quants(n, nmax, x, weights, L, &min, Laux, rmin, rdelta, nstep, use_mad = false). */
-static float make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
-                              float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep) {
+float moe_make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
+                           uint8_t *Laux, float rmin, float rdelta, int nstep, bool use_mad) {
     float min = x[0], max = x[0];
     float sum_w = weights[0], sum_x = sum_w * x[0];
     for (int i = 1; i < n; ++i) {
@@ -312,17 +302,17 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *weig
     float scale = 1 / iscale;
     float best_error = 0;
     for (int i = 0; i < n; ++i) {
-        int l = nearest_int(iscale * (x[i] - min));
+        int l = moe_nearest_int(iscale * (x[i] - min));
         L[i] = (uint8_t)QMAX(0, QMIN(nmax, l));
         float diff = scale * L[i] + min - x[i];
-        diff = diff * diff;
+        diff = use_mad ? fabsf(diff) : diff * diff;
         best_error += weights[i] * diff;
     }
     for (int is = 0; is <= nstep; ++is) {
         iscale = (rmin + rdelta * is + nmax) / (max - min);
         float sum_l = 0, sum_l2 = 0, sum_xl = 0;
         for (int i = 0; i < n; ++i) {
-            int l = nearest_int(iscale * (x[i] - min));
+            int l = moe_nearest_int(iscale * (x[i] - min));
             l = QMAX(0, QMIN(nmax, l));
             Laux[i] = (uint8_t)l;
             float w = weights[i];
@@ -341,7 +331,7 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *weig
             float cur_error = 0;
             for (int i = 0; i < n; ++i) {
                 float diff = this_scale * Laux[i] + this_min - x[i];
-                diff = diff * diff;
+                diff = use_mad ? fabsf(diff) : diff * diff;
                 cur_error += weights[i] * diff;
             }
             if (cur_error < best_error) {
@@ -389,7 +379,7 @@ static void q_q8_0(const float *x, uint8_t *y) {
     float amax = 0.0f;
     for (int j = 0; j < 32; j++) amax = QMAX(amax, fabsf(x[j]));
     const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
-    st16(y, moe_f32_to_f16(d));
+    moe_st16(y, moe_f32_to_f16(d));
     for (int j = 0; j < 32; j++) y[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
 }
 
@@ -398,7 +388,7 @@ static void q_q4_0(const float *x, uint8_t *y) {
     for (int j = 0; j < 32; j++)
         if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
     const float d = max / -8, id = d ? 1.0f / d : 0.0f;
-    st16(y, moe_f32_to_f16(d));
+    moe_st16(y, moe_f32_to_f16(d));
     for (int j = 0; j < 16; j++) {
         const uint8_t a = (uint8_t)QMIN(15, (int8_t)(x[j] * id + 8.5f));
         const uint8_t b = (uint8_t)QMIN(15, (int8_t)(x[j + 16] * id + 8.5f));
@@ -416,8 +406,8 @@ static void q_q45_1(const float *x, uint8_t *y, const int bits) {
         if (x[j] > max) max = x[j];
     }
     const float d = (max - min) / (float)((1 << bits) - 1), id = d ? 1.0f / d : 0.0f;
-    st16(y, moe_f32_to_f16(d));
-    st16(y + 2, moe_f32_to_f16(min));
+    moe_st16(y, moe_f32_to_f16(d));
+    moe_st16(y + 2, moe_f32_to_f16(min));
     uint32_t qh = 0;
     uint8_t *qs = y + (bits == 5 ? 8 : 4);
     for (int j = 0; j < 16; j++) {
@@ -443,7 +433,7 @@ static void q_q5_0(const float *x, uint8_t *y) {
     for (int j = 0; j < 32; j++)
         if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
     const float d = max / -16, id = d ? 1.0f / d : 0.0f;
-    st16(y, moe_f32_to_f16(d));
+    moe_st16(y, moe_f32_to_f16(d));
     uint32_t qh = 0;
     for (int j = 0; j < 16; j++) {
         const uint8_t a = (uint8_t)QMIN(31, (int8_t)(x[j] * id + 16.5f));
@@ -503,7 +493,7 @@ static void q_iq4_nl(const float *x, uint8_t *y) {
             if (sumq2 > 0 && sumqx * sumqx > best * sumq2) { d = sumqx / sumq2; best = d * sumqx; }
         }
     }
-    st16(y, moe_f32_to_f16(d));
+    moe_st16(y, moe_f32_to_f16(d));
     const float id = d ? 1 / d : 0;
     for (int j = 0; j < 32; j++) L[j] = (uint8_t)best_index_iq4nl(id * x[j]);
     for (int j = 0; j < 16; j++) y[2 + j] = (uint8_t)(L[j] | L[j + 16] << 4);
@@ -517,7 +507,7 @@ static void q_q4_k(const float *x, uint8_t *y) {
         for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
         float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; ++l) weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.f, 0.1f, 20);
+        scales[j] = moe_make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.f, 0.1f, 20, false);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -525,8 +515,8 @@ static void q_q4_k(const float *x, uint8_t *y) {
     float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
     memset(sc, 0, 12);
     for (int j = 0; j < 8; ++j) {
-        uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]);
-        uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
+        uint8_t ls = (uint8_t)moe_nearest_int(inv_scale * scales[j]);
+        uint8_t lm = (uint8_t)moe_nearest_int(inv_min * mins[j]);
         ls = QMIN(63, ls);
         lm = QMIN(63, lm);
         if (j < 4) {
@@ -538,8 +528,8 @@ static void q_q4_k(const float *x, uint8_t *y) {
             sc[j - 0] |= (uint8_t)((lm >> 4) << 6);
         }
     }
-    st16(y, moe_f32_to_f16(max_scale / 63.f));
-    st16(y + 2, moe_f32_to_f16(max_min / 63.f));
+    moe_st16(y, moe_f32_to_f16(max_scale / 63.f));
+    moe_st16(y + 2, moe_f32_to_f16(max_min / 63.f));
     const float fd = moe_f16_to_f32(moe_rd16(y)), fm = moe_f16_to_f32(moe_rd16(y + 2));
     for (int j = 0; j < 8; ++j) {
         uint8_t s, m;
@@ -548,7 +538,7 @@ static void q_q4_k(const float *x, uint8_t *y) {
         if (!d) continue;
         const float dm = fm * m;
         for (int ii = 0; ii < 32; ++ii) {
-            int l = nearest_int((x[32 * j + ii] + dm) / d);
+            int l = moe_nearest_int((x[32 * j + ii] + dm) / d);
             L[32 * j + ii] = (uint8_t)QMAX(0, QMIN(15, l));
         }
     }
@@ -570,14 +560,14 @@ static void q_q6_k(const float *x, uint8_t *y) {
     }
     if (max_abs_scale < 1e-15f) { memset(y, 0, QB_Q6_K); return; }
     float iscale = -128.f / max_scale;
-    st16(y + 208, moe_f32_to_f16(1 / iscale));
-    for (int ib = 0; ib < 16; ++ib) sc[ib] = (int8_t)QMIN(127, nearest_int(iscale * scales[ib]));
+    moe_st16(y + 208, moe_f32_to_f16(1 / iscale));
+    for (int ib = 0; ib < 16; ++ib) sc[ib] = (int8_t)QMIN(127, moe_nearest_int(iscale * scales[ib]));
     const float fd = moe_f16_to_f32(moe_rd16(y + 208));
     for (int j = 0; j < 16; ++j) {
         float d = fd * sc[j];
         if (!d) continue;
         for (int ii = 0; ii < 16; ++ii) {
-            int l = nearest_int(x[16 * j + ii] / d);
+            int l = moe_nearest_int(x[16 * j + ii] / d);
             L[16 * j + ii] = (int8_t)(QMAX(-32, QMIN(31, l)) + 32);
         }
     }
@@ -633,7 +623,7 @@ void moe_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
     if (is_plain(type)) {
         for (int64_t i = 0; i < n; i++) {
             if (type == MOE_T_F32) memcpy(d + 4 * i, &src[i], 4);
-            else st16(d + 2 * i, type == MOE_T_F16 ? moe_f32_to_f16(src[i]) : moe_f32_to_bf16(src[i]));
+            else moe_st16(d + 2 * i, type == MOE_T_F16 ? moe_f32_to_f16(src[i]) : moe_f32_to_bf16(src[i]));
         }
         return;
     }
