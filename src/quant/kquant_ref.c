@@ -159,48 +159,8 @@ static float kq_make_q3(int n, int nmax, const float *x, int8_t *L) {
 
 /* quantize_row_q5_K_ref */
 static void q_q5_k(const float *x, uint8_t *y) {
-    uint8_t L[256], Laux[32], *sc = y + 4, *qh = y + 16, *ql = y + 48;
-    float weights[32], mins[8], scales[8], max_scale = 0, max_min = 0;
-    for (int j = 0; j < 8; ++j) {
-        float sum_x2 = 0;
-        for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
-        float av_x = sqrtf(sum_x2 / 32);
-        for (int l = 0; l < 32; ++l) weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = moe_make_qkx2_quants(32, 31, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -0.5f, 0.1f, 15, false);
-        if (scales[j] > max_scale) max_scale = scales[j];
-        if (mins[j] > max_min) max_min = mins[j];
-    }
-    float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
-    float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
-    memset(sc, 0, 12);
-    for (int j = 0; j < 8; ++j) {
-        uint8_t ls = (uint8_t)moe_nearest_int(inv_scale * scales[j]);
-        uint8_t lm = (uint8_t)moe_nearest_int(inv_min * mins[j]);
-        ls = KMIN(63, ls);
-        lm = KMIN(63, lm);
-        if (j < 4) {
-            sc[j] = ls;
-            sc[j + 4] = lm;
-        } else {
-            sc[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
-            sc[j - 4] |= (uint8_t)((ls >> 4) << 6);
-            sc[j - 0] |= (uint8_t)((lm >> 4) << 6);
-        }
-    }
-    moe_st16(y, moe_f32_to_f16(max_scale / 63.f));
-    moe_st16(y + 2, moe_f32_to_f16(max_min / 63.f));
-    const float fd = moe_f16_to_f32(moe_rd16(y)), fm = moe_f16_to_f32(moe_rd16(y + 2));
-    for (int j = 0; j < 8; ++j) {
-        uint8_t s, m;
-        moe_q4k_scale_min(j, sc, &s, &m);
-        const float d = fd * s;
-        if (!d) continue;
-        const float dm = fm * m;
-        for (int ii = 0; ii < 32; ++ii) {
-            int l = moe_nearest_int((x[32 * j + ii] + dm) / d);
-            L[32 * j + ii] = (uint8_t)KMAX(0, KMIN(31, l));
-        }
-    }
+    uint8_t L[256], *qh = y + 16, *ql = y + 48;
+    moe_k4_scales_codes(x, y, L, 31, -0.5f, 15);
     memset(qh, 0, 32);
     uint8_t m1 = 1, m2 = 2;
     for (int n = 0; n < 256; n += 64) {

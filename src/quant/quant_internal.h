@@ -94,6 +94,11 @@ static inline int moe_nearest_int(float f) {
  * Q5_K, Q2_K). */
 float moe_make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
                            uint8_t *Laux, float rmin, float rdelta, int nstep, bool use_mad);
+/* The first half of ggml's Q4_K / Q5_K quantizers: per 32-value sub-block
+ * a scale and min (moe_make_qkx2_quants, nmax, rmin, nstep), packed as 6-bit
+ * pairs into y[4..16) with the f16 d / dmin in y[0..4), then every value's
+ * code 0..nmax against those rounded scales into L[256]. */
+void moe_k4_scales_codes(const float *x, uint8_t *y, uint8_t *L, int nmax, float rmin, int nstep);
 static inline uint64_t moe_rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
 /* The gemv / gemm entry points of a block format, shared by the SIMD files:

@@ -499,15 +499,15 @@ static void q_iq4_nl(const float *x, uint8_t *y) {
     for (int j = 0; j < 16; j++) y[2 + j] = (uint8_t)(L[j] | L[j + 16] << 4);
 }
 
-static void q_q4_k(const float *x, uint8_t *y) {
-    uint8_t L[256], Laux[32], *sc = y + 4, *q = y + 16;
+void moe_k4_scales_codes(const float *x, uint8_t *y, uint8_t *L, int nmax, float rmin, int nstep) {
+    uint8_t Laux[32], *sc = y + 4;
     float weights[32], mins[8], scales[8], max_scale = 0, max_min = 0;
     for (int j = 0; j < 8; ++j) {
         float sum_x2 = 0;
         for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
         float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; ++l) weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = moe_make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.f, 0.1f, 20, false);
+        scales[j] = moe_make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, false);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -539,9 +539,14 @@ static void q_q4_k(const float *x, uint8_t *y) {
         const float dm = fm * m;
         for (int ii = 0; ii < 32; ++ii) {
             int l = moe_nearest_int((x[32 * j + ii] + dm) / d);
-            L[32 * j + ii] = (uint8_t)QMAX(0, QMIN(15, l));
+            L[32 * j + ii] = (uint8_t)QMAX(0, QMIN(nmax, l));
         }
     }
+}
+
+static void q_q4_k(const float *x, uint8_t *y) {
+    uint8_t L[256], *q = y + 16;
+    moe_k4_scales_codes(x, y, L, 15, -1.f, 20);
     for (int j = 0; j < 256; j += 64) {
         for (int l = 0; l < 32; ++l) q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
         q += 32;
