@@ -37,7 +37,8 @@ AVX512_FLAGS := $(addprefix -m,$(AVX512_ISA)) -DMOE_ISA_LIST='"$(AVX512_ISA)"'
 # MODE: rel (release), asan (the tests), pic (the release objects again,
 # position-independent, for the shared library only).
 MODE ?= rel
-# `make run` and `make test` build with every core; the tests themselves run one at a time.
+# `make run` and `make test` build with every core; tests/run.sh then runs
+# the tests that many at a time (TEST_JOBS=1: one at a time).
 JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 ifeq ($(MODE),asan)
   OPT := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -DMOE_TEST_BUILD
