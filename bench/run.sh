@@ -9,7 +9,9 @@
 #      run at the AVX2 level (MOEFAST_ISA=avx2: what a CPU without AVX-512 gets);
 #   4. `moefast serve` at concurrency 1/2/4/8 on the qwen3moe model (bench/serve.sh;
 #      BENCH_SERVE=0 skips it);
-#   5. a summary table. JSON and SVG output stay in build/bench/.
+#   5. with LLAMA_BENCH / IK_LLAMA_BENCH set, bench/sidebyside.sh (moefast
+#      against those llama-bench binaries on the same files, interleaved);
+#   6. a summary table. JSON and SVG output stay in build/bench/.
 # Environment: BENCH_THREADS (2), BENCH_REPEAT (3: medians of 3 runs), PRICE_PAIRS (5), BENCH_AVX2 (1; 0 skips
 # the AVX2 run), BENCH_MODELS (space-
 # separated subset of the model names below), BENCH_NUMERICS ("fp32 q8 q8kv": fp32 = the default exact FP32
@@ -132,6 +134,13 @@ if [ "${BENCH_SERVE:-1}" != 0 ] && [ -f "$MODELS/qwen3moe-bench-q8_0.gguf" ]; th
   echo "== moefast serve at concurrency 1, 2, 4, 8 (bench/serve.sh)"
   sh bench/serve.sh "$BIN" "$MODELS/qwen3moe-bench-q8_0.gguf" "$OUT/serve.json" ||
     { echo "bench/run.sh: bench/serve.sh failed" >&2; status=1; }
+fi
+
+if [ -n "${LLAMA_BENCH:-}${IK_LLAMA_BENCH:-}" ]; then
+  echo "== side by side with llama.cpp / ik_llama.cpp (bench/sidebyside.sh)"
+  sh bench/sidebyside.sh "$B" || { echo "bench/run.sh: bench/sidebyside.sh failed" >&2; status=1; }
+else
+  echo "== side by side: skipped (set LLAMA_BENCH and/or IK_LLAMA_BENCH to llama-bench binaries; bench/sidebyside.sh)"
 fi
 
 echo
