@@ -61,10 +61,10 @@ make_model() {
   esac
 }
 
-# llama-bench's column COL of its CSV output's first data row
-csv_col() {
-  awk -F'","|^"|"$' -v c="$1" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) k = i; next }
-                                NR == 2 && k { print $k; exit }'
+# the first "avg_ts" (mean tokens/s of its one repetition) of llama-bench's
+# JSON output (-o json; CSV would need a real parser: fields hold commas)
+avg_ts() {
+  sed -n 's/^ *"avg_ts": *\([0-9.eE+-]*\),*$/\1/p' | head -n 1
 }
 
 # one_run ENGINE FILE: appends "engine file window tok/s" lines to the TSV
@@ -83,15 +83,15 @@ one_run() {
       rm -f "$j" "$j.err" ;;
     llama|ik)
       if [ "$e" = llama ]; then lb=$LLAMA_BENCH; extra=${LLAMA_ARGS:-}; else lb=$IK_LLAMA_BENCH; extra=${IK_ARGS:-}; fi
-      c=$OUT/side.$$.csv
+      c=$OUT/side.$$.out
       # shellcheck disable=SC2086
-      if "$lb" -m "$f" -t "$T" -p 512 -n 0 -r 1 -o csv $extra >"$c" 2>"$c.err"; then
-        echo "$e $m prefill $(csv_col avg_ts <"$c")" >>"$TSV"
+      if "$lb" -m "$f" -t "$T" -p 512 -n 0 -r 1 -o json $extra >"$c" 2>"$c.err"; then
+        echo "$e $m prefill $(avg_ts <"$c")" >>"$TSV"
       else echo "bench/sidebyside.sh: $e prefill on $m: $(grep -i error "$c.err" | tail -n 1)" >&2; fi
       if "$lb" --help 2>&1 | grep -q -- '-d, --n-depth'; then win="-p 0 -n 128 -d 512"; else win="-p 0 -n 0 -gp 512,128"; fi
       # shellcheck disable=SC2086
-      if "$lb" -m "$f" -t "$T" $win -r 1 -o csv $extra >"$c" 2>"$c.err"; then
-        echo "$e $m decode $(csv_col avg_ts <"$c")" >>"$TSV"
+      if "$lb" -m "$f" -t "$T" $win -r 1 -o json $extra >"$c" 2>"$c.err"; then
+        echo "$e $m decode $(avg_ts <"$c")" >>"$TSV"
       else echo "bench/sidebyside.sh: $e decode on $m: $(grep -i error "$c.err" | tail -n 1)" >&2; fi
       rm -f "$c" "$c.err" ;;
   esac
