@@ -11,8 +11,9 @@
  * the hi run (as Q5_0), IQ4_XS a vpshufb of kv + 128, Q3_K / Q2_K the 2 bits
  * of the c2 chunk (Q3_K: bit 2 from hb). Scales per lane from the group's
  * header bytes (lanes 0..7: super-block 0, 8..15: 1). A row's last group
- * with one super-block (gn = 8) is read with masked loads and its FMAs
- * masked to lanes 0..7, so absent lanes keep their +0. */
+ * with one super-block (gn = 8) is read 32 bytes per run: two rows side by
+ * side in one zmm where the tile has an even row count, else alone with
+ * its FMAs masked to lanes 0..7 (absent lanes keep their +0). */
 #include "quant/act8_kquant.h"
 
 #include <immintrin.h>
@@ -26,30 +27,49 @@ enum { KF_Q5_K, KF_Q3_K, KF_Q2_K, KF_IQ4_XS };
 #define KF_QB(F) ((F) == KF_Q5_K ? QB_Q5_K : (F) == KF_Q3_K ? QB_Q3_K : (F) == KF_Q2_K ? QB_Q2_K : QB_IQ4_XS)
 #define KF_HALVES(F) ((F) == KF_Q3_K || (F) == KF_Q2_K) /* two parts (16-value halves) per block */
 
-/* Bytes [0, 4 gn) at p: a plain load in a full group, else masked. */
-ALWAYS_INLINE __m512i ld_run(const uint8_t *p, const int PARTIAL) {
-    return PARTIAL ? _mm512_maskz_loadu_epi8(((__mmask64)1 << 32) - 1, p) : _mm512_loadu_si512(p);
+/* A group is read in one of three modes: M_FULL (16 blocks, two
+ * super-blocks: lanes 0..7 the first, 8..15 the second), M_HALF (a row's
+ * last group of one super-block: lanes 0..7, the rest masked) and M_PAIR
+ * (two rows' one-super-block groups side by side, row a in lanes 0..7 and
+ * row b in 8..15, against the activation's blocks 0..7 in both halves: a
+ * half-empty zmm would halve the rate of rows of 256 values, the experts'
+ * down projections of the laguna bench shapes). Each lane half L reads its
+ * super-block from (P_L, j_L): the group base and the block offset (0 or 8)
+ * of its first block in that group's layout of gn blocks. */
+enum { M_FULL, M_HALF, M_PAIR };
+
+/* The 32 bytes of a run for each lane half: pa + 4 ja and pb + 4 jb. */
+ALWAYS_INLINE __m512i ld_run(const uint8_t *pa, const uint8_t *pb, const int M) {
+    if (M == M_FULL) return _mm512_loadu_si512(pa);
+    if (M == M_HALF) return _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)pa));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)pa)),
+                              _mm256_loadu_si256((const __m256i *)pb), 1);
 }
-/* gn bytes at p, zero-extended to 16 dword lanes. */
-ALWAYS_INLINE __m512i ld_bytes16(const uint8_t *p, const int PARTIAL) {
-    return _mm512_cvtepu8_epi32(PARTIAL ? _mm_loadl_epi64((const __m128i *)p) : _mm_loadu_si128((const __m128i *)p));
+/* 64 activation bytes at p (M_PAIR: blocks 0..7 in both halves). */
+ALWAYS_INLINE __m512i ld_act(const uint8_t *p, const int M) {
+    return M == M_PAIR ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)) : _mm512_loadu_si512(p);
 }
-/* The f16 at p (lanes 0..7) and at p + step (lanes 8..15) as floats. */
-ALWAYS_INLINE __m512 f16_pair(const uint8_t *p, size_t step, const int PARTIAL) {
-    const uint16_t a = moe_rd16(p), b = PARTIAL ? a : moe_rd16(p + step);
-    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)a)),
-                                                   _mm_set1_epi16((short)b), 1));
+ALWAYS_INLINE __m512 ld_actf(const uint8_t *p, const int M) {
+    return M == M_PAIR ? _mm512_broadcast_f32x8(_mm256_loadu_ps((const float *)p)) : _mm512_loadu_ps((const float *)p);
 }
-/* The dwords at p (lanes 0..7) and p + 4 (lanes 8..15; partial: 0). */
-ALWAYS_INLINE __m512i u32_pair(const uint8_t *p, size_t step, const int PARTIAL) {
-    const __m128i v = PARTIAL ? _mm_cvtsi32_si128((int)moe_kq_rd32(p))
-                              : _mm_insert_epi32(_mm_cvtsi32_si128((int)moe_kq_rd32(p)), (int)moe_kq_rd32(p + step), 1);
+/* 8 bytes at pa (lanes 0..7) and pb (8..15), zero-extended to dwords. */
+ALWAYS_INLINE __m512i bytes8x2(const uint8_t *pa, const uint8_t *pb) {
+    return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)pa), _mm_loadl_epi64((const __m128i *)pb)));
+}
+/* The f16 at pa (lanes 0..7) and at pb (lanes 8..15) as floats. */
+ALWAYS_INLINE __m512 f16x2(const uint8_t *pa, const uint8_t *pb) {
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)moe_rd16(pa))),
+                                                   _mm_set1_epi16((short)moe_rd16(pb)), 1));
+}
+/* The dword at pa in lanes 0..7, at pb in lanes 8..15. */
+ALWAYS_INLINE __m512i u32x2(const uint8_t *pa, const uint8_t *pb) {
+    const __m128i v = _mm_insert_epi32(_mm_cvtsi32_si128((int)moe_kq_rd32(pa)), (int)moe_kq_rd32(pb), 1);
     return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
                                     _mm512_castsi128_si512(v));
 }
-/* 4 jj (+ add) per lane, jj = lane % 8: the shift of block jj's field. */
+/* mul * (lane % 8) + add per lane: the shift of block (lane % 8)'s field. */
 ALWAYS_INLINE __m512i lane_shift(int mul, int add) {
-    const __m512i jj = _mm512_and_si512(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7), _mm512_set1_epi32(7));
+    const __m512i jj = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
     return _mm512_add_epi32(_mm512_mullo_epi32(jj, _mm512_set1_epi32(mul)), _mm512_set1_epi32(add));
 }
 
@@ -65,43 +85,47 @@ ALWAYS_INLINE __m128i q5k_unpack(const uint8_t *hdr) {
     return _mm_blend_epi32(lo, hi, 0xA);
 }
 
-/* A row's scales for one group, per block lane (act8_kquant_ref.c): Q5_K
- * fs = d1, fm = m1; IQ4_XS fs = d * (ls - 32); Q3_K fs = d, is0 / is1 the
- * halves' scales - 32; Q2_K fs = d, fm = dmin, is0 / is1 the halves' 4-bit
- * scales, im0 / im1 their mins. */
+/* A zmm row's scales per block lane (act8_kquant_ref.c): Q5_K fs = d1, fm =
+ * m1; IQ4_XS fs = d * (ls - 32); Q3_K fs = d, s0 / s1 the halves' scales -
+ * 32; Q2_K fs = d, fm = dmin, s0 / s1 the halves' 4-bit scales, m0 / m1
+ * their mins. */
 typedef struct { __m512 fs, fm; __m512i s0, s1, m0, m1; } kscales;
 
-ALWAYS_INLINE kscales row_scales(const uint8_t *G, int gn, const int F, const int PARTIAL) {
+/* From lane half 0's super-block (pa, ja) and half 1's (pb, jb), groups of gn blocks. */
+ALWAYS_INLINE kscales row_scales(const uint8_t *pa, int ja, const uint8_t *pb, int jb, const int gn, const int F) {
     kscales k;
     k.fm = _mm512_setzero_ps();
     k.s0 = k.s1 = k.m0 = k.m1 = _mm512_setzero_si512();
     if (F == KF_Q5_K) {
-        const __m128i v0 = q5k_unpack(G), v1 = PARTIAL ? v0 : q5k_unpack(G + 16);
-        k.fs = _mm512_mul_ps(f16_pair(G, 16, PARTIAL), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi64(v0, v1))));
-        k.fm = _mm512_mul_ps(f16_pair(G + 2, 16, PARTIAL), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi64(v0, v1))));
+        const uint8_t *ha = pa + 2 * ja, *hb = pb + 2 * jb; /* hdr[j / 8][16] */
+        const __m128i v0 = q5k_unpack(ha), v1 = q5k_unpack(hb);
+        k.fs = _mm512_mul_ps(f16x2(ha, hb), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi64(v0, v1))));
+        k.fm = _mm512_mul_ps(f16x2(ha + 2, hb + 2), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi64(v0, v1))));
     } else if (F == KF_IQ4_XS) {
-        const __m512i dsh = u32_pair(G, 8, PARTIAL), sl = u32_pair(G + 4, 8, PARTIAL);
+        const uint8_t *ha = pa + ja, *hb = pb + jb;         /* hdr[j / 8][8] */
+        const __m512i dsh = u32x2(ha, hb), sl = u32x2(ha + 4, hb + 4);
         const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(sl, lane_shift(4, 0)), _mm512_set1_epi32(15));
         const __m512i hi = _mm512_and_si512(_mm512_srlv_epi32(dsh, lane_shift(2, 16)), _mm512_set1_epi32(3));
         const __m512i ls = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
         k.fs = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(dsh)), _mm512_cvtepi32_ps(ls));
     } else if (F == KF_Q3_K) {
-        const __m512i sl = ld_bytes16(G, PARTIAL), sh = u32_pair(G + A8K_Q3_SH(gn), 4, PARTIAL);
+        const __m512i sl = bytes8x2(pa + ja, pb + jb);
+        const __m512i sh = u32x2(pa + A8K_Q3_SH(gn) + ja / 2, pb + A8K_Q3_SH(gn) + jb / 2);
         UNROLL for (int h = 0; h < 2; h++) {
             const __m512i lo = _mm512_and_si512(_mm512_srli_epi32(sl, 4 * h), _mm512_set1_epi32(15));
             const __m512i hi = _mm512_and_si512(_mm512_srlv_epi32(sh, lane_shift(4, 2 * h)), _mm512_set1_epi32(3));
             const __m512i s = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
             if (h == 0) k.s0 = s; else k.s1 = s;
         }
-        k.fs = f16_pair(G + A8K_Q3_D(gn), 2, PARTIAL);
+        k.fs = f16x2(pa + A8K_Q3_D(gn) + ja / 4, pb + A8K_Q3_D(gn) + jb / 4);
     } else {
-        const __m512i v0 = ld_bytes16(G, PARTIAL), v1 = ld_bytes16(G + gn, PARTIAL);
+        const __m512i v0 = bytes8x2(pa + ja, pb + jb), v1 = bytes8x2(pa + gn + ja, pb + gn + jb);
         k.s0 = _mm512_and_si512(v0, _mm512_set1_epi32(15));
         k.s1 = _mm512_and_si512(v1, _mm512_set1_epi32(15));
         k.m0 = _mm512_srli_epi32(v0, 4);
         k.m1 = _mm512_srli_epi32(v1, 4);
-        k.fs = f16_pair(G + A8K_Q2_DM(gn), 4, PARTIAL);
-        k.fm = f16_pair(G + A8K_Q2_DM(gn) + 2, 4, PARTIAL);
+        k.fs = f16x2(pa + A8K_Q2_DM(gn) + ja / 2, pb + A8K_Q2_DM(gn) + jb / 2);
+        k.fm = f16x2(pa + A8K_Q2_DM(gn) + ja / 2 + 2, pb + A8K_Q2_DM(gn) + jb / 2 + 2);
     }
     return k;
 }
@@ -128,73 +152,87 @@ ALWAYS_INLINE __m512i slab_u(__m512i z, __m512i h, const int t, const int F) {
 }
 
 /* Where part h's sums start (the contract's exact isum, from the activation). */
-ALWAYS_INLINE __m512i part_start(const uint8_t *At, int h, const int F) {
-    if (F == KF_IQ4_XS) return _mm512_loadu_si512(At + 512);                    /* corr = -128 sum q */
-    if (F == KF_Q3_K) return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_loadu_si512(At + 640 + 64 * h), 2));
+ALWAYS_INLINE __m512i part_start(const uint8_t *At, int h, const int F, const int M) {
+    if (F == KF_IQ4_XS) return ld_act(At + 512, M);                             /* corr = -128 sum q */
+    if (F == KF_Q3_K) return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(ld_act(At + 640 + 64 * h, M), 2));
     return _mm512_setzero_si512();
 }
 
-/* R rows x T tokens of one group (row r's at G + r*gs), folded into acc. */
-ALWAYS_INLINE void group_k(const uint8_t *G, size_t gs, int gn, const uint8_t *A, size_t xs, __m512 acc[4][4],
-                           const int R, const int T, const int F, const int PARTIAL) {
-    const __mmask16 ml = PARTIAL ? 0x00FF : 0xFFFF;
+/* R rows x T tokens of one group (row r's at G + r*gs) in mode M, folded into acc. */
+ALWAYS_INLINE void group_k(const uint8_t *G, size_t gs, const uint8_t *A, size_t xs, __m512 acc[4][4], const int R,
+                           const int T, const int F, const int M) {
+    const int gn = M == M_FULL ? 16 : 8, RZ = M == M_PAIR ? R / 2 : R; /* zmm rows */
+    const __mmask16 ml = M == M_HALF ? 0x00FF : 0xFFFF;
+    const int ja = 0, jb = M == M_FULL ? 8 : 0;
+    const uint8_t *pa[4], *pb[4];
+    UNROLL for (int q = 0; q < RZ; q++) {
+        pa[q] = G + (size_t)(M == M_PAIR ? 2 * q : q) * gs;
+        pb[q] = M == M_PAIR ? pa[q] + gs : pa[q];
+    }
     __m512i is[4][4], tot[4][4], hrun[4];
     const int NP = KF_HALVES(F) ? 2 : 1;
-    UNROLL for (int r = 0; r < R; r++) {
-        const uint8_t *Gr = G + (size_t)r * gs;
-        hrun[r] = F == KF_Q5_K ? ld_run(Gr + A8K_Q5_HI(gn), PARTIAL)
-                  : F == KF_Q3_K ? ld_run(Gr + A8K_Q3_HB(gn), PARTIAL) : _mm512_setzero_si512();
+    UNROLL for (int q = 0; q < RZ; q++) {
+        const int o = F == KF_Q5_K ? A8K_Q5_HI(gn) : A8K_Q3_HB(gn);
+        hrun[q] = F == KF_Q5_K || F == KF_Q3_K ? ld_run(pa[q] + o, pb[q] + o, M) : _mm512_setzero_si512();
     }
     kscales ks[4];
-    UNROLL for (int r = 0; r < R; r++) ks[r] = row_scales(G + (size_t)r * gs, gn, F, PARTIAL);
+    UNROLL for (int q = 0; q < RZ; q++) ks[q] = row_scales(pa[q], ja, pb[q], jb, gn, F);
     UNROLL for (int h = 0; h < NP; h++) {
         UNROLL for (int t = 0; t < T; t++) {
-            const __m512i s = part_start(A + (size_t)t * xs, h, F);
-            UNROLL for (int r = 0; r < R; r++) is[r][t] = s;
+            const __m512i s = part_start(A + (size_t)t * xs, h, F, M);
+            UNROLL for (int q = 0; q < RZ; q++) is[q][t] = s;
         }
         if (NP == 2) {            /* the half's 4 slabs from its 2-bit chunk */
+            const int o = (F == KF_Q3_K ? A8K_Q3_C2(gn) : A8K_Q2_C2(gn)) + 4 * gn * h;
             UNROLL for (int s = 0; s < 4; s++) {
                 __m512i a[4];
-                UNROLL for (int t = 0; t < T; t++) a[t] = _mm512_loadu_si512(A + (size_t)t * xs + 64 * (4 * h + s));
-                UNROLL for (int r = 0; r < R; r++) {
-                    const uint8_t *c2 = G + (size_t)r * gs + (F == KF_Q3_K ? A8K_Q3_C2(gn) : A8K_Q2_C2(gn));
-                    const __m512i u = slab_u(ld_run(c2 + 4 * gn * h, PARTIAL), hrun[r], 4 * h + s, F);
-                    UNROLL for (int t = 0; t < T; t++) is[r][t] = _mm512_dpbusd_epi32(is[r][t], u, a[t]);
+                UNROLL for (int t = 0; t < T; t++) a[t] = ld_act(A + (size_t)t * xs + 64 * (4 * h + s), M);
+                UNROLL for (int q = 0; q < RZ; q++) {
+                    const __m512i u = slab_u(ld_run(pa[q] + o, pb[q] + o, M), hrun[q], 4 * h + s, F);
+                    UNROLL for (int t = 0; t < T; t++) is[q][t] = _mm512_dpbusd_epi32(is[q][t], u, a[t]);
                 }
             }
-            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) {
-                const __m512i w = _mm512_mullo_epi32(is[r][t], h ? ks[r].s1 : ks[r].s0);
-                tot[r][t] = h ? _mm512_add_epi32(tot[r][t], w) : w;
+            UNROLL for (int q = 0; q < RZ; q++) UNROLL for (int t = 0; t < T; t++) {
+                const __m512i w = _mm512_mullo_epi32(is[q][t], h ? ks[q].s1 : ks[q].s0);
+                tot[q][t] = h ? _mm512_add_epi32(tot[q][t], w) : w;
             }
         } else {                  /* 4 slab pairs from the nibble runs */
             UNROLL for (int p = 0; p < 4; p++) {
                 __m512i a0[4], a1[4];
                 UNROLL for (int t = 0; t < T; t++) {
-                    a0[t] = _mm512_loadu_si512(A + (size_t)t * xs + 128 * p);
-                    a1[t] = _mm512_loadu_si512(A + (size_t)t * xs + 128 * p + 64);
+                    a0[t] = ld_act(A + (size_t)t * xs + 128 * p, M);
+                    a1[t] = ld_act(A + (size_t)t * xs + 128 * p + 64, M);
                 }
-                UNROLL for (int r = 0; r < R; r++) {
-                    const uint8_t *lo = G + (size_t)r * gs + (F == KF_Q5_K ? A8K_Q5_LO(gn) : A8K_IQ4_LO(gn));
-                    const __m512i z = ld_run(lo + 4 * gn * p, PARTIAL);
-                    const __m512i u0 = slab_u(z, hrun[r], 2 * p, F), u1 = slab_u(z, hrun[r], 2 * p + 1, F);
+                const int o = (F == KF_Q5_K ? A8K_Q5_LO(gn) : A8K_IQ4_LO(gn)) + 4 * gn * p;
+                UNROLL for (int q = 0; q < RZ; q++) {
+                    const __m512i z = ld_run(pa[q] + o, pb[q] + o, M);
+                    const __m512i u0 = slab_u(z, hrun[q], 2 * p, F), u1 = slab_u(z, hrun[q], 2 * p + 1, F);
                     UNROLL for (int t = 0; t < T; t++) {
-                        is[r][t] = _mm512_dpbusd_epi32(is[r][t], u0, a0[t]);
-                        is[r][t] = _mm512_dpbusd_epi32(is[r][t], u1, a1[t]);
+                        is[q][t] = _mm512_dpbusd_epi32(is[q][t], u0, a0[t]);
+                        is[q][t] = _mm512_dpbusd_epi32(is[q][t], u1, a1[t]);
                     }
                 }
             }
-            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) tot[r][t] = is[r][t];
+            UNROLL for (int q = 0; q < RZ; q++) UNROLL for (int t = 0; t < T; t++) tot[q][t] = is[q][t];
         }
     }
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) {
+    UNROLL for (int q = 0; q < RZ; q++) UNROLL for (int t = 0; t < T; t++) {
         const uint8_t *At = A + (size_t)t * xs;
-        const __m512 da = _mm512_loadu_ps((const float *)(At + 576));
-        acc[r][t] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(tot[r][t]), _mm512_mul_ps(ks[r].fs, da), acc[r][t], ml);
+        const __m512 da = ld_actf(At + 576, M);
+        /* M_PAIR: rows 2q and 2q + 1's lanes 0..7 side by side */
+        __m512 c = M == M_PAIR ? _mm512_shuffle_f32x4(acc[2 * q][t], acc[2 * q + 1][t], 0x44) : acc[q][t];
+        c = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(tot[q][t]), _mm512_mul_ps(ks[q].fs, da), c, ml);
         if (F == KF_Q5_K || F == KF_Q2_K) {
-            const __m512i h0 = _mm512_loadu_si512(At + 640), h1 = _mm512_loadu_si512(At + 704);
+            const __m512i h0 = ld_act(At + 640, M), h1 = ld_act(At + 704, M);
             const __m512i ms = F == KF_Q5_K ? _mm512_add_epi32(h0, h1)
-                                            : _mm512_add_epi32(_mm512_mullo_epi32(ks[r].m0, h0), _mm512_mullo_epi32(ks[r].m1, h1));
-            acc[r][t] = _mm512_mask3_fnmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(ks[r].fm, da), acc[r][t], ml);
+                                            : _mm512_add_epi32(_mm512_mullo_epi32(ks[q].m0, h0), _mm512_mullo_epi32(ks[q].m1, h1));
+            c = _mm512_mask3_fnmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(ks[q].fm, da), c, ml);
+        }
+        if (M == M_PAIR) {
+            acc[2 * q][t] = _mm512_mask_mov_ps(acc[2 * q][t], 0x00FF, c);
+            acc[2 * q + 1][t] = _mm512_mask_mov_ps(acc[2 * q + 1][t], 0x00FF, _mm512_shuffle_f32x4(c, c, 0xEE));
+        } else {
+            acc[q][t] = c;
         }
     }
 }
@@ -207,8 +245,9 @@ ALWAYS_INLINE void tile_k(const uint8_t *w, size_t rb, const uint8_t *xa, size_t
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
     for (int64_t g0 = 0; g0 < nb; g0 += A8_G) {
         const uint8_t *G = w + (size_t)(g0 / 8) * KF_QB(F), *A = xa + (size_t)(g0 / A8_G) * A8_GROUP_BYTES;
-        if (nb - g0 >= A8_G) group_k(G, rb, A8_G, A, xs, acc, R, T, F, 0);
-        else group_k(G, rb, 8, A, xs, acc, R, T, F, 1);
+        if (nb - g0 >= A8_G) group_k(G, rb, A, xs, acc, R, T, F, M_FULL);
+        else if (R % 2 == 0) group_k(G, rb, A, xs, acc, R, T, F, M_PAIR);
+        else group_k(G, rb, A, xs, acc, R, T, F, M_HALF);
     }
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
         y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t]);
