@@ -1170,6 +1170,8 @@ int main(void) {
         for (int i = 0; i < COUNT(FORMATS); i++) listed |= FORMATS[i] == t;
         /* tested in test_act8_legacy.c (their own layouts and contract) */
         listed |= t == MOE_T_Q4_1 || t == MOE_T_Q5_0 || t == MOE_T_Q5_1 || t == MOE_T_IQ4_NL;
+        /* tested in test_act8_kquant.c */
+        listed |= t == MOE_T_Q5_K || t == MOE_T_Q3_K || t == MOE_T_Q2_K || t == MOE_T_IQ4_XS;
         if (!listed) CHECK_MSG(!moe_type_has_a8(t), "type %u has act_q8 but is not tested here", t);
     }
     printf("act8 formats:");

@@ -111,7 +111,8 @@ void moe_repack_x4(uint32_t type, const void *src, void *dst, int64_t nrows, int
 #define A8_G 16               /* blocks of 32 per group */
 #define A8_GROUP_BYTES 768    /* one activation group: q[512], corr[16], da[16], hsum[32] */
 /* Weight types with an act_q8 kernel (Q8_0, NVFP4, MXFP4, Q4_0, Q4_K, Q6_K;
- * Q4_1, Q5_0, Q5_1, IQ4_NL: act8_legacy_ref.c). */
+ * Q4_1, Q5_0, Q5_1, IQ4_NL: act8_legacy_ref.c; Q5_K, Q3_K, Q2_K, IQ4_XS:
+ * act8_kquant_ref.c). */
 bool moe_type_has_a8(uint32_t type);
 /* Bytes of one A8 activation row of n values (n a multiple of 32); a
  * multiple of 64, so rows laid end to end stay 64-byte aligned. */

@@ -690,6 +690,8 @@ const moe_kernels moe_kernels_avx512_tab = {
     A8_ENTRY(MOE_T_Q6_K, q6_k, avx512),
     A8_ENTRY(MOE_T_Q4_1, q4_1, avx512), A8_ENTRY(MOE_T_Q5_0, q5_0, avx512), A8_ENTRY(MOE_T_Q5_1, q5_1, avx512),
     A8_ENTRY(MOE_T_IQ4_NL, iq4_nl, avx512),
+    A8_ENTRY(MOE_T_Q5_K, q5_k, avx512), A8_ENTRY(MOE_T_Q3_K, q3_k, avx512), A8_ENTRY(MOE_T_Q2_K, q2_k, avx512),
+    A8_ENTRY(MOE_T_IQ4_XS, iq4_xs, avx512),
     ENTRY(MOE_T_Q5_K, q5_k), ENTRY_X4(MOE_T_Q5_K, q5_k), ENTRY_WIDE_X4(MOE_T_Q5_K, q5_k),
     ENTRY(MOE_T_Q3_K, q3_k), ENTRY_X4(MOE_T_Q3_K, q3_k), ENTRY_WIDE_X4(MOE_T_Q3_K, q3_k),
     ENTRY(MOE_T_Q2_K, q2_k), ENTRY_X4(MOE_T_Q2_K, q2_k), ENTRY_WIDE_X4(MOE_T_Q2_K, q2_k),

@@ -296,6 +296,10 @@ A8_DECL_ALL(q5_1)
 A8_DECL_ALL(iq4_nl)
 A8_DECL_ALL(q4_k)
 A8_DECL_ALL(q6_k)
+A8_DECL_ALL(q5_k)
+A8_DECL_ALL(q3_k)
+A8_DECL_ALL(q2_k)
+A8_DECL_ALL(iq4_xs)
 #undef A8_DECL_ALL
 #undef A8_DECL
 /* act8_legacy_ref.c: Q4_1, Q5_0, Q5_1, IQ4_NL on the act_q8 path (act8_ref.c
@@ -303,6 +307,10 @@ A8_DECL_ALL(q6_k)
 bool moe_a8l_type(uint32_t type);
 void moe_a8l_repack(uint32_t type, const void *src, void *dst, int64_t nrows, int64_t n);
 float moe_a8l_dot_ref(uint32_t type, const void *row, const void *xa, int64_t n);
+/* act8_kquant_ref.c: the same for Q5_K, Q3_K, Q2_K, IQ4_XS. */
+bool moe_a8k_type(uint32_t type);
+void moe_a8k_repack(uint32_t type, const void *src, void *dst, int64_t nrows, int64_t n);
+float moe_a8k_dot_ref(uint32_t type, const void *row, const void *xa, int64_t n);
 /* act8q_avx512.c, act8q_avx2.c: moe_quantize_act8, byte for byte. */
 void moe_quantize_act8_avx512(const float *x, void *dst, int64_t n);
 void moe_quantize_act8_avx2(const float *x, void *dst, int64_t n);

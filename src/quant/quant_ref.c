@@ -794,6 +794,8 @@ const moe_kernels moe_kernels_scalar_tab = {
     A8_ENTRY(MOE_T_Q6_K, q6_k, ref),
     A8_ENTRY(MOE_T_Q4_1, q4_1, ref), A8_ENTRY(MOE_T_Q5_0, q5_0, ref), A8_ENTRY(MOE_T_Q5_1, q5_1, ref),
     A8_ENTRY(MOE_T_IQ4_NL, iq4_nl, ref),
+    A8_ENTRY(MOE_T_Q5_K, q5_k, ref), A8_ENTRY(MOE_T_Q3_K, q3_k, ref), A8_ENTRY(MOE_T_Q2_K, q2_k, ref),
+    A8_ENTRY(MOE_T_IQ4_XS, iq4_xs, ref),
     ENTRY(MOE_T_Q5_K, q5_k), ENTRY_X4(MOE_T_Q5_K, q5_k), ENTRY(MOE_T_Q3_K, q3_k), ENTRY_X4(MOE_T_Q3_K, q3_k),
     ENTRY(MOE_T_Q2_K, q2_k), ENTRY_X4(MOE_T_Q2_K, q2_k), ENTRY(MOE_T_IQ4_XS, iq4_xs), ENTRY_X4(MOE_T_IQ4_XS, iq4_xs),
     .quantize_act8 = moe_quantize_act8,

@@ -1,0 +1,239 @@
+/* act8_kquant_avx2.c — the act_q8 kernels of Q5_K, Q3_K, Q2_K and IQ4_XS
+ * with AVX2, bit-identical to act8_kquant_ref.c.
+ *
+ * As act8_kquant_avx512.c, in lane halves (act8_avx2.c): a ymm holds bytes
+ * 32L.. of a run or slab, blocks 8L..8L+7 — exactly super-block L of the
+ * group, so a row's last group of one super-block is half 0 alone and no
+ * load or FMA needs a mask. The integer products: Q5_K, Q3_K, Q2_K's u <=
+ * 31 makes vpmaddubsw exact (two slabs: |sum| <= 4 * 31 * 127; Q3_K / Q2_K's
+ * four slabs of a half <= 8 * 7 * 127), then one vpmaddwd by 1 to int32;
+ * IQ4_XS's u reaches 241, so act8_avx2.c's exact even/odd split (two
+ * vpmaddwd). The halves' integer scales (Q3_K, Q2_K) multiply with vpmulld
+ * (exact, < 2^24); the float steps per block lane are the contract's. */
+#include "quant/act8_kquant.h"
+
+#include <immintrin.h>
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+enum { KF_Q5_K, KF_Q3_K, KF_Q2_K, KF_IQ4_XS };
+#define KF_QB(F) ((F) == KF_Q5_K ? QB_Q5_K : (F) == KF_Q3_K ? QB_Q3_K : (F) == KF_Q2_K ? QB_Q2_K : QB_IQ4_XS)
+#define KF_HALVES(F) ((F) == KF_Q3_K || (F) == KF_Q2_K)
+
+ALWAYS_INLINE float hsum16(__m256 lo, __m256 hi) {
+    const __m256 s8 = _mm256_add_ps(lo, hi);
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+ALWAYS_INLINE __m256i ld(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+ALWAYS_INLINE __m256 f16_bcast(const uint8_t *p) { return _mm256_cvtph_ps(_mm_set1_epi16((short)moe_rd16(p))); }
+ALWAYS_INLINE __m256i bytes8(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+
+/* Q5_K: one header's 12 scale bytes (16 bytes at hdr) unpacked to {sc0..7,
+ * m0..7} (moe_q4k_unpack16 on dword lanes). */
+ALWAYS_INLINE __m128i q5k_unpack(const uint8_t *hdr) {
+    const __m128i u = _mm_srli_si128(_mm_loadu_si128((const __m128i *)hdr), 4); /* u0 u1 u2 0 */
+    const __m128i a = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0));            /* u0 u2 u1 u2 */
+    const __m128i b = _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0));            /* u0 u0 u1 u1 */
+    const __m128i lo = _mm_and_si128(a, _mm_set1_epi8(0x3F));
+    const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)), _mm_set1_epi8(0x0F)),
+                                    _mm_and_si128(_mm_srli_epi32(b, 2), _mm_set1_epi8(0x30)));
+    return _mm_blend_epi32(lo, hi, 0xA);
+}
+
+/* A row's scales for super-block L of a group (act8_kquant_avx512.c's kscales). */
+typedef struct { __m256 fs, fm; __m256i s0, s1, m0, m1; } kscales;
+
+ALWAYS_INLINE kscales row_scales(const uint8_t *G, int gn, int L, const int F) {
+    kscales k;
+    k.fm = _mm256_setzero_ps();
+    k.s0 = k.s1 = k.m0 = k.m1 = _mm256_setzero_si256();
+    const __m256i sh8 = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    if (F == KF_Q5_K) {
+        const uint8_t *hdr = G + 16 * L;
+        const __m128i v = q5k_unpack(hdr);
+        k.fs = _mm256_mul_ps(f16_bcast(hdr), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)));
+        k.fm = _mm256_mul_ps(f16_bcast(hdr + 2), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8))));
+    } else if (F == KF_IQ4_XS) {
+        const uint8_t *hdr = G + 8 * L;
+        const __m256i dsh = _mm256_set1_epi32((int)moe_kq_rd32(hdr)), sl = _mm256_set1_epi32((int)moe_kq_rd32(hdr + 4));
+        const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(sl, sh8), _mm256_set1_epi32(15));
+        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(dsh, _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30)),
+                                            _mm256_set1_epi32(3));
+        const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+        k.fs = _mm256_mul_ps(f16_bcast(hdr), _mm256_cvtepi32_ps(ls));
+    } else if (F == KF_Q3_K) {
+        const __m256i sl = bytes8(G + 8 * L), sh = _mm256_set1_epi32((int)moe_kq_rd32(G + A8K_Q3_SH(gn) + 4 * L));
+        UNROLL for (int h = 0; h < 2; h++) {
+            const __m256i lo = _mm256_and_si256(_mm256_srli_epi32(sl, 4 * h), _mm256_set1_epi32(15));
+            const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(sh, _mm256_add_epi32(sh8, _mm256_set1_epi32(2 * h))),
+                                                _mm256_set1_epi32(3));
+            const __m256i s = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+            if (h == 0) k.s0 = s; else k.s1 = s;
+        }
+        k.fs = f16_bcast(G + A8K_Q3_D(gn) + 2 * L);
+    } else {
+        const __m256i v0 = bytes8(G + 8 * L), v1 = bytes8(G + gn + 8 * L);
+        k.s0 = _mm256_and_si256(v0, _mm256_set1_epi32(15));
+        k.s1 = _mm256_and_si256(v1, _mm256_set1_epi32(15));
+        k.m0 = _mm256_srli_epi32(v0, 4);
+        k.m1 = _mm256_srli_epi32(v1, 4);
+        k.fs = f16_bcast(G + A8K_Q2_DM(gn) + 4 * L);
+        k.fm = f16_bcast(G + A8K_Q2_DM(gn) + 4 * L + 2);
+    }
+    return k;
+}
+
+/* u of slab t (act8_kquant_avx512.c's slab_u, lane half). */
+ALWAYS_INLINE __m256i slab_u(__m256i z, __m256i h, const int t, const int F) {
+    if (F == KF_Q3_K || F == KF_Q2_K) {
+        const int s = t % 4;
+        const __m256i v = _mm256_and_si256(s ? _mm256_srli_epi16(z, 2 * s) : z, _mm256_set1_epi8(3));
+        if (F == KF_Q2_K) return v;
+        const __m256i hb = t <= 2 ? _mm256_slli_epi16(h, 2 - t) : _mm256_srli_epi16(h, t - 2);
+        return _mm256_or_si256(v, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
+    }
+    const __m256i nib = _mm256_and_si256(t % 2 ? _mm256_srli_epi16(z, 4) : z, _mm256_set1_epi8(0x0F));
+    if (F == KF_IQ4_XS) {
+        const __m256i tab = _mm256_broadcastsi128_si256(_mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129,
+                                                                      (char)141, (char)153, (char)166, (char)181,
+                                                                      (char)197, (char)217, (char)241));
+        return _mm256_shuffle_epi8(tab, nib);
+    }
+    const __m256i hb = t <= 4 ? _mm256_slli_epi16(h, 4 - t) : _mm256_srli_epi16(h, t - 4);
+    return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+}
+
+/* is += the exact products of u (unsigned bytes, any) and a, per dword. */
+ALWAYS_INLINE __m256i dot4(__m256i is, __m256i u, __m256i a) {
+    const __m256i ue = _mm256_and_si256(u, _mm256_set1_epi16(0xFF)), uo = _mm256_srli_epi16(u, 8);
+    const __m256i ae = _mm256_srai_epi16(_mm256_slli_epi16(a, 8), 8), ao = _mm256_srai_epi16(a, 8);
+    return _mm256_add_epi32(is, _mm256_add_epi32(_mm256_madd_epi16(ue, ae), _mm256_madd_epi16(uo, ao)));
+}
+/* int16 pair sums to int32 lanes. */
+ALWAYS_INLINE __m256i widen(__m256i s16) { return _mm256_madd_epi16(s16, _mm256_set1_epi16(1)); }
+
+/* R rows x T tokens of super-block L of one group (row r at G + r*gs). */
+ALWAYS_INLINE void group_k(const uint8_t *G, size_t gs, int gn, const uint8_t *A, size_t xs, int L, __m256 acc[4][4],
+                           const int R, const int T, const int F) {
+    __m256i is[4][4], tot[4][4], hrun[4];
+    const int NP = KF_HALVES(F) ? 2 : 1;
+    UNROLL for (int r = 0; r < R; r++) {
+        const uint8_t *Gr = G + (size_t)r * gs + 32 * L;
+        hrun[r] = F == KF_Q5_K ? ld(Gr + A8K_Q5_HI(gn)) : F == KF_Q3_K ? ld(Gr + A8K_Q3_HB(gn)) : _mm256_setzero_si256();
+    }
+    kscales ks[4];
+    UNROLL for (int r = 0; r < R; r++) ks[r] = row_scales(G + (size_t)r * gs, gn, L, F);
+    UNROLL for (int h = 0; h < NP; h++) {
+        UNROLL for (int t = 0; t < T; t++) {
+            const uint8_t *At = A + (size_t)t * xs + 32 * L;
+            const __m256i s = F == KF_IQ4_XS ? ld(At + 512)
+                              : F == KF_Q3_K ? _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ld(At + 640 + 64 * h), 2))
+                                             : _mm256_setzero_si256();
+            UNROLL for (int r = 0; r < R; r++) is[r][t] = s;
+        }
+        if (NP == 2) {            /* the half's 4 slabs from its 2-bit chunk */
+            UNROLL for (int r = 0; r < R; r++) {
+                const uint8_t *c2 = G + (size_t)r * gs + (F == KF_Q3_K ? A8K_Q3_C2(gn) : A8K_Q2_C2(gn)) + 4 * gn * h + 32 * L;
+                const __m256i z = ld(c2);
+                __m256i u[4];
+                UNROLL for (int s = 0; s < 4; s++) u[s] = slab_u(z, hrun[r], 4 * h + s, F);
+                UNROLL for (int t = 0; t < T; t++) {
+                    const uint8_t *At = A + (size_t)t * xs + 256 * h + 32 * L;
+                    __m256i s16 = _mm256_maddubs_epi16(u[0], ld(At));
+                    UNROLL for (int s = 1; s < 4; s++) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u[s], ld(At + 64 * s)));
+                    is[r][t] = _mm256_add_epi32(is[r][t], widen(s16));
+                }
+            }
+            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) {
+                const __m256i w = _mm256_mullo_epi32(is[r][t], h ? ks[r].s1 : ks[r].s0);
+                tot[r][t] = h ? _mm256_add_epi32(tot[r][t], w) : w;
+            }
+        } else {                  /* 4 slab pairs from the nibble runs */
+            UNROLL for (int p = 0; p < 4; p++) {
+                UNROLL for (int r = 0; r < R; r++) {
+                    const uint8_t *lo = G + (size_t)r * gs + (F == KF_Q5_K ? A8K_Q5_LO(gn) : A8K_IQ4_LO(gn));
+                    const __m256i z = ld(lo + 4 * gn * p + 32 * L);
+                    const __m256i u0 = slab_u(z, hrun[r], 2 * p, F), u1 = slab_u(z, hrun[r], 2 * p + 1, F);
+                    UNROLL for (int t = 0; t < T; t++) {
+                        const uint8_t *At = A + (size_t)t * xs + 128 * p + 32 * L;
+                        const __m256i a0 = ld(At), a1 = ld(At + 64);
+                        if (F == KF_IQ4_XS) {
+                            is[r][t] = dot4(is[r][t], u0, a0);
+                            is[r][t] = dot4(is[r][t], u1, a1);
+                        } else {
+                            is[r][t] = _mm256_add_epi32(is[r][t], widen(_mm256_add_epi16(_mm256_maddubs_epi16(u0, a0),
+                                                                                       _mm256_maddubs_epi16(u1, a1))));
+                        }
+                    }
+                }
+            }
+            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) tot[r][t] = is[r][t];
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) {
+        const uint8_t *At = A + (size_t)t * xs;
+        const __m256 da = _mm256_loadu_ps((const float *)(At + 576 + 32 * L));
+        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot[r][t]), _mm256_mul_ps(ks[r].fs, da), acc[r][t]);
+        if (F == KF_Q5_K || F == KF_Q2_K) {
+            const __m256i h0 = ld(At + 640 + 32 * L), h1 = ld(At + 704 + 32 * L);
+            const __m256i ms = F == KF_Q5_K ? _mm256_add_epi32(h0, h1)
+                                            : _mm256_add_epi32(_mm256_mullo_epi32(ks[r].m0, h0), _mm256_mullo_epi32(ks[r].m1, h1));
+            acc[r][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(ks[r].fm, da), acc[r][t]);
+        }
+    }
+}
+
+/* R rows (rb bytes apart) x T tokens (A8 rows xs apart) -> y[t*ys + r*yr];
+ * acc[L] holds lanes 8L..8L+7 (half 1 stays +0 in a one-super-block group). */
+ALWAYS_INLINE void tile_k(const uint8_t *w, size_t rb, const uint8_t *xa, size_t xs, float *y, size_t ys, size_t yr,
+                          int64_t n, const int R, const int T, const int F) {
+    const int64_t nb = n / 32;
+    __m256 acc[2][4][4];
+    UNROLL for (int L = 0; L < 2; L++) UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
+        acc[L][r][t] = _mm256_setzero_ps();
+    for (int64_t g0 = 0; g0 < nb; g0 += A8_G) {
+        const uint8_t *G = w + (size_t)(g0 / 8) * KF_QB(F), *A = xa + (size_t)(g0 / A8_G) * A8_GROUP_BYTES;
+        if (nb - g0 >= A8_G) {
+            UNROLL for (int L = 0; L < 2; L++) group_k(G, rb, A8_G, A, xs, L, acc[L], R, T, F);
+        } else {
+            group_k(G, rb, 8, A, xs, 0, acc[0], R, T, F);
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
+        y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[0][r][t], acc[1][r][t]);
+}
+
+/* gemv: rows r and r + nrows/2 in one tile; gemm: 4 rows x 2 tokens (as
+ * act8_legacy_avx2.c). */
+#define A8K_KERNELS(name, F)                                                                                 \
+    void moe_gemv_a8_##name##_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, float *y,        \
+                                   int64_t n) {                                                              \
+        const uint8_t *W = w;                                                                                \
+        const int64_t h = nrows / 2;                                                                         \
+        for (int64_t r = 0; r < h; r++)                                                                      \
+            tile_k(W + (size_t)r * rb, (size_t)h * rb, xa, 0, y + r, 0, (size_t)h, n, 2, 1, F);             \
+        if (nrows & 1) tile_k(W + (size_t)(nrows - 1) * rb, rb, xa, 0, y + nrows - 1, 0, 1, n, 1, 1, F);     \
+    }                                                                                                        \
+    void moe_gemm_a8_##name##_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,       \
+                                   int64_t ntok, float *y, size_t ys, int64_t n) {                           \
+        const uint8_t *W = w, *X = xa;                                                                       \
+        int64_t r = 0;                                                                                       \
+        for (; r + 4 <= nrows; r += 4) {                                                                     \
+            int64_t t = 0;                                                                                   \
+            for (; t + 2 <= ntok; t += 2)                                                                    \
+                tile_k(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 4, 2, F); \
+            for (; t < ntok; t++)                                                                            \
+                tile_k(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 4, 1, F); \
+        }                                                                                                    \
+        for (; r < nrows; r++)                                                                               \
+            for (int64_t t = 0; t < ntok; t++)                                                               \
+                tile_k(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 1, 1, F); \
+    }
+A8K_KERNELS(q5_k, KF_Q5_K)
+A8K_KERNELS(q3_k, KF_Q3_K)
+A8K_KERNELS(q2_k, KF_Q2_K)
+A8K_KERNELS(iq4_xs, KF_IQ4_XS)

@@ -1,0 +1,242 @@
+/* test_act8_kquant.c — the act_q8 path of Q5_K, Q3_K, Q2_K and IQ4_XS
+ * (act8_kquant_ref.c):
+ *  - moe_a8_dot_ref equals this file's own reading of the contract (codes
+ *    and scales read ggml's way, the integer sums and FMAs written out), bit
+ *    for bit;
+ *  - every ISA's gemv_a8 / gemm_a8 (scalar, avx2, avx512 where the CPU has
+ *    them) on moe_repack_a8's rows equals moe_a8_dot_ref bit for bit over
+ *    rows of 1..8 super-blocks (odd counts end in a one-super-block group),
+ *    1..8 rows, 1..5 tokens (the gemm tiles: 4 rows x 2 tokens and their
+ *    tails), odd strides, random and worst-case codes (every code the
+ *    largest or smallest, every scale the extreme), and crafted scales:
+ *    zero, -0, subnormal, f16 max, Inf / NaN, huge and tiny activations;
+ *  - the result is close to the FP32 path's dot product (a sanity bound). */
+#include "check.h"
+#include "quant/quant.h"
+#include "base/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const uint32_t FORMATS[] = {MOE_T_Q5_K, MOE_T_Q3_K, MOE_T_Q2_K, MOE_T_IQ4_XS};
+#define NF 4
+static moe_rng g_rng;
+static uint32_t rnd32(void) { return (uint32_t)(moe_rng_next(&g_rng) >> 32); }
+static float rndf(void) { return (float)(moe_rng_uniform(&g_rng) * 2.0 - 1.0); }
+static uint32_t bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static bool same(float a, float b) { return bits(a) == bits(b) || (isnan(a) && isnan(b)); }
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static float f16(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return moe_f16_to_f32(h); }
+static size_t qb(uint32_t t) { return moe_type_get(t)->block_bytes; }
+
+/* ggml's get_scale_min_k4 */
+static void k4(int j, const uint8_t *q, int *d, int *m) {
+    if (j < 4) { *d = q[j] & 63; *m = q[j + 4] & 63; }
+    else { *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4); *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4); }
+}
+
+/* Super-block s of a row, ggml's way: values v[256] (the integer weight
+ * levels: Q5_K 0..31, Q3_K -4..3, Q2_K 0..3, IQ4_XS kv), sub-block scales
+ * sc[16] and mins mn[16] per 16 values (32-value formats: repeated). */
+static void superblock(uint32_t t, const uint8_t *x, int v[256], int sc[16], int mn[16]) {
+    static const int kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    if (t == MOE_T_Q5_K) {
+        const uint8_t *qh = x + 16, *ql = x + 48;
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++) {
+                v[64 * c + l] = (ql[32 * c + l] & 15) + (qh[l] & (1 << (2 * c)) ? 16 : 0);
+                v[64 * c + 32 + l] = (ql[32 * c + l] >> 4) + (qh[l] & (2 << (2 * c)) ? 16 : 0);
+            }
+        for (int j = 0; j < 16; j++) k4(j / 2, x + 4, &sc[j], &mn[j]);
+    } else if (t == MOE_T_Q3_K) {
+        const uint8_t *hm = x, *q = x + 32, *s = x + 96;
+        for (int k = 0; k < 256; k++) {
+            const int h = k / 128, sh = (k % 128) / 32, l = k % 32;
+            v[k] = ((q[32 * h + l] >> (2 * sh)) & 3) - ((hm[l] & (1 << (4 * h + sh))) ? 0 : 4);
+        }
+        uint32_t aux[4];   /* ggml's kmask1 / kmask2 unpacking */
+        memcpy(aux, s, 12);
+        const uint32_t tmp = aux[2];
+        aux[2] = ((aux[0] >> 4) & 0x0f0f0f0f) | (((tmp >> 4) & 0x03030303) << 4);
+        aux[3] = ((aux[1] >> 4) & 0x0f0f0f0f) | (((tmp >> 6) & 0x03030303) << 4);
+        aux[0] = (aux[0] & 0x0f0f0f0f) | (((tmp >> 0) & 0x03030303) << 4);
+        aux[1] = (aux[1] & 0x0f0f0f0f) | (((tmp >> 2) & 0x03030303) << 4);
+        const int8_t *sc8 = (const int8_t *)aux;
+        for (int j = 0; j < 16; j++) { sc[j] = sc8[j] - 32; mn[j] = 0; }
+    } else if (t == MOE_T_Q2_K) {
+        for (int k = 0; k < 256; k++) v[k] = (x[16 + 32 * (k / 128) + k % 32] >> (2 * ((k % 128) / 32))) & 3;
+        for (int j = 0; j < 16; j++) { sc[j] = x[j] & 15; mn[j] = x[j] >> 4; }
+    } else {
+        uint16_t sh;
+        memcpy(&sh, x + 2, 2);
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = ((x[4 + ib / 2] >> 4 * (ib % 2)) & 0xf) | (((sh >> 2 * ib) & 3) << 4);
+            sc[2 * ib] = sc[2 * ib + 1] = ls - 32;
+            mn[2 * ib] = mn[2 * ib + 1] = 0;
+            for (int j = 0; j < 16; j++) {
+                v[32 * ib + j] = kv[x[8 + 16 * ib + j] & 0xf];
+                v[32 * ib + 16 + j] = kv[x[8 + 16 * ib + j] >> 4];
+            }
+        }
+    }
+}
+
+/* The f16 d and dmin offsets in a block (dmin: -1 if none). */
+static int off_d(uint32_t t) { return t == MOE_T_Q3_K ? 108 : t == MOE_T_Q2_K ? 80 : 0; }
+static int off_dmin(uint32_t t) { return t == MOE_T_Q5_K ? 2 : t == MOE_T_Q2_K ? 82 : -1; }
+
+/* The contract of act8_kquant_ref.c, written out. */
+static float contract(uint32_t t, const uint8_t *row, const uint8_t *xa, int64_t n) {
+    float acc[16] = {0};
+    int v[256], sc[16], mn[16];
+    for (int64_t b = 0; b < n / 32; b++) {
+        const uint8_t *g = xa + (b / 16) * A8_GROUP_BYTES, *x = row + (size_t)(b / 8) * qb(t);
+        const int j = (int)(b % 16), sub = (int)(b % 8);
+        superblock(t, x, v, sc, mn);
+        int part[2] = {0, 0}, qs[2] = {0, 0};
+        for (int k = 0; k < 32; k++) {
+            const int q = (int8_t)g[(k / 4) * 64 + 4 * j + k % 4];
+            part[k / 16] += v[32 * sub + k] * q;
+            qs[k / 16] += q;
+        }
+        float da;
+        memcpy(&da, g + 576 + 4 * j, 4);
+        const float d = f16(x + off_d(t)), dmin = off_dmin(t) >= 0 ? f16(x + off_dmin(t)) : 0.0f;
+        const int s0 = sc[2 * sub], s1 = sc[2 * sub + 1];
+        if (t == MOE_T_Q5_K || t == MOE_T_IQ4_XS) {
+            acc[j] = fmaf((float)(part[0] + part[1]), (d * (float)s0) * da, acc[j]);
+            if (t == MOE_T_Q5_K) acc[j] = fmaf(-(float)(qs[0] + qs[1]), (dmin * (float)mn[2 * sub]) * da, acc[j]);
+        } else {
+            acc[j] = fmaf((float)(s0 * part[0] + s1 * part[1]), d * da, acc[j]);
+            if (t == MOE_T_Q2_K) acc[j] = fmaf(-(float)(mn[2 * sub] * qs[0] + mn[2 * sub + 1] * qs[1]), dmin * da, acc[j]);
+        }
+    }
+    float b8[8], c4[4];
+    for (int l = 0; l < 8; l++) b8[l] = acc[l] + acc[l + 8];
+    for (int l = 0; l < 4; l++) c4[l] = b8[l] + b8[l + 4];
+    return (c4[0] + c4[2]) + (c4[1] + c4[3]);
+}
+
+static uint16_t edge_f16(void) {
+    static const uint16_t e[] = {0x0000, 0x8000, 0x0001, 0x83FF, 0x7BFF, 0xFBFF, 0x0400, 0x7C00, 0xFC00, 0x7E00};
+    return e[rnd32() % 10];
+}
+
+/* A plain row: quantized random values (a magnitude per super-block), with
+ * `edges`: crafted d / dmin (some poison a whole row), random bytes, every
+ * bit set (the largest codes and scales) or clear. */
+static void make_row(uint32_t t, uint8_t *row, int64_t n, bool edges) {
+    static float x[2048];
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float mag = powf(10.0f, (float)(int)(rnd32() % 5) - 2.0f), off = rnd32() % 2 ? rndf() * mag : 0.0f;
+        for (int k = 0; k < 32; k++) x[b * 32 + k] = rndf() * mag + off;
+    }
+    moe_quantize_row(t, x, row, n);
+    if (!edges) return;
+    for (int64_t s = 0; s < n / 256; s++) {
+        uint8_t *blk = row + (size_t)s * qb(t);
+        const uint32_t r = rnd32() % 100;
+        uint8_t keep[4];
+        memcpy(keep, blk + off_d(t), 2);
+        if (off_dmin(t) >= 0) memcpy(keep + 2, blk + off_dmin(t), 2);
+        if (r < 25) for (size_t i = 0; i < qb(t); i++) blk[i] = (uint8_t)rnd32();   /* any codes and scales */
+        else if (r < 40) memset(blk, 0xFF, qb(t));                                   /* the largest */
+        else if (r < 50) memset(blk, 0x00, qb(t));                                   /* the smallest */
+        if (r < 50 && rnd32() % 2) {                                                 /* a sane d, dmin */
+            memcpy(blk + off_d(t), keep, 2);
+            if (off_dmin(t) >= 0) memcpy(blk + off_dmin(t), keep + 2, 2);
+        }
+        if (rnd32() % 100 < 12) put16(blk + off_d(t), edge_f16());
+        if (off_dmin(t) >= 0 && rnd32() % 100 < 12) put16(blk + off_dmin(t), edge_f16());
+    }
+}
+
+static void make_x(float *x, int64_t n, bool edges) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        float *xb = x + b * 32;
+        const float mag = powf(10.0f, (float)(int)(rnd32() % 5) - 2.0f);
+        for (int k = 0; k < 32; k++) xb[k] = rndf() * mag;
+        if (!edges) continue;
+        const uint32_t r = rnd32() % 100;
+        if (r < 4) memset(xb, 0, 32 * sizeof(float));
+        else if (r < 7) for (int k = 0; k < 32; k++) xb[k] *= 1e-5f;   /* da subnormal */
+        else if (r < 10) for (int k = 0; k < 32; k++) xb[k] *= 8.3e6f; /* da near the f16 max */
+        else if (r < 13) for (int k = 0; k < 32; k++) xb[k] = k % 2 ? -mag : mag; /* every q at +-127 */
+        else if (r < 14) xb[rnd32() % 32] = INFINITY;                  /* da = Inf */
+    }
+}
+
+static void check_shape(uint32_t t, int64_t n, int64_t nrows, int64_t ntok, bool edges, int variant) {
+    const size_t rb0 = (size_t)moe_row_bytes(t, (uint64_t)n), rb = rb0 + (variant & 1 ? 5 : 0);
+    const size_t ab = (size_t)moe_act8_row_bytes(n), xs = ab + (variant & 2 ? 68 : 0);
+    uint8_t *plain = malloc(rb0 * (size_t)nrows), *wa = malloc(rb * (size_t)(nrows - 1) + rb0);
+    uint8_t *xa = malloc(xs * (size_t)(ntok - 1) + ab);
+    float *x = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)(nrows * ntok));
+    float *got = malloc(sizeof(float) * (size_t)(nrows * ntok + 1)), *w = malloc(sizeof(float) * (size_t)n);
+    for (int64_t r = 0; r < nrows; r++) {
+        make_row(t, plain + r * rb0, n, edges);
+        moe_repack_a8(t, plain + r * rb0, wa + r * rb, 1, n);
+    }
+    for (int64_t k = 0; k < ntok; k++) {
+        make_x(x, n, edges);
+        moe_quantize_act8(x, xa + k * xs, n);
+        for (int64_t r = 0; r < nrows; r++) {
+            const float v = moe_a8_dot_ref(t, plain + r * rb0, xa + k * xs, n), c = contract(t, plain + r * rb0, xa + k * xs, n);
+            want[k * nrows + r] = v;
+            CHECK_MSG(same(v, c), "%s contract n=%lld: %a != %a", moe_type_get(t)->name, (long long)n, v, c);
+            if (!edges) { /* near the FP32 path */
+                moe_dequant_row(t, plain + r * rb0, w, n);
+                double e = 0, mag = 0;
+                for (int64_t i = 0; i < n; i++) { e += (double)w[i] * x[i]; mag += fabs((double)w[i] * x[i]); }
+                CHECK_MSG(fabs(v - e) <= 0.03 * mag + 1e-6, "%s a8 %g vs fp32 %g (mag %g)", moe_type_get(t)->name, v, e, mag);
+            }
+        }
+    }
+    for (int l = 0; l < MOE_ISA_COUNT; l++) {
+        const moe_kernels *K = moe_kernels_for((moe_isa)l);
+        if (!K) continue;
+        got[nrows * ntok] = 12345.0f;
+        K->gemm_a8[t](wa, rb, nrows, xa, xs, ntok, got, (size_t)nrows, n);
+        int bad = 0;
+        for (int64_t i = 0; i < nrows * ntok; i++) bad += !same(got[i], want[i]);
+        CHECK_MSG(bad == 0 && got[nrows * ntok] == 12345.0f, "%s %s gemm_a8 n=%lld rows=%lld tok=%lld: %d differ",
+                  moe_type_get(t)->name, K->name, (long long)n, (long long)nrows, (long long)ntok, bad);
+        for (int64_t k = 0; k < ntok; k++) {
+            got[nrows] = 12345.0f;
+            K->gemv_a8[t](wa, rb, nrows, xa + k * xs, got, n);
+            bad = 0;
+            for (int64_t r = 0; r < nrows; r++) bad += !same(got[r], want[k * nrows + r]);
+            CHECK_MSG(bad == 0 && got[nrows] == 12345.0f, "%s %s gemv_a8 n=%lld rows=%lld: %d differ",
+                      moe_type_get(t)->name, K->name, (long long)n, (long long)nrows, bad);
+        }
+    }
+    free(plain); free(wa); free(xa); free(x); free(want); free(got); free(w);
+}
+
+int main(void) {
+    moe_rng_seed(&g_rng, 0xa8c0);
+    static const int64_t NS[] = {256, 512, 768, 1024, 1280, 2048};
+    static const int64_t ROWS[] = {1, 2, 3, 5, 8};
+    static const int64_t TOKS[] = {1, 2, 3, 5};
+    int levels = 0;
+    for (int l = 0; l < MOE_ISA_COUNT; l++) levels += moe_kernels_for((moe_isa)l) != NULL;
+    for (int f = 0; f < NF; f++) {
+        const uint32_t t = FORMATS[f];
+        CHECK(moe_type_has_a8(t));
+        for (int l = 0; l < MOE_ISA_COUNT; l++) {
+            const moe_kernels *K = moe_kernels_for((moe_isa)l);
+            if (K) CHECK_MSG(K->gemv_a8[t] && K->gemm_a8[t], "%s %s: no a8 kernel", moe_type_get(t)->name, K->name);
+        }
+        int shapes = 0;
+        for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++)
+            for (size_t ri = 0; ri < sizeof ROWS / sizeof ROWS[0]; ri++)
+                for (size_t ti = 0; ti < sizeof TOKS / sizeof TOKS[0]; ti++) {
+                    if (NS[ni] > 768 && (ri + ti) % 3) continue;  /* the scalar reference is slow */
+                    check_shape(t, NS[ni], ROWS[ri], TOKS[ti], (ri + ti) % 2, (int)(ni + ri));
+                    shapes++;
+                }
+        printf("%s: a8 kernels at %d levels equal the reference on %d shapes\n", moe_type_get(t)->name, levels, shapes);
+    }
+    return check_report("test_act8_kquant");
+}
