@@ -179,6 +179,7 @@ int moe_grammar_vocab_new(const moe_model *m, moe_grammar_vocab **out, char *err
 #define HEAD_POOL  (1 << 18)
 #define TRANS_HASH (1 << 17)
 #define SEEN_SLOTS 4096
+#define MASK_SLOTS 32       /* masks of recent states (a long string repeats one) */
 
 typedef struct { int32_t pos, parent; int32_t depth; } gnode;
 typedef struct { int32_t key_state; int32_t key_byte; int32_t next; } gtrans;
@@ -198,6 +199,9 @@ struct moe_constraint {
     int32_t *work;                      /* expansion worklist: pairs */
     int32_t *chain;                     /* rebuild: one stack's positions */
     int32_t *at_depth;                  /* mask walk: state per trie depth */
+    uint64_t *mask_bits;                /* MASK_SLOTS bitsets of n_vocab bits */
+    int32_t mask_state[MASK_SLOTS];     /* the state of each slot, -1 none */
+    int mask_words;
     int cur;                            /* the current state */
     bool ended;                         /* an end-of-generation token was accepted */
     int fail;                           /* a limit was hit in this transition */
@@ -353,6 +357,7 @@ static void tables_clear(moe_constraint *c) {
     memset(c->st_hash, 0xff, STATE_HASH * sizeof *c->st_hash);
     for (int i = 0; i < TRANS_HASH; i++) c->trans[i].key_state = -1;
     c->n_node = c->n_state = c->n_heads = c->n_trans = 0;
+    for (int i = 0; i < MASK_SLOTS; i++) c->mask_state[i] = -1;  /* state ids are reused */
 }
 
 /* Drops every node and state but the current one, which is rebuilt in the
@@ -392,27 +397,34 @@ static int make_room(moe_constraint *c) {
     return rebuild(c);
 }
 
+/* Back to the start. The cached nodes, states and transitions stay: a
+ * constraint reused for the next generation under the same grammar starts
+ * warm. */
 void moe_constraint_reset(moe_constraint *c) {
     if (!c) return;
-    tables_clear(c);
-    c->fail = 0;
     c->ended = false;
-    int n = 0;
-    bool acc = false;
-    long steps = 0;
-    c->seen_gen++;
+    c->cur = -1;
     const moe_grammar *g = c->g;
-    for (int a = g->alt_first[g->root]; a < g->alt_first[g->root + 1]; a++)
-        expand(c, g->alt_pos[a], -1, &n, &acc, &steps);
-    n = head_cmp_sort(c->tmp, n);
-    c->cur = c->fail ? -1 : state_get(c, c->tmp, n, acc);
+    for (int attempt = 0; attempt < 2 && c->cur < 0; attempt++) {
+        if (attempt) tables_clear(c);
+        c->fail = 0;
+        int n = 0;
+        bool acc = false;
+        long steps = 0;
+        c->seen_gen++;
+        for (int a = g->alt_first[g->root]; a < g->alt_first[g->root + 1]; a++)
+            expand(c, g->alt_pos[a], -1, &n, &acc, &steps);
+        if (c->fail) continue;
+        n = head_cmp_sort(c->tmp, n);
+        c->cur = state_get(c, c->tmp, n, acc);
+    }
 }
 
 void moe_constraint_free(moe_constraint *c) {
     if (!c) return;
     free(c->node); free(c->node_hash); free(c->heads); free(c->st_off); free(c->st_n); free(c->st_acc);
     free(c->st_live); free(c->st_hash); free(c->trans); free(c->seen); free(c->tmp); free(c->work);
-    free(c->chain); free(c->at_depth);
+    free(c->chain); free(c->at_depth); free(c->mask_bits);
     free(c);
 }
 
@@ -436,11 +448,14 @@ int moe_constraint_new(const moe_grammar *g, const moe_grammar_vocab *v, moe_con
     c->work = malloc((size_t)4 * MOE_GRAMMAR_MAX_EXPAND * sizeof *c->work);
     c->chain = malloc((MOE_GRAMMAR_MAX_DEPTH + 2) * sizeof *c->chain);
     c->at_depth = malloc(((size_t)v->max_depth + 2) * sizeof *c->at_depth);
+    c->mask_words = (v->n_vocab + 63) / 64;
+    c->mask_bits = malloc((size_t)MASK_SLOTS * (size_t)c->mask_words * sizeof *c->mask_bits);
     if (!c->node || !c->node_hash || !c->heads || !c->st_off || !c->st_n || !c->st_acc || !c->st_live ||
-        !c->st_hash || !c->trans || !c->seen || !c->tmp || !c->work || !c->chain || !c->at_depth) {
+        !c->st_hash || !c->trans || !c->seen || !c->tmp || !c->work || !c->chain || !c->at_depth || !c->mask_bits) {
         moe_constraint_free(c);
         return moe_errf(err, errlen, MOE_ENOMEM, "constraint: out of memory");
     }
+    tables_clear(c);
     moe_constraint_reset(c);
     if (c->cur < 0) {
         int rc = moe_errf(err, errlen, MOE_ERANGE, "%s", c->err);
@@ -543,6 +558,20 @@ int moe_constraint_mask(moe_constraint *c, uint8_t *allowed, int *n_allowed) {
     if (c->cur < 0) return MOE_ERANGE;
     if (c->ended) return MOE_OK;
     int n = 0, rc = -1;
+    int slot = c->cur % MASK_SLOTS;
+    uint64_t *bits = c->mask_bits + (size_t)slot * (size_t)c->mask_words;
+    if (c->mask_state[slot] == c->cur) { /* this state's mask was computed before */
+        for (int w = 0; w < c->mask_words; w++) {
+            uint64_t x = bits[w];
+            while (x) {
+                int b = __builtin_ctzll(x);
+                allowed[w * 64 + b] = 1;
+                n++;
+                x &= x - 1;
+            }
+        }
+        goto eog;
+    }
     for (int attempt = 0; attempt < 2 && rc; attempt++) {
         if (make_room(c)) return MOE_ERANGE;
         if (attempt) memset(allowed, 0, (size_t)v->n_vocab);
@@ -555,6 +584,12 @@ int moe_constraint_mask(moe_constraint *c, uint8_t *allowed, int *n_allowed) {
         memset(allowed, 0, (size_t)v->n_vocab);
         return MOE_ERANGE;
     }
+    slot = c->cur % MASK_SLOTS;  /* a rebuild may have renumbered the state */
+    bits = c->mask_bits + (size_t)slot * (size_t)c->mask_words;
+    memset(bits, 0, (size_t)c->mask_words * sizeof *bits);
+    for (int t = 0; t < v->n_vocab; t++) if (allowed[t]) bits[t >> 6] |= 1ull << (t & 63);
+    c->mask_state[slot] = c->cur;
+eog:
     if (c->st_acc[c->cur])
         for (int i = 0; i < v->n_eog; i++) { allowed[v->eog[i]] = 1; n++; }
     if (n_allowed) *n_allowed = n;

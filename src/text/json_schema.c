@@ -525,8 +525,9 @@ static int gen(jsc *J, json_t *s, const char *path) {
     return J->rc ? -1 : self;
 }
 
-/* The JSON building blocks every schema grammar shares. Whitespace is
- * bounded (a model cannot loop on it forever). */
+/* The JSON building blocks every schema grammar shares. Whitespace is one
+ * space or one newline and indentation: bounded, so a model cannot loop on
+ * it forever, yet pretty-printed output still fits. */
 static const char JSON_CORE[] =
     "value ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
     "object ::= \"{\" ws (string \":\" ws value ws (\",\" ws string \":\" ws value ws)*)? \"}\"\n"
@@ -538,7 +539,7 @@ static const char JSON_CORE[] =
     "frac-any ::= (\".\" [0-9]+)?\n"
     "frac-zero ::= (\".\" \"0\"+)?\n"
     "frac-nonzero ::= \".\" [0-9]* [1-9] [0-9]*\n"
-    "ws ::= [ \\t\\n]{0,20}\n";
+    "ws ::= (\" \" | \"\\n\" [ \\t]{0,20})?\n";
 
 int moe_json_schema_to_gbnf(const char *schema, size_t len, char **out, char *err, size_t errlen) {
     if (!out) return moe_errf(err, errlen, MOE_EINVAL, "json-schema: out is NULL");
