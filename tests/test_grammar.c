@@ -187,6 +187,7 @@ static void test_schema(void) {
     ACC(t, "{\"a\": 1, \"b\": \"x\"}");
     ACC(t, "{\"b\":\"x\"}");
     REJ(t, "{\"a\":1}");                   /* b is required */
+    REJ(t, "{}");
     REJ(t, "{\"b\":\"x\",\"c\":1}");      /* no additional properties */
     REJ(t, "{\"a\":\"1\",\"b\":\"x\"}");  /* a's type */
     t = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":true}";

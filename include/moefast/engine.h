@@ -249,7 +249,8 @@ int  moe_grammar_vocab_n(const moe_grammar_vocab *v);
 int  moe_constraint_new(const moe_grammar *g, const moe_grammar_vocab *v, moe_constraint **out,
                         char *err, size_t errlen);
 void moe_constraint_free(moe_constraint *c);
-/* Back to the start of the grammar. */
+/* Back to the start of the grammar (the cached transitions are kept: a
+ * constraint reused under the same grammar starts warm). */
 void moe_constraint_reset(moe_constraint *c);
 /* allowed[0..n_vocab): 1 for the tokens allowed now, else 0. *n_allowed (may
  * be NULL) gets their count. MOE_ERANGE (message in moe_constraint_error)
