@@ -180,6 +180,8 @@ int moe_grammar_vocab_new(const moe_model *m, moe_grammar_vocab **out, char *err
 #define TRANS_HASH (1 << 17)
 #define SEEN_SLOTS 4096
 #define MASK_SLOTS 32       /* masks of recent states (a long string repeats one) */
+#define DENSE_STATES 2048   /* states with a 256-entry transition row (the mask walk's hot path) */
+#define T_UNKNOWN (-3)
 
 typedef struct { int32_t pos, parent; int32_t depth; } gnode;
 typedef struct { int32_t key_state; int32_t key_byte; int32_t next; } gtrans;
@@ -193,7 +195,8 @@ struct moe_constraint {
     int32_t *heads; int n_heads;        /* state heads pool */
     int32_t *st_off, *st_n; uint8_t *st_acc; uint64_t (*st_live)[4]; int n_state;
     int32_t *st_hash;
-    gtrans *trans; int n_trans;
+    gtrans *trans; int n_trans;         /* transitions of states >= DENSE_STATES */
+    int32_t *dense;                     /* [DENSE_STATES][256]: next state, -2 dead, T_UNKNOWN */
     gseen *seen; uint32_t seen_gen;
     int32_t *tmp;                       /* heads being built (MOE_GRAMMAR_MAX_HEADS) */
     int32_t *work;                      /* expansion worklist: pairs */
@@ -284,6 +287,10 @@ static int state_get(moe_constraint *c, const int32_t *h, int n, bool acc) {
         for (int k = 0; k < 4; k++) lv[k] |= b[k];
     }
     c->st_hash[s] = id;
+    if (id < DENSE_STATES) { /* dead bytes known now; the rest on first use */
+        int32_t *row = c->dense + (size_t)id * 256;
+        for (int b = 0; b < 256; b++) row[b] = gbset_has(lv, (unsigned)b) ? T_UNKNOWN : -2;
+    }
     return id;
 }
 
@@ -325,13 +332,18 @@ static void expand(moe_constraint *c, int32_t pos, int32_t parent, int *n, bool 
 
 /* The state after byte b from state s: -2 dead, -1 a limit (c->fail). */
 static int step(moe_constraint *c, int s, unsigned b) {
+    if (s < DENSE_STATES) {
+        int32_t t = c->dense[(size_t)s * 256 + b];
+        if (t != T_UNKNOWN) return t;
+    }
     if (!gbset_has(c->st_live[s], b)) return -2;
     uint32_t h = mix((uint64_t)(uint32_t)s << 8 | b) & (TRANS_HASH - 1);
-    for (;; h = (h + 1) & (TRANS_HASH - 1)) {
-        gtrans *t = &c->trans[h];
-        if (t->key_state < 0) break;
-        if (t->key_state == s && t->key_byte == (int)b) return t->next;
-    }
+    if (s >= DENSE_STATES)
+        for (;; h = (h + 1) & (TRANS_HASH - 1)) {
+            gtrans *t = &c->trans[h];
+            if (t->key_state < 0) break;
+            if (t->key_state == s && t->key_byte == (int)b) return t->next;
+        }
     const moe_grammar *g = c->g;
     int n = 0;
     bool acc = false;
@@ -346,6 +358,7 @@ static int step(moe_constraint *c, int s, unsigned b) {
     n = head_cmp_sort(c->tmp, n);
     int ns = state_get(c, c->tmp, n, acc);
     if (ns < 0) return -1;
+    if (s < DENSE_STATES) { c->dense[(size_t)s * 256 + b] = ns; return ns; }
     if (c->n_trans >= TRANS_HASH / 2) return fail(c, "full");
     c->trans[h] = (gtrans){s, (int)b, ns};
     c->n_trans++;
@@ -424,7 +437,7 @@ void moe_constraint_free(moe_constraint *c) {
     if (!c) return;
     free(c->node); free(c->node_hash); free(c->heads); free(c->st_off); free(c->st_n); free(c->st_acc);
     free(c->st_live); free(c->st_hash); free(c->trans); free(c->seen); free(c->tmp); free(c->work);
-    free(c->chain); free(c->at_depth); free(c->mask_bits);
+    free(c->chain); free(c->at_depth); free(c->mask_bits); free(c->dense);
     free(c);
 }
 
@@ -449,9 +462,10 @@ int moe_constraint_new(const moe_grammar *g, const moe_grammar_vocab *v, moe_con
     c->chain = malloc((MOE_GRAMMAR_MAX_DEPTH + 2) * sizeof *c->chain);
     c->at_depth = malloc(((size_t)v->max_depth + 2) * sizeof *c->at_depth);
     c->mask_words = (v->n_vocab + 63) / 64;
+    c->dense = malloc((size_t)DENSE_STATES * 256 * sizeof *c->dense);
     c->mask_bits = malloc((size_t)MASK_SLOTS * (size_t)c->mask_words * sizeof *c->mask_bits);
     if (!c->node || !c->node_hash || !c->heads || !c->st_off || !c->st_n || !c->st_acc || !c->st_live ||
-        !c->st_hash || !c->trans || !c->seen || !c->tmp || !c->work || !c->chain || !c->at_depth || !c->mask_bits) {
+        !c->st_hash || !c->trans || !c->seen || !c->tmp || !c->work || !c->chain || !c->at_depth || !c->mask_bits || !c->dense) {
         moe_constraint_free(c);
         return moe_errf(err, errlen, MOE_ENOMEM, "constraint: out of memory");
     }
