@@ -3,6 +3,7 @@
  * rejected), masks equal to a brute-force walk of every token, masked
  * sampling (greedy is the argmax over the allowed tokens), limits. */
 #include <math.h>
+#include <jansson.h>
 #include "check.h"
 #include "moefast.h"
 #include "text/grammar.h"
@@ -491,6 +492,116 @@ static void test_end_and_limits(void) {
     moe_grammar_free(g);
 }
 
+
+/* ---- 1000 constrained generations ------------------------------------------------ */
+
+static size_t utf8_chars(const char *s) {
+    size_t n = 0;
+    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+/* The schema's rules checked on a parsed value (jansson), independently of
+ * the grammar. */
+static bool valid_record(json_t *o) {
+    if (!json_is_object(o)) return false;
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        if (!strcmp(k, "name")) { if (!json_is_string(v) || utf8_chars(json_string_value(v)) > 8) return false; }
+        else if (!strcmp(k, "age")) { if (!json_is_integer(v) || json_integer_value(v) < -5 || json_integer_value(v) > 130) return false; }
+        else if (!strcmp(k, "tags")) {
+            if (!json_is_array(v) || json_array_size(v) > 3) return false;
+            size_t i;
+            json_t *t;
+            json_array_foreach(v, i, t) {
+                const char *ts = json_string_value(t);
+                if (!ts || (strcmp(ts, "a") && strcmp(ts, "tr") && strcmp(ts, "x y"))) return false;
+            }
+        } else if (!strcmp(k, "ok")) { if (!json_is_boolean(v)) return false; }
+        else if (!strcmp(k, "score")) { if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1) return false; }
+        else if (!strcmp(k, "sub")) {
+            json_t *kk = json_object_get(v, "k");
+            if (!json_is_object(v) || json_object_size(v) != 1 || !kk) return false;
+            if (!json_is_null(kk) && (!json_is_string(kk) || utf8_chars(json_string_value(kk)) > 3)) return false;
+        } else return false;
+    }
+    return json_object_get(o, "name") && json_object_get(o, "age") && json_object_get(o, "sub");
+}
+
+/* Random logits, masked sampling at temperature 1.5, until the end token:
+ * every output parses and satisfies the schema. */
+static void test_generations(void) {
+    const char *sc =
+        "{\"type\":\"object\",\"additionalProperties\":false,\"required\":[\"name\",\"age\",\"sub\"],\"properties\":{"
+        "\"name\":{\"type\":\"string\",\"maxLength\":8},\"age\":{\"type\":\"integer\",\"minimum\":-5,\"maximum\":130},"
+        "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"tr\",\"x y\"]},\"maxItems\":3},\"ok\":{\"type\":\"boolean\"},"
+        "\"score\":{\"type\":\"number\",\"minimum\":0,\"maximum\":1},"
+        "\"sub\":{\"type\":\"object\",\"properties\":{\"k\":{\"type\":[\"string\",\"null\"],\"maxLength\":3}},"
+        "\"required\":[\"k\"],\"additionalProperties\":false}}}";
+    enum { NV = 700 };
+    static char buf[NV][6];
+    const char *p[NV];
+    size_t l[NV];
+    uint8_t k[NV];
+    const char alpha[] = "{}[]\",: \n0123456789.-eaxytrufl\\\xc3\xa9";
+    moe_rng rng;
+    moe_rng_seed(&rng, 99);
+    for (int i = 0; i < NV; i++) {
+        k[i] = GV_BYTES;
+        if (i < 256) { buf[i][0] = (char)i; l[i] = 1; }
+        else {
+            int n = 1 + (int)(moe_rng_uniform(&rng) * 5);
+            for (int j = 0; j < n; j++) buf[i][j] = alpha[(int)(moe_rng_uniform(&rng) * (sizeof alpha - 1))];
+            l[i] = (size_t)n;
+        }
+        p[i] = buf[i];
+    }
+    k[NV - 1] = GV_EOG;
+    moe_grammar_vocab *v = NULL;
+    moe_grammar *g = NULL;
+    moe_constraint *c = NULL;
+    moe_sampler *smp = NULL;
+    moe_sampler_params sp = {.temp = 1.5f, .seed = 5};
+    CHECK(moe_grammar_vocab_from_pieces(NV, p, l, k, &v, g_err, sizeof g_err) == MOE_OK);
+    CHECK(moe_grammar_from_json_schema(sc, strlen(sc), &g, g_err, sizeof g_err) == MOE_OK);
+    CHECK(moe_sampler_new(&sp, NV, &smp, g_err, sizeof g_err) == MOE_OK);
+    if (!v || !g || !smp || moe_constraint_new(g, v, &c, g_err, sizeof g_err)) { CHECK_MSG(0, "%s", g_err); return; }
+    float lg[NV];
+    uint8_t m[NV];
+    static char out[8192];
+    int ended = 0, valid = 0;
+    for (int gen = 0; gen < 1000; gen++) {
+        moe_constraint_reset(c);
+        size_t n = 0;
+        bool end = false;
+        for (int step = 0; step < 2000 && !end; step++) {
+            for (int i = 0; i < NV; i++) lg[i] = (float)(moe_rng_uniform(&rng) * 8);
+            if (moe_constraint_mask(c, m, NULL)) { CHECK_MSG(0, "%s", moe_constraint_error(c)); break; }
+            int32_t id = moe_sampler_sample_masked(smp, lg, m);
+            if (id < 0) break;
+            CHECK(moe_constraint_accept(c, id) == MOE_OK);
+            if (k[id] == GV_EOG) { end = true; break; }
+            if (n + l[id] < sizeof out) { memcpy(out + n, p[id], l[id]); n += l[id]; }
+        }
+        out[n] = 0;
+        if (!end) continue;
+        ended++;
+        json_error_t je;
+        json_t *o = json_loads(out, 0, &je);
+        bool ok = o && valid_record(o);
+        if (!ok && valid < 1000) CHECK_MSG(0, "generation %d invalid: %s", gen, out);
+        valid += ok;
+        json_decref(o);
+    }
+    CHECK_EQ_INT(ended, 1000);  /* a finite grammar: every generation reaches its end */
+    CHECK_EQ_INT(valid, 1000);
+    moe_constraint_free(c);
+    moe_sampler_free(smp);
+    moe_grammar_free(g);
+    moe_grammar_vocab_free(v);
+}
+
 int main(void) {
     check_alloc_guard_install();
     BV = byte_vocab();
@@ -502,6 +613,7 @@ int main(void) {
     test_sampling();
     test_mask_synthetic();
     test_mask_qwen3();
+    test_generations();
     moe_grammar_vocab_free(BV);
     return check_report("test_grammar");
 }
