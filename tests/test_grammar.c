@@ -69,6 +69,7 @@ static void test_parse_errors(void) {
         {"root ::= \"\\xZZ\"", "needs 2 hex digits"},
         {"root ::= \"a\" x ::= \"b\"", "grammar:1:16: unexpected ':'"},
         {"", "no rule named 'root'"},
+        {"root ::= (\"a\"?)* \"b\"", "a group or repetition in rule 'root' can repeat without consuming input"},
         {"root ::= [a]{0,100000} [b]{0,100000} [c]{0,100000} [d]{0,100000} [e]{0,100000} [f]{0,100000}",
          "grammar too large"},
     };

@@ -618,9 +618,13 @@ static int check_left_rec(gparser *P, const moe_grammar *g) {
             for (const gelem *e = &g->elem[g->alt_pos[*ai]]; e->kind == GE_REF; e++) {
                 if (color[e->arg] == 1) {
                     const char *nm = g->names[e->arg];
-                    rc = moe_errf(P->err, P->errlen, MOE_EFORMAT,
-                                  "grammar: left recursion: rule '%.*s' can reach itself without consuming input",
-                                  (int)strcspn(nm, "~"), nm);
+                    if (strchr(nm, '~'))
+                        rc = moe_errf(P->err, P->errlen, MOE_EFORMAT,
+                                      "grammar: left recursion: a group or repetition in rule '%.*s' can repeat "
+                                      "without consuming input (like (x?)*)", (int)strcspn(nm, "~"), nm);
+                    else
+                        rc = moe_errf(P->err, P->errlen, MOE_EFORMAT,
+                                      "grammar: left recursion: rule '%s' can reach itself without consuming input", nm);
                     break;
                 }
                 if (!color[e->arg]) { found = (int)e->arg; break; }

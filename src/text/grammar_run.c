@@ -49,8 +49,10 @@ void moe_grammar_vocab_free(moe_grammar_vocab *v) {
 
 int moe_grammar_vocab_n(const moe_grammar_vocab *v) { return v ? v->n_vocab : 0; }
 
-static const moe_grammar_vocab *sort_v;
-static int cmp_piece(const void *a, const void *b) {
+/* qsort_r (glibc): no global state, so vocabularies may be built on
+ * several threads at once. */
+static int cmp_piece(const void *a, const void *b, void *ctx) {
+    const moe_grammar_vocab *sort_v = ctx;
     int x = *(const int32_t *)a, y = *(const int32_t *)b;
     size_t lx = sort_v->piece_len[x], ly = sort_v->piece_len[y];
     int c = memcmp(sort_v->piece[x], sort_v->piece[y], lx < ly ? lx : ly);
@@ -84,8 +86,7 @@ static int vocab_build(moe_grammar_vocab *v, char *err, size_t errlen) {
         if (v->kind[i] == GV_BYTES) ord[n++] = i;
         else if (v->kind[i] == GV_EOG) v->eog[v->n_eog++] = i;
     }
-    sort_v = v;   /* qsort has no context argument; building is not reentrant-sensitive */
-    qsort(ord, (size_t)n, sizeof *ord, cmp_piece);
+    qsort_r(ord, (size_t)n, sizeof *ord, cmp_piece, v);
     /* path[d] = node at depth d on the current token's prefix */
     int nn = 1, pd = 0, prev = -1;
     v->byte[0] = 0; v->depth[0] = 0; path[0] = 0;
