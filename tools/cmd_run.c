@@ -1,4 +1,5 @@
 /* cmd_run.c — `moefast run`: prompt in, continuation out, with timings. */
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@ static void usage(FILE *f) {
             "usage: moefast run -m FILE (-p TEXT | -f FILE | --tokens ID,ID,... | --batch FILE) [-n N] [-t THREADS]\n"
             "                   [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
             "                   [--ctx N] [--batch-size N] [--flags SPEC] [--stop-eos] [--json] [--check TRACE]\n"
+            "                   [--grammar FILE | --json-schema FILE]\n"
             "  -f FILE      the prompt text from a file (- for standard input; at most 64 MiB)\n"
             "  -n N         tokens to generate (default 32)\n"
             "  --ctx N      context size (default: prompt + N, at most the trained context;\n"
@@ -23,12 +25,43 @@ static void usage(FILE *f) {
             "  --check TRACE  then replay the golden trace TRACE on the model (moefast gate) and say\n"
             "               whether this machine reproduced every token (exit 1 if not)\n"
             "  --json       print one JSON object: prompt/generated ids, text, timings\n"
+            "  --grammar FILE      constrain the output to the GBNF grammar of FILE (llama.cpp's\n"
+            "                      format; docs/GRAMMAR.md); generation stops where it must end\n"
+            "  --json-schema FILE  constrain the output to JSON valid for the JSON Schema of FILE\n"
             "  sampling is greedy unless --temp > 0\n");
+}
+
+/* --grammar / --json-schema FILE compiled (before the model loads: a bad
+ * file fails fast, with the parser's line:column or the schema's path). */
+static int load_constraint_file(const char *C, const char *gfile, const char *sfile, moe_grammar **out) {
+    const char *f = gfile ? gfile : sfile;
+    FILE *fp = fopen(f, "rb");
+    if (!fp) return cli_fail(C, "cannot open %s file %s: %s", gfile ? "grammar" : "JSON Schema", f, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 > cap) {
+            char *nb = cap < ((size_t)16 << 20) ? realloc(buf, cap = cap ? 2 * cap : 8192) : NULL;
+            if (!nb) { free(buf); fclose(fp); return cli_fail(C, "%s: too large or out of memory", f); }
+            buf = nb;
+        }
+        size_t k = fread(buf + n, 1, cap - n, fp);
+        n += k;
+        if (k == 0) break;
+    }
+    int rd = ferror(fp);
+    fclose(fp);
+    if (rd) { free(buf); return cli_fail(C, "cannot read %s", f); }
+    char err[MOE_ERR_LEN];
+    int rc = gfile ? moe_grammar_parse(buf ? buf : "", n, NULL, out, err, sizeof err)
+                   : moe_grammar_from_json_schema(buf ? buf : "", n, out, err, sizeof err);
+    free(buf);
+    return rc ? cli_fail(C, "%s: %s", f, err) : 0;
 }
 
 int cmd_run(int argc, char **argv) {
     const char *C = "run", *path = NULL, *prompt = NULL, *pfile = NULL, *ids_s = NULL, *flags = NULL;
-    const char *batch_file = NULL, *check = NULL;
+    const char *batch_file = NULL, *check = NULL, *gfile = NULL, *sfile = NULL;
     long n_gen = 32, threads = 0, n_ctx = 0, n_batch = 0;
     moe_sampler_params smpp = {.temp = 0.0f, .top_p = 1.0f}; /* greedy unless --temp */
     int sr;
@@ -47,6 +80,8 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--batch-size")) { if (cli_parse_int(C, a, v, 1, 65536, &n_batch)) return 2; }
         else if (!strcmp(a, "--batch")) { if (!v) return cli_fail(C, "--batch needs a file of prompts"); batch_file = v; }
         else if (!strcmp(a, "--flags")) { if (!v) return cli_fail(C, "--flags needs a spec"); flags = v; }
+        else if (!strcmp(a, "--grammar")) { if (!v) return cli_fail(C, "--grammar needs a GBNF file"); gfile = v; }
+        else if (!strcmp(a, "--json-schema")) { if (!v) return cli_fail(C, "--json-schema needs a file"); sfile = v; }
         else if (!strcmp(a, "--check")) { if (!v) return cli_fail(C, "--check needs a trace file"); check = v; }
         else if (!strncmp(a, "--flags=", 8)) { flags = a + 8; used = 0; }
         else if (!strcmp(a, "--json")) { json = 1; used = 0; }
@@ -61,6 +96,10 @@ int cmd_run(int argc, char **argv) {
         return cli_fail(C, "give exactly one of -p TEXT, -f FILE, --tokens IDS or --batch FILE");
     }
     if (batch_file && check) return cli_fail(C, "--check replays one prompt's golden trace; not with --batch");
+    if (gfile && sfile) return cli_fail(C, "give one of --grammar and --json-schema");
+    if ((gfile || sfile) && batch_file) return cli_fail(C, "--grammar / --json-schema are not supported with --batch");
+    moe_grammar *gram = NULL;
+    if ((gfile || sfile) && load_constraint_file(C, gfile, sfile, &gram)) return 2;
     char *pbuf = NULL;
     size_t prompt_len = 0;
     if (pfile) { /* read before the model loads: a bad file fails fast */
@@ -77,9 +116,9 @@ int cmd_run(int argc, char **argv) {
     t0 = ts.tv_sec + 1e-9 * ts.tv_nsec;
     moe_model *m = NULL;
     moe_load_params lp = {.flags = flags};
-    if (moe_model_load(path, &lp, &m, err, sizeof err)) { free(pbuf); return cli_fail(C, "%s", err); }
+    if (moe_model_load(path, &lp, &m, err, sizeof err)) { free(pbuf); moe_grammar_free(gram); return cli_fail(C, "%s", err); }
     moe_trace *check_t = NULL;
-    if (check && cli_check_open(C, check, m, &check_t)) { free(pbuf); moe_model_free(m); return 2; }
+    if (check && cli_check_open(C, check, m, &check_t)) { free(pbuf); moe_grammar_free(gram); moe_model_free(m); return 2; }
     clock_gettime(CLOCK_MONOTONIC, &ts);
     double t_load = ts.tv_sec + 1e-9 * ts.tv_nsec - t0;
     if (batch_file) {
@@ -97,6 +136,9 @@ int cmd_run(int argc, char **argv) {
     size_t text_len = 0;
     moe_session *s = NULL;
     moe_sampler *smp = NULL;
+    moe_grammar_vocab *gvoc = NULL;
+    moe_constraint *con = NULL;
+    uint8_t *allowed = NULL;
     if (ids_s) {
         if (cli_parse_ids(C, ids_s, &prompt_ids, &n_prompt)) goto done;
     } else {
@@ -135,6 +177,13 @@ int cmd_run(int argc, char **argv) {
     out_ids = malloc(((size_t)n_gen + 1) * sizeof *out_ids);
     logits = malloc((size_t)n_vocab * sizeof *logits);
     if (!toks || !out_ids || !logits) { cli_fail(C, "out of memory"); goto done; }
+    if (gram) {
+        if (moe_grammar_vocab_new(m, &gvoc, err, sizeof err) || moe_constraint_new(gram, gvoc, &con, err, sizeof err)) {
+            cli_fail(C, "%s", err);
+            goto done;
+        }
+        if (!(allowed = malloc((size_t)n_vocab))) { cli_fail(C, "out of memory"); goto done; }
+    }
     for (int i = 0; i < n_prompt; i++) toks[i] = prompt_ids[i];
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -146,7 +195,19 @@ int cmd_run(int argc, char **argv) {
     int n_out = 0;
     moe_utf8_stream *us = moe_utf8_stream_new();
     for (long i = 0; i < n_gen; i++) {
-        int32_t id = moe_sampler_sample(smp, logits);
+        int32_t id;
+        if (con) { /* only tokens that keep the output a valid prefix; end tokens where it may end */
+            if (moe_constraint_mask(con, allowed, NULL)) { cli_fail(C, "%s", moe_constraint_error(con)); goto done; }
+            id = moe_sampler_sample_masked(smp, logits, allowed);
+            if (id < 0) {
+                if (moe_constraint_accepting(con)) break; /* complete, and no end token in the vocabulary */
+                cli_fail(C, "no token of the vocabulary continues the grammar here");
+                goto done;
+            }
+            if (moe_constraint_accept(con, id)) { cli_fail(C, "%s", moe_constraint_error(con)); goto done; }
+        } else {
+            id = moe_sampler_sample(smp, logits);
+        }
         out_ids[n_out++] = id;
         if (!json) {
             const char *piece; size_t plen;
@@ -160,7 +221,7 @@ int cmd_run(int argc, char **argv) {
                 fflush(stdout);
             }
         }
-        if (stop_eos && (id == eos || moe_token_is_eog(m, id))) break;
+        if ((stop_eos || con) && (id == eos || moe_token_is_eog(m, id))) break;
         if (i + 1 == n_gen) break;  /* the last token needs no forward */
         if (moe_session_forward(s, &id, 1, logits, false)) { cli_fail(C, "%s", moe_session_error(s)); goto done; }
     }
@@ -237,6 +298,10 @@ done:
     free(out_ids);
     free(logits);
     moe_sampler_free(smp);
+    moe_constraint_free(con);
+    moe_grammar_vocab_free(gvoc);
+    moe_grammar_free(gram);
+    free(allowed);
     moe_session_free(s);
     if (check_t) moe_trace_free(check_t);
     moe_model_free(m);

@@ -42,6 +42,11 @@ typedef struct srv_req {
     size_t max_stop_len;
     int n_top;                      /* -1: no logprobs; else alternatives per token (chat 0..20, completions 0..5) */
     moe_sampler *smp;               /* used by the engine thread only */
+    /* `grammar` / `response_format` (docs/GRAMMAR.md): the constraint and
+     * its mask buffer, engine thread only after submission; NULL: free text */
+    moe_grammar *gram;
+    moe_constraint *con;
+    uint8_t *allowed;
     moe_utf8_stream *utf8;          /* engine thread only */
     double t_arrive;
     char *model_name;               /* echoed in the response */
@@ -101,6 +106,7 @@ typedef struct srv {
     moe_context *ctx;
     int n_vocab, n_ctx, n_slots, chunk, queue_cap;
     const char *model_name, *api_key, *chat_format;
+    moe_grammar_vocab *gvoc;        /* the token trie of constrained requests (built at init) */
     size_t max_body;
     unsigned step_delay_us;         /* test hook (MOEFAST_SERVE_STEP_DELAY_MS): a pause after each step */
     bool profile;                   /* --profile: the context's phase profile on (weight bytes per step) */

@@ -283,6 +283,51 @@ static int get_logprobs(json_t *o, int kind, srv_req *r, api_err *e) {
     return 0;
 }
 
+/* `grammar` (GBNF text) and `response_format` ({"type": "text" |
+ * "json_object" | "json_schema", "json_schema": {"schema": {...}}}): a
+ * constraint for the request; a bad grammar or schema is a 400 naming the
+ * place (line:column, the schema's JSON path). */
+static int get_grammar(srv *s, json_t *o, srv_req *r, api_err *e) {
+    json_t *g = json_object_get(o, "grammar"), *rf = json_object_get(o, "response_format");
+    if (g && json_is_null(g)) g = NULL;
+    if (rf && json_is_null(rf)) rf = NULL;
+    if (!g && !rf) return 0;
+    char err[MOE_ERR_LEN];
+    int rc;
+    const char *param = g ? "grammar" : "response_format";
+    if (g && rf) return api_fail(e, 400, "grammar", "invalid_value", "give one of 'grammar' and 'response_format'");
+    if (g) {
+        if (!json_is_string(g)) return api_fail(e, 400, "grammar", "invalid_type", "'grammar' must be a string (GBNF)");
+        rc = moe_grammar_parse(json_string_value(g), json_string_length(g), NULL, &r->gram, err, sizeof err);
+    } else {
+        json_t *ty = json_object_get(rf, "type");
+        const char *t = json_is_string(ty) ? json_string_value(ty) : NULL;
+        if (!json_is_object(rf) || !t)
+            return api_fail(e, 400, "response_format", "invalid_type", "'response_format' must be an object with a string 'type'");
+        if (!strcmp(t, "text")) return 0;
+        if (!strcmp(t, "json_object")) {
+            rc = moe_grammar_from_json_schema("{\"type\":\"object\"}", 17, &r->gram, err, sizeof err);
+        } else if (!strcmp(t, "json_schema")) {
+            json_t *js = json_object_get(rf, "json_schema"), *sc = json_object_get(js, "schema");
+            if (!json_is_object(js) || !sc)
+                return api_fail(e, 400, "response_format", "invalid_value", "'response_format.json_schema.schema' is required");
+            char *txt = json_dumps(sc, JSON_COMPACT | JSON_ENCODE_ANY);
+            if (!txt) return api_fail(e, 500, NULL, NULL, "out of memory");
+            rc = moe_grammar_from_json_schema(txt, strlen(txt), &r->gram, err, sizeof err);
+            free(txt);
+        } else {
+            return api_fail(e, 400, "response_format", "invalid_value",
+                            "'response_format.type' must be 'text', 'json_object' or 'json_schema', got '%.40s'", t);
+        }
+    }
+    if (rc == MOE_ENOMEM) return api_fail(e, 500, NULL, NULL, "out of memory");
+    if (rc) return api_fail(e, 400, param, "invalid_value", "%s", err);
+    if ((rc = moe_constraint_new(r->gram, s->gvoc, &r->con, err, sizeof err)))
+        return api_fail(e, rc == MOE_ENOMEM ? 500 : 400, param, "invalid_value", "%s", err);
+    if (!(r->allowed = malloc((size_t)s->n_vocab))) return api_fail(e, 500, NULL, NULL, "out of memory");
+    return 0;
+}
+
 int api_parse(srv *s, int kind, const char *body, size_t n, srv_req **out, api_err *e) {
     *out = NULL;
     json_error_t je;
@@ -310,7 +355,7 @@ int api_parse(srv *s, int kind, const char *body, size_t n, srv_req **out, api_e
     }
     if (get_stop(o, r, e)) goto done;
     if ((kind == SRV_CHAT ? chat_prompt(s, o, r, e) : completion_prompt(s, o, r, e))) goto done;
-    if (parse_limits(s, o, kind, r, e) || parse_sampling(s, o, r, e)) goto done;
+    if (parse_limits(s, o, kind, r, e) || parse_sampling(s, o, r, e) || get_grammar(s, o, r, e)) goto done;
     r->model_name = strdup(s->model_name);
     r->gen = malloc((size_t)r->max_tokens * sizeof *r->gen);
     r->cap = 256;

@@ -60,7 +60,7 @@ int srv_init(srv *s, moe_model *m, const moe_context_params *cp, int chunk, int 
         snprintf(err, errlen, "out of memory");
         return MOE_ENOMEM;
     }
-    return 0;
+    return moe_grammar_vocab_new(m, &s->gvoc, err, errlen);
 }
 
 void srv_free(srv *s) {
@@ -75,6 +75,7 @@ void srv_free(srv *s) {
     free(s->ids);
     free(s->logits);
     free(s->phases);
+    moe_grammar_vocab_free(s->gvoc);
     moe_context_free(s->ctx);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);
@@ -105,6 +106,9 @@ static void req_destroy(srv_req *r) {
     free(r->model_name);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     moe_sampler_free(r->smp);
+    moe_constraint_free(r->con);
+    moe_grammar_free(r->gram);
+    free(r->allowed);
     moe_utf8_stream_free(r->utf8);
     pthread_cond_destroy(&r->cv);
     free(r);
@@ -401,6 +405,29 @@ static void token_logprobs(const float *l, int n_vocab, int32_t id, srv_req *r) 
     for (int j = 0; j < have; j++) tl[j] = (float)((double)tl[j] - lse);
 }
 
+/* A constrained request's token: sampled among the tokens its grammar
+ * allows (logits untouched), then accepted. -1: nothing is allowed and the
+ * output is complete (a vocabulary without an end token); -2: nothing is
+ * allowed yet the output is incomplete, or a grammar limit. */
+static int32_t grammar_sample(srv_req *r, const float *l) {
+    if (moe_constraint_mask(r->con, r->allowed, NULL)) return -2;
+    int32_t id = moe_sampler_sample_masked(r->smp, l, r->allowed);
+    if (id < 0) return moe_constraint_accepting(r->con) ? -1 : -2;
+    return moe_constraint_accept(r->con, id) ? -2 : id;
+}
+
+/* Ends a constrained request that has no token to take (under srv.mu). */
+static void grammar_end(srv_req *r, int32_t why, double now) {
+    if (why == -2) { finish_err(r, 500, "the grammar cannot continue (a limit, or no token of the vocabulary fits)"); return; }
+    char buf[16];
+    if (!text_add(r, buf, moe_utf8_stream_flush(r->utf8, buf, sizeof buf))) { finish_err(r, 500, "out of memory"); return; }
+    r->finish = "stop";
+    r->done = true;
+    r->emit = r->len;
+    r->t_done = now;
+    pthread_cond_broadcast(&r->cv);
+}
+
 static void run_step(srv *s) {
     int rows;
     const int nt = build_step(s, &rows);
@@ -425,7 +452,7 @@ static void run_step(srv *s) {
         for (int k = 0; k < rows; k++) {
             srv_req *r = s->slots[s->row_slot[k]].req;
             const float *l = s->logits + (size_t)k * (size_t)s->n_vocab;
-            ids[k] = moe_sampler_sample(r->smp, l);
+            ids[k] = r->con ? grammar_sample(r, l) : moe_sampler_sample(r->smp, l);
             if (r->n_top >= 0 && r->n_gen < r->max_tokens) token_logprobs(l, s->n_vocab, ids[k], r);
         }
     pthread_mutex_lock(&s->mu);
@@ -448,7 +475,8 @@ static void run_step(srv *s) {
     } else
         for (int k = 0; k < rows; k++) {
             srv_req *r = s->slots[s->row_slot[k]].req;
-            if (!r->done && !r->cancelled) take_token(s, s->row_slot[k], ids[k], t1);
+            if (!r->done && !r->cancelled && ids[k] < 0) grammar_end(r, ids[k], t1);
+            else if (!r->done && !r->cancelled) take_token(s, s->row_slot[k], ids[k], t1);
         }
     drop_cancelled(s);
     pthread_mutex_unlock(&s->mu);

@@ -214,6 +214,65 @@ size_t moe_utf8_stream_push(moe_utf8_stream *u, const char *bytes, size_t len, c
 size_t moe_utf8_stream_flush(moe_utf8_stream *u, char *out, size_t cap);
 
 
+/* ---- grammars: constrained generation (src/text/grammar*.c, docs/GRAMMAR.md) ----
+ * A grammar (llama.cpp's GBNF, or a JSON Schema compiled to one) is immutable
+ * and may be shared. A grammar vocabulary holds a model's token bytes in a
+ * trie, built once per model and shared by every constraint. A constraint is
+ * one generation's position in the grammar: ask it which tokens are allowed
+ * (those whose bytes keep the output a valid prefix; an end-of-generation
+ * token only where the grammar may end; control tokens never), then advance
+ * it by the token chosen. */
+typedef struct moe_grammar moe_grammar;
+typedef struct moe_grammar_vocab moe_grammar_vocab;
+typedef struct moe_constraint moe_constraint;
+
+/* Parses GBNF text (len bytes). root: the start rule's name (NULL: "root").
+ * Errors (MOE_EFORMAT) name line:column; undefined rules, left recursion and
+ * grammars past the size limits are refused. */
+int  moe_grammar_parse(const char *gbnf, size_t len, const char *root, moe_grammar **out,
+                       char *err, size_t errlen);
+/* Compiles a JSON Schema (JSON text) to GBNF (*gbnf malloc'd, caller frees).
+ * An unsupported keyword or value is MOE_EUNSUPPORTED naming it and its JSON
+ * path ("#/properties/x"); bad JSON is MOE_EFORMAT. */
+int  moe_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf, char *err, size_t errlen);
+/* moe_json_schema_to_gbnf then moe_grammar_parse. schema NULL: any JSON value. */
+int  moe_grammar_from_json_schema(const char *schema, size_t len, moe_grammar **out,
+                                  char *err, size_t errlen);
+void moe_grammar_free(moe_grammar *g);
+
+int  moe_grammar_vocab_new(const moe_model *m, moe_grammar_vocab **out, char *err, size_t errlen);
+void moe_grammar_vocab_free(moe_grammar_vocab *v);
+int  moe_grammar_vocab_n(const moe_grammar_vocab *v);
+
+/* The constraint keeps pointers to g and v: both must outlive it. All its
+ * memory is allocated here; mask and accept never allocate. */
+int  moe_constraint_new(const moe_grammar *g, const moe_grammar_vocab *v, moe_constraint **out,
+                        char *err, size_t errlen);
+void moe_constraint_free(moe_constraint *c);
+/* Back to the start of the grammar (the cached transitions are kept: a
+ * constraint reused under the same grammar starts warm). */
+void moe_constraint_reset(moe_constraint *c);
+/* allowed[0..n_vocab): 1 for the tokens allowed now, else 0. *n_allowed (may
+ * be NULL) gets their count. MOE_ERANGE (message in moe_constraint_error)
+ * when the grammar passes a runtime limit (stack depth, ambiguity). */
+int  moe_constraint_mask(moe_constraint *c, uint8_t *allowed, int *n_allowed);
+/* Advances by one token. MOE_EINVAL when the token is not allowed (nothing
+ * changes); an end-of-generation token is accepted only where the grammar
+ * may end and leaves the constraint finished. */
+int  moe_constraint_accept(moe_constraint *c, int32_t token);
+/* Advances by raw bytes (text forced into the output). */
+int  moe_constraint_accept_bytes(moe_constraint *c, const char *bytes, size_t len);
+/* The output so far is a complete sentence of the grammar (it may end). */
+bool moe_constraint_accepting(const moe_constraint *c);
+/* Nothing but the end can follow (complete, and no byte continues it). */
+bool moe_constraint_finished(const moe_constraint *c);
+const char *moe_constraint_error(const moe_constraint *c);
+
+/* Sampling restricted to allowed[] (NULL: every token): greedy is the argmax
+ * over the allowed tokens (ties to the lowest id), sampling renormalises over
+ * them; the logits themselves are never changed. -1 when none is allowed. */
+int32_t moe_sampler_sample_masked(moe_sampler *s, const float *logits, const uint8_t *allowed);
+
 #ifdef __cplusplus
 }
 #endif

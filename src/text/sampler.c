@@ -97,9 +97,24 @@ static void softmax_cands(cand *c, int n, float t) {
 }
 
 int32_t moe_sampler_sample(moe_sampler *s, const float *logits) {
-    if (s->p.temp <= 0.0f) return moe_argmax(logits, s->n_vocab);
-    int n = s->n_vocab;
-    for (int i = 0; i < n; i++) { s->c[i].logit = logits[i]; s->c[i].id = i; }
+    return moe_sampler_sample_masked(s, logits, NULL);
+}
+
+/* The chain runs over the allowed tokens only: their logits are read as
+ * they are, so greedy is the argmax over them and every probability is
+ * renormalised over them (a grammar never shifts a logit). */
+int32_t moe_sampler_sample_masked(moe_sampler *s, const float *logits, const uint8_t *allowed) {
+    if (!allowed && s->p.temp <= 0.0f) return moe_argmax(logits, s->n_vocab);
+    if (s->p.temp <= 0.0f) {
+        int32_t best = -1;
+        for (int i = 0; i < s->n_vocab; i++)
+            if (allowed[i] && (best < 0 || logits[i] > logits[best])) best = i;
+        return best;
+    }
+    int n = 0;
+    for (int i = 0; i < s->n_vocab; i++)
+        if (!allowed || allowed[i]) { s->c[n].logit = logits[i]; s->c[n].id = i; n++; }
+    if (n == 0) return -1;
     sort_cands(s->c, n);
     /* NaN logits sort last and are never candidates. */
     while (n > 1 && isnan(s->c[n - 1].logit)) n--;
