@@ -13,6 +13,8 @@
 #include "base/util.h"
 #include "check.h"
 #include "quant/quant.h"
+#include "moefast.h"
+#include <unistd.h>
 
 static double Phi(double x) { return 0.5 * erfc(-x / sqrt(2.0)); }
 static double phi(double x) { return isinf(x) ? 0.0 : exp(-0.5 * x * x) / sqrt(2.0 * M_PI); }
@@ -281,12 +283,134 @@ static void test_kernels(void) {
     CHECK(compared > 0);
 }
 
+/* ---- end to end: generated tiny models under the flags ---- */
+
+#define NTOK 30   /* past laguna-tiny's sliding window (12) */
+static int32_t toks[NTOK];
+
+/* Logits of every position: one forward call (chunked by n_batch) or, with
+ * single, one call per token; isa: MOEFAST_ISA's level (NULL: auto). */
+static float *run(const char *path, const char *flags, int threads, int n_batch, bool single, const char *isa,
+                  char *err, size_t errlen) {
+    if (isa && moe_set_isa(isa, err, errlen) != MOE_OK) return NULL;
+    moe_model *m = NULL;
+    moe_load_params lp = {.flags = flags};
+    moe_session *s = NULL;
+    float *lg = NULL;
+    if (moe_model_load(path, &lp, &m, err, errlen) == MOE_OK) {
+        moe_session_params sp = {.n_ctx = 64, .n_threads = threads, .n_batch = n_batch};
+        if (moe_session_new(m, &sp, &s, err, errlen) == MOE_OK) {
+            const int V = moe_model_n_vocab(m);
+            lg = calloc((size_t)NTOK * V, sizeof(float));
+            int rc = MOE_OK;
+            if (single)
+                for (int i = 0; i < NTOK && rc == MOE_OK; i++) {
+                    const long before = check_allocs();
+                    rc = moe_session_forward(s, &toks[i], 1, lg + (size_t)i * V, false);
+                    CHECK_MSG(i == 0 || check_allocs() == before, "%s: decode step %d allocated", flags, i);
+                }
+            else rc = moe_session_forward(s, toks, NTOK, lg, true);
+            CHECK_MSG(rc == MOE_OK, "%s", moe_session_error(s));
+            moe_session_free(s);
+        }
+        moe_model_free(m);
+    }
+    if (isa) moe_set_isa("auto", err, errlen);
+    return lg;
+}
+
+static size_t n_differ(const float *a, const float *b, size_t n) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += memcmp(&a[i], &b[i], 4) != 0;
+    return bad;
+}
+
+/* prefill == decode, chunk sizes, threads 1/2/3/5, every ISA: the same bits
+ * under num ("+kv_tq" ...); and the flag really changes the logits. */
+static void check_e2e(const char *path, const char *name, const char *num, const float *fp32, size_t n) {
+    char err[MOE_ERR_LEN], spec[64];
+    snprintf(spec, sizeof spec, "none,%s", num);
+    float *ref = run(path, spec, 1, 512, true, NULL, err, sizeof err);   /* plain path, token by token */
+    CHECK_MSG(ref != NULL, "%s %s: %s", name, num, err);
+    if (!ref) return;
+    CHECK_MSG(n_differ(ref, fp32, n) > n / 2, "%s %s: the logits are the FP32 cache's", name, num);
+    static const struct { int threads, n_batch; bool single; const char *isa; } runs[] = {
+        {2, 512, false, NULL}, {2, 1, false, NULL}, {2, 7, false, NULL}, {3, 512, true, NULL}, {5, 5, false, NULL},
+        {1, 64, false, NULL}, {2, 7, false, "scalar"}, {2, 7, false, "avx2"}, {3, 7, true, "avx512"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        if (runs[i].isa && moe_set_isa(runs[i].isa, err, sizeof err) != MOE_OK) continue;   /* CPU lacks it */
+        moe_set_isa("auto", err, sizeof err);
+        float *x = run(path, num, runs[i].threads, runs[i].n_batch, runs[i].single, runs[i].isa, err, sizeof err);
+        CHECK_MSG(x != NULL, "%s %s: %s", name, num, err);
+        if (!x) continue;
+        const size_t bad = n_differ(ref, x, n);
+        CHECK_MSG(bad == 0, "%s %s: threads %d n_batch %d %s isa %s: %zu logits differ from decode", name, num,
+                  runs[i].threads, runs[i].n_batch, runs[i].single ? "decode" : "prefill",
+                  runs[i].isa ? runs[i].isa : "auto", bad);
+        free(x);
+    }
+    free(ref);
+}
+
+static void test_e2e(void) {
+    char dir[] = "/tmp/moefast-test-kv-tq-XXXXXX", path[512], err[MOE_ERR_LEN];
+    CHECK_MSG(mkdtemp(dir) != NULL, "mkdtemp");
+    for (int i = 0; i < NTOK; i++) toks[i] = (int32_t)((i * 7919 + 13) % 997);
+    /* qwen3moe tiny: head 64, G 4; laguna tiny: sliding-window layers, the attention gate */
+    static const struct { const char *arch, *file; const char *ov[4]; } gens[] = {
+        {"qwen3moe", "q.gguf", {"n_layer=1", NULL}},
+        {"laguna", "l.gguf", {"n_layer=3", NULL}},
+    };
+    for (size_t g = 0; g < 2; g++) {
+        snprintf(path, sizeof path, "%s/%s", dir, gens[g].file);
+        CHECK_MSG(moe_gen_model(gens[g].arch, "tiny", gens[g].ov, path, err, sizeof err) == MOE_OK, "gen: %s", err);
+        moe_model *m = NULL;
+        if (moe_model_load(path, NULL, &m, err, sizeof err) != MOE_OK) { CHECK_MSG(0, "%s", err); continue; }
+        const size_t n = (size_t)NTOK * (size_t)moe_model_n_vocab(m);
+        moe_model_free(m);
+        float *fp32 = run(path, "none", 1, 512, false, NULL, err, sizeof err);
+        CHECK_MSG(fp32 != NULL, "%s", err);
+        if (!fp32) continue;
+        float *tq = run(path, "none,+kv_tq", 1, 512, false, NULL, err, sizeof err);
+        float *small = run(path, "none,+kv_tq_small", 1, 512, false, NULL, err, sizeof err);
+        if (tq && small) CHECK_MSG(n_differ(tq, small, n) > n / 2, "%s: kv_tq and kv_tq_small agree", gens[g].arch);
+        free(tq);
+        free(small);
+        check_e2e(path, gens[g].arch, "+kv_tq", fp32, n);
+        check_e2e(path, gens[g].arch, "+kv_tq_small", fp32, n);
+        free(fp32);
+        remove(path);
+    }
+    /* refusals: a head size that is not a power of two, two cache formats */
+    snprintf(path, sizeof path, "%s/odd.gguf", dir);
+    static const char *const odd[] = {"head_dim=48", "n_layer=1", NULL};
+    CHECK_MSG(moe_gen_model("qwen3moe", "tiny", odd, path, err, sizeof err) == MOE_OK, "gen: %s", err);
+    float *x = run(path, "+kv_tq", 1, 512, false, NULL, err, sizeof err);
+    CHECK_MSG(x == NULL && strstr(err, "kv_tq") && strstr(err, "head_dim 48"), "head_dim 48 not refused: %s", err);
+    free(x);
+    remove(path);
+    snprintf(path, sizeof path, "%s/q.gguf", dir);
+    static const char *const q[] = {"n_layer=1", NULL};
+    CHECK(moe_gen_model("qwen3moe", "tiny", q, path, err, sizeof err) == MOE_OK);
+    static const char *const pairs[] = {"+kv_tq,+kv_tq_small", "+kv_tq,+kv_q8", "+kv_f16,+kv_tq_small"};
+    for (int i = 0; i < 3; i++) {
+        x = run(path, pairs[i], 1, 512, false, NULL, err, sizeof err);
+        CHECK_MSG(x == NULL && strstr(err, "choose the KV cache format"), "%s not refused: %s", pairs[i], err);
+        free(x);
+    }
+    remove(path);
+    rmdir(dir);
+}
+
 int main(void) {
+    check_alloc_guard_install();
     test_codebooks();
     test_rotation();
     test_packing();
     test_edges();
     test_distortion();
     test_kernels();
+    test_e2e();
     return check_report("test_kv_tq");
 }
