@@ -199,8 +199,6 @@ static void accum_tq_scalar(const float *p, size_t ps, int G, const uint8_t *v, 
 }
 
 const moe_tq_kernels moe_tq_scalar = {scores_tq_scalar, accum_tq_scalar};
-const moe_tq_kernels moe_tq_avx2 = {scores_tq_scalar, accum_tq_scalar};
-const moe_tq_kernels moe_tq_avx512 = {scores_tq_scalar, accum_tq_scalar};
 
 const moe_tq_kernels *moe_tq_for(const struct moe_attn_kernels *a) {
     return a == &moe_attn_avx512 ? &moe_tq_avx512 : a == &moe_attn_avx2 ? &moe_tq_avx2 : &moe_tq_scalar;
