@@ -22,6 +22,13 @@ static tq_tab tab_for(int bits) {
     return r;
 }
 
+/* The row's scale: its half converted exactly (F16C), as moe_tq_sigma does. */
+static inline float sigma(const uint8_t *row, int D, int bits) {
+    uint16_t h;
+    memcpy(&h, row + (size_t)D * (size_t)bits / 8, 2);
+    return _cvtsh_ss(h);
+}
+
 static inline uint32_t ld32(const uint8_t *p) {
     uint32_t v;
     memcpy(&v, p, 4);
@@ -98,7 +105,7 @@ static void scores_tq_avx2(const float *qr, size_t qs, int G, const uint8_t *k, 
     const size_t rb = moe_tq_row_bytes(D, bits);
     for (int j = 0; j < nk; j++) {
         const uint8_t *kj = k + (size_t)j * rb;
-        const float sig = moe_tq_sigma(kj, D, bits);
+        const float sig = sigma(kj, D, bits);
         for (int h0 = 0; h0 < G; h0 += HB) {
             const int nh = G - h0 < HB ? G - h0 : HB;
             __m256 a[HB], b[HB];
@@ -121,11 +128,36 @@ static void scores_tq_avx2(const float *qr, size_t qs, int G, const uint8_t *k, 
 
 #define DB 2   /* groups of 32 dims per pass: 8 accumulators */
 
+/* Four heads h0 .. h0+3 at once: each value row's codes are unpacked once
+ * per pass for the four (16 accumulators: 4 heads x one group's 4 vectors). */
+static void accum4_avx2(const float *p, size_t ps, int h0, const uint8_t *v, int nk, int Dv, const tq_tab *t,
+                        size_t rb, float *out, size_t os) {
+    for (int g = 0; g < Dv / 32; g++) {
+        __m256 acc[4][4];
+        for (int h = 0; h < 4; h++)
+            for (int i = 0; i < 4; i++) acc[h][i] = _mm256_setzero_ps();
+        for (int j = 0; j < nk; j++) {
+            const uint8_t *vj = v + (size_t)j * rb;
+            const float sig = sigma(vj, Dv, t->bits);
+            __m256 c[4];
+            group(vj, Dv, t, g, c);
+            for (int h = 0; h < 4; h++) {
+                const __m256 w = _mm256_set1_ps(p[(size_t)(h0 + h) * ps + (size_t)j] * sig);
+                for (int i = 0; i < 4; i++) acc[h][i] = _mm256_fmadd_ps(w, c[i], acc[h][i]);
+            }
+        }
+        for (int h = 0; h < 4; h++)
+            for (int i = 0; i < 4; i++) _mm256_storeu_ps(out + (size_t)(h0 + h) * os + 32 * g + 8 * i, acc[h][i]);
+    }
+}
+
 static void accum_tq_avx2(const float *p, size_t ps, int G, const uint8_t *v, int nk, int Dv, int bits, float *out,
                           size_t os) {
     const tq_tab t = tab_for(bits);
     const size_t rb = moe_tq_row_bytes(Dv, bits);
-    for (int h = 0; h < G; h++) {
+    int h0 = 0;
+    for (; h0 + 4 <= G; h0 += 4) accum4_avx2(p, ps, h0, v, nk, Dv, &t, rb, out, os);
+    for (int h = h0; h < G; h++) {
         float *o = out + (size_t)h * os;
         const float *ph = p + (size_t)h * ps;
         for (int g0 = 0; g0 < Dv / 32; g0 += DB) {
@@ -134,7 +166,7 @@ static void accum_tq_avx2(const float *p, size_t ps, int G, const uint8_t *v, in
             for (int i = 0; i < 4 * ng; i++) acc[i] = _mm256_setzero_ps();
             for (int j = 0; j < nk; j++) {
                 const uint8_t *vj = v + (size_t)j * rb;
-                const __m256 w = _mm256_set1_ps(ph[j] * moe_tq_sigma(vj, Dv, bits));
+                const __m256 w = _mm256_set1_ps(ph[j] * sigma(vj, Dv, bits));
                 for (int i = 0; i < ng; i++) {
                     __m256 c[4];
                     group(vj, Dv, &t, g0 + i, c);

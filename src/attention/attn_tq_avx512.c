@@ -19,6 +19,13 @@ static tq_tab tab_for(int bits) {
     return (tq_tab){_mm512_loadu_ps(t), _mm512_loadu_ps(t + 16), bits};
 }
 
+/* The row's scale: its half converted exactly (F16C), as moe_tq_sigma does. */
+static inline float sigma(const uint8_t *row, int D, int bits) {
+    uint16_t h;
+    memcpy(&h, row + (size_t)D * (size_t)bits / 8, 2);
+    return _cvtsh_ss(h);
+}
+
 static inline uint32_t ld32(const uint8_t *p) {
     uint32_t v;
     memcpy(&v, p, 4);
@@ -73,8 +80,23 @@ static void scores_tq_avx512(const float *qr, size_t qs, int G, const uint8_t *k
     const size_t rb = moe_tq_row_bytes(D, bits);
     for (int j = 0; j < nk; j++) {
         const uint8_t *kj = k + (size_t)j * rb;
-        const float sig = moe_tq_sigma(kj, D, bits);
-        for (int h0 = 0; h0 < G; h0 += HB) {
+        const float sig = sigma(kj, D, bits);
+        int h4 = 0;
+        for (; h4 + 4 <= G; h4 += 4) {                /* four heads: constant loops, registers */
+            __m512 acc[4];
+            for (int h = 0; h < 4; h++) acc[h] = _mm512_setzero_ps();
+            for (int g = 0; g < D / 32; g++) {
+                __m512 c0, c1;
+                group(kj, D, &t, g, &c0, &c1);
+                for (int h = 0; h < 4; h++) {
+                    const float *q = qr + (size_t)(h4 + h) * qs + 32 * g;
+                    acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q), c0, acc[h]);
+                    acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16), c1, acc[h]);
+                }
+            }
+            for (int h = 0; h < 4; h++) sc[(size_t)(h4 + h) * scs + (size_t)j] = (tree16(acc[h]) * sig) * scale;
+        }
+        for (int h0 = h4; h0 < G; h0 += HB) {
             const int nh = G - h0 < HB ? G - h0 : HB;
             __m512 acc[HB];
             for (int h = 0; h < nh; h++) acc[h] = _mm512_setzero_ps();
@@ -94,11 +116,37 @@ static void scores_tq_avx512(const float *qr, size_t qs, int G, const uint8_t *k
 
 #define DB 4   /* groups of 32 dims per pass: 8 accumulators */
 
+/* Four heads h0 .. h0+3 at once: each value row's codes are unpacked once
+ * per pass for the four (16 accumulators: 4 heads x 2 groups x 2 halves). */
+static void accum4_avx512(const float *p, size_t ps, int h0, const uint8_t *v, int nk, int Dv, const tq_tab *t,
+                          size_t rb, float *out, size_t os) {
+    for (int g0 = 0; g0 < Dv / 32; g0 += 2) {     /* Dv >= 64, a power of two: whole pairs */
+        __m512 acc[4][4];
+        for (int h = 0; h < 4; h++)
+            for (int i = 0; i < 4; i++) acc[h][i] = _mm512_setzero_ps();
+        for (int j = 0; j < nk; j++) {
+            const uint8_t *vj = v + (size_t)j * rb;
+            const float sig = sigma(vj, Dv, t->bits);
+            __m512 c[4];
+            group(vj, Dv, t, g0, &c[0], &c[1]);
+            group(vj, Dv, t, g0 + 1, &c[2], &c[3]);
+            for (int h = 0; h < 4; h++) {
+                const __m512 w = _mm512_set1_ps(p[(size_t)(h0 + h) * ps + (size_t)j] * sig);
+                for (int i = 0; i < 4; i++) acc[h][i] = _mm512_fmadd_ps(w, c[i], acc[h][i]);
+            }
+        }
+        for (int h = 0; h < 4; h++)
+            for (int i = 0; i < 4; i++) _mm512_storeu_ps(out + (size_t)(h0 + h) * os + 32 * g0 + 16 * i, acc[h][i]);
+    }
+}
+
 static void accum_tq_avx512(const float *p, size_t ps, int G, const uint8_t *v, int nk, int Dv, int bits, float *out,
                             size_t os) {
     const tq_tab t = tab_for(bits);
     const size_t rb = moe_tq_row_bytes(Dv, bits);
-    for (int h = 0; h < G; h++) {
+    int h0 = 0;
+    for (; h0 + 4 <= G && Dv >= 64; h0 += 4) accum4_avx512(p, ps, h0, v, nk, Dv, &t, rb, out, os);
+    for (int h = h0; h < G; h++) {
         float *o = out + (size_t)h * os;
         const float *ph = p + (size_t)h * ps;
         for (int g0 = 0; g0 < Dv / 32; g0 += DB) {
@@ -107,7 +155,7 @@ static void accum_tq_avx512(const float *p, size_t ps, int G, const uint8_t *v, 
             for (int i = 0; i < 2 * ng; i++) acc[i] = _mm512_setzero_ps();
             for (int j = 0; j < nk; j++) {
                 const uint8_t *vj = v + (size_t)j * rb;
-                const __m512 w = _mm512_set1_ps(ph[j] * moe_tq_sigma(vj, Dv, bits));
+                const __m512 w = _mm512_set1_ps(ph[j] * sigma(vj, Dv, bits));
                 for (int i = 0; i < ng; i++) {
                     __m512 c0, c1;
                     group(vj, Dv, &t, g0 + i, &c0, &c1);
