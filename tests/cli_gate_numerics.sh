@@ -1,6 +1,6 @@
 #!/bin/sh
 # cli_gate_numerics.sh — the golden traces of the numerics flags
-# (tests/golden/numerics/: act_q8, kv_f16, kv_q8, act_q8+kv_q8 on generated
+# (tests/golden/numerics/: act_q8, kv_f16, kv_q8, act_q8+kv_q8, kv_tq, kv_tq_small on generated
 # models, recorded on the reference path before the redesign of the engine)
 # pass the gate with default speed flags and each trace's numerics, at every
 # ISA the CPU has (2 threads; 1 and 3 at the best ISA). They need no ../shared:

@@ -149,7 +149,8 @@ grep -q "^moefast chat: warning: --ctx 5000 .*4096" "$d/err" || bad "chat: no --
 # info: architecture, per-layer heads, bytes per token, the tensor table
 "$BIN" info "$L" >"$d/info" 2>&1 || bad "info failed"
 for want in "architecture:  laguna" "query heads per layer: 4 6s 6s 6s" "YaRN factor 32" \
-            "weight bytes read per decoded token" "blk.1.ffn_gate_exps.weight" "sliding window 12"; do
+            "weight bytes read per decoded token" "blk.1.ffn_gate_exps.weight" "sliding window 12" \
+            "KV cache bytes per token: FP32 4096, kv_f16 2048, kv_q8 1088, kv_tq 608, kv_tq_small 480"; do
   grep -qF "$want" "$d/info" || bad "info lacks '$want'"
 done
 # a vocabulary-only file is still described

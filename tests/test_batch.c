@@ -255,7 +255,7 @@ static void check_no_alloc(moe_model *m) {
 
 /* n_numerics: the first so many of the numerics below */
 static void check_model(const char *path, const char *name, size_t n_numerics) {
-    static const char *const numerics[] = {"", "+kv_f16", "+kv_q8", "+act_q8,+kv_q8"};
+    static const char *const numerics[] = {"", "+kv_f16", "+kv_q8", "+act_q8,+kv_q8", "+kv_tq"};
     static const char *const isas[] = {"scalar", "avx2", "avx512"};
     char err[MOE_ERR_LEN];
     for (size_t nu = 0; nu < n_numerics && nu < sizeof numerics / sizeof numerics[0]; nu++) {
@@ -301,7 +301,7 @@ static void check_model(const char *path, const char *name, size_t n_numerics) {
         }
         /* every ISA this CPU has: one mixed schedule (FP32 and kv_q8, whose
          * kernels differ most between ISAs) */
-        for (size_t i = 0; i < 3 && (nu == 0 || nu == 2); i++) {
+        for (size_t i = 0; i < 3 && (nu == 0 || nu == 2 || nu == 4); i++) {   /* and kv_tq */
             if (moe_set_isa(isas[i], err, sizeof err) != MOE_OK) continue;
             seq_case tmp[MAX_SEQ + 2];
             memcpy(tmp, cases, sizeof(seq_case) * 4);
@@ -335,7 +335,7 @@ int main(void) {
         for (int k = 0; models[i].ov[k]; k++) ov[k + 1] = models[i].ov[k];
         int rc = moe_gen_model(models[i].arch, "tiny", ov, path, err, sizeof err);
         CHECK_MSG(rc == MOE_OK, "gen %s: %s", models[i].name, err);
-        if (rc == MOE_OK) check_model(path, models[i].name, 4);
+        if (rc == MOE_OK) check_model(path, models[i].name, 5);
         unlink(path);
     }
     /* the later architectures' per-token steps between the projections and

@@ -127,7 +127,7 @@ int main(void) {
      * are partial a8 groups; kv_f16 and kv_q8 alone and with act_q8; laguna's
      * sliding window starts kv_q8 key tiles part-way) */
     static const struct { const char *file; bool fp32; const char *extra[3]; } models[] = {
-        {"laguna-tiny-f32.gguf", true, {"+kv_f16", "+kv_q8", NULL}},
+        {"laguna-tiny-f32.gguf", true, {"+kv_f16", "+kv_q8", "+kv_tq_small"}},
         {"qwen3moe-tiny-q8_0.gguf", true, {"+act_q8", "+act_q8,+kv_f16", "+act_q8,+kv_q8"}},
         {"laguna-tiny-bf16-nvfp4.gguf", true, {"+act_q8", NULL}},
         {"qwen3moe-tiny-q8_0-nvfp4-scale2.gguf", true, {"+act_q8", NULL}},
@@ -145,7 +145,7 @@ int main(void) {
         {"glm4moe-tiny-q8_0.gguf", true, {"+act_q8,+kv_f16", NULL}},
         /* gpt-oss: attention sinks (in each KV format), expert and router
          * biases, the clamped SwiGLU, sliding even layers; MXFP4 experts */
-        {"gpt-oss-tiny-q8_0.gguf", true, {"+act_q8,+kv_q8", "+kv_f16", NULL}},
+        {"gpt-oss-tiny-q8_0.gguf", true, {"+act_q8,+kv_q8", "+kv_f16", "+kv_tq"}},
         {"gpt-oss-tiny-bf16-mxfp4.gguf", true, {"+act_q8", NULL}},
     };
     /* Generated here: shapes the shared files do not have but users' files

@@ -28,6 +28,10 @@ static const moe_flag_info FLAGS[MOE_FLAG_COUNT] = {
                          "is a numerics flag, fixed when the session is created (the KV cache format)", true},
     [MOE_FLAG_KV_Q8] = {.name = "kv_q8", "NUMERICS: store the KV cache as 8-bit blocks (llama.cpp's q8_0 cache: int8 codes and a half scale per 32 values) and score keys with integer dot products against 8-bit query blocks: 0.53x the bytes of kv_f16; changes the logits; excludes kv_f16", false, false, true,
                         "is a numerics flag, fixed when the session is created (the KV cache format)", true},
+    [MOE_FLAG_KV_TQ] = {.name = "kv_tq", "NUMERICS: store the KV cache TurboQuant-style (docs/KV_TQ.md): each key and value rotated by a Walsh-Hadamard transform with random signs, every coordinate a Lloyd-Max code of N(0,1), keys 5 bits and values 4, one half scale per vector (head dim 128: 148 bytes per key and value, 0.29x kv_f16); power-of-two head sizes; changes the logits; excludes kv_f16, kv_q8, kv_tq_small", false, false, true,
+                        "is a numerics flag, fixed when the session is created (the KV cache format)", true},
+    [MOE_FLAG_KV_TQ_SMALL] = {.name = "kv_tq_small", "NUMERICS: kv_tq with keys 4 bits and values 3 (head dim 128: 116 bytes per key and value, 0.23x kv_f16); changes the logits; excludes kv_f16, kv_q8, kv_tq", false, false, true,
+                              "is a numerics flag, fixed when the session is created (the KV cache format)", true},
     [MOE_FLAG_TEST_PERTURB] = {.name = "test_perturb", "TEST ONLY: from position 20 on, reverse the last layer's expert weights (changes results)", false, true},
     [MOE_FLAG_TEST_SLOW] = {.name = "test_slow", "TEST ONLY: sleep 2 ms for every token forwarded (changes timing)", false, true},
 };

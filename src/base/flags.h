@@ -10,7 +10,7 @@
  *                     named earlier in the spec: "none,+gemm_batch") and toggle.
  * Test-only flags (perturb, slow) deliberately change results or timing;
  * they exist to prove the instruments can fail and are never on by default.
- * Numerics flags (act_q8, kv_f16, kv_q8) select a different arithmetic, so they change the
+ * Numerics flags (act_q8, kv_f16, kv_q8, kv_tq, kv_tq_small) select a different arithmetic, so they change the
  * logits on purpose: never on by default, not part of "all", and kept by the
  * differential twin (which checks the speed flags *within* a numerics). A
  * trace records the flags it was made with; gate a numerics flag's run
@@ -37,6 +37,8 @@ typedef enum moe_flag {
     MOE_FLAG_ACT_Q8,          /* NUMERICS: 8-bit activation blocks, integer dot products (act8_ref.c) */
     MOE_FLAG_KV_F16,          /* NUMERICS: KV cache stored as IEEE half */
     MOE_FLAG_KV_Q8,           /* NUMERICS: KV cache stored as 8-bit blocks, integer scores (attn.h) */
+    MOE_FLAG_KV_TQ,           /* NUMERICS: KV cache rotated, Lloyd-Max coded: keys 5 bits, values 4 (kv_tq.h) */
+    MOE_FLAG_KV_TQ_SMALL,     /* NUMERICS: the same, keys 4 bits, values 3 */
     MOE_FLAG_TEST_PERTURB,    /* TEST ONLY: from position 20 on, reverse the last layer's expert weights */
     MOE_FLAG_TEST_SLOW,       /* TEST ONLY: sleep 2 ms per token forwarded */
     MOE_FLAG_COUNT

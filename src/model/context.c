@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "attention/attn.h"
+#include "attention/kv_tq.h"
 #include "base/flags.h"
 #include "model/blocks.h"
 #include "base/util.h"
@@ -109,6 +110,24 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
                             "%s: flag kv_q8 needs head sizes that are multiples of 32 (head_dim %d, head_dim_v %d)", m->path,
                             hp->head_dim, hp->head_dim_v);
     }
+    /* kv_tq / kv_tq_small: one KV cache format among kv_f16, kv_q8, kv_tq,
+     * kv_tq_small; the rotation needs power-of-two head sizes (kv_tq.h) */
+    const bool tq = moe_flag_on(flags, MOE_FLAG_KV_TQ), tq_small = moe_flag_on(flags, MOE_FLAG_KV_TQ_SMALL);
+    if (tq || tq_small) {
+        const char *fl = tq ? "kv_tq" : "kv_tq_small";
+        const int n_fmt = moe_flag_on(flags, MOE_FLAG_KV_F16) + moe_flag_on(flags, MOE_FLAG_KV_Q8) + tq + tq_small;
+        if (n_fmt > 1)
+            return moe_errf(err, errlen, MOE_EINVAL,
+                            "%s: flags kv_f16, kv_q8, kv_tq and kv_tq_small each choose the KV cache format; use one", m->path);
+        if (!moe_tq_dim_ok(hp->head_dim) || !moe_tq_dim_ok(hp->head_dim_v))
+            return moe_errf(err, errlen, MOE_EINVAL,
+                            "%s: flag %s needs power-of-two head sizes from %d to %d (head_dim %d, head_dim_v %d)", m->path,
+                            fl, MOE_TQ_MIN_D, MOE_TQ_MAX_D, hp->head_dim, hp->head_dim_v);
+        for (int il = 0; il < hp->n_layer; il++)
+            if (m->layers[il].attn.v_from_k)
+                return moe_errf(err, errlen, MOE_EINVAL, "%s: flag %s has no layout for the latent (MLA) cache; use kv_f16",
+                                m->path, fl);
+    }
     /* V rows: none when every layer reads its values from its keys (MLA's
      * latent cache: kv_lora + rope values per token and layer, F32 4 bytes
      * each, kv_f16 2), else for every layer */
@@ -148,7 +167,15 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
     s->kv_half = moe_flag_on(flags, MOE_FLAG_KV_F16);
     s->kv_q8 = moe_flag_on(flags, MOE_FLAG_KV_Q8);
     s->ctx_pad = (n_ctx + 15) / 16 * 16;
-    if (s->kv_q8) {                                   /* layouts: attn.h; L counts layers of every sequence */
+    s->tq_kbits = moe_flag_on(flags, MOE_FLAG_KV_TQ) ? 5 : moe_flag_on(flags, MOE_FLAG_KV_TQ_SMALL) ? 4 : 0;
+    s->tq_vbits = s->tq_kbits ? s->tq_kbits - 1 : 0;
+    if (s->tq_kbits) {                                /* rows of packed codes and a half scale (kv_tq.h) */
+        const size_t Dm = D > Dv ? D : Dv;
+        s->k_cache = xcalloc(L * Hkv * C, moe_tq_row_bytes((int)D, s->tq_kbits), &al);
+        s->v_cache = xcalloc(L * Hkv * C, moe_tq_row_bytes((int)Dv, s->tq_vbits), &al);
+        s->tq_stride = (Hm + 1) * Dm;
+        s->tq_buf = xcalloc((size_t)n_threads * s->tq_stride, sizeof(float), &al);
+    } else if (s->kv_q8) {                            /* layouts: attn.h; L counts layers of every sequence */
         const size_t Cp = (size_t)s->ctx_pad, Dm = D > Dv ? D : Dv;
         s->a8_row = (size_t)moe_act8_row_bytes((int64_t)Dm);
         s->k_cache = xcalloc(L * Hkv * Cp, D, &al);
@@ -260,7 +287,7 @@ static void context_free(moe_context *c) {
     if (!c) return;
     if (!c->pool_borrowed) moe_pool_free(c->pool);
     /* every buffer context_create allocated (xcalloc) */
-    void *bufs[] = {c->k_cache, c->v_cache, c->k_scale, c->v_scale, c->q_a8, c->kv_a8, c->attn_w, c->rope_tab[0],
+    void *bufs[] = {c->k_cache, c->v_cache, c->k_scale, c->v_scale, c->q_a8, c->kv_a8, c->attn_w, c->tq_buf, c->rope_tab[0],
                     c->rope_tab[1], c->x, c->xn, c->proj, c->ffn_out, c->q, c->k, c->v, c->att, c->gate, c->router,
                     c->selw, c->xg, c->eout, c->hg, c->hu, c->scores, c->attn_sum, c->logits_tmp, c->sel, c->ex_slot,
                     c->gather_src, c->expert_rows, c->jobs, c->job_pre, c->xa, c->xga, c->ha, c->seq_len, c->tok_pos,
@@ -331,6 +358,15 @@ static void copy_cache(moe_context *c, int src, int dst, int n) {
     const size_t D = (size_t)hp->head_dim, Dv = (size_t)hp->head_dim_v;
     const size_t blocks = (size_t)hp->n_layer * (size_t)hp->n_head_kv;   /* per sequence */
     const size_t s0 = (size_t)src * blocks, d0 = (size_t)dst * blocks;
+    if (c->tq_kbits) {                                /* kv_tq: n rows of each block */
+        const size_t rk = moe_tq_row_bytes((int)D, c->tq_kbits), rv = moe_tq_row_bytes((int)Dv, c->tq_vbits);
+        const size_t C = (size_t)c->n_ctx;
+        for (size_t b = 0; b < blocks; b++) {
+            memcpy((uint8_t *)c->k_cache + (d0 + b) * C * rk, (uint8_t *)c->k_cache + (s0 + b) * C * rk, (size_t)n * rk);
+            memcpy((uint8_t *)c->v_cache + (d0 + b) * C * rv, (uint8_t *)c->v_cache + (s0 + b) * C * rv, (size_t)n * rv);
+        }
+        return;
+    }
     if (c->kv_q8) {
         const size_t Cp = (size_t)c->ctx_pad, rows = ((size_t)n + 15) / 16 * 16;
         for (size_t b = 0; b < blocks; b++) {

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "attention/kv_tq.h"
 #include "base/flags.h"
 #include "model/arch/arch.h"
 #include "model/bind.h"
@@ -449,6 +450,27 @@ static void print_layers(const moe_model *m, FILE *f) {
         }
 }
 
+/* KV cache bytes per cached position (all layers, as a session allocates
+ * them) in each cache format; the ones the head sizes or the latent cache
+ * rule out say n/a (context.c refuses them). */
+static void print_kv_bytes(const moe_model *m, FILE *f) {
+    const moe_hparams *hp = &m->hp;
+    bool v_rows = false;
+    for (int il = 0; il < hp->n_layer; il++) v_rows |= !m->layers[il].attn.v_from_k;
+    const double heads = (double)hp->n_layer * hp->n_head_kv, D = hp->head_dim, Dv = v_rows ? hp->head_dim_v : 0;
+    fprintf(f, "  KV cache bytes per token: FP32 %.0f, kv_f16 %.0f", heads * (D + Dv) * 4, heads * (D + Dv) * 2);
+    if (v_rows && hp->head_dim % 32 == 0 && hp->head_dim_v % 32 == 0) fprintf(f, ", kv_q8 %.0f", heads * (D + Dv) * 34 / 32);
+    else fprintf(f, ", kv_q8 n/a");
+    for (int kb = 5; kb >= 4; kb--) {
+        const char *name = kb == 5 ? "kv_tq" : "kv_tq_small";
+        if (v_rows && moe_tq_dim_ok(hp->head_dim) && moe_tq_dim_ok(hp->head_dim_v))
+            fprintf(f, ", %s %.0f", name,
+                    heads * (double)(moe_tq_row_bytes(hp->head_dim, kb) + moe_tq_row_bytes(hp->head_dim_v, kb - 1)));
+        else fprintf(f, ", %s n/a", name);
+    }
+    fprintf(f, "\n");
+}
+
 int moe_model_print_info(const moe_model *m, void *file) {
     FILE *f = file ? (FILE *)file : stdout;
     if (!m) return MOE_EINVAL;
@@ -471,6 +493,7 @@ int moe_model_print_info(const moe_model *m, void *file) {
         print_layers(m, f);
         fprintf(f, "  weight bytes read per decoded token: %llu (%.2f MB)\n", (unsigned long long)m->bytes_per_token,
                 (double)m->bytes_per_token / 1e6);
+        print_kv_bytes(m, f);
         for (int i = 0; i < m->n_notes; i++) fprintf(f, "  note: %s\n", m->notes[i]);
     }
     fprintf(f, "\nmetadata:\n");

@@ -1,0 +1,181 @@
+/* attn_tq_avx2.c — the kv_tq kernels (kv_tq.h) at AVX2: a group of 32 codes
+ * unpacks into four vectors of 8 lanes, dims 32g + 0..7, 8..15, 16..23,
+ * 24..31; the contract's 16 lanes are two 8-lane accumulators (dims 8..15
+ * and 24..31 go to the second). Centroids come from in-register permutes
+ * (permutevar8x32, blended on the index's bits 3 and 4 for 16 and 32
+ * entries); every fmadd is the scalar reference's fmaf in its order. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "attention/kv_tq.h"
+#include "base/util.h"
+
+typedef struct { __m256 t[4]; int bits; } tq_tab;   /* centroids 0..7, 8..15, 16..23, 24..31 */
+
+static tq_tab tab_for(int bits) {
+    const float *cb = moe_tq_codebook(bits);
+    float t[32] = {0};
+    memcpy(t, cb, sizeof(float) * (size_t)(1 << bits));
+    tq_tab r;
+    for (int i = 0; i < 4; i++) r.t[i] = _mm256_loadu_ps(t + 8 * i);
+    r.bits = bits;
+    return r;
+}
+
+/* The row's scale: its half converted exactly (F16C), as moe_tq_sigma does. */
+static inline float sigma(const uint8_t *row, int D, int bits) {
+    uint16_t h;
+    memcpy(&h, row + (size_t)D * (size_t)bits / 8, 2);
+    return _cvtsh_ss(h);
+}
+
+static inline uint32_t ld32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline __m256 lut(const tq_tab *t, __m256i i) {
+    const __m256 a = _mm256_permutevar8x32_ps(t->t[0], i);
+    if (t->bits == 3) return a;
+    const __m256 b = _mm256_blendv_ps(a, _mm256_permutevar8x32_ps(t->t[1], i), _mm256_castsi256_ps(_mm256_slli_epi32(i, 28)));
+    if (t->bits == 4) return b;
+    const __m256 c = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t->t[2], i), _mm256_permutevar8x32_ps(t->t[3], i),
+                                      _mm256_castsi256_ps(_mm256_slli_epi32(i, 28)));
+    return _mm256_blendv_ps(b, c, _mm256_castsi256_ps(_mm256_slli_epi32(i, 27)));
+}
+
+/* The top code bit of 8 dims: bits k .. k+7 of top -> lanes, times add. */
+static inline __m256i top8(uint32_t top, int k, int add) {
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i m = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)((top >> k) & 0xff)), bit), bit);
+    return _mm256_and_si256(m, _mm256_set1_epi32(add));
+}
+
+/* The centroids of dims 32g + 8i .. 32g + 8i + 7, i = 0..3, in c[i]. */
+static inline void group(const uint8_t *row, int D, const tq_tab *t, int g, __m256 *c) {
+    __m256i i0, i1, i2, i3;
+    if (t->bits == 3) {
+        const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + 8 * g)));
+        const __m256i three = _mm256_set1_epi32(3);
+        i0 = _mm256_and_si256(x, three);
+        i1 = _mm256_and_si256(_mm256_srli_epi32(x, 2), three);
+        i2 = _mm256_and_si256(_mm256_srli_epi32(x, 4), three);
+        i3 = _mm256_srli_epi32(x, 6);
+        const uint32_t top = ld32(row + D / 4 + 4 * g);
+        i0 = _mm256_or_si256(i0, top8(top, 0, 4));
+        i1 = _mm256_or_si256(i1, top8(top, 8, 4));
+        i2 = _mm256_or_si256(i2, top8(top, 16, 4));
+        i3 = _mm256_or_si256(i3, top8(top, 24, 4));
+    } else {
+        const __m256i xa = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + 16 * g)));
+        const __m256i xb = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + 16 * g + 8)));
+        const __m256i f = _mm256_set1_epi32(15);
+        i0 = _mm256_and_si256(xa, f);
+        i1 = _mm256_and_si256(xb, f);
+        i2 = _mm256_srli_epi32(xa, 4);
+        i3 = _mm256_srli_epi32(xb, 4);
+        if (t->bits == 5) {
+            const uint32_t top = ld32(row + D / 2 + 4 * g);
+            i0 = _mm256_or_si256(i0, top8(top, 0, 16));
+            i1 = _mm256_or_si256(i1, top8(top, 8, 16));
+            i2 = _mm256_or_si256(i2, top8(top, 16, 16));
+            i3 = _mm256_or_si256(i3, top8(top, 24, 16));
+        }
+    }
+    c[0] = lut(t, i0);
+    c[1] = lut(t, i1);
+    c[2] = lut(t, i2);
+    c[3] = lut(t, i3);
+}
+
+/* The tree of quant.h over lanes 0..7 (a) and 8..15 (b). */
+static inline float tree16(__m256 a, __m256 b) {
+    const __m256 s8 = _mm256_add_ps(a, b);
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+#define HB 4   /* heads per pass: 8 accumulators */
+
+static void scores_tq_avx2(const float *qr, size_t qs, int G, const uint8_t *k, int nk, int D, int bits, float scale,
+                           float *sc, size_t scs) {
+    const tq_tab t = tab_for(bits);
+    const size_t rb = moe_tq_row_bytes(D, bits);
+    for (int j = 0; j < nk; j++) {
+        const uint8_t *kj = k + (size_t)j * rb;
+        const float sig = sigma(kj, D, bits);
+        for (int h0 = 0; h0 < G; h0 += HB) {
+            const int nh = G - h0 < HB ? G - h0 : HB;
+            __m256 a[HB], b[HB];
+            for (int h = 0; h < nh; h++) a[h] = b[h] = _mm256_setzero_ps();
+            for (int g = 0; g < D / 32; g++) {
+                __m256 c[4];
+                group(kj, D, &t, g, c);
+                for (int h = 0; h < nh; h++) {
+                    const float *q = qr + (size_t)(h0 + h) * qs + 32 * g;
+                    a[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q), c[0], a[h]);
+                    b[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8), c[1], b[h]);
+                    a[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 16), c[2], a[h]);
+                    b[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 24), c[3], b[h]);
+                }
+            }
+            for (int h = 0; h < nh; h++) sc[(size_t)(h0 + h) * scs + (size_t)j] = (tree16(a[h], b[h]) * sig) * scale;
+        }
+    }
+}
+
+#define DB 2   /* groups of 32 dims per pass: 8 accumulators */
+
+/* Four heads h0 .. h0+3 at once: each value row's codes are unpacked once
+ * per pass for the four (16 accumulators: 4 heads x one group's 4 vectors). */
+static void accum4_avx2(const float *p, size_t ps, int h0, const uint8_t *v, int nk, int Dv, const tq_tab *t,
+                        size_t rb, float *out, size_t os) {
+    for (int g = 0; g < Dv / 32; g++) {
+        __m256 acc[4][4];
+        for (int h = 0; h < 4; h++)
+            for (int i = 0; i < 4; i++) acc[h][i] = _mm256_setzero_ps();
+        for (int j = 0; j < nk; j++) {
+            const uint8_t *vj = v + (size_t)j * rb;
+            const float sig = sigma(vj, Dv, t->bits);
+            __m256 c[4];
+            group(vj, Dv, t, g, c);
+            for (int h = 0; h < 4; h++) {
+                const __m256 w = _mm256_set1_ps(p[(size_t)(h0 + h) * ps + (size_t)j] * sig);
+                for (int i = 0; i < 4; i++) acc[h][i] = _mm256_fmadd_ps(w, c[i], acc[h][i]);
+            }
+        }
+        for (int h = 0; h < 4; h++)
+            for (int i = 0; i < 4; i++) _mm256_storeu_ps(out + (size_t)(h0 + h) * os + 32 * g + 8 * i, acc[h][i]);
+    }
+}
+
+static void accum_tq_avx2(const float *p, size_t ps, int G, const uint8_t *v, int nk, int Dv, int bits, float *out,
+                          size_t os) {
+    const tq_tab t = tab_for(bits);
+    const size_t rb = moe_tq_row_bytes(Dv, bits);
+    int h0 = 0;
+    for (; h0 + 4 <= G; h0 += 4) accum4_avx2(p, ps, h0, v, nk, Dv, &t, rb, out, os);
+    for (int h = h0; h < G; h++) {
+        float *o = out + (size_t)h * os;
+        const float *ph = p + (size_t)h * ps;
+        for (int g0 = 0; g0 < Dv / 32; g0 += DB) {
+            const int ng = Dv / 32 - g0 < DB ? Dv / 32 - g0 : DB;
+            __m256 acc[4 * DB];
+            for (int i = 0; i < 4 * ng; i++) acc[i] = _mm256_setzero_ps();
+            for (int j = 0; j < nk; j++) {
+                const uint8_t *vj = v + (size_t)j * rb;
+                const __m256 w = _mm256_set1_ps(ph[j] * sigma(vj, Dv, bits));
+                for (int i = 0; i < ng; i++) {
+                    __m256 c[4];
+                    group(vj, Dv, &t, g0 + i, c);
+                    for (int r = 0; r < 4; r++) acc[4 * i + r] = _mm256_fmadd_ps(w, c[r], acc[4 * i + r]);
+                }
+            }
+            for (int i = 0; i < 4 * ng; i++) _mm256_storeu_ps(o + 32 * g0 + 8 * i, acc[i]);
+        }
+    }
+}
+
+const moe_tq_kernels moe_tq_avx2 = {scores_tq_avx2, accum_tq_avx2};

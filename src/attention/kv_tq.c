@@ -1,0 +1,205 @@
+/* kv_tq.c — the kv_tq codec and its scalar reference kernels (the contract
+ * of kv_tq.h written out literally). */
+#include <math.h>
+#include <string.h>
+
+#include "attention/attn.h"
+#include "attention/kv_tq.h"
+#include "base/util.h"
+
+/* Lloyd-Max codebooks of N(0,1), ascending: Lloyd's iteration on the exact
+ * Gaussian density in double precision (scripts/lloyd_max.c, which prints
+ * these tables: thresholds at the midpoints, centroids the conditional
+ * means (phi(a) - phi(b)) / (Phi(b) - Phi(a)), until no centroid moves by
+ * 1e-13), rounded to float. MSE per coordinate: 3 bits 0.034547761, 4 bits
+ * 0.009501008 (its upper half is the issue's 0.128395 .. 2.732590), 5 bits
+ * 0.002504668. tests/test_kv_tq.c checks the centroid and midpoint
+ * conditions against the density again. */
+static const float CB3[8] = {
+    -2.151945705e+00f, -1.343909279e+00f, -7.560052812e-01f, -2.450941789e-01f,
+    2.450941789e-01f, 7.560052812e-01f, 1.343909279e+00f, 2.151945705e+00f};
+static const float CB4[16] = {
+    -2.732589571e+00f, -2.069017227e+00f, -1.618046386e+00f, -1.256231197e+00f,
+    -9.423404565e-01f, -6.567591185e-01f, -3.880482995e-01f, -1.283950299e-01f,
+    1.283950299e-01f, 3.880482995e-01f, 6.567591185e-01f, 9.423404565e-01f,
+    1.256231197e+00f, 1.618046386e+00f, 2.069017227e+00f, 2.732589571e+00f};
+static const float CB5[32] = {
+    -3.260732493e+00f, -2.691119577e+00f, -2.317739404e+00f, -2.028728399e+00f,
+    -1.787233218e+00f, -1.576228079e+00f, -1.386340340e+00f, -1.211804381e+00f,
+    -1.048783320e+00f, -8.945651174e-01f, -7.471357037e-01f, -6.049336240e-01f,
+    -4.666995230e-01f, -3.313783058e-01f, -1.980518297e-01f, -6.588965977e-02f,
+    6.588965977e-02f, 1.980518297e-01f, 3.313783058e-01f, 4.666995230e-01f,
+    6.049336240e-01f, 7.471357037e-01f, 8.945651174e-01f, 1.048783320e+00f,
+    1.211804381e+00f, 1.386340340e+00f, 1.576228079e+00f, 1.787233218e+00f,
+    2.028728399e+00f, 2.317739404e+00f, 2.691119577e+00f, 3.260732493e+00f};
+
+const float *moe_tq_codebook(int bits) { return bits == 3 ? CB3 : bits == 4 ? CB4 : bits == 5 ? CB5 : NULL; }
+
+double moe_tq_codebook_mse(int bits) {
+    return bits == 3 ? 0.034547761 : bits == 4 ? 0.009501008 : bits == 5 ? 0.002504668 : 0.0;
+}
+
+bool moe_tq_dim_ok(int D) { return D >= MOE_TQ_MIN_D && D <= MOE_TQ_MAX_D && (D & (D - 1)) == 0; }
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+void moe_tq_signs(int layer, int head, int D, uint64_t *s) {
+    const uint64_t seed = splitmix64(0x6b765f7471ull ^ ((uint64_t)(uint32_t)layer << 32) ^ (uint64_t)(uint32_t)head);
+    for (int i = 0; i < (D + 63) / 64; i++) s[i] = splitmix64(seed + (uint64_t)i * 0x632BE59BD9B4E019ull);
+}
+
+static inline bool neg(const uint64_t *s, int d) { return (s[d >> 6] >> (d & 63)) & 1u; }
+
+void moe_tq_fwht(float *t, int D) {
+    for (int h = 1; h < D; h *= 2)
+        for (int i = 0; i < D; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                const float a = t[j], b = t[j + h];
+                t[j] = a + b;
+                t[j + h] = a - b;
+            }
+}
+
+static float inv_sqrt_d(int D) { return (float)(1.0 / sqrt((double)D)); }
+
+void moe_tq_rotate(const float *x, const uint64_t *s, int D, float *y) {
+    for (int d = 0; d < D; d++) y[d] = neg(s, d) ? -x[d] : x[d];
+    moe_tq_fwht(y, D);
+    const float isd = inv_sqrt_d(D);
+    for (int d = 0; d < D; d++) y[d] *= isd;
+}
+
+void moe_tq_unrotate(float *y, const uint64_t *s, int D) {
+    moe_tq_fwht(y, D);
+    const float isd = inv_sqrt_d(D);
+    for (int d = 0; d < D; d++) {
+        const float v = y[d] * isd;
+        y[d] = neg(s, d) ? -v : v;
+    }
+}
+
+/* Byte offsets of the parts of a row (kv_tq.h) */
+static size_t hi_off(int D, int bits) { return bits == 3 ? (size_t)D / 4 : (size_t)D / 2; }
+static size_t scale_off(int D, int bits) { return (size_t)D * (size_t)bits / 8; }
+
+int moe_tq_code(const uint8_t *row, int D, int bits, int d) {
+    const int g = d / 32, i = d % 32;
+    if (bits == 3) {
+        const int lo = (row[8 * g + i % 8] >> (2 * (i / 8))) & 3;
+        return lo | (((row[hi_off(D, 3) + 4 * (size_t)g + (size_t)(i / 8)] >> (i % 8)) & 1) << 2);
+    }
+    const int lo = (row[16 * g + i % 16] >> (i < 16 ? 0 : 4)) & 15;
+    if (bits == 4) return lo;
+    return lo | (((row[hi_off(D, 5) + 4 * (size_t)g + (size_t)(i / 8)] >> (i % 8)) & 1) << 4);
+}
+
+static void put_code(uint8_t *row, int D, int bits, int d, int c) {
+    const int g = d / 32, i = d % 32;
+    if (bits == 3) {
+        row[8 * g + i % 8] |= (uint8_t)((c & 3) << (2 * (i / 8)));
+        row[hi_off(D, 3) + 4 * (size_t)g + (size_t)(i / 8)] |= (uint8_t)(((c >> 2) & 1) << (i % 8));
+        return;
+    }
+    row[16 * g + i % 16] |= (uint8_t)((c & 15) << (i < 16 ? 0 : 4));
+    if (bits == 5) row[hi_off(D, 5) + 4 * (size_t)g + (size_t)(i / 8)] |= (uint8_t)(((c >> 4) & 1) << (i % 8));
+}
+
+float moe_tq_sigma(const uint8_t *row, int D, int bits) {
+    const size_t o = scale_off(D, bits);
+    return moe_f16_to_f32((uint16_t)(row[o] | row[o + 1] << 8));
+}
+
+static void put_sigma(uint8_t *row, int D, int bits, uint16_t h) {
+    const size_t o = scale_off(D, bits);
+    row[o] = (uint8_t)(h & 0xff);
+    row[o + 1] = (uint8_t)(h >> 8);
+}
+
+#define TQ_MARK 0x7E00u   /* a quiet half NaN: the row held a non-finite value */
+
+/* The number of thresholds (midpoints of adjacent centroids) below u: the
+ * nearest centroid, ties to the lower one; a NaN gives 0. */
+static int nearest(const float *cb, int L, float u) {
+    int lo = 0, hi = L - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (u > (cb[mid] + cb[mid + 1]) * 0.5f) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+void moe_tq_encode(const float *x, const uint64_t *s, int D, int bits, float *tmp, uint8_t *row) {
+    memset(row, 0, moe_tq_row_bytes(D, bits));
+    double n2 = 0;
+    for (int d = 0; d < D; d++) {
+        if (!isfinite(x[d])) { put_sigma(row, D, bits, TQ_MARK); return; }
+        n2 += (double)x[d] * (double)x[d];
+    }
+    if (n2 == 0) return;                            /* exact zeros: sigma +0 */
+    const double n = sqrt(n2);
+    for (int d = 0; d < D; d++) tmp[d] = neg(s, d) ? -x[d] : x[d];
+    moe_tq_fwht(tmp, D);                            /* ||t|| = sqrt(D) n: t_d / n ~ N(0, 1) */
+    const float inv = (float)(1.0 / n), *cb = moe_tq_codebook(bits);
+    double r2 = 0;
+    for (int d = 0; d < D; d++) {
+        const int c = nearest(cb, 1 << bits, tmp[d] * inv);
+        put_code(row, D, bits, d, c);
+        r2 += (double)cb[c] * (double)cb[c];
+    }
+    const uint16_t h = moe_f32_to_f16((float)(n / sqrt(r2)));   /* the norm correction */
+    put_sigma(row, D, bits, (h & 0x7C00u) == 0x7C00u ? TQ_MARK : h);
+}
+
+void moe_tq_decode(const uint8_t *row, const uint64_t *s, int D, int bits, float *x) {
+    const float sig = moe_tq_sigma(row, D, bits), *cb = moe_tq_codebook(bits);
+    for (int d = 0; d < D; d++) x[d] = sig * cb[moe_tq_code(row, D, bits, d)];
+    moe_tq_unrotate(x, s, D);
+}
+
+/* ---- the scalar reference kernels ---- */
+
+static void scores_tq_scalar(const float *qr, size_t qs, int G, const uint8_t *k, int nk, int D, int bits, float scale,
+                             float *sc, size_t scs) {
+    const float *cb = moe_tq_codebook(bits);
+    const size_t rb = moe_tq_row_bytes(D, bits);
+    for (int j = 0; j < nk; j++) {
+        const uint8_t *kj = k + (size_t)j * rb;
+        const float sig = moe_tq_sigma(kj, D, bits);
+        for (int h = 0; h < G; h++) {
+            const float *q = qr + (size_t)h * qs;
+            float acc[16] = {0};
+            for (int d = 0; d < D; d++) acc[d & 15] = fmaf(q[d], cb[moe_tq_code(kj, D, bits, d)], acc[d & 15]);
+            for (int l = 0; l < 8; l++) acc[l] += acc[l + 8];
+            for (int l = 0; l < 4; l++) acc[l] += acc[l + 4];
+            for (int l = 0; l < 2; l++) acc[l] += acc[l + 2];
+            sc[(size_t)h * scs + (size_t)j] = ((acc[0] + acc[1]) * sig) * scale;
+        }
+    }
+}
+
+static void accum_tq_scalar(const float *p, size_t ps, int G, const uint8_t *v, int nk, int Dv, int bits, float *out,
+                            size_t os) {
+    const float *cb = moe_tq_codebook(bits);
+    const size_t rb = moe_tq_row_bytes(Dv, bits);
+    for (int h = 0; h < G; h++) {
+        float *o = out + (size_t)h * os;
+        memset(o, 0, (size_t)Dv * sizeof *o);
+        for (int j = 0; j < nk; j++) {
+            const uint8_t *vj = v + (size_t)j * rb;
+            const float w = p[(size_t)h * ps + (size_t)j] * moe_tq_sigma(vj, Dv, bits);
+            for (int d = 0; d < Dv; d++) o[d] = fmaf(w, cb[moe_tq_code(vj, Dv, bits, d)], o[d]);
+        }
+    }
+}
+
+const moe_tq_kernels moe_tq_scalar = {scores_tq_scalar, accum_tq_scalar};
+
+const moe_tq_kernels *moe_tq_for(const struct moe_attn_kernels *a) {
+    return a == &moe_attn_avx512 ? &moe_tq_avx512 : a == &moe_attn_avx2 ? &moe_tq_avx2 : &moe_tq_scalar;
+}

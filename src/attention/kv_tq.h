@@ -1,0 +1,94 @@
+/* kv_tq.h — the TurboQuant-style KV cache (flags kv_tq, kv_tq_small;
+ * docs/KV_TQ.md): each key and value vector is rotated by a fast
+ * Walsh-Hadamard transform times a random sign diagonal, which makes its
+ * coordinates near-Gaussian whatever outlier channels the model has, and
+ * every coordinate is coded with the Lloyd-Max codebook of N(0,1) at 3, 4
+ * or 5 bits; one half scale per vector restores its norm. No calibration,
+ * no per-block scales. kv_tq: keys 5 bits, values 4; kv_tq_small: 4 and 3.
+ *
+ * Rotation of a vector x of D values (D a power of two, >= 32), for the
+ * (layer, KV head) of sign bits s (moe_tq_signs: computed, never stored):
+ *   t = FWHT(s (.) x), the unnormalised transform: butterflies h = 1, 2, 4,
+ *       ... D/2, within each h blocks i = 0, 2h, ... in order, pairs
+ *       (a, b) = (t[j], t[j+h]) -> (a + b, a - b)  (moe_tq_fwht)
+ *   R x = t * isd, isd = (float)(1 / sqrt(D)): an orthogonal map, so
+ *   q . k = (R q) . (R k) and x = s (.) FWHT(R x) * isd.
+ * Coding a vector (moe_tq_encode): non-finite -> marked (scale NaN, codes 0);
+ * zero -> scale +0, codes 0 (decodes to exact zeros); else n = ||x|| (double),
+ * u_d = t_d * (float)(1/n) (~N(0,1) per coordinate), code_d = the number of
+ * thresholds (midpoints of adjacent centroids) below u_d, and the scale
+ * sigma = half(n / ||cb[code]||): the norm correction (original norm over
+ * the reconstruction's), so the decoded vector sigma * cb[code] has x's
+ * length. A sigma above the half range is marked like a non-finite input.
+ * A marked key's scores are NaN, as an FP32 cache holding a NaN gives, and a
+ * marked value makes the head's output NaN: nothing is silently quantized.
+ *
+ * Row of one vector: the packed codes, then sigma (half, little endian).
+ * Codes in groups of 32 dims (g = d / 32, i = d % 32):
+ *   4 bits (4 and the low 4 of 5): byte 16g + i%16, low nibble if i < 16,
+ *     else high: one 16-byte load gives 32 codes, 16 per nibble.
+ *   2 bits (the low 2 of 3): byte 8g + i%8, bits 2*(i/8) .. +1.
+ *   1 bit (the top bit of 5 and 3): after the above, uint32 little endian
+ *     per group, bit i.
+ * Bytes per row: D * bits / 8 + 2 (head dim 128: K5 82 + V4 66 = 148).
+ *
+ * Kernels (per ISA, bit-identical to the scalar reference):
+ * scores_tq, per query head h (its rotated row qr_h) and key j:
+ *   acc in 16 lanes: lane l sums d = l, l+16, ... by fmaf(qr_h[d], cb[c_jd],
+ *   acc) from +0, then the tree of quant.h (l + 8, + 4, + 2, + 1);
+ *   sc[h][j] = (acc * sigma_j) * scale
+ * accum_tq, per head h, rotated output o_h:
+ *   o_h[d] = +0; for j = 0 .. nk-1 in order: w = p[h][j] * sigma_j,
+ *   o_h[d] = fmaf(w, cb[c_jd], o_h[d])
+ * then (the block) o_h = s (.) FWHT(o_h) * isd, once per head and step. */
+#ifndef MOE_KV_TQ_H
+#define MOE_KV_TQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MOE_TQ_MIN_D 32
+#define MOE_TQ_MAX_D 4096
+
+/* The Lloyd-Max codebook of N(0,1) at bits (3, 4, 5): 2^bits centroids,
+ * ascending; NULL for other widths. Its MSE per coordinate (for tests). */
+const float *moe_tq_codebook(int bits);
+double moe_tq_codebook_mse(int bits);
+/* Whether D is a head size the codec takes (a power of two in 32 .. 4096). */
+bool moe_tq_dim_ok(int D);
+/* Bytes of one coded vector: the codes and the half scale. */
+static inline size_t moe_tq_row_bytes(int D, int bits) { return (size_t)D * (size_t)bits / 8 + 2; }
+/* The sign bits of (layer, KV head): bit d of the words (D/64 rounded up)
+ * set = coordinate d negated. splitmix64 of a seed mixed from both. */
+void moe_tq_signs(int layer, int head, int D, uint64_t *s);
+/* In place: t = FWHT(t) in the fixed butterfly order above. */
+void moe_tq_fwht(float *t, int D);
+/* y = R x (s from moe_tq_signs); y may be x. */
+void moe_tq_rotate(const float *x, const uint64_t *s, int D, float *y);
+/* x = R^T y, in place. */
+void moe_tq_unrotate(float *y, const uint64_t *s, int D);
+/* Codes x (D values, finite or not) into row (moe_tq_row_bytes(D, bits));
+ * tmp: scratch of D floats. */
+void moe_tq_encode(const float *x, const uint64_t *s, int D, int bits, float *tmp, uint8_t *row);
+/* The code of dim d, and the row's scale (as float; NaN when marked). */
+int moe_tq_code(const uint8_t *row, int D, int bits, int d);
+float moe_tq_sigma(const uint8_t *row, int D, int bits);
+/* x = R^T (sigma * cb[code]): the decoded vector (tests; attention never
+ * decodes keys). */
+void moe_tq_decode(const uint8_t *row, const uint64_t *s, int D, int bits, float *x);
+
+typedef struct moe_tq_kernels {
+    /* keys: nk rows of row_bytes (moe_tq_row_bytes(D, bits)) from k */
+    void (*scores_tq)(const float *qr, size_t q_stride, int G, const uint8_t *k, int nk, int D, int bits, float scale,
+                      float *sc, size_t sc_stride);
+    void (*accum_tq)(const float *p, size_t p_stride, int G, const uint8_t *v, int nk, int Dv, int bits, float *out,
+                     size_t out_stride);
+} moe_tq_kernels;
+
+extern const moe_tq_kernels moe_tq_scalar, moe_tq_avx2, moe_tq_avx512;
+/* The table of the ISA level whose attention table is a (attn.h). */
+struct moe_attn_kernels;
+const moe_tq_kernels *moe_tq_for(const struct moe_attn_kernels *a);
+
+#endif
