@@ -342,11 +342,11 @@ static void test_isa(void) {
  * levels (3 bits) and 0.44 with 3 (ternary); these codes are vector codes at
  * 3.06 / 3.44 / 1.56 / 1.75 bits per value, which pay for their scales and
  * their restricted grids. Measured with this quantizer (seed 24): IQ3_XXS
- * 0.185, IQ3_S 0.137, IQ1_S 0.451, IQ1_M 0.413; the bounds leave 10-15 %
- * over those, well under what a broken search gives (a wrong sub-block scale
- * or sign in one group of 8 raises the error by more). */
+ * 0.185, IQ3_S 0.137, IQ1_S 0.451, IQ1_M 0.413; the bounds leave ~5 % over
+ * those (the figures depend only on the seed and the code): IQ3_XXS with
+ * its sub-block scales rounded one step high measured 0.197 and fails. */
 static void test_quantize(void) {
-    static const double BOUND[4] = {0.21, 0.16, 0.50, 0.46};
+    static const double BOUND[4] = {0.195, 0.145, 0.475, 0.435};
     const int64_t n = 256 * 32;
     float *x = malloc(sizeof(float) * (size_t)n), *w = malloc(sizeof(float) * (size_t)n);
     for (int t = 0; t < 4; t++) {
@@ -363,8 +363,8 @@ static void test_quantize(void) {
             s += x[i] * k * x[i] * k;
         }
         const double rel = sqrt(e / s);
-        printf("%s: quantize -> dequantize relative RMS error %.4f (bound %.2f)\n", moe_type_get(ty)->name, rel, BOUND[t]);
-        CHECK_MSG(rel < BOUND[t], "%s: relative RMS error %.4f over %.2f", moe_type_get(ty)->name, rel, BOUND[t]);
+        printf("%s: quantize -> dequantize relative RMS error %.4f (bound %.3f)\n", moe_type_get(ty)->name, rel, BOUND[t]);
+        CHECK_MSG(rel < BOUND[t], "%s: relative RMS error %.4f over %.3f", moe_type_get(ty)->name, rel, BOUND[t]);
         /* zeros give zeros; non-finite inputs give a block (no trap) */
         for (int64_t i = 0; i < 256; i++) x[i] = 0;
         moe_quantize_row(ty, x, q, 256);
