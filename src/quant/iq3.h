@@ -18,6 +18,17 @@ extern const uint64_t moe_iq1s_grid[2048];
 /* IQ1_S / IQ1_M: ggml's IQ1S_DELTA / IQ1M_DELTA (both 0.125f). */
 #define MOE_IQ1_DELTA 0.125f
 
+/* +-MOE_IQ1_DELTA with the sign taken from bit 0 of neg, formed without a
+ * branch (the sign bits are random: a branch per group of 8 values made the
+ * SIMD IQ1_M kernels mispredict-bound). The same float as the reference's
+ * neg ? -0.125f : 0.125f. */
+static inline float moe_iq1_delta(unsigned neg) {
+    const uint32_t bits = 0x3E000000u | (neg & 1u) << 31;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
 /* Whether the type is one of the four (the dispatch in quant_ref.c). */
 static inline bool moe_iq3_type(uint32_t type) {
     return type == MOE_T_IQ3_XXS || type == MOE_T_IQ3_S || type == MOE_T_IQ1_S || type == MOE_T_IQ1_M;

@@ -64,7 +64,7 @@ ALWAYS_INLINE void iq1_values(const int *idx, const float *dl, const float *delt
 ALWAYS_INLINE void dq_iq1_s(const uint8_t *b, int ib, __m512 *v) {
     const uint16_t qh = moe_rd16(b + 34 + 2 * ib);
     const float dl = moe_f16_f32_tab[moe_rd16(b)] * (float)(2 * ((qh >> 12) & 7) + 1);
-    const float delta = qh & 0x8000 ? -MOE_IQ1_DELTA : MOE_IQ1_DELTA;
+    const float delta = moe_iq1_delta(qh >> 15);
     const uint8_t *qs = b + 2 + 4 * ib;
     const int idx[4] = {qs[0] | (qh & 7) << 8, qs[1] | ((qh >> 3) & 7) << 8, qs[2] | ((qh >> 6) & 7) << 8,
                         qs[3] | ((qh >> 9) & 7) << 8};
@@ -81,7 +81,7 @@ ALWAYS_INLINE void dq_iq1_m(const uint8_t *b, int ib, __m512 *v) {
     float ds[4];
     UNROLL for (int l = 0; l < 4; l++) {
         idx[l] = qs[l] | (u[l] & 7) << 8;
-        ds[l] = u[l] & 8 ? -MOE_IQ1_DELTA : MOE_IQ1_DELTA;
+        ds[l] = moe_iq1_delta((unsigned)u[l] >> 3);
     }
     const float dls[4] = {dl1, dl1, dl2, dl2};
     iq1_values(idx, dls, ds, v);
