@@ -139,11 +139,11 @@ static void test_type_table(void) {
         {8, "Q8_0", 32, 34, true}, {9, "Q8_1", 32, 36, false}, {10, "Q2_K", 256, 84, true},
         {11, "Q3_K", 256, 110, true}, {12, "Q4_K", 256, 144, true}, {13, "Q5_K", 256, 176, true},
         {14, "Q6_K", 256, 210, true}, {15, "Q8_K", 256, 292, false}, {16, "IQ2_XXS", 256, 66, false},
-        {17, "IQ2_XS", 256, 74, false}, {18, "IQ3_XXS", 256, 98, false}, {19, "IQ1_S", 256, 50, false},
-        {20, "IQ4_NL", 32, 18, true}, {21, "IQ3_S", 256, 110, false}, {22, "IQ2_S", 256, 82, false},
+        {17, "IQ2_XS", 256, 74, false}, {18, "IQ3_XXS", 256, 98, true}, {19, "IQ1_S", 256, 50, true},
+        {20, "IQ4_NL", 32, 18, true}, {21, "IQ3_S", 256, 110, true}, {22, "IQ2_S", 256, 82, false},
         {23, "IQ4_XS", 256, 136, true}, {24, "I8", 1, 1, false}, {25, "I16", 1, 2, false},
         {26, "I32", 1, 4, false}, {27, "I64", 1, 8, false}, {28, "F64", 1, 8, false},
-        {29, "IQ1_M", 256, 56, false}, {30, "BF16", 1, 2, true}, {34, "TQ1_0", 256, 54, false},
+        {29, "IQ1_M", 256, 56, true}, {30, "BF16", 1, 2, true}, {34, "TQ1_0", 256, 54, false},
         {35, "TQ2_0", 256, 66, false}, {39, "MXFP4", 32, 17, true}, {40, "NVFP4", 64, 36, true},
     };
     int known = 0;

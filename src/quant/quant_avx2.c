@@ -8,6 +8,7 @@
  * (int -> float is exact, so it is the same single product). */
 #include "quant/quant_internal.h"
 #include "quant/kquant.h"
+#include "quant/iq3.h"
 
 #include <immintrin.h>
 
@@ -665,5 +666,7 @@ const moe_kernels moe_kernels_avx2_tab = {
     ENTRY(MOE_T_Q3_K, q3_k), ENTRY_X4(MOE_T_Q3_K, q3_k), ENTRY_WIDE_X4(MOE_T_Q3_K, q3_k),
     ENTRY(MOE_T_Q2_K, q2_k), ENTRY_X4(MOE_T_Q2_K, q2_k), ENTRY_WIDE_X4(MOE_T_Q2_K, q2_k),
     ENTRY(MOE_T_IQ4_XS, iq4_xs), ENTRY_X4(MOE_T_IQ4_XS, iq4_xs), ENTRY_WIDE_X4(MOE_T_IQ4_XS, iq4_xs),
+    MOE_IQ3_ENTRY(MOE_T_IQ3_XXS, iq3_xxs, avx2), MOE_IQ3_ENTRY(MOE_T_IQ3_S, iq3_s, avx2),  /* iq3_avx2.c */
+    MOE_IQ3_ENTRY(MOE_T_IQ1_S, iq1_s, avx2), MOE_IQ3_ENTRY(MOE_T_IQ1_M, iq1_m, avx2),
     .quantize_act8 = moe_quantize_act8_avx2,
 };

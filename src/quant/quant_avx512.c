@@ -18,6 +18,7 @@
 
 #include "quant/hsum_avx512.h"
 #include "quant/kquant.h"
+#include "quant/iq3.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
@@ -696,5 +697,7 @@ const moe_kernels moe_kernels_avx512_tab = {
     ENTRY(MOE_T_Q3_K, q3_k), ENTRY_X4(MOE_T_Q3_K, q3_k), ENTRY_WIDE_X4(MOE_T_Q3_K, q3_k),
     ENTRY(MOE_T_Q2_K, q2_k), ENTRY_X4(MOE_T_Q2_K, q2_k), ENTRY_WIDE_X4(MOE_T_Q2_K, q2_k),
     ENTRY(MOE_T_IQ4_XS, iq4_xs), ENTRY_X4(MOE_T_IQ4_XS, iq4_xs), ENTRY_WIDE_X4(MOE_T_IQ4_XS, iq4_xs),
+    MOE_IQ3_ENTRY(MOE_T_IQ3_XXS, iq3_xxs, avx512), MOE_IQ3_ENTRY(MOE_T_IQ3_S, iq3_s, avx512),  /* iq3_avx512.c */
+    MOE_IQ3_ENTRY(MOE_T_IQ1_S, iq1_s, avx512), MOE_IQ3_ENTRY(MOE_T_IQ1_M, iq1_m, avx512),
     .quantize_act8 = moe_quantize_act8_avx512,
 };

@@ -10,6 +10,7 @@
  * is exact, so "(float)q * d" is one product). */
 #include "quant/quant_internal.h"
 #include "quant/kquant.h"
+#include "quant/iq3.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -104,6 +105,7 @@ const float moe_nvfp4_wtab[256][16] __attribute__((aligned(64))) = {NV_R64(0), N
 
 /* Dequantize one block of a block format (not F32/F16/BF16). */
 static void dq_block(uint32_t type, const uint8_t *b, float *w) {
+    if (moe_iq3_type(type)) { moe_iq3_dq_block(type, b, w); return; }  /* IQ3_XXS, IQ3_S, IQ1_S, IQ1_M: iq3_ref.c */
     switch (type) {
     case MOE_T_Q8_0: {
         const float d = moe_f16_to_f32(moe_rd16(b));
@@ -635,6 +637,7 @@ void moe_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
     for (int64_t b = 0; b < n / ti->block; b++) {
         const float *x = src + b * ti->block;
         uint8_t *y = d + (size_t)b * ti->block_bytes;
+        if (moe_iq3_type(type)) { moe_iq3_quantize_block(type, x, y); continue; }  /* iq3_ref.c */
         switch (type) {
         case MOE_T_Q8_0: q_q8_0(x, y); break;
         case MOE_T_Q4_0: q_q4_0(x, y); break;
@@ -745,6 +748,11 @@ REF_KERNELS(q5_k, MOE_T_Q5_K) REF_KERNELS_X4(q5_k, MOE_T_Q5_K)
 REF_KERNELS(q3_k, MOE_T_Q3_K) REF_KERNELS_X4(q3_k, MOE_T_Q3_K)
 REF_KERNELS(q2_k, MOE_T_Q2_K) REF_KERNELS_X4(q2_k, MOE_T_Q2_K)
 REF_KERNELS(iq4_xs, MOE_T_IQ4_XS) REF_KERNELS_X4(iq4_xs, MOE_T_IQ4_XS)
+/* IQ3_XXS, IQ3_S, IQ1_S, IQ1_M (specification: iq3_ref.c) */
+REF_KERNELS(iq3_xxs, MOE_T_IQ3_XXS) REF_KERNELS_X4(iq3_xxs, MOE_T_IQ3_XXS)
+REF_KERNELS(iq3_s, MOE_T_IQ3_S) REF_KERNELS_X4(iq3_s, MOE_T_IQ3_S)
+REF_KERNELS(iq1_s, MOE_T_IQ1_S) REF_KERNELS_X4(iq1_s, MOE_T_IQ1_S)
+REF_KERNELS(iq1_m, MOE_T_IQ1_M) REF_KERNELS_X4(iq1_m, MOE_T_IQ1_M)
 
 bool moe_x4_fits(uint32_t type, int64_t n) {
     return moe_type_has_x4(type) && n > 0 && (!is_plain(type) || n % MOE_X4_PLAIN_RUN == 0);
@@ -798,5 +806,7 @@ const moe_kernels moe_kernels_scalar_tab = {
     A8_ENTRY(MOE_T_IQ4_XS, iq4_xs, ref),
     ENTRY(MOE_T_Q5_K, q5_k), ENTRY_X4(MOE_T_Q5_K, q5_k), ENTRY(MOE_T_Q3_K, q3_k), ENTRY_X4(MOE_T_Q3_K, q3_k),
     ENTRY(MOE_T_Q2_K, q2_k), ENTRY_X4(MOE_T_Q2_K, q2_k), ENTRY(MOE_T_IQ4_XS, iq4_xs), ENTRY_X4(MOE_T_IQ4_XS, iq4_xs),
+    ENTRY(MOE_T_IQ3_XXS, iq3_xxs), ENTRY_X4(MOE_T_IQ3_XXS, iq3_xxs), ENTRY(MOE_T_IQ3_S, iq3_s), ENTRY_X4(MOE_T_IQ3_S, iq3_s),
+    ENTRY(MOE_T_IQ1_S, iq1_s), ENTRY_X4(MOE_T_IQ1_S, iq1_s), ENTRY(MOE_T_IQ1_M, iq1_m), ENTRY_X4(MOE_T_IQ1_M, iq1_m),
     .quantize_act8 = moe_quantize_act8,
 };

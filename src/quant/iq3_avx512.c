@@ -1,0 +1,118 @@
+/* iq3_avx512.c — IQ3_XXS, IQ3_S, IQ1_S, IQ1_M at AVX-512, bit-identical
+ * to iq3_ref.c (the layouts and float operations are written out there).
+ *
+ * A sub-block of 32 values is dequantized into 2 zmm (values 0-15, 16-31):
+ * the 16 lanes of quant.h's contract are one accumulator, so the two go
+ * into it in order. Grid points as at AVX2 (iq3_avx2.c: gathers, the
+ * IQ3_XXS parity by pdep and shift-xors); signs are a masked xor of the
+ * sign bit, the mask the sign bits themselves. */
+#include "quant/iq3.h"
+
+#include <immintrin.h>
+#include "quant/hsum_avx512.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+#define PF_DIST 8192 /* bytes ahead of each row (quant_avx512.c: the measurement) */
+
+ALWAYS_INLINE __m128i ld64(const uint8_t *p) { return _mm_loadl_epi64((const __m128i *)p); }
+ALWAYS_INLINE uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+
+/* 32 unsigned bytes (a gathered sub-block) times db, value k negated when
+ * bit k of sg is set. */
+ALWAYS_INLINE void iq3_values(__m256i g, __m512 db, uint32_t sg, __m512 *v) {
+    const __m512i sb = _mm512_set1_epi32((int)0x80000000u);
+    const __m128i part[2] = {_mm256_castsi256_si128(g), _mm256_extracti128_si256(g, 1)};
+    UNROLL for (int h = 0; h < 2; h++) {
+        const __m512i m = _mm512_castps_si512(_mm512_mul_ps(db, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(part[h]))));
+        v[h] = _mm512_castsi512_ps(_mm512_mask_xor_epi32(m, (__mmask16)(sg >> (16 * h)), m, sb));
+    }
+}
+
+ALWAYS_INLINE void dq_iq3_xxs(const uint8_t *b, int ib, __m512 *v) {
+    const uint32_t aux = rd32(b + 66 + 4 * ib);
+    const __m512 db = _mm512_set1_ps(moe_iq3xxs_db(moe_f16_f32_tab[moe_rd16(b)], aux));
+    const __m256i idx = _mm256_cvtepu8_epi32(ld64(b + 2 + 8 * ib));
+    const __m256i g = _mm256_i32gather_epi32((const int *)moe_iq3xxs_grid, idx, 4);
+    const uint32_t p = _pdep_u32(aux, 0x7f7f7f7fu);
+    uint32_t q = p ^ (p >> 4);
+    q ^= q >> 2;
+    q ^= q >> 1;
+    iq3_values(g, db, p | (q & 0x01010101u) << 7, v);
+}
+
+ALWAYS_INLINE void dq_iq3_s(const uint8_t *b, int ib, __m512 *v) {
+    const __m512 db = _mm512_set1_ps(moe_iq3s_db(moe_f16_f32_tab[moe_rd16(b)], b, ib));
+    const __m256i hb = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b[66 + ib]), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+                                        _mm256_set1_epi32(1));
+    const __m256i idx = _mm256_or_si256(_mm256_cvtepu8_epi32(ld64(b + 2 + 8 * ib)), _mm256_slli_epi32(hb, 8));
+    const __m256i g = _mm256_i32gather_epi32((const int *)moe_iq3s_grid, idx, 4);
+    iq3_values(g, db, rd32(b + 74 + 4 * ib), v);
+}
+
+/* IQ1: 4 grid points (8 int8 each), group l scaled by dl[l] with delta[l]
+ * (groups 2h, 2h+1 in the two halves of v[h]). */
+ALWAYS_INLINE void iq1_values(const int *idx, const float *dl, const float *delta, __m512 *v) {
+    UNROLL for (int h = 0; h < 2; h++) {
+        const __m128i p = _mm_set_epi64x((long long)moe_iq1s_grid[idx[2 * h + 1]], (long long)moe_iq1s_grid[idx[2 * h]]);
+        const __m512 dv = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(delta[2 * h]), _mm512_set1_ps(delta[2 * h + 1]));
+        const __m512 lv = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(dl[2 * h]), _mm512_set1_ps(dl[2 * h + 1]));
+        v[h] = _mm512_mul_ps(lv, _mm512_add_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(p)), dv));
+    }
+}
+
+ALWAYS_INLINE void dq_iq1_s(const uint8_t *b, int ib, __m512 *v) {
+    const uint16_t qh = moe_rd16(b + 34 + 2 * ib);
+    const float dl = moe_f16_f32_tab[moe_rd16(b)] * (float)(2 * ((qh >> 12) & 7) + 1);
+    const float delta = moe_iq1_delta(qh >> 15);
+    const uint8_t *qs = b + 2 + 4 * ib;
+    const int idx[4] = {qs[0] | (qh & 7) << 8, qs[1] | ((qh >> 3) & 7) << 8, qs[2] | ((qh >> 6) & 7) << 8,
+                        qs[3] | ((qh >> 9) & 7) << 8};
+    const float dls[4] = {dl, dl, dl, dl}, ds[4] = {delta, delta, delta, delta};
+    iq1_values(idx, dls, ds, v);
+}
+
+ALWAYS_INLINE void dq_iq1_m(const uint8_t *b, int ib, __m512 *v) {
+    const float d = moe_f16_f32_tab[moe_iq1m_d16(b)];
+    const float dl1 = d * (float)(2 * moe_iq1m_s(b, ib, 0) + 1), dl2 = d * (float)(2 * moe_iq1m_s(b, ib, 1) + 1);
+    const uint8_t *qs = b + 4 * ib, h0 = b[32 + 2 * ib], h1 = b[33 + 2 * ib];
+    const int u[4] = {h0 & 15, h0 >> 4, h1 & 15, h1 >> 4};
+    int idx[4];
+    float ds[4];
+    UNROLL for (int l = 0; l < 4; l++) {
+        idx[l] = qs[l] | (u[l] & 7) << 8;
+        ds[l] = moe_iq1_delta((unsigned)u[l] >> 3);
+    }
+    const float dls[4] = {dl1, dl1, dl2, dl2};
+    iq1_values(idx, dls, ds, v);
+}
+
+/* The R x T tile (iq3.h's drivers). */
+#define DEF_TILE(NAME, QB)                                                                          \
+    ALWAYS_INLINE void tile_##NAME(const uint8_t *w, size_t rb, const float *x, size_t xs, float *y, \
+                                   size_t ys, int64_t n, const int R, const int T, const int S) {  \
+        __m512 acc[4][2];                                                                          \
+        UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
+            acc[rr][tt] = _mm512_setzero_ps();                                                     \
+        for (int64_t bi = 0; bi < n / 256; bi++) {                                                 \
+            UNROLL for (int rr = 0; rr < R; rr++)                                                  \
+                _mm_prefetch((const char *)w + rr * rb + bi * (QB) * S + PF_DIST, _MM_HINT_T0);    \
+            for (int ib = 0; ib < 8; ib++) {                                                       \
+                UNROLL for (int rr = 0; rr < R; rr++) {                                            \
+                    __m512 v[2];                                                                   \
+                    dq_##NAME(w + rr * rb + bi * (QB) * S, ib, v);                                 \
+                    UNROLL for (int q = 0; q < 2; q++) UNROLL for (int tt = 0; tt < T; tt++)       \
+                        acc[rr][tt] = _mm512_fmadd_ps(v[q], _mm512_loadu_ps(x + tt * xs + bi * 256 + 32 * ib + 16 * q), \
+                                                      acc[rr][tt]);                                \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
+            y[tt * ys + rr] = hsum16(acc[rr][tt]);                                                 \
+    }                                                                                              \
+    MOE_IQ3_DRIVERS(NAME, avx512, QB)
+
+DEF_TILE(iq3_xxs, QB_IQ3_XXS)
+DEF_TILE(iq3_s, QB_IQ3_S)
+DEF_TILE(iq1_s, QB_IQ1_S)
+DEF_TILE(iq1_m, QB_IQ1_M)
