@@ -8,6 +8,7 @@
  * (int -> float is exact, so it is the same single product). */
 #include "quant/quant_internal.h"
 #include "quant/kquant.h"
+#include "quant/iq2.h"
 
 #include <immintrin.h>
 
@@ -664,4 +665,5 @@ const moe_kernels moe_kernels_avx2_tab = {
     ENTRY(MOE_T_Q2_K, q2_k), ENTRY_X4(MOE_T_Q2_K, q2_k), ENTRY_WIDE_X4(MOE_T_Q2_K, q2_k),
     ENTRY(MOE_T_IQ4_XS, iq4_xs), ENTRY_X4(MOE_T_IQ4_XS, iq4_xs), ENTRY_WIDE_X4(MOE_T_IQ4_XS, iq4_xs),
     .quantize_act8 = moe_quantize_act8_avx2,
+    IQ2_ENTRIES(avx2),  /* IQ2_XXS, IQ2_XS, IQ2_S: iq2_avx2.c */
 };

@@ -18,6 +18,7 @@
 
 #include "quant/hsum_avx512.h"
 #include "quant/kquant.h"
+#include "quant/iq2.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
@@ -695,4 +696,5 @@ const moe_kernels moe_kernels_avx512_tab = {
     ENTRY(MOE_T_Q2_K, q2_k), ENTRY_X4(MOE_T_Q2_K, q2_k), ENTRY_WIDE_X4(MOE_T_Q2_K, q2_k),
     ENTRY(MOE_T_IQ4_XS, iq4_xs), ENTRY_X4(MOE_T_IQ4_XS, iq4_xs), ENTRY_WIDE_X4(MOE_T_IQ4_XS, iq4_xs),
     .quantize_act8 = moe_quantize_act8_avx512,
+    IQ2_ENTRIES(avx512),  /* IQ2_XXS, IQ2_XS, IQ2_S: iq2_avx512.c */
 };

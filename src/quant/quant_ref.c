@@ -10,6 +10,7 @@
  * is exact, so "(float)q * d" is one product). */
 #include "quant/quant_internal.h"
 #include "quant/kquant.h"
+#include "quant/iq2.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -203,6 +204,9 @@ static void dq_block(uint32_t type, const uint8_t *b, float *w) {
         }
         break;
     }
+    case MOE_T_IQ2_XXS: case MOE_T_IQ2_XS: case MOE_T_IQ2_S:
+        moe_iq2_dq_block(type, b, w);  /* iq2_ref.c */
+        break;
     default:
         moe_kq_dq_block(type, b, w);  /* Q2_K, Q3_K, Q5_K, IQ4_XS: kquant_ref.c */
         break;
@@ -646,6 +650,8 @@ void moe_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
         case MOE_T_Q6_K: q_q6_k(x, y); break;
         case MOE_T_MXFP4: q_mxfp4(x, y); break;
         case MOE_T_NVFP4: q_nvfp4(x, y); break;
+        case MOE_T_IQ2_XXS: case MOE_T_IQ2_XS: case MOE_T_IQ2_S:
+            moe_iq2_quantize_block(type, x, y); break;  /* iq2_quant.c */
         default: moe_kq_quantize_block(type, x, y); break;  /* kquant_ref.c */
         }
     }
@@ -797,4 +803,5 @@ const moe_kernels moe_kernels_scalar_tab = {
     ENTRY(MOE_T_Q5_K, q5_k), ENTRY_X4(MOE_T_Q5_K, q5_k), ENTRY(MOE_T_Q3_K, q3_k), ENTRY_X4(MOE_T_Q3_K, q3_k),
     ENTRY(MOE_T_Q2_K, q2_k), ENTRY_X4(MOE_T_Q2_K, q2_k), ENTRY(MOE_T_IQ4_XS, iq4_xs), ENTRY_X4(MOE_T_IQ4_XS, iq4_xs),
     .quantize_act8 = moe_quantize_act8,
+    IQ2_ENTRIES(ref),  /* IQ2_XXS, IQ2_XS, IQ2_S: iq2_ref.c */
 };
