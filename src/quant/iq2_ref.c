@@ -31,10 +31,11 @@
  * inside the normal range (|d| >= 2^-24); * 0.25 is exact (>= 2^-27); G_j
  * has at most 6 bits, so the product has at most 22. ggml forms
  * (db * G_j) * (±1.f): the same exact value, the same zero sign
- * (db = ±0 included), ±Inf alike, and for NaN d both return d's quiet NaN
- * (IEEE: a NaN operand propagates, the sign of a multiplier does not touch
- * it). The SIMD kernels form w the same way: convert the signed byte, one
- * multiply by db. */
+ * (db = ±0 included), ±Inf alike. A NaN d gives NaN values in both; their
+ * sign is not ggml's to define (a compiler may turn its * -1.f into a sign
+ * flip: GCC -O2 does), here it is d's (a NaN operand propagates). The SIMD
+ * kernels form w the same way: convert the signed byte, one multiply by
+ * db, so every level gives these bits, NaN included. */
 #include "quant/iq2.h"
 #include "base/util.h"
 
