@@ -52,6 +52,49 @@ static inline void moe_iq2_group(uint32_t type, const uint8_t *b, int g, uint64_
     }
 }
 
+/* The 4 sign bytes of 4 sign codes (7 bits each, byte l of c): each byte's
+ * parity into its bit 7, as moe_iq_signs does for one (the folds stay
+ * inside each byte: bit 0 of byte l ends as the parity of byte l). */
+static inline uint32_t moe_iq_signs4(uint32_t c) {
+    uint32_t p = c ^ (c >> 4);
+    p ^= p >> 2;
+    p ^= p >> 1;
+    return c | (p & 0x01010101u) << 7;
+}
+
+/* Sub-block ib (values 32ib..32ib+31) of block b at once, for the SIMD
+ * kernels: the 4 codebook entries, the 32 sign bits (bit k: value 32ib+k
+ * negative) and the scale codes of its two halves of 16. Same fields as
+ * moe_iq2_group. */
+static inline void moe_iq2_sub(uint32_t type, const uint8_t *b, int ib, uint64_t g[4], uint32_t *signs,
+                               unsigned sc[2]) {
+    if (type == MOE_T_IQ2_XXS) {
+        const uint8_t *q = b + 2 + 8 * ib;
+        uint32_t a1;
+        memcpy(&a1, q + 4, 4);
+        for (int l = 0; l < 4; l++) g[l] = moe_iq2xxs_grid[q[l]];
+        const uint32_t c = (a1 & 127) | ((a1 >> 7) & 127) << 8 | ((a1 >> 14) & 127) << 16 | ((a1 >> 21) & 127) << 24;
+        *signs = moe_iq_signs4(c);
+        sc[0] = sc[1] = a1 >> 28;
+    } else if (type == MOE_T_IQ2_XS) {
+        uint64_t v;
+        memcpy(&v, b + 2 + 8 * ib, 8);
+        for (int l = 0; l < 4; l++) g[l] = moe_iq2xs_grid[(v >> (16 * l)) & 511];
+        const uint32_t c = (uint32_t)((v >> 9) & 127) | (uint32_t)((v >> 25) & 127) << 8 |
+                           (uint32_t)((v >> 41) & 127) << 16 | (uint32_t)((v >> 57) & 127) << 24;
+        *signs = moe_iq_signs4(c);
+        sc[0] = b[66 + ib] & 15;
+        sc[1] = b[66 + ib] >> 4;
+    } else {
+        const uint8_t *lo = b + 2 + 4 * ib;
+        const unsigned qh = b[66 + ib];
+        for (int l = 0; l < 4; l++) g[l] = moe_iq2s_grid[lo[l] | ((qh >> (2 * l)) & 3) << 8];
+        memcpy(signs, b + 34 + 4 * ib, 4);
+        sc[0] = b[74 + ib] & 15;
+        sc[1] = b[74 + ib] >> 4;
+    }
+}
+
 /* The scale of a group: ggml's d * (0.5f + s) * 0.25f, left to right. */
 static inline float moe_iq2_db(float d, unsigned s) { return d * (0.5f + (float)s) * 0.25f; }
 

@@ -2,12 +2,11 @@
  * bit-identical to iq2_ref.c (the specification).
  *
  * The 16 lanes of the contract are two ymm accumulators (lanes 0..7 and
- * 8..15, as quant_avx2.c). A 16-value chunk is groups 2c and 2c+1 of a
- * block, which share one scale db in every format: their two codebook
- * entries as 16 bytes, the signs applied as integers (x ^ m) - m with m the
- * byte mask of the sign bits, then per 8 bytes a conversion to float (exact)
- * and one multiply by db: the reference's w = db * (float)(±G), formed the
- * same way. */
+ * 8..15, as quant_avx2.c). A sub-block of 32 values is 4 groups: their
+ * codebook entries as 32 bytes, the signs applied as integers (x ^ m) - m
+ * with m the byte mask of the 32 sign bits (moe_iq2_sub), then per 8 bytes
+ * a conversion to float (exact) and one multiply by the half's db: the
+ * reference's w = db * (float)(±G), formed the same way. */
 #include "quant/iq2.h"
 
 #include <immintrin.h>
@@ -22,23 +21,31 @@ ALWAYS_INLINE float hsum16(__m256 lo, __m256 hi) {
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
-/* Chunk c (values 16c..16c+15) of block b with scale base d: v[0] lanes
- * 0..7, v[1] lanes 8..15. */
-ALWAYS_INLINE void chunk16(const uint32_t type, const uint8_t *b, int c, float d, __m256 *v) {
-    uint64_t g0, g1;
-    uint8_t s0, s1;
-    unsigned sc, sc1;
-    moe_iq2_group(type, b, 2 * c, &g0, &s0, &sc);
-    moe_iq2_group(type, b, 2 * c + 1, &g1, &s1, &sc1);
-    const __m256 db = _mm256_set1_ps(moe_iq2_db(d, sc));
-    const __m128i q = _mm_set_epi64x((long long)g1, (long long)g0);
-    const __m128i sb = _mm_shuffle_epi8(_mm_cvtsi32_si128(s0 | s1 << 8),
-                                        _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-    const __m128i bits = _mm_set1_epi64x((long long)0x8040201008040201ull);
-    const __m128i m = _mm_cmpeq_epi8(_mm_and_si128(sb, bits), bits);
-    const __m128i s = _mm_sub_epi8(_mm_xor_si128(q, m), m);
-    v[0] = _mm256_mul_ps(db, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s)));
-    v[1] = _mm256_mul_ps(db, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(s, s))));
+/* Sub-block ib (values 32ib..32ib+31) of block b with scale base d:
+ * v[2h] lanes 0..7 and v[2h+1] lanes 8..15 of half h. The 4 entries as
+ * two 128-bit halves built from registers (one 256-bit load of the array
+ * moe_iq2_sub just stored fails to forward: bench_quant AVX-512 XXS 1.0 ->
+ * 0.6 GB/s per CPU-second that way). */
+ALWAYS_INLINE void sub32(const uint32_t type, const uint8_t *b, int ib, float d, __m256 *v) {
+    uint64_t g[4];
+    uint32_t signs;
+    unsigned sc[2];
+    moe_iq2_sub(type, b, ib, g, &signs, sc);
+    const __m128i lo = _mm_insert_epi64(_mm_cvtsi64_si128((long long)g[0]), (long long)g[1], 1);
+    const __m128i hi = _mm_insert_epi64(_mm_cvtsi64_si128((long long)g[2]), (long long)g[3], 1);
+    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+    const __m256i sb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)signs),
+                                           _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i m = _mm256_cmpeq_epi8(_mm256_and_si256(sb, bits), bits);
+    const __m256i sq = _mm256_sub_epi8(_mm256_xor_si256(q, m), m);
+    const __m128i s0 = _mm256_castsi256_si128(sq), s1 = _mm256_extracti128_si256(sq, 1);
+    const __m256 d0 = _mm256_set1_ps(moe_iq2_db(d, sc[0])), d1 = _mm256_set1_ps(moe_iq2_db(d, sc[1]));
+    v[0] = _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s0)));
+    v[1] = _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(s0, s0))));
+    v[2] = _mm256_mul_ps(d1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s1)));
+    v[3] = _mm256_mul_ps(d1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(s1, s1))));
 }
 
 /* The R x T tile: block i of row rr at w + rr * rs + i * S * QB; tokens tt
@@ -53,13 +60,13 @@ ALWAYS_INLINE void tile(const uint32_t type, const size_t QB, const uint8_t *w, 
             const uint8_t *b = w + rr * rs + (size_t)i * S * QB;
             _mm_prefetch((const char *)b + 8192, _MM_HINT_T0);
             const float d = moe_f16_f32_tab[moe_rd16(b)];
-            for (int c = 0; c < 16; c++) {
-                __m256 v[2];
-                chunk16(type, b, c, d, v);
+            for (int ib = 0; ib < 8; ib++) {
+                __m256 v[4];
+                sub32(type, b, ib, d, v);
                 UNROLL for (int tt = 0; tt < T; tt++) {
-                    const float *xp = x + tt * xs + i * 256 + 16 * c;
-                    acc[rr][tt][0] = _mm256_fmadd_ps(v[0], _mm256_loadu_ps(xp), acc[rr][tt][0]);
-                    acc[rr][tt][1] = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(xp + 8), acc[rr][tt][1]);
+                    const float *xp = x + tt * xs + i * 256 + 32 * ib;
+                    UNROLL for (int q = 0; q < 4; q++)
+                        acc[rr][tt][q & 1] = _mm256_fmadd_ps(v[q], _mm256_loadu_ps(xp + 8 * q), acc[rr][tt][q & 1]);
                 }
             }
         }
