@@ -100,6 +100,7 @@ static void fill(uint32_t type, uint8_t *buf, size_t bytes, moe_rng *rng) {
         case MOE_T_IQ4_XS: memcpy(b, &h, 2); break;
         case MOE_T_IQ3_XXS: case MOE_T_IQ3_S: case MOE_T_IQ1_S: memcpy(b, &h, 2); break;
         case MOE_T_IQ1_M: for (int j = 0; j < 4; j++) b[49 + 2 * j] = (uint8_t)((b[49 + 2 * j] & 15) | ((h >> (4 * j)) & 15) << 4); break;
+        case MOE_T_IQ2_XXS: case MOE_T_IQ2_XS: case MOE_T_IQ2_S: memcpy(b, &h, 2); break;
         case MOE_T_MXFP4: b[0] = 120; break;
         case MOE_T_NVFP4: for (int s = 0; s < 4; s++) b[s] = (uint8_t)(0x30 + (b[s] & 15)); break;
         default: break;
@@ -278,7 +279,8 @@ int main(int argc, char **argv) {
                                      MOE_T_Q4_K, MOE_T_NVFP4, MOE_T_MXFP4,
                                      MOE_T_Q6_K, MOE_T_BF16, MOE_T_F16, MOE_T_F32,
                                      MOE_T_Q5_K, MOE_T_Q3_K, MOE_T_Q2_K, MOE_T_IQ4_XS,
-                                     MOE_T_IQ3_XXS, MOE_T_IQ3_S, MOE_T_IQ1_S, MOE_T_IQ1_M};
+                                     MOE_T_IQ3_XXS, MOE_T_IQ3_S, MOE_T_IQ1_S, MOE_T_IQ1_M,
+                                     MOE_T_IQ2_XXS, MOE_T_IQ2_XS, MOE_T_IQ2_S};
     char err[MOE_ERR_LEN];
     moe_pool *pool = moe_pool_new(THREADS, err, sizeof err);
     if (!pool) { fprintf(stderr, "bench_quant: %s\n", err); return 1; }

@@ -9,6 +9,7 @@
 #include "quant/quant_internal.h"
 #include "quant/kquant.h"
 #include "quant/iq3.h"
+#include "quant/iq2.h"
 
 #include <immintrin.h>
 
@@ -669,4 +670,5 @@ const moe_kernels moe_kernels_avx2_tab = {
     MOE_IQ3_ENTRY(MOE_T_IQ3_XXS, iq3_xxs, avx2), MOE_IQ3_ENTRY(MOE_T_IQ3_S, iq3_s, avx2),  /* iq3_avx2.c */
     MOE_IQ3_ENTRY(MOE_T_IQ1_S, iq1_s, avx2), MOE_IQ3_ENTRY(MOE_T_IQ1_M, iq1_m, avx2),
     .quantize_act8 = moe_quantize_act8_avx2,
+    IQ2_ENTRIES(avx2),  /* IQ2_XXS, IQ2_XS, IQ2_S: iq2_avx2.c */
 };

@@ -19,6 +19,7 @@
 #include "quant/hsum_avx512.h"
 #include "quant/kquant.h"
 #include "quant/iq3.h"
+#include "quant/iq2.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
@@ -700,4 +701,5 @@ const moe_kernels moe_kernels_avx512_tab = {
     MOE_IQ3_ENTRY(MOE_T_IQ3_XXS, iq3_xxs, avx512), MOE_IQ3_ENTRY(MOE_T_IQ3_S, iq3_s, avx512),  /* iq3_avx512.c */
     MOE_IQ3_ENTRY(MOE_T_IQ1_S, iq1_s, avx512), MOE_IQ3_ENTRY(MOE_T_IQ1_M, iq1_m, avx512),
     .quantize_act8 = moe_quantize_act8_avx512,
+    IQ2_ENTRIES(avx512),  /* IQ2_XXS, IQ2_XS, IQ2_S: iq2_avx512.c */
 };

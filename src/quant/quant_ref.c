@@ -11,6 +11,7 @@
 #include "quant/quant_internal.h"
 #include "quant/kquant.h"
 #include "quant/iq3.h"
+#include "quant/iq2.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -205,6 +206,9 @@ static void dq_block(uint32_t type, const uint8_t *b, float *w) {
         }
         break;
     }
+    case MOE_T_IQ2_XXS: case MOE_T_IQ2_XS: case MOE_T_IQ2_S:
+        moe_iq2_dq_block(type, b, w);  /* iq2_ref.c */
+        break;
     default:
         moe_kq_dq_block(type, b, w);  /* Q2_K, Q3_K, Q5_K, IQ4_XS: kquant_ref.c */
         break;
@@ -649,6 +653,8 @@ void moe_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
         case MOE_T_Q6_K: q_q6_k(x, y); break;
         case MOE_T_MXFP4: q_mxfp4(x, y); break;
         case MOE_T_NVFP4: q_nvfp4(x, y); break;
+        case MOE_T_IQ2_XXS: case MOE_T_IQ2_XS: case MOE_T_IQ2_S:
+            moe_iq2_quantize_block(type, x, y); break;  /* iq2_quant.c */
         default: moe_kq_quantize_block(type, x, y); break;  /* kquant_ref.c */
         }
     }
@@ -809,4 +815,5 @@ const moe_kernels moe_kernels_scalar_tab = {
     ENTRY(MOE_T_IQ3_XXS, iq3_xxs), ENTRY_X4(MOE_T_IQ3_XXS, iq3_xxs), ENTRY(MOE_T_IQ3_S, iq3_s), ENTRY_X4(MOE_T_IQ3_S, iq3_s),
     ENTRY(MOE_T_IQ1_S, iq1_s), ENTRY_X4(MOE_T_IQ1_S, iq1_s), ENTRY(MOE_T_IQ1_M, iq1_m), ENTRY_X4(MOE_T_IQ1_M, iq1_m),
     .quantize_act8 = moe_quantize_act8,
+    IQ2_ENTRIES(ref),  /* IQ2_XXS, IQ2_XS, IQ2_S: iq2_ref.c */
 };
