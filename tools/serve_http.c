@@ -168,7 +168,8 @@ static bool st_refill(stream *st) {
     }
     free(text);
     if (ok && done && st->sent == r->len) {
-        ok = st_add(st, failed ? api_error_chunk(s, r) : api_chunk(s, r, "", 0, false, r->finish, &lp));
+        if (!failed && r->tools && r->tools->n_calls) ok = st_add(st, api_tool_chunks(s, r));
+        if (ok) ok = st_add(st, failed ? api_error_chunk(s, r) : api_chunk(s, r, "", 0, false, r->finish, &lp));
         if (ok && r->include_usage && !failed) ok = st_add(st, api_usage_chunk(s, r));
         if (ok) ok = st_add(st, strdup("data: [DONE]\n\n"));
         st->finished = true;
@@ -422,6 +423,11 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     fprintf(stderr, "moefast serve: %s %s id=%llu status=%d slot=%s in=%s cached=%s out=%s ttft=%s tok/s=%s time=%.3fs finish=%s\n",
             k->method, k->path, r ? (unsigned long long)r->id : 0ull, status, slot, in, cached, out, ttft, tps,
             srv_now() - k->t0, finish);
+    /* with tools: the raw generated text (special tokens spelled), what the
+     * calls were parsed from, or why there were none */
+    char *raw = r && r->tools ? tools_raw_json(r) : NULL;
+    if (raw) fprintf(stderr, "moefast serve: id=%llu raw=%s\n", (unsigned long long)r->id, raw);
+    free(raw);
     pthread_mutex_unlock(&s->mu);
     srv_req_unref(s, r);
     free(k->body);
