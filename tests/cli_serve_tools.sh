@@ -43,13 +43,13 @@ start() { # log format [env...]: sets PORT
   echo "server did not start: $(cat "$log")"
   exit 1
 }
-start "$T/log1" "" A=1; P1=$PORT
-start "$T/log2" "" MOEFAST_SERVE_TEST_TOOL_TEXT='Let me check.<tool_call>'; P2=$PORT
+# auto requests first write this (the hook), so the random model writes the trigger
+start "$T/log1" "" MOEFAST_SERVE_TEST_TOOL_TEXT='Let me check.<tool_call>'; P1=$PORT
 # the other families' call syntaxes (their special tokens spelled in text here)
-start "$T/log3" "--chat-format deepseek3" A=1; P3=$PORT
-start "$T/log4" "--chat-format harmony" A=1; P4=$PORT
+start "$T/log2" "--chat-format deepseek3" A=1; P2=$PORT
+start "$T/log3" "--chat-format harmony" A=1; P3=$PORT
 
-python3 tests/serve/tools_check.py "$P1" "$P2" "$M" "$REL" "$T" "$P3" "$P4"
+python3 tests/serve/tools_check.py "$P1" "$M" "$REL" "$T" "$P2" "$P3"
 rc=$?
 # the official openai npm client (installed by tests/cli_serve.sh's npm ci)
 if ! command -v node >/dev/null 2>&1 || [ ! -f tests/serve/node_modules/openai/package.json ]; then
@@ -61,7 +61,7 @@ else
 fi
 for p in $PIDS; do kill -TERM "$p"; wait "$p" || { echo "FAIL: server $p exit $?"; rc=1; }; done
 PIDS=""
-for l in "$T/log1" "$T/log2" "$T/log3" "$T/log4"; do
+for l in "$T/log1" "$T/log2" "$T/log3"; do
   grep -q "ERROR: AddressSanitizer\|LeakSanitizer\|runtime error" "$l" && { echo "FAIL: sanitizer: $(cat "$l")"; rc=1; }
 done
 exit $rc
