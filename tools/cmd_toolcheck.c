@@ -202,8 +202,10 @@ static void run_scen(const tc_ctx *c, const tc_scen *s, const char *model, tc_re
         tc_answer b;
         body2 = request_body(s, model, false);
         ask(c, body2, false, &b, &raw2);
+        /* a cut call: the stream has its partial deltas, the answer none */
+        const bool cut = s->expect == TC_LENGTH;
         const bool same = b.status == 200 && !strcmp(a.content ? a.content : "", b.content ? b.content : "") &&
-                          same_calls(a.calls, b.calls) && !strcmp(a.finish, b.finish);
+                          (cut || same_calls(a.calls, b.calls)) && !strcmp(a.finish, b.finish);
         if (!same) {
             res->cls = "stream_mismatch";
             snprintf(res->why, sizeof res->why, "streamed: finish %s, %zu calls; not streamed: HTTP %d finish %s, %zu calls",

@@ -190,7 +190,11 @@ char *api_models_json(srv *s, bool one);   /* the list, or the one model object 
  * tools' parameter schemas engages at the first token (required, a named
  * function: the trigger is put after the prompt) or once the model writes
  * the trigger (auto). */
-typedef struct srv_tool_call { char *id, *name, *args; } srv_tool_call;
+typedef struct srv_tool_call {
+    char *id, *name, *args;         /* args: the text so far (complete once `complete`) */
+    size_t args_len;
+    bool complete;
+} srv_tool_call;
 typedef struct srv_tools {
     const struct tool_syntax *syn;
     bool engaged;                   /* the grammar is on: the calls have begun */
@@ -198,8 +202,13 @@ typedef struct srv_tools {
     size_t raw_len, raw_cap;
     size_t call_at;                 /* where in raw the calls begin (the trigger), once engaged */
     size_t *raw_at, *txt_at;        /* [max_tokens]: raw and text lengths before generated token i */
-    srv_tool_call *calls;           /* parsed at the end */
+    /* the calls as they are written (tools_progress): a stream sends each
+     * call's name once known and its arguments as they grow */
+    srv_tool_call *calls;
     int n_calls;
+    int phase;                      /* where parse_at is: before a call's opening, its name, its arguments */
+    size_t parse_at, args_at;
+    uint64_t version;               /* bumped when calls change (wakes a stream) */
     /* test hook (MOEFAST_SERVE_TEST_TOOL_TEXT, tool_choice auto only): the
      * first generated tokens are this text's, not sampled, so a
      * random-weight model can be made to write the trigger */
@@ -226,13 +235,18 @@ void tools_before_token(srv_req *r);
  * is cut back to before it). Returns the length of text that may be
  * emitted (a possible start of the trigger is held back). */
 size_t tools_after_token(srv *s, srv_req *r, int32_t id);
-/* The request ended with an end token while the calls were on: parse them
- * (false: they did not parse; the message says why). */
+/* After an engaged token: the calls written so far (names, growing
+ * arguments) into r->tools->calls. */
+void tools_progress(srv_req *r);
+/* The request ended with an end token while the calls were on: every call
+ * complete? (false: the message says why). */
 bool tools_finish(srv_req *r, char *why, size_t whylen);
 void tools_free(srv_tools *t);
 /* The tool_calls array of the answer / the stream's tool-call chunks. */
 json_t *tools_calls_json(const srv_req *r);
-char *api_tool_chunks(srv *s, srv_req *r);
+/* Stream chunks for the calls' progress since *call / *args_sent (under
+ * srv.mu); advances them. "" when nothing is new; NULL: out of memory. */
+char *api_tool_chunks(srv *s, srv_req *r, int *call, bool *head_sent, size_t *args_sent);
 /* The raw generated text as a JSON string (invalid UTF-8 repaired), malloc'd. */
 char *tools_raw_json(const srv_req *r);
 

@@ -545,7 +545,7 @@ char *api_final_json(srv *s, srv_req *r, int *status) {
     if (r->kind == SRV_CHAT) {
         json_t *msg = json_object();
         json_object_set_new(msg, "role", json_string("assistant"));
-        const bool calls = r->tools && r->tools->n_calls > 0;
+        const bool calls = r->tools && r->finish && !strcmp(r->finish, "tool_calls");   /* complete calls only */
         /* with tool calls and no text before them, content is null (as OpenAI) */
         json_object_set_new(msg, "content", calls && r->len == 0 ? json_null() : json_stringn(r->text, r->len));
         json_object_set_new(msg, "refusal", json_null());

@@ -350,6 +350,7 @@ static void take_token(srv *s, int i, int32_t id, double now) {
     }
     size_t hold = r->len;                          /* tools: text that may be emitted */
     if (r->tools) hold = tools_after_token(s, r, id);
+    if (r->tools && r->tools->engaged) tools_progress(r);   /* a stream sends the calls as they grow */
     if (!finish && r->n_gen >= r->max_tokens) finish = "length";
     if (finish && !(r->tools && r->tools->engaged)) oom |= !text_add(r, buf, moe_utf8_stream_flush(r->utf8, buf, sizeof buf));
     if (r->tok_end) r->tok_end[r->n_gen - 1] = r->len;

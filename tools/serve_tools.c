@@ -487,7 +487,7 @@ size_t tools_after_token(srv *s, srv_req *r, int32_t id) {
         const size_t p = (size_t)(hit - t->raw);
         if (moe_constraint_accept_bytes(r->con, hit, t->raw_len - p) == MOE_OK) {
             t->engaged = true;
-            t->call_at = p;
+            t->call_at = t->parse_at = p;
             size_t cut = t->txt_at[token_at(r, p)];
             if (cut < r->emit) cut = r->emit;      /* never un-send text (the hold-back prevents it) */
             r->len = cut;
@@ -519,7 +519,7 @@ static const char *json_end(const char *p) {
     return p + je.position;
 }
 
-static bool add_call(srv_req *r, const char *name, size_t nl, const char *args, size_t al) {
+static bool add_call(srv_req *r, const char *name, size_t nl) {
     srv_tools *t = r->tools;
     srv_tool_call *nc = realloc(t->calls, (size_t)(t->n_calls + 1) * sizeof *nc);
     if (!nc) return false;
@@ -527,46 +527,87 @@ static bool add_call(srv_req *r, const char *name, size_t nl, const char *args, 
     char id[48];
     snprintf(id, sizeof id, "call_%llu_%d", (unsigned long long)r->id, t->n_calls);
     srv_tool_call *c = &nc[t->n_calls++];
+    memset(c, 0, sizeof *c);
     c->id = strdup(id);
     c->name = strndup(name, nl);
-    c->args = strndup(args, al);                   /* the model's text, as OpenAI gives it */
+    c->args = strdup("");
     return c->id && c->name && c->args;
 }
 
-/* One call at *p in the syntax the grammar wrote: the name, then the
- * arguments' JSON text. */
-static bool parse_call(srv_req *r, const tool_syntax *sy, const char **p) {
-    const char *nm = *p, *ne;
-    if (sy->name_in_json) {
-        if (!starts(p, "{\"name\": \"")) return false;
-        nm = *p;
-        ne = strchr(nm, '"');
-        if (!ne) return false;
-        *p = ne;
-        if (!starts(p, "\", \"arguments\": ")) return false;
-    } else {
-        ne = strstr(nm, sy->mid);
-        if (!ne) return false;
-        *p = ne + strlen(sy->mid);
+/* The arguments text [a, a + n) so far (the model's text, as OpenAI gives it). */
+static bool set_args(srv_tools *t, srv_tool_call *c, const char *a, size_t n) {
+    if (n <= c->args_len) return true;
+    char *na = realloc(c->args, n + 1);
+    if (!na) return false;
+    memcpy(na, a, n);
+    na[n] = 0;
+    c->args = na;
+    c->args_len = n;
+    t->version++;
+    return true;
+}
+
+/* A prefix of [a, a + n) that ends on a UTF-8 character boundary. */
+static size_t utf8_cut(const char *a, size_t n) {
+    size_t k = n;
+    while (k > 0 && ((unsigned char)a[k - 1] & 0xC0) == 0x80 && n - k < 3) k--;
+    if (k == 0) return 0;
+    const unsigned char lead = (unsigned char)a[k - 1];
+    const size_t len = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    return k - 1 + len <= n ? n : k - 1;
+}
+
+enum { PH_OPEN = 0, PH_NAME = 1, PH_ARGS = 2 };
+
+/* Walks the calls the grammar wrote so far: trigger/sep + open, the name,
+ * the arguments (held back by what may still be the call's closing text,
+ * until the call is complete). The grammar guarantees the text will
+ * match, so a literal not (yet) there means "wait". */
+void tools_progress(srv_req *r) {
+    srv_tools *t = r->tools;
+    const tool_syntax *sy = t->syn;
+    for (;;) {
+        const char *base = t->raw ? t->raw : "", *p = base + t->parse_at;
+        if (t->phase == PH_OPEN) {
+            if (t->n_calls && (!sy->parallel || (!*sy->sep && !*sy->open))) return;
+            if (!(t->n_calls ? starts(&p, sy->sep) : starts(&p, sy->trigger)) || !starts(&p, sy->open)) return;
+            t->parse_at = (size_t)(p - base);
+            t->phase = PH_NAME;
+        } else if (t->phase == PH_NAME) {
+            const char *nm = p, *ne;
+            if (sy->name_in_json) {
+                if (!starts(&p, "{\"name\": \"") || !(ne = strchr(nm = p, '"'))) return;
+                p = ne;
+                if (!starts(&p, "\", \"arguments\": ")) return;
+            } else {
+                if (!(ne = strstr(nm, sy->mid))) return;
+                p = ne + strlen(sy->mid);
+            }
+            if (!add_call(r, nm, (size_t)(ne - nm))) return;
+            t->version++;
+            t->args_at = (size_t)(p - base);
+            t->phase = PH_ARGS;
+        } else {
+            const char *a = base + t->args_at, *ae = json_end(a), *q = ae;
+            const bool done = ae && (!sy->name_in_json || starts(&q, "}")) && starts(&q, sy->close);
+            const size_t avail = t->raw_len - t->args_at, hold = (sy->name_in_json ? 1 : 0) + strlen(sy->close);
+            size_t n = done ? (size_t)(ae - a) : avail > hold ? avail - hold : 0;
+            if (!done) n = utf8_cut(a, n);
+            srv_tool_call *c = &t->calls[t->n_calls - 1];
+            if (!set_args(t, c, a, n) || !done) return;
+            c->complete = true;
+            t->version++;
+            t->parse_at = (size_t)(q - base);
+            t->phase = PH_OPEN;
+        }
     }
-    const char *a = *p, *ae = json_end(a);
-    if (!ae || !add_call(r, nm, (size_t)(ne - nm), a, (size_t)(ae - a))) return false;
-    *p = ae;
-    return !sy->name_in_json || starts(p, "}");
 }
 
 bool tools_finish(srv_req *r, char *why, size_t whylen) {
     srv_tools *t = r->tools;
-    const tool_syntax *sy = t->syn;
-    const char *p = t->raw + t->call_at;
-    bool ok = starts(&p, sy->trigger) && starts(&p, sy->open);
-    while (ok) {
-        ok = parse_call(r, sy, &p) && starts(&p, sy->close);
-        const char *q = p;                         /* another call follows? */
-        if (!ok || !sy->parallel || !starts(&q, sy->sep) || !starts(&q, sy->open) || q == p) break;
-        p = q;
-    }
-    ok = ok && starts(&p, sy->end) && t->n_calls > 0;
+    tools_progress(r);
+    const char *p = (t->raw ? t->raw : "") + t->parse_at;
+    const bool ok = t->phase == PH_OPEN && t->n_calls > 0 && starts(&p, t->syn->end) && !*p;
     if (!ok) snprintf(why, whylen, "the model's tool call did not parse (call %d; the raw text is in the log)", t->n_calls);
     return ok;
 }
@@ -608,21 +649,19 @@ static void call_chunk(srv *s, srv_req *r, tbuf *b, int i, bool head, const char
 }
 
 /* As OpenAI streams calls: per call, a first delta with index, id, type,
- * the name and empty arguments, then the arguments in fragments (never
- * inside a UTF-8 character). */
-char *api_tool_chunks(srv *s, srv_req *r) {
+ * the name and empty arguments as soon as the name is written, then the
+ * arguments in fragments as they grow (never inside a UTF-8 character). */
+char *api_tool_chunks(srv *s, srv_req *r, int *call, bool *head_sent, size_t *args_sent) {
     tbuf b = {0};
     tb_add(&b, "");
-    for (int i = 0; r->tools && i < r->tools->n_calls; i++) {
-        const char *a = r->tools->calls[i].args;
-        const size_t n = strlen(a);
-        call_chunk(s, r, &b, i, true, "", 0);
-        for (size_t at = 0; at < n;) {
-            size_t l = n - at < 24 ? n - at : 24;
-            while (at + l < n && ((unsigned char)a[at + l] & 0xC0) == 0x80) l++;
-            call_chunk(s, r, &b, i, false, a + at, l);
-            at += l;
-        }
+    while (r->tools && *call < r->tools->n_calls) {
+        const srv_tool_call *c = &r->tools->calls[*call];
+        if (!*head_sent) { call_chunk(s, r, &b, *call, true, "", 0); *head_sent = true; }
+        if (c->args_len > *args_sent) { call_chunk(s, r, &b, *call, false, c->args + *args_sent, c->args_len - *args_sent); *args_sent = c->args_len; }
+        if (!c->complete) break;
+        ++*call;
+        *head_sent = false;
+        *args_sent = 0;
     }
     if (b.oom) { free(b.p); return NULL; }
     return b.p;
