@@ -10,7 +10,8 @@
 #     the trigger (the test hook MOEFAST_SERVE_TEST_TOOL_TEXT) gives that text
 #     as content and a call after it;
 #   deepseek3 and harmony (--chat-format) calls in their syntaxes;
-#   streamed calls reassemble to the non-streamed ones (OpenAI's deltas);
+#   streamed calls (deltas as the call is generated) reassemble to the
+#     non-streamed ones, also sampled strings with multi-byte characters;
 #   a call cut by max_tokens ends with finish_reason length;
 #   the prompt: the tokens of Qwen3's template rendered by jinja2 (when
 #     installed), with tools, assistant tool_calls and tool results;

@@ -42,9 +42,9 @@ ITEMS = {"type": "object", "properties": {"items": {"type": "array", "maxItems":
     "required": ["id"]}}}, "required": ["items"]}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
          {"type": "function", "function": {"name": "add", "parameters": ADD}},
-         {"type": "function", "function": {"name": "put_items", "parameters": ITEMS}},
          {"type": "function", "function": {"name": "ping"}}]
-SCHEMA = {t["function"]["name"]: t["function"].get("parameters", {"type": "object", "properties": {}}) for t in TOOLS}
+ITEMS_TOOL = [{"type": "function", "function": {"name": "put_items", "parameters": ITEMS}}]
+SCHEMA = {t["function"]["name"]: t["function"].get("parameters", {"type": "object", "properties": {}}) for t in TOOLS + ITEMS_TOOL}
 MSGS = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Weather in Paris?"}]
 
 
@@ -153,8 +153,8 @@ if r:
     if s and (s[0] != "" or strip_ids(s[1]) != strip_ids(c["message"].get("tool_calls")) or s[2] != "tool_calls"):
         bad("required-stream", f"streamed {s} != {c['message']}")
 
-for fn in ("put_items", "ping"):
-    r = chat(f"named-{fn}", {**base, "tool_choice": {"type": "function", "function": {"name": fn}},
+for fn in ("put_items", "ping"):       # arrays of objects with nullable members; no arguments
+    r = chat(f"named-{fn}", {**base, "tools": TOOLS + ITEMS_TOOL, "tool_choice": {"type": "function", "function": {"name": fn}},
                              "temperature": 1, "seed": 3, "parallel_tool_calls": False})
     if r:
         c = r["choices"][0]
@@ -165,7 +165,7 @@ for fn in ("put_items", "ping"):
 
 # sampled: every answer valid; parallel false exactly one call; true: several for some seed
 multi = 0
-for seed, par in ((0, True), (1, True), (2, True), (0, False), (1, False)):
+for seed, par in ((0, True), (1, True), (2, True), (0, False), (1, False), (2, False)):
     if True:
         r = chat(f"sampled-{seed}-{par}", {**base, "tool_choice": "required", "temperature": 1.3, "seed": seed,
                                            "parallel_tool_calls": par})
@@ -180,7 +180,7 @@ if multi == 0: bad("parallel", "no seed gave more than one call with parallel_to
 
 # the other families: a call in their syntax (the log's raw text), streamed the same
 for fam, port in OTHER:
-    b = {**base, "tools": TOOLS[1:], "tool_choice": "required", "temperature": 1, "seed": 4, "max_tokens": 300}
+    b = {**base, "tools": TOOLS[1:], "tool_choice": "required", "temperature": 1, "seed": 1, "max_tokens": 300}
     r = chat(fam, b, port=port)
     if not r: continue
     c = r["choices"][0]
@@ -193,6 +193,18 @@ for fam, port in OTHER:
     if fam == "deepseek3":
         s = stream(fam + "-stream", b, port=port)
         if s and strip_ids(s[1]) != strip_ids(c["message"].get("tool_calls")): bad(fam + "-stream", f"{s} != {c}")
+
+# streamed arguments never split a UTF-8 character: sampled strings (the random
+# vocabulary's multi-byte pieces), streamed == not streamed
+NOTE = [{"type": "function", "function": {"name": "note", "parameters": {"type": "object", "properties": {
+    "text": {"type": "string", "maxLength": 40}}, "required": ["text"]}}}]
+for seed in (1, 2, 3):
+    b = {**base, "tools": NOTE, "tool_choice": "required", "temperature": 1.5, "seed": seed, "max_tokens": 120,
+         "parallel_tool_calls": False}
+    r = chat(f"utf8-{seed}", b)
+    s = stream(f"utf8-stream-{seed}", b)
+    if r and s and r["choices"][0]["finish_reason"] == "tool_calls" and strip_ids(s[1]) != strip_ids(r["choices"][0]["message"].get("tool_calls")):
+        bad(f"utf8-stream-{seed}", f"{s[1]} != {r['choices'][0]['message'].get('tool_calls')}")
 
 # a call cut by max_tokens
 r = chat("cut", {**base, "tool_choice": "required", "max_tokens": 6})
