@@ -9,8 +9,9 @@
 
 CC      ?= gcc
 PKGS    := libpcre2-8 jansson libcrypto
-# The CLI alone links these (`moefast serve`); the library never does.
-CLI_PKGS := libmicrohttpd
+# The CLI alone links these (`moefast serve`; `moefast toolcheck`'s HTTP
+# client, docs/TOOLCHECK.md); the library never does.
+CLI_PKGS := libmicrohttpd libcurl
 # -ffp-contract=off: the compiler must never fuse a*b+c on its own; the
 # kernels' reduction order (src/quant/quant.h) is part of their contract.
 CSTD    := -std=c11 -D_GNU_SOURCE -ffp-contract=off -fno-math-errno

@@ -2,7 +2,7 @@
 # Installs the Debian packages moefast needs to build and test, when missing.
 # As root it runs apt-get; otherwise it names the packages and stops.
 set -u
-need="gcc make pkg-config libpcre2-dev libjansson-dev libssl-dev libmicrohttpd-dev"
+need="gcc make pkg-config libpcre2-dev libjansson-dev libssl-dev libmicrohttpd-dev libcurl4-openssl-dev"
 missing=""
 for p in $need; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -27,6 +27,8 @@ expect_err gen --arch qwen3moe --preset tiny -o "$d/x.gguf" swa_window=8; expect
 expect_err gen --arch laguna --preset tiny -o "$d/x.gguf" --type Q9_9; expect_msg "Q9_9"
 expect_err gen --arch laguna --preset tiny -o "$d/x.gguf" --seed -3; expect_msg "seed"
 expect_err gen --arch laguna --preset tiny -o "$d/x.gguf" --bogus; expect_msg "bogus"
+expect_err gen --arch laguna --preset tiny -o "$d/x.gguf" --chat-template jinja; expect_msg "chat_template"
+expect_err gen --arch laguna --preset tiny -o "$d/x.gguf" --chat-template; expect_msg "needs a value"
 expect_err gen --arch laguna --preset tiny; expect_msg "-o"
 expect_err gen --arch laguna -o "$d/x.gguf"; expect_msg "preset"
 [ -e "$d/x.gguf" ] && bad "a failed gen left $d/x.gguf"
@@ -50,6 +52,10 @@ if command -v taskset >/dev/null 2>&1 && [ "$(nproc)" -gt 1 ]; then
 fi
 "$BIN" gen --arch qwen3moe --preset tiny --seed 5 -o "$d/b.gguf" >/dev/null || bad "gen --seed 5 failed"
 cmp -s "$d/a.gguf" "$d/b.gguf" && bad "--seed did not change the file"
+# --chat-template qwen3-tools: Qwen3's tool rendering in tokenizer.chat_template
+"$BIN" gen --arch qwen3moe --preset tiny --chat-template qwen3-tools -o "$d/t.gguf" >/dev/null || bad "gen --chat-template failed"
+grep -q "<tool_call>" "$d/t.gguf" || bad "--chat-template qwen3-tools: no <tool_call> in the file"
+grep -q "<tool_call>" "$d/a.gguf" && bad "the default template has <tool_call>"
 "$BIN" gen --help >"$d/help" || bad "gen --help failed"
 # every key the help lists is a key gen knows (laguna takes them all)
 nk=0

@@ -21,6 +21,7 @@ int cmd_flags(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_price(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_toolcheck(int argc, char **argv);
 
 /* Shared argument helpers (tools/cli_util.c). */
 /* Parses a decimal int in [lo, hi]; prints "moefast <cmd>: bad value for <opt>: ..." and returns -1 on error. */

@@ -23,6 +23,8 @@ static const char GEN_HELP[] =
     "  --type T            weight type of the matrices: F32, F16, BF16, Q8_0, Q4_0,\n"
     "                      Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, NVFP4, ... (default F32 for tiny, Q8_0 otherwise)\n"
     "  --type-experts T    type of routed and shared expert matrices (default: --type)\n"
+    "  --chat-template chatml|qwen3-tools   tokenizer.chat_template: plain ChatML (default),\n"
+    "                      or Qwen3's tool-aware one (tools, <tool_call>)  (= chat_template=...)\n"
     "  --type Q3_K_M|Q4_K_M|Q5_K_M   the F32 model quantized with llama-quantize's\n"
     "                      mix of that name (as `moefast quantize`; docs/QUANT_MIXES.md)\n"
     "Norms, the router (ffn_gate_inp) and exp_probs_b are always F32.\n"
@@ -43,7 +45,7 @@ static const char GEN_HELP[] =
     "    rope_base          rope.freq_base (laguna: full-attention layers)\n"
     "    rms_eps            attention.layer_norm_rms_epsilon\n"
     "    name               general.name\n"
-    "    seed, type, type_experts   as the options above\n"
+    "    seed, type, type_experts, chat_template   as the options above\n"
     "  laguna only:\n"
     "    n_head_full        query heads of full-attention layers\n"
     "    n_head_swa         query heads of sliding-window layers\n"
@@ -90,7 +92,8 @@ int cmd_gen(int argc, char **argv) {
             goto done;
         }
         const char *map = !strcmp(a, "--seed") ? "seed" : !strcmp(a, "--type") ? "type"
-                        : !strcmp(a, "--type-experts") ? "type_experts" : NULL;
+                        : !strcmp(a, "--type-experts") ? "type_experts"
+                        : !strcmp(a, "--chat-template") ? "chat_template" : NULL;
         if (map) {
             const char *v = opt_value(argc, argv, &i);
             if (!v) { cli_fail("gen", "%s needs a value", a); goto done; }

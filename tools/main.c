@@ -20,6 +20,7 @@
 #pragma weak cmd_bench
 #pragma weak cmd_price
 #pragma weak cmd_serve
+#pragma weak cmd_toolcheck
 
 typedef struct { const char *name; int (*fn)(int, char **); const char *help; } command;
 
@@ -36,6 +37,7 @@ static const command COMMANDS[] = {
     {"flags", cmd_flags, "list optimisation flags"},
     {"bench", cmd_bench, "time the windows: bench -m FILE [-t N] [--json]"},
     {"serve", cmd_serve, "OpenAI server:    serve -m FILE [--host ADDR] [--port N] [--slots N] [--ctx N] [--api-key KEY]"},
+    {"toolcheck", cmd_toolcheck, "tool-call conformance: toolcheck URL [--model M] [--json FILE] [--csv FILE]"},
     {"price", cmd_price, "A/B pricing:      price -m FILE --a SPEC --b SPEC [--pairs N]"},
 };
 

@@ -23,6 +23,8 @@
 
 #include "moefast.h"
 
+typedef struct json_t json_t;
+
 enum { SRV_CHAT = 1, SRV_COMPLETION = 2 };
 #define SRV_MAX_STOP 4
 
@@ -47,6 +49,7 @@ typedef struct srv_req {
     moe_grammar *gram;
     moe_constraint *con;
     uint8_t *allowed;
+    struct srv_tools *tools;        /* `tools` (serve_tools.c): NULL without, or under tool_choice none */
     moe_utf8_stream *utf8;          /* engine thread only */
     double t_arrive;
     char *model_name;               /* echoed in the response */
@@ -177,8 +180,75 @@ typedef struct api_lp_span { int from, to; size_t text_len; } api_lp_span;
 /* lp: NULL or an empty span for "logprobs": null. */
 char *api_chunk(srv *s, srv_req *r, const char *text, size_t len, bool role, const char *finish, const api_lp_span *lp);
 char *api_usage_chunk(srv *s, srv_req *r);
+/* A chunk with the given delta (taken over) and no finish_reason. */
+char *api_delta_chunk(srv *s, srv_req *r, json_t *delta);
 char *api_error_chunk(srv *s, srv_req *r);                   /* r failed (err_status, errmsg) */
 char *api_models_json(srv *s, bool one);   /* the list, or the one model object */
+
+/* serve_tools.c — tool calls (docs/SERVE.md, "Tool calls"). The call
+ * syntax is the chat template family's; the grammar compiled from the
+ * tools' parameter schemas engages at the first token (required, a named
+ * function: the trigger is put after the prompt) or once the model writes
+ * the trigger (auto). */
+typedef struct srv_tool_call {
+    char *id, *name, *args;         /* args: the text so far (complete once `complete`) */
+    size_t args_len;
+    bool complete;
+} srv_tool_call;
+typedef struct srv_tools {
+    const struct tool_syntax *syn;
+    bool engaged;                   /* the grammar is on: the calls have begun */
+    char *raw;                      /* every generated token's bytes, special tokens spelled (the log) */
+    size_t raw_len, raw_cap;
+    size_t call_at;                 /* where in raw the calls begin (the trigger), once engaged */
+    size_t *raw_at, *txt_at;        /* [max_tokens]: raw and text lengths before generated token i */
+    /* the calls as they are written (tools_progress): a stream sends each
+     * call's name once known and its arguments as they grow */
+    srv_tool_call *calls;
+    int n_calls;
+    int phase;                      /* where parse_at is: before a call's opening, its name, its arguments */
+    size_t parse_at, args_at;
+    uint64_t version;               /* bumped when calls change (wakes a stream) */
+    /* test hook (MOEFAST_SERVE_TEST_TOOL_TEXT, tool_choice auto only): the
+     * first generated tokens are this text's, not sampled, so a
+     * random-weight model can be made to write the trigger */
+    int32_t *force;
+    int n_force;
+} srv_tools;
+/* Reads tools, tool_choice and parallel_tool_calls (before the prompt is
+ * rendered): *rt gets NULL when there are no tools or tool_choice is none.
+ * *tools_json: the tools array to render (NULL: none), borrowed from o. */
+int  tools_parse(srv *s, json_t *o, srv_req *r, bool *forced, json_t **tools_json, api_err *e);
+/* The chat messages (n, already checked: roles and contents) rewritten for
+ * the template: tools rendered into the system prompt, assistant tool_calls
+ * written in the template's call syntax, tool results as the template gives
+ * them. *out and every string in *owned (count *n_owned) are malloc'd. */
+int  tools_messages(srv *s, json_t *ms, const moe_chat_msg *msgs, size_t n, json_t *tools,
+                    moe_chat_msg **out, size_t *n_out, char ***owned, size_t *n_owned, api_err *e);
+/* The trigger text to put after the prompt (required / named), or NULL. */
+const char *tools_forced_text(const srv_req *r);
+/* Engine side (under srv.mu): token id of r was generated with raw bytes
+ * (special tokens spelled); before its text was added. */
+void tools_before_token(srv_req *r);
+/* After the token's text was added: its bytes go to the raw text; under
+ * auto, the trigger is watched for (then the grammar engages and the text
+ * is cut back to before it). Returns the length of text that may be
+ * emitted (a possible start of the trigger is held back). */
+size_t tools_after_token(srv *s, srv_req *r, int32_t id);
+/* After an engaged token: the calls written so far (names, growing
+ * arguments) into r->tools->calls. */
+void tools_progress(srv_req *r);
+/* The request ended with an end token while the calls were on: every call
+ * complete? (false: the message says why). */
+bool tools_finish(srv_req *r, char *why, size_t whylen);
+void tools_free(srv_tools *t);
+/* The tool_calls array of the answer / the stream's tool-call chunks. */
+json_t *tools_calls_json(const srv_req *r);
+/* Stream chunks for the calls' progress since *call / *args_sent (under
+ * srv.mu); advances them. "" when nothing is new; NULL: out of memory. */
+char *api_tool_chunks(srv *s, srv_req *r, int *call, bool *head_sent, size_t *args_sent);
+/* The raw generated text as a JSON string (invalid UTF-8 repaired), malloc'd. */
+char *tools_raw_json(const srv_req *r);
 
 /* serve_http.c */
 struct MHD_Daemon;

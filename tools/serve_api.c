@@ -153,7 +153,17 @@ static int message_content(json_t *c, size_t i, const char **out, char **owned, 
     return 0;
 }
 
-static int chat_prompt(srv *s, json_t *o, srv_req *r, api_err *e) {
+/* Any tool result or assistant tool_calls in the conversation: the
+ * messages then go through tools_messages (the template's tool syntax). */
+static bool has_tool_turns(json_t *ms) {
+    for (size_t i = 0; i < json_array_size(ms); i++) {
+        json_t *m = json_array_get(ms, i), *ro = json_object_get(m, "role"), *tc = json_object_get(m, "tool_calls");
+        if ((json_is_string(ro) && !strcmp(json_string_value(ro), "tool")) || (tc && !json_is_null(tc))) return true;
+    }
+    return false;
+}
+
+static int chat_prompt(srv *s, json_t *o, srv_req *r, json_t *tools, api_err *e) {
     json_t *ms = json_object_get(o, "messages");
     if (!ms) return api_fail(e, 400, "messages", "missing_required_parameter", "'messages' is required");
     if (!json_is_array(ms)) return api_fail(e, 400, "messages", "invalid_type", "'messages' must be an array");
@@ -185,10 +195,25 @@ static int chat_prompt(srv *s, json_t *o, srv_req *r, api_err *e) {
         rc = message_content(c, i, &msgs[i].content, &owned[i], e);
     }
     char *text = NULL, err[MOE_ERR_LEN];
-    if (rc == 0 && moe_chat_render(s->m, s->chat_format, msgs, n, true, &text, err, sizeof err))
+    moe_chat_msg *tm = NULL;                       /* with tools: the messages rewritten (serve_tools.c) */
+    char **towned = NULL;
+    size_t tn = 0, tn_owned = 0;
+    if (rc == 0 && (tools || has_tool_turns(ms)))
+        rc = tools_messages(s, ms, msgs, n, tools, &tm, &tn, &towned, &tn_owned, e);
+    if (rc == 0 && moe_chat_render(s->m, s->chat_format, tm ? tm : msgs, tm ? tn : n, true, &text, err, sizeof err))
         rc = api_fail(e, 500, NULL, NULL, "%s", err);
+    const char *forced = tools_forced_text(r);     /* required / named: the calls begin after the prompt */
+    if (rc == 0 && forced) {
+        const size_t tl = strlen(text), fl = strlen(forced);
+        char *t2 = realloc(text, tl + fl + 1);
+        if (!t2) rc = api_fail(e, 500, NULL, NULL, "out of memory");
+        else { memcpy(t2 + tl, forced, fl + 1); text = t2; }
+    }
     if (rc == 0) rc = tokenize_text(s, r, text, strlen(text), "messages", e);
     free(text);
+    free(tm);
+    for (size_t i = 0; i < tn_owned; i++) free(towned[i]);
+    free(towned);
     for (size_t i = 0; owned && i < n; i++) free(owned[i]);
     free(owned);
     free(msgs);
@@ -354,8 +379,16 @@ int api_parse(srv *s, int kind, const char *body, size_t n, srv_req **out, api_e
         goto done;
     }
     if (get_stop(o, r, e)) goto done;
-    if ((kind == SRV_CHAT ? chat_prompt(s, o, r, e) : completion_prompt(s, o, r, e))) goto done;
-    if (parse_limits(s, o, kind, r, e) || parse_sampling(s, o, r, e) || get_grammar(s, o, r, e)) goto done;
+    bool forced = false;
+    json_t *tools = NULL;
+    if (kind == SRV_CHAT && tools_parse(s, o, r, &forced, &tools, e)) goto done;
+    if ((kind == SRV_CHAT ? chat_prompt(s, o, r, tools, e) : completion_prompt(s, o, r, e))) goto done;
+    if (parse_limits(s, o, kind, r, e) || parse_sampling(s, o, r, e) || (!r->gram && get_grammar(s, o, r, e))) goto done;
+    if (r->tools && (!(r->tools->raw_at = malloc((size_t)r->max_tokens * sizeof(size_t))) ||
+                     !(r->tools->txt_at = malloc((size_t)r->max_tokens * sizeof(size_t))))) {
+        api_fail(e, 500, NULL, NULL, "out of memory");
+        goto done;
+    }
     r->model_name = strdup(s->model_name);
     r->gen = malloc((size_t)r->max_tokens * sizeof *r->gen);
     r->cap = 256;
@@ -512,8 +545,11 @@ char *api_final_json(srv *s, srv_req *r, int *status) {
     if (r->kind == SRV_CHAT) {
         json_t *msg = json_object();
         json_object_set_new(msg, "role", json_string("assistant"));
-        json_object_set_new(msg, "content", json_stringn(r->text, r->len));
+        const bool calls = r->tools && r->finish && !strcmp(r->finish, "tool_calls");   /* complete calls only */
+        /* with tool calls and no text before them, content is null (as OpenAI) */
+        json_object_set_new(msg, "content", calls && r->len == 0 ? json_null() : json_stringn(r->text, r->len));
         json_object_set_new(msg, "refusal", json_null());
+        if (calls) json_object_set_new(msg, "tool_calls", tools_calls_json(r));
         json_object_set_new(ch, "message", msg);
     } else
         json_object_set_new(ch, "text", json_stringn(r->text, r->len));
@@ -556,6 +592,18 @@ char *api_chunk(srv *s, srv_req *r, const char *text, size_t len, bool role, con
         for (int i = 0; i < r->n_gen; i++) json_array_append_new(t, json_integer(r->gen[i]));
         json_object_set_new(ch, "tokens", t);
     }
+    json_array_append_new(arr, ch);
+    json_object_set_new(o, "choices", arr);
+    if (r->include_usage) json_object_set_new(o, "usage", json_null());
+    return dump_free(o, true);
+}
+
+char *api_delta_chunk(srv *s, srv_req *r, json_t *delta) {
+    json_t *o = head_json(r, true), *ch = json_object(), *arr = json_array();
+    json_object_set_new(ch, "index", json_integer(0));
+    json_object_set_new(ch, "delta", delta);
+    json_object_set_new(ch, "logprobs", json_null());
+    json_object_set_new(ch, "finish_reason", json_null());
     json_array_append_new(arr, ch);
     json_object_set_new(o, "choices", arr);
     if (r->include_usage) json_object_set_new(o, "usage", json_null());

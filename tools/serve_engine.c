@@ -109,6 +109,7 @@ static void req_destroy(srv_req *r) {
     moe_constraint_free(r->con);
     moe_grammar_free(r->gram);
     free(r->allowed);
+    tools_free(r->tools);
     moe_utf8_stream_free(r->utf8);
     pthread_cond_destroy(&r->cv);
     free(r);
@@ -329,13 +330,16 @@ static void take_token(srv *s, int i, int32_t id, double now) {
     srv_req *r = sl->req;
     char buf[4 * 256 + 4];
     if (r->n_gen == 0) r->t_first = now;
+    if (r->tools) tools_before_token(r);
     r->gen[r->n_gen++] = id;
     s->met.completion_tokens++;
     const char *finish = NULL;
     const size_t old_emit = r->emit;
     bool oom = false;
-    if (moe_token_is_eog(s->m, id)) finish = "stop";
-    else {
+    /* once tool calls began, their text is not content */
+    const bool calls = r->tools && r->tools->engaged;
+    if (moe_token_is_eog(s->m, id)) finish = calls ? "tool_calls" : "stop";
+    else if (!calls) {
         const char *piece;
         size_t plen;
         if (moe_token_piece(s->m, id, false, &piece, &plen) != MOE_OK) plen = 0;
@@ -344,11 +348,17 @@ static void take_token(srv *s, int i, int32_t id, double now) {
             oom |= !text_add(r, buf, moe_utf8_stream_push(r->utf8, piece + off, part, buf, sizeof buf));
         }
     }
+    size_t hold = r->len;                          /* tools: text that may be emitted */
+    if (r->tools) hold = tools_after_token(s, r, id);
+    if (r->tools && r->tools->engaged) tools_progress(r);   /* a stream sends the calls as they grow */
     if (!finish && r->n_gen >= r->max_tokens) finish = "length";
-    if (finish) oom |= !text_add(r, buf, moe_utf8_stream_flush(r->utf8, buf, sizeof buf));
+    if (finish && !(r->tools && r->tools->engaged)) oom |= !text_add(r, buf, moe_utf8_stream_flush(r->utf8, buf, sizeof buf));
     if (r->tok_end) r->tok_end[r->n_gen - 1] = r->len;
     if (oom) { finish_err(r, 500, "out of memory"); return; }
-    if (check_stop(r, old_emit)) finish = "stop";
+    if (check_stop(r, old_emit < r->len ? old_emit : r->len)) finish = "stop";
+    if (r->emit > hold) r->emit = hold;
+    char why[160];
+    if (finish && !strcmp(finish, "tool_calls") && !tools_finish(r, why, sizeof why)) { finish_err(r, 500, why); return; }
     if (finish) {
         r->finish = finish;
         r->done = true;
@@ -419,7 +429,16 @@ static int32_t grammar_sample(srv_req *r, const float *l) {
 /* Ends a constrained request that has no token to take (under srv.mu). */
 static void grammar_end(srv_req *r, int32_t why, double now) {
     if (why == -2) { finish_err(r, 500, "the grammar cannot continue (a limit, or no token of the vocabulary fits)"); return; }
-    char buf[16];
+    char buf[160];
+    if (r->tools && r->tools->engaged) {           /* the calls are complete */
+        if (!tools_finish(r, buf, sizeof buf)) { finish_err(r, 500, buf); return; }
+        r->finish = "tool_calls";
+        r->done = true;
+        r->emit = r->len;
+        r->t_done = now;
+        pthread_cond_broadcast(&r->cv);
+        return;
+    }
     if (!text_add(r, buf, moe_utf8_stream_flush(r->utf8, buf, sizeof buf))) { finish_err(r, 500, "out of memory"); return; }
     r->finish = "stop";
     r->done = true;
@@ -452,7 +471,10 @@ static void run_step(srv *s) {
         for (int k = 0; k < rows; k++) {
             srv_req *r = s->slots[s->row_slot[k]].req;
             const float *l = s->logits + (size_t)k * (size_t)s->n_vocab;
-            ids[k] = r->con ? grammar_sample(r, l) : moe_sampler_sample(r->smp, l);
+            /* tools under auto: free until the calls begin */
+            const bool constrained = r->con && (!r->tools || r->tools->engaged);
+            ids[k] = constrained ? grammar_sample(r, l) : moe_sampler_sample(r->smp, l);
+            if (!constrained && r->tools && r->n_gen < r->tools->n_force) ids[k] = r->tools->force[r->n_gen]; /* test hook */
             if (r->n_top >= 0 && r->n_gen < r->max_tokens) token_logprobs(l, s->n_vocab, ids[k], r);
         }
     pthread_mutex_lock(&s->mu);

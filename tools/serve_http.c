@@ -87,15 +87,20 @@ static bool client_gone(struct MHD_Connection *c) {
 
 /* Waits until r is done or (stream) has text past `sent`. false: the client
  * went away, and r was cancelled. */
-static bool wait_req(srv *s, struct MHD_Connection *c, srv_req *r, bool stream, size_t sent) {
+/* A stream's news: text past `sent`, or tool calls changed since version tv. */
+static bool news(const srv_req *r, bool stream, size_t sent, uint64_t tv) {
+    return stream && (r->emit > sent || (r->tools && r->tools->version != tv));
+}
+
+static bool wait_req(srv *s, struct MHD_Connection *c, srv_req *r, bool stream, size_t sent, uint64_t tv) {
     pthread_mutex_lock(&s->mu);
-    while (!r->done && !(stream && r->emit > sent)) {
+    while (!r->done && !news(r, stream, sent, tv)) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 50 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
         pthread_cond_timedwait(&r->cv, &s->mu, &ts);
-        if (r->done || (stream && r->emit > sent)) break;
+        if (r->done || news(r, stream, sent, tv)) break;
         pthread_mutex_unlock(&s->mu);
         const bool gone = client_gone(c);
         pthread_mutex_lock(&s->mu);
@@ -121,6 +126,11 @@ typedef struct stream {
     size_t sent;                    /* text bytes already turned into events */
     int lp_sent;                    /* generated tokens whose logprobs were sent */
     bool finished;
+    /* tool calls: the one being sent, its head sent, its argument bytes sent, the version seen */
+    int tc_call;
+    bool tc_head;
+    size_t tc_args;
+    uint64_t tc_ver;
 } stream;
 
 static bool st_add(stream *st, char *ev) {
@@ -145,8 +155,13 @@ static bool st_refill(stream *st) {
     srv *s = st->s;
     srv_req *r = st->r;
     st->n = st->off = 0;
-    if (!wait_req(s, st->c, r, true, st->sent)) return false;
+    if (!wait_req(s, st->c, r, true, st->sent, st->tc_ver)) return false;
     pthread_mutex_lock(&s->mu);
+    char *calls = NULL;                            /* the tool calls' new deltas */
+    if (r->tools && !r->err_status) {
+        st->tc_ver = r->tools->version;
+        calls = api_tool_chunks(s, r, &st->tc_call, &st->tc_head, &st->tc_args);
+    }
     const size_t avail = r->emit - st->sent;
     char *text = avail ? malloc(avail) : NULL;
     if (text) memcpy(text, r->text + st->sent, avail);
@@ -158,7 +173,7 @@ static bool st_refill(stream *st) {
     if (r->n_top >= 0)
         while (lp.to < r->n_gen && (done || r->tok_end[lp.to] <= r->emit)) lp.to++;
     pthread_mutex_unlock(&s->mu);
-    if (avail && !text) return false;
+    if ((avail && !text) || (r->tools && !r->err_status && !calls)) { free(text); free(calls); return false; }
     st->sent += avail;
     bool ok = true;
     /* r's fields read below without the lock are final once done */
@@ -167,6 +182,8 @@ static bool st_refill(stream *st) {
         st->lp_sent = lp.from = lp.to;
     }
     free(text);
+    if (calls && ok) ok = *calls ? st_add(st, calls) : (free(calls), true);
+    else free(calls);
     if (ok && done && st->sent == r->len) {
         ok = st_add(st, failed ? api_error_chunk(s, r) : api_chunk(s, r, "", 0, false, r->finish, &lp));
         if (ok && r->include_usage && !failed) ok = st_add(st, api_usage_chunk(s, r));
@@ -234,7 +251,7 @@ static enum MHD_Result completions(struct MHD_Connection *c, conn *k, int kind) 
     const char *why = NULL;
     if (srv_submit(s, r, &why)) return fail(c, k, 503, NULL, "server_busy", why);
     if (r->stream) return start_stream(c, k, r);
-    if (!wait_req(s, c, r, false, 0)) { k->aborted = true; return MHD_NO; }
+    if (!wait_req(s, c, r, false, 0, 0)) { k->aborted = true; return MHD_NO; }
     int status;
     char *body = api_final_json(s, r, &status);
     return reply(c, k, status, "application/json", body, status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, "1");
@@ -422,6 +439,11 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     fprintf(stderr, "moefast serve: %s %s id=%llu status=%d slot=%s in=%s cached=%s out=%s ttft=%s tok/s=%s time=%.3fs finish=%s\n",
             k->method, k->path, r ? (unsigned long long)r->id : 0ull, status, slot, in, cached, out, ttft, tps,
             srv_now() - k->t0, finish);
+    /* with tools: the raw generated text (special tokens spelled), what the
+     * calls were parsed from, or why there were none */
+    char *raw = r && r->tools ? tools_raw_json(r) : NULL;
+    if (raw) fprintf(stderr, "moefast serve: id=%llu raw=%s\n", (unsigned long long)r->id, raw);
+    free(raw);
     pthread_mutex_unlock(&s->mu);
     srv_req_unref(s, r);
     free(k->body);

@@ -56,6 +56,7 @@ typedef struct gen_cfg {
     double yarn_log_mul;                                              /* deepseek2 */
     double rope_base, rope_base_swa, yarn_factor, yarn_beta_fast, yarn_beta_slow, yarn_attn_factor;
     double expert_weights_scale, rms_eps;
+    int64_t chat_template;              /* 0 plain ChatML, 1 qwen3-tools (Qwen3's tool rendering) */
 } gen_cfg;
 
 /* ---- hyperparameter keys --------------------------------------------------- */
@@ -117,6 +118,7 @@ static const key_def KEYS[] = {
     {"expert_weights_norm", ARCH_LAGUNA | ARCH_GLM4MOE | ARCH_DEEPSEEK2, K_INT, O(expert_weights_norm), 0, 1, NULL, "expert_weights_norm (0/1)"},
     {"gate", ARCH_LAGUNA, K_ENUM, O(gate_per_element), 0, 0, "head|element", "attn_gate: one scalar per head or per element"},
     {"rms_eps", ARCH_BOTH, K_FLOAT, O(rms_eps), 1e-12, 0.1, NULL, "attention.layer_norm_rms_epsilon"},
+    {"chat_template", ARCH_BOTH, K_ENUM, O(chat_template), 0, 0, "chatml|qwen3-tools", "tokenizer.chat_template: plain ChatML, or Qwen3's with tools"},
 };
 #undef O
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
@@ -808,6 +810,35 @@ static const char CHAT_TEMPLATE[] =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
+/* Qwen3's chat template's tool parts (tools in the system prompt, calls in
+ * <tool_call> tags, results as <tool_response> in a user turn), without its
+ * <think> handling: what `moefast serve` writes for chatml models, so a
+ * random-weight model can be served with tools (tests/cli_serve_tools.sh). */
+static const char CHAT_TEMPLATE_QWEN3_TOOLS[] =
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0].role == 'system' %}"
+    "{{- messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{- \"# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }}"
+    "{%- for tool in tools %}{{- \"\\n\" }}{{- tool | tojson }}{%- endfor %}"
+    "{{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
+    "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": "
+    "<args-json-object>}\\n</tool_call><|im_end|>\\n\" }}"
+    "{%- elif messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    "{%- elif message.role == 'assistant' %}{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') }}"
+    "{%- for tool_call in message.tool_calls or [] %}{%- if tool_call.function %}{%- set tool_call = tool_call.function %}{%- endif %}"
+    "{%- if (loop.first and message.content) or (not loop.first) %}{{- '\\n' }}{%- endif %}"
+    "{{- '<tool_call>\\n{\"name\": \"' }}{{- tool_call.name }}{{- '\", \"arguments\": ' }}"
+    "{%- if tool_call.arguments is string %}{{- tool_call.arguments }}{%- else %}{{- tool_call.arguments | tojson }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or (messages[loop.index0 - 1].role != 'tool') %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' }}{{- message.content }}{{- '\\n</tool_response>' }}"
+    "{%- if loop.last or (messages[loop.index0 + 1].role != 'tool') %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
 static int write_metadata(gguf_writer *w, const gen_cfg *c, const moe_gen_vocab *v) {
     const arch_def *d = arch_of(c);
     char k[128];
@@ -855,7 +886,7 @@ static int write_metadata(gguf_writer *w, const gen_cfg *c, const moe_gen_vocab 
     r |= gguf_w_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(v->n_tokens - 1));
     r |= gguf_w_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)(v->n_tokens - 3));
     r |= gguf_w_bool(w, "tokenizer.ggml.add_bos_token", false);
-    r |= gguf_w_str(w, "tokenizer.chat_template", CHAT_TEMPLATE);
+    r |= gguf_w_str(w, "tokenizer.chat_template", c->chat_template ? CHAT_TEMPLATE_QWEN3_TOOLS : CHAT_TEMPLATE);
     return r ? -1 : 0;
 }
 #undef KEY

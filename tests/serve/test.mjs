@@ -3,8 +3,8 @@
 // Checks the response shapes the SDK parses, that a streamed answer is the
 // non-streamed one in pieces, and that a request's tokens (and logprobs) are the same bits
 // alone or among 7 others, streamed or not, after a prompt-cache hit or a
-// cold prefill, greedy or seeded. Prints one line per check; exits 1 on a
-// failure.
+// cold prefill, greedy or seeded. With TOOLS_ONLY=1 (tests/cli_serve_tools.sh),
+// tool calls instead. Prints one line per check; exits 1 on a failure.
 import OpenAI from 'openai';
 
 const { BASE, KEY, MODEL } = process.env;
@@ -64,6 +64,11 @@ const PROMPTS = [
 ];
 
 async function main() {
+  if (process.env.TOOLS_ONLY) {                  // tests/cli_serve_tools.sh: a server with room for tools
+    await toolChecks();
+    console.log(`${failures} failures`);
+    process.exit(failures ? 1 : 0);
+  }
   // models
   const models = await client.models.list();
   if (models.data.length === 1 && models.data[0].id === MODEL && models.data[0].object === 'model') ok('models.list');
@@ -163,6 +168,34 @@ async function main() {
 
   console.log(`${failures} failures`);
   process.exit(failures ? 1 : 0);
+}
+
+// Tool calls through the SDK (docs/SERVE.md "Tool calls"): a required call
+// parsed by the SDK, the SDK's own stream helper reassembling the streamed
+// call to the same one, and the call sent back with its result.
+async function toolChecks() {
+  const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 10 }, days: { type: 'integer', minimum: 1, maximum: 7 } },
+                  required: ['city', 'days'] } } }];
+  const body = { model: MODEL, messages: [{ role: 'user', content: 'Weather in Paris?' }], tools, tool_choice: 'required',
+                 temperature: 0, max_tokens: 120 };
+  const r = await client.chat.completions.create(body);
+  const c = r.choices[0], calls = c.message.tool_calls ?? [];
+  const valid = (tc) => { const a = JSON.parse(tc.function.arguments);
+    return tc.type === 'function' && tc.function.name === 'get_weather' && typeof a.city === 'string' && a.city.length <= 10 &&
+           Number.isInteger(a.days) && a.days >= 1 && a.days <= 7 && Object.keys(a).every((k) => k === 'city' || k === 'days'); };
+  if (c.finish_reason === 'tool_calls' && calls.length >= 1 && calls.every(valid)) ok(`tools: required gives ${calls.length} valid call(s)`);
+  else fail(`tools: required: ${JSON.stringify(c)}`);
+  const st = client.chat.completions.stream(body);
+  const fin = await st.finalChatCompletion();
+  const sc = fin.choices[0].message.tool_calls ?? [];
+  const key = (l) => JSON.stringify(l.map((t) => [t.id.length > 0, t.function.name, t.function.arguments]));
+  if (fin.choices[0].finish_reason === 'tool_calls' && key(sc) === key(calls)) ok('tools: the SDK reassembles the streamed call to the same call');
+  else fail(`tools: streamed ${JSON.stringify(fin.choices[0])} != ${JSON.stringify(c)}`);
+  const next = await client.chat.completions.create({ ...body, tool_choice: 'auto', max_tokens: 8,
+    messages: [...body.messages, c.message, ...calls.map((t) => ({ role: 'tool', tool_call_id: t.id, content: 'sunny' }))] });
+  if (typeof next.choices[0].message.content === 'string') ok('tools: the call and its result sent back');
+  else fail(`tools: next turn ${JSON.stringify(next.choices[0])}`);
 }
 
 main().catch((e) => { console.log(`FAIL: ${e.stack || e}`); process.exit(1); });

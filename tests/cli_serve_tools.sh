@@ -1,0 +1,68 @@
+#!/bin/sh
+# cli_serve_tools.sh — tool calls in `moefast serve` (docs/SERVE.md, "Tool
+# calls") on a random-weight qwen3moe written with gen's Qwen3 tool template:
+#   every tool_choice mode: required and a named function give calls from the
+#     first generated token (the log's raw text is the trigger then the call),
+#     each call's name one of the tools and its arguments JSON valid for the
+#     tool's schema, finish_reason tool_calls; parallel_tool_calls false gives
+#     exactly one call, true several (some seed); none and auto (the model
+#     writes no trigger) give text; auto with a model made to write text then
+#     the trigger (the test hook MOEFAST_SERVE_TEST_TOOL_TEXT) gives that text
+#     as content and a call after it;
+#   deepseek3 and harmony (--chat-format) calls in their syntaxes;
+#   streamed calls (deltas as the call is generated) reassemble to the
+#     non-streamed ones, also sampled strings with multi-byte characters;
+#   a call cut by max_tokens ends with finish_reason length;
+#   the prompt: the tokens of Qwen3's template rendered by jinja2 (when
+#     installed), with tools, assistant tool_calls and tool results;
+#   a request's calls are the same tokens alone or among concurrent ones;
+#   the openai npm client: a call, the SDK's stream helper reassembling it,
+#     the call and its result sent back (tests/serve/test.mjs, TOOLS_ONLY);
+#   bad tools / tool_choice / parallel_tool_calls / tool messages give 400s
+#     naming the field (a bad parameter schema: the JSON path).
+set -u
+BIN=${MOEFAST_BIN:-build/asan/moefast}
+REL=${MOEFAST_BIN_REL:-build/rel/moefast}
+[ -x "$REL" ] || REL=$BIN
+command -v python3 >/dev/null 2>&1 || { echo "SKIP: python3 is not installed"; exit 0; }
+T=$(mktemp -d /tmp/moefast-cli-serve-tools.XXXXXX) || exit 2
+PIDS=""
+cleanup() { for p in $PIDS; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
+trap cleanup EXIT
+M=$T/q.gguf
+"$REL" gen --arch qwen3moe --preset tiny --type Q8_0 --chat-template qwen3-tools -o "$M" >/dev/null || { echo "gen failed"; exit 1; }
+
+start() { # log format [env...]: sets PORT
+  log=$1; fmt=$2; shift 2; : >"$log"
+  env "$@" "$BIN" serve -m "$M" --port 0 --slots 4 $fmt >/dev/null 2>"$log" &
+  PIDS="$PIDS $!"
+  for _ in $(seq 1 300); do
+    PORT=$(sed -n 's/^moefast serve: listening on http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$log")
+    [ -n "$PORT" ] && return 0
+    sleep 0.1
+  done
+  echo "server did not start: $(cat "$log")"
+  exit 1
+}
+# auto requests first write this (the hook), so the random model writes the trigger
+start "$T/log1" "" MOEFAST_SERVE_TEST_TOOL_TEXT='Let me check.<tool_call>'; P1=$PORT
+# the other families' call syntaxes (their special tokens spelled in text here)
+start "$T/log2" "--chat-format deepseek3" A=1; P2=$PORT
+start "$T/log3" "--chat-format harmony" A=1; P3=$PORT
+
+python3 tests/serve/tools_check.py "$P1" "$M" "$REL" "$T" "$P2" "$P3"
+rc=$?
+# the official openai npm client (installed by tests/cli_serve.sh's npm ci)
+if ! command -v node >/dev/null 2>&1 || [ ! -f tests/serve/node_modules/openai/package.json ]; then
+  echo "SKIP openai SDK tool checks: node or tests/serve/node_modules absent (npm ci in tests/serve)"
+elif ! BASE="http://127.0.0.1:$P1/v1" KEY=unused MODEL=q TOOLS_ONLY=1 node tests/serve/test.mjs >"$T/sdk.log" 2>&1; then
+  echo "FAIL: openai SDK tool checks:"; cat "$T/sdk.log"; rc=1
+else
+  grep '^ok' "$T/sdk.log"
+fi
+for p in $PIDS; do kill -TERM "$p"; wait "$p" || { echo "FAIL: server $p exit $?"; rc=1; }; done
+PIDS=""
+for l in "$T/log1" "$T/log2" "$T/log3"; do
+  grep -q "ERROR: AddressSanitizer\|LeakSanitizer\|runtime error" "$l" && { echo "FAIL: sanitizer: $(cat "$l")"; rc=1; }
+done
+exit $rc

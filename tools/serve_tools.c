@@ -1,0 +1,685 @@
+/* serve_tools.c — tool calls in `moefast serve` (docs/SERVE.md, "Tool calls").
+ *
+ * The calls are written in the syntax of the model's chat template family
+ * (Qwen3/Hermes <tool_call> JSON for chatml, DeepSeek-V3's tool-call tokens,
+ * gpt-oss harmony's commentary channel), and a grammar built from the
+ * tools' parameter schemas constrains them: only a supplied function can be
+ * named, its arguments are JSON valid for its schema. Under tool_choice
+ * required or a named function the call's trigger is put after the prompt
+ * and the grammar holds from the first generated token; under auto the
+ * model writes freely until it writes the trigger, then the grammar takes
+ * over (the trigger's bytes are accepted into it). Each request has its own
+ * grammar and constraint: batch composition never changes a request's
+ * tokens. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve.h"
+
+/* ---- the call syntax of each template family ---------------------------------
+ * A turn's calls: trigger open CALL close (sep open CALL close)* end, where
+ * CALL is {"name": "NAME", "arguments": ARGS} (name_in_json) or NAME mid
+ * ARGS. The trigger starts the calls: the grammar engages there. */
+typedef struct tool_syntax {
+    const char *family;
+    const char *trigger, *open, *mid, *close, *sep, *end;
+    bool name_in_json, parallel;
+} tool_syntax;
+
+#define DS_(x) "<\xef\xbd\x9c" x "\xef\xbd\x9c>"          /* <｜x｜> */
+#define US "\xe2\x96\x81"                                   /* ▁ */
+
+static const tool_syntax SYNTAX[] = {
+    /* Qwen3's template (and Hermes 2 Pro's) */
+    {"chatml", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true},
+    /* laguna and glm4: their own tool syntaxes are not implemented; the
+     * Hermes form, described in the system prompt */
+    {"laguna", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true},
+    {"glm4", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true},
+    /* DeepSeek-V3's template */
+    {"deepseek3", DS_("tool" US "calls" US "begin"), DS_("tool" US "call" US "begin") "function" DS_("tool" US "sep"),
+     "\n```json\n", "\n```" DS_("tool" US "call" US "end"), "", DS_("tool" US "calls" US "end"), false, true},
+    /* gpt-oss: one call per assistant message, ended by <|call|> */
+    {"harmony", "<|channel|>commentary to=functions.", "", " <|constrain|>json<|message|>", "", "", "", false, false},
+};
+
+/* The family of the model's template: the markers chat.c recognises
+ * (moe_chat_detect is internal; the CLI uses the public API only). */
+static const tool_syntax *syntax_of(srv *s) {
+    const char *f = s->chat_format, *t = moe_model_chat_template(s->m);
+    if (!f && t) {
+        if (strstr(t, "<|im_start|>")) f = "chatml";
+        else if (strstr(t, "</assistant>") || strstr(t, "laguna_glm_thinking")) f = "laguna";
+        else if (strstr(t, DS_("User")) && strstr(t, DS_("Assistant"))) f = "deepseek3";
+        else if (strstr(t, "[gMASK]<sop>")) f = "glm4";
+        else if (strstr(t, "<|start|>") && strstr(t, "<|message|>")) f = "harmony";
+    }
+    for (size_t i = 0; f && i < sizeof SYNTAX / sizeof SYNTAX[0]; i++)
+        if (!strcmp(SYNTAX[i].family, f)) return &SYNTAX[i];
+    return &SYNTAX[0];
+}
+
+/* ---- growing strings ---------------------------------------------------------- */
+
+typedef struct tbuf { char *p; size_t n, cap; bool oom; } tbuf;
+
+static void tb_addn(tbuf *b, const char *s, size_t l) {
+    if (b->oom) return;
+    if (b->n + l + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap : 256;
+        while (nc < b->n + l + 1) nc *= 2;
+        char *np = realloc(b->p, nc);
+        if (!np) { b->oom = true; return; }
+        b->p = np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->n, s, l);
+    b->n += l;
+    b->p[b->n] = 0;
+}
+static void tb_add(tbuf *b, const char *s) { if (s) tb_addn(b, s, strlen(s)); }
+
+/* A GBNF literal ("" never written: the parser wants something to match). */
+static void tb_lit(tbuf *b, const char *s) {
+    if (!s || !*s) return;
+    tb_add(b, " \"");
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') { char e[3] = {'\\', *s, 0}; tb_add(b, e); }
+        else if (*s == '\n') tb_add(b, "\\n");
+        else if (*s == '\r') tb_add(b, "\\r");
+        else if (*s == '\t') tb_add(b, "\\t");
+        else tb_addn(b, s, 1);
+    }
+    tb_add(b, "\"");
+}
+
+/* A compiled schema's GBNF with every rule name prefixed ("t3-"), so the
+ * tools' grammars live side by side in one grammar. Names are words
+ * starting with a letter outside literals, classes, counts and comments. */
+static void tb_renamed(tbuf *b, const char *g, const char *prefix) {
+    for (const char *p = g; *p;) {
+        if (*p == '"' || *p == '[') {
+            const char close = *p == '"' ? '"' : ']';
+            const char *q = p + 1;
+            while (*q && *q != close) q += (*q == '\\' && q[1]) ? 2 : 1;
+            if (*q) q++;
+            tb_addn(b, p, (size_t)(q - p));
+            p = q;
+        } else if (*p == '{' || *p == '#') {
+            const char *q = p;
+            while (*q && *q != (*p == '{' ? '}' : '\n')) q++;
+            tb_addn(b, p, (size_t)(q - p));
+            p = q;
+        } else if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')) {
+            const char *q = p;
+            while ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '-' || *q == '_') q++;
+            tb_add(b, prefix);
+            tb_addn(b, p, (size_t)(q - p));
+            p = q;
+        } else
+            tb_addn(b, p++, 1);
+    }
+}
+
+/* ---- the request's tools ----------------------------------------------------- */
+
+static bool valid_name(const char *n) {
+    const size_t l = strlen(n);
+    if (l == 0 || l > 64) return false;
+    for (const char *p = n; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-'))
+            return false;
+    return true;
+}
+
+/* tool i's parameters compiled (GBNF, malloc'd), or -1 after api_fail. */
+static int tool_gbnf(json_t *tool, size_t i, const char **name, char **gbnf, api_err *e) {
+    json_t *ty = json_object_get(tool, "type"), *fn = json_object_get(tool, "function");
+    if (!json_is_object(tool) || !json_is_string(ty) || strcmp(json_string_value(ty), "function"))
+        return api_fail(e, 400, "tools", "invalid_value", "'tools[%zu]' must be {\"type\": \"function\", \"function\": {...}}", i);
+    json_t *nm = json_object_get(fn, "name"), *ps = json_object_get(fn, "parameters"), *ds = json_object_get(fn, "description");
+    if (!json_is_object(fn)) return api_fail(e, 400, "tools", "invalid_value", "'tools[%zu].function' must be an object", i);
+    if (!json_is_string(nm) || !valid_name(json_string_value(nm)))
+        return api_fail(e, 400, "tools", "invalid_value", "'tools[%zu].function.name' must be 1 to 64 of a-z, A-Z, 0-9, _ and -", i);
+    if (ds && !json_is_null(ds) && !json_is_string(ds))
+        return api_fail(e, 400, "tools", "invalid_type", "'tools[%zu].function.description' must be a string", i);
+    if (ps && !json_is_null(ps) && !json_is_object(ps))
+        return api_fail(e, 400, "tools", "invalid_type", "'tools[%zu].function.parameters' must be a JSON Schema object", i);
+    *name = json_string_value(nm);
+    /* no parameters: a function without arguments, {} */
+    char *txt = ps && !json_is_null(ps) ? json_dumps(ps, JSON_COMPACT) : strdup("{\"type\":\"object\",\"properties\":{}}");
+    char err[MOE_ERR_LEN];
+    if (!txt) return api_fail(e, 500, NULL, NULL, "out of memory");
+    const int rc = moe_json_schema_to_gbnf(txt, strlen(txt), gbnf, err, sizeof err);
+    free(txt);
+    if (rc == MOE_ENOMEM) return api_fail(e, 500, NULL, NULL, "out of memory");
+    if (rc) return api_fail(e, 400, "tools", "invalid_value", "'tools[%zu].function.parameters': %s", i, err);
+    return 0;
+}
+
+/* The grammar of a turn's calls over the tools allowed (only = -1: all). */
+static void calls_grammar(tbuf *b, const tool_syntax *sy, const char *const *names, char *const *gbnf, size_t n,
+                          int only, bool parallel) {
+    tb_add(b, "root ::=");
+    tb_lit(b, sy->trigger);
+    tb_lit(b, sy->open);
+    tb_add(b, " call");
+    tb_lit(b, sy->close);
+    if (parallel && sy->parallel) {
+        tb_add(b, " (");
+        tb_lit(b, sy->sep);
+        tb_lit(b, sy->open);
+        tb_add(b, " call");
+        tb_lit(b, sy->close);
+        tb_add(b, ")*");
+    }
+    tb_lit(b, sy->end);
+    tb_add(b, "\ncall ::=");
+    for (size_t i = 0, k = 0; i < n; i++) {
+        if (only >= 0 && (size_t)only != i) continue;
+        char c[48];
+        snprintf(c, sizeof c, "%s c%zu", k++ ? " |" : "", i);
+        tb_add(b, c);
+    }
+    tb_add(b, "\n");
+    for (size_t i = 0; i < n; i++) {
+        if (only >= 0 && (size_t)only != i) continue;
+        char pre[32], line[64];
+        snprintf(pre, sizeof pre, "t%zu-", i);
+        snprintf(line, sizeof line, "c%zu ::=", i);
+        tb_add(b, line);
+        if (sy->name_in_json) {
+            tbuf q = {0};
+            tb_add(&q, "{\"name\": \"");
+            tb_add(&q, names[i]);
+            tb_add(&q, "\", \"arguments\": ");
+            tb_lit(b, q.oom ? "" : q.p);
+            free(q.p);
+        } else {
+            tb_lit(b, names[i]);
+            tb_lit(b, sy->mid);
+        }
+        snprintf(line, sizeof line, " t%zu-s0", i);
+        tb_add(b, line);
+        if (sy->name_in_json) tb_lit(b, "}");
+        tb_add(b, "\n");
+        tb_renamed(b, gbnf[i], pre);
+    }
+}
+
+static int tool_choice(json_t *tc, json_t *tools, int *mode, int *only, api_err *e) {
+    *only = -1;
+    *mode = 1;                                     /* auto */
+    if (!tc || json_is_null(tc)) return 0;
+    if (json_is_string(tc)) {
+        const char *v = json_string_value(tc);
+        if (!strcmp(v, "none")) *mode = 0;
+        else if (!strcmp(v, "required")) *mode = 2;
+        else if (strcmp(v, "auto"))
+            return api_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}, got '%.40s'", v);
+        return 0;
+    }
+    json_t *ty = json_object_get(tc, "type"), *fn = json_object_get(tc, "function"), *nm = json_object_get(fn, "name");
+    if (!json_is_object(tc) || !json_is_string(ty) || strcmp(json_string_value(ty), "function") || !json_is_string(nm))
+        return api_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        json_t *n2 = json_object_get(json_object_get(json_array_get(tools, i), "function"), "name");
+        if (json_is_string(n2) && !strcmp(json_string_value(n2), json_string_value(nm))) { *only = (int)i; *mode = 2; return 0; }
+    }
+    return api_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' names the function '%.64s', which is not in 'tools'", json_string_value(nm));
+}
+
+static bool has_constraint_field(json_t *o) {
+    json_t *g = json_object_get(o, "grammar"), *rf = json_object_get(o, "response_format"), *t = json_object_get(rf, "type");
+    if (g && !json_is_null(g)) return true;
+    return rf && !json_is_null(rf) && !(json_is_string(t) && !strcmp(json_string_value(t), "text"));
+}
+
+static int tools_check(json_t *o, json_t *tools, api_err *e) {
+    json_t *tc = json_object_get(o, "tool_choice"), *ptc = json_object_get(o, "parallel_tool_calls");
+    if (!tools || json_is_null(tools)) {
+        if (tc && !json_is_null(tc)) return api_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' is only allowed when 'tools' are given");
+        if (ptc && !json_is_null(ptc)) return api_fail(e, 400, "parallel_tool_calls", "invalid_value", "'parallel_tool_calls' is only allowed when 'tools' are given");
+        return 0;
+    }
+    if (!json_is_array(tools)) return api_fail(e, 400, "tools", "invalid_type", "'tools' must be an array");
+    if (json_array_size(tools) == 0) return api_fail(e, 400, "tools", "invalid_value", "'tools' must not be empty");
+    if (json_array_size(tools) > 128) return api_fail(e, 400, "tools", "invalid_value", "'tools' has %zu functions; at most 128", json_array_size(tools));
+    if (ptc && !json_is_null(ptc) && !json_is_boolean(ptc)) return api_fail(e, 400, "parallel_tool_calls", "invalid_type", "'parallel_tool_calls' must be a boolean");
+    return 0;
+}
+
+static int test_force(srv *s, srv_tools *t, const char *text, api_err *e) {
+    size_t need = 0;
+    char err[MOE_ERR_LEN];
+    if (moe_tokenize(s->m, text, strlen(text), false, true, NULL, 0, &need, err, sizeof err) || need == 0 ||
+        !(t->force = malloc(need * sizeof *t->force)) ||
+        moe_tokenize(s->m, text, strlen(text), false, true, t->force, need, &need, err, sizeof err))
+        return api_fail(e, 500, NULL, NULL, "MOEFAST_SERVE_TEST_TOOL_TEXT does not tokenize");
+    t->n_force = (int)need;
+    return 0;
+}
+
+int tools_parse(srv *s, json_t *o, srv_req *r, bool *forced, json_t **tools_json, api_err *e) {
+    json_t *tools = json_object_get(o, "tools");
+    *forced = false;
+    *tools_json = NULL;
+    if (tools_check(o, tools, e)) return -1;
+    if (!tools || json_is_null(tools)) return 0;
+    const size_t n = json_array_size(tools);
+    int mode, only, rc = 0;
+    if (tool_choice(json_object_get(o, "tool_choice"), tools, &mode, &only, e)) return -1;
+    const bool parallel = !json_is_false(json_object_get(o, "parallel_tool_calls"));
+    const char **names = calloc(n, sizeof *names);
+    char **gbnf = calloc(n, sizeof *gbnf);
+    if (!names || !gbnf) rc = api_fail(e, 500, NULL, NULL, "out of memory");
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        rc = tool_gbnf(json_array_get(tools, i), i, &names[i], &gbnf[i], e);
+        for (size_t j = 0; rc == 0 && j < i; j++)
+            if (!strcmp(names[i], names[j]))
+                rc = api_fail(e, 400, "tools", "invalid_value", "'tools[%zu].function.name': '%s' is given twice", i, names[i]);
+    }
+    if (rc == 0) *tools_json = tools;
+    if (rc == 0 && mode != 0 && has_constraint_field(o))
+        rc = api_fail(e, 400, "tools", "invalid_value", "'tools' (unless 'tool_choice' is 'none') cannot be combined with 'grammar' or 'response_format'");
+    if (rc == 0 && mode != 0) {
+        const tool_syntax *sy = syntax_of(s);
+        tbuf g = {0};
+        char err[MOE_ERR_LEN];
+        calls_grammar(&g, sy, names, gbnf, n, only, parallel);
+        if (g.oom) rc = api_fail(e, 500, NULL, NULL, "out of memory");
+        else if ((rc = moe_grammar_parse(g.p, g.n, "root", &r->gram, err, sizeof err)))
+            rc = api_fail(e, rc == MOE_ENOMEM ? 500 : 400, "tools", "invalid_value", "the tools' grammar: %s", err);
+        else if ((rc = moe_constraint_new(r->gram, s->gvoc, &r->con, err, sizeof err)))
+            rc = api_fail(e, rc == MOE_ENOMEM ? 500 : 400, "tools", "invalid_value", "%s", err);
+        else if (!(r->allowed = malloc((size_t)s->n_vocab)) || !(r->tools = calloc(1, sizeof *r->tools)))
+            rc = api_fail(e, 500, NULL, NULL, "out of memory");
+        free(g.p);
+        if (rc == 0) {
+            r->tools->syn = sy;
+            const char *tt = getenv("MOEFAST_SERVE_TEST_TOOL_TEXT");
+            if (mode == 1 && tt && *tt) rc = test_force(s, r->tools, tt, e);
+            if (mode == 2) {                           /* the calls start at once */
+                *forced = true;
+                r->tools->engaged = true;
+                tbuf raw = {0};
+                tb_add(&raw, sy->trigger);
+                r->tools->raw = raw.p;
+                r->tools->raw_len = raw.n;
+                r->tools->raw_cap = raw.cap;
+                if (raw.oom || moe_constraint_accept_bytes(r->con, sy->trigger, strlen(sy->trigger)))
+                    rc = api_fail(e, 500, NULL, NULL, "the tools' grammar refused its own trigger");
+            }
+        }
+    }
+    for (size_t i = 0; gbnf && i < n; i++) free(gbnf[i]);
+    free(gbnf);
+    free(names);
+    return rc;
+}
+
+const char *tools_forced_text(const srv_req *r) {
+    return r->tools && r->tools->engaged && r->n_gen == 0 ? r->tools->syn->trigger : NULL;
+}
+
+void tools_free(srv_tools *t) {
+    if (!t) return;
+    for (int i = 0; i < t->n_calls; i++) { free(t->calls[i].id); free(t->calls[i].name); free(t->calls[i].args); }
+    free(t->calls);
+    free(t->raw);
+    free(t->force);
+    free(t->raw_at);
+    free(t->txt_at);
+    free(t);
+}
+
+/* ---- the prompt ----------------------------------------------------------------- */
+
+/* The tools section of the system prompt. chatml: Qwen3's template's text;
+ * the other families the same words with their own call form. */
+static void tools_block(tbuf *b, const tool_syntax *sy, json_t *tools) {
+    tb_add(b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+              "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        char *t = json_dumps(json_array_get(tools, i), 0);    /* ", " and ": " as Jinja's tojson */
+        tb_add(b, "\n");
+        if (t) tb_add(b, t); else b->oom = true;
+        free(t);
+    }
+    tb_add(b, "\n</tools>\n\n");
+    if (sy->name_in_json) {
+        tb_add(b, "For each function call, return a json object with function name and arguments within "
+                  "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+                  "<args-json-object>}\n</tool_call>");
+        return;
+    }
+    tb_add(b, "To call a function, write:\n");
+    tb_add(b, sy->trigger); tb_add(b, sy->open); tb_add(b, "<function-name>"); tb_add(b, sy->mid);
+    tb_add(b, "<args-json-object>"); tb_add(b, sy->close); tb_add(b, sy->end);
+}
+
+/* One call as the template writes it (the model's own syntax). */
+static void call_text(tbuf *b, const tool_syntax *sy, bool first, const char *name, const char *args) {
+    if (first) tb_add(b, sy->trigger);
+    else tb_add(b, sy->sep);
+    tb_add(b, sy->open);
+    if (sy->name_in_json) { tb_add(b, "{\"name\": \""); tb_add(b, name); tb_add(b, "\", \"arguments\": "); }
+    else { tb_add(b, name); tb_add(b, sy->mid); }
+    tb_add(b, args);
+    if (sy->name_in_json) tb_add(b, "}");
+    tb_add(b, sy->close);
+}
+
+static int assistant_calls(tbuf *b, const tool_syntax *sy, json_t *calls, size_t i, api_err *e) {
+    const size_t nc = json_array_size(calls);
+    for (size_t k = 0; k < nc; k++) {
+        json_t *c = json_array_get(calls, k), *fn = json_object_get(c, "function");
+        json_t *nm = json_object_get(fn, "name"), *ar = json_object_get(fn, "arguments");
+        if (!json_is_string(nm) || !(json_is_string(ar) || json_is_object(ar)))
+            return api_fail(e, 400, "messages", "invalid_value",
+                            "'messages[%zu].tool_calls[%zu]' must be {\"id\", \"type\": \"function\", \"function\": {\"name\": string, \"arguments\": string}}", i, k);
+        char *dumped = json_is_object(ar) ? json_dumps(ar, 0) : NULL;
+        call_text(b, sy, k == 0, json_string_value(nm), dumped ? dumped : json_string_value(ar));
+        free(dumped);
+    }
+    if (nc) tb_add(b, sy->end);
+    return 0;
+}
+
+static int keep(char ***owned, size_t *n_owned, tbuf *b, api_err *e) {
+    char **no = b->oom ? NULL : realloc(*owned, (*n_owned + 1) * sizeof *no);
+    if (!no) { free(b->p); return api_fail(e, 500, NULL, NULL, "out of memory"); }
+    *owned = no;
+    no[(*n_owned)++] = b->p ? b->p : strdup("");
+    return no[*n_owned - 1] ? 0 : api_fail(e, 500, NULL, NULL, "out of memory");
+}
+
+int tools_messages(srv *s, json_t *ms, const moe_chat_msg *msgs, size_t n, json_t *tools,
+                   moe_chat_msg **out, size_t *n_out, char ***owned, size_t *n_owned, api_err *e) {
+    const tool_syntax *sy = syntax_of(s);
+    moe_chat_msg *o = calloc(n + 1, sizeof *o);
+    size_t k = 0, i = 0;
+    *out = o;
+    if (!o) return api_fail(e, 500, NULL, NULL, "out of memory");
+    if (tools) {                                   /* the system prompt gets the tools */
+        tbuf b = {0};
+        if (n && !strcmp(msgs[0].role, "system")) { tb_add(&b, msgs[0].content); tb_add(&b, "\n\n"); i = 1; }
+        tools_block(&b, sy, tools);
+        if (keep(owned, n_owned, &b, e)) return -1;
+        o[k++] = (moe_chat_msg){"system", (*owned)[*n_owned - 1]};
+    }
+    for (; i < n; i++) {
+        json_t *m = json_array_get(ms, i), *tc = json_object_get(m, "tool_calls");
+        if (!strcmp(msgs[i].role, "tool")) {       /* consecutive results: one user turn (Qwen3) */
+            tbuf b = {0};
+            for (; i < n && !strcmp(msgs[i].role, "tool"); i++) {
+                if (!json_is_string(json_object_get(json_array_get(ms, i), "tool_call_id"))) {
+                    free(b.p);
+                    return api_fail(e, 400, "messages", "missing_required_parameter", "'messages[%zu].tool_call_id' is required for role 'tool'", i);
+                }
+                tb_add(&b, b.n ? "\n<tool_response>\n" : "<tool_response>\n");
+                tb_add(&b, msgs[i].content);
+                tb_add(&b, "\n</tool_response>");
+            }
+            i--;
+            if (keep(owned, n_owned, &b, e)) return -1;
+            o[k++] = (moe_chat_msg){"user", (*owned)[*n_owned - 1]};
+        } else if (!strcmp(msgs[i].role, "assistant") && tc && !json_is_null(tc)) {
+            if (!json_is_array(tc)) return api_fail(e, 400, "messages", "invalid_type", "'messages[%zu].tool_calls' must be an array", i);
+            tbuf b = {0};
+            tb_add(&b, msgs[i].content);
+            if (*msgs[i].content && json_array_size(tc)) tb_add(&b, "\n");
+            if (assistant_calls(&b, sy, tc, i, e)) { free(b.p); return -1; }
+            if (keep(owned, n_owned, &b, e)) return -1;
+            o[k++] = (moe_chat_msg){"assistant", (*owned)[*n_owned - 1]};
+        } else
+            o[k++] = msgs[i];
+    }
+    *n_out = k;
+    return 0;
+}
+
+/* ---- generation (engine thread, under srv.mu) ------------------------------------ */
+
+static bool raw_add(srv_tools *t, const char *p, size_t n) {
+    if (t->raw_len + n + 1 > t->raw_cap) {
+        size_t nc = t->raw_cap ? t->raw_cap : 256;
+        while (nc < t->raw_len + n + 1) nc *= 2;
+        char *np = realloc(t->raw, nc);
+        if (!np) return false;
+        t->raw = np;
+        t->raw_cap = nc;
+    }
+    memcpy(t->raw + t->raw_len, p, n);
+    t->raw_len += n;
+    t->raw[t->raw_len] = 0;
+    return true;
+}
+
+void tools_before_token(srv_req *r) {
+    srv_tools *t = r->tools;
+    t->raw_at[r->n_gen] = t->raw_len;
+    t->txt_at[r->n_gen] = r->len;
+}
+
+/* The generated token whose bytes hold raw offset p. */
+static int token_at(const srv_req *r, size_t p) {
+    int k = r->n_gen - 1;
+    while (k > 0 && r->tools->raw_at[k] > p) k--;
+    return k;
+}
+
+size_t tools_after_token(srv *s, srv_req *r, int32_t id) {
+    srv_tools *t = r->tools;
+    const char *piece;
+    size_t n = 0;
+    if (!moe_token_is_eog(s->m, id) && moe_token_piece(s->m, id, true, &piece, &n) == MOE_OK && !raw_add(t, piece, n)) n = 0;
+    if (t->engaged) return r->len;
+    const char *tr = t->syn->trigger;
+    const size_t tl = strlen(tr), before = t->raw_len - n;
+    const size_t from = before >= tl ? before - tl + 1 : 0;
+    const char *hit = t->raw_len >= tl ? memmem(t->raw + from, t->raw_len - from, tr, tl) : NULL;
+    if (hit) {
+        /* the calls begin: the grammar takes the trigger and what followed
+         * it in this token; the text goes back to before that token */
+        const size_t p = (size_t)(hit - t->raw);
+        if (moe_constraint_accept_bytes(r->con, hit, t->raw_len - p) == MOE_OK) {
+            t->engaged = true;
+            t->call_at = t->parse_at = p;
+            size_t cut = t->txt_at[token_at(r, p)];
+            if (cut < r->emit) cut = r->emit;      /* never un-send text (the hold-back prevents it) */
+            r->len = cut;
+            r->text[r->len] = 0;
+            return r->len;
+        }
+        moe_constraint_reset(r->con);              /* it did not fit: plain text */
+    }
+    /* hold back text that may be the start of the trigger */
+    for (size_t h = tl - 1; h > 0; h--)
+        if (h <= t->raw_len && !memcmp(t->raw + t->raw_len - h, tr, h)) return t->txt_at[token_at(r, t->raw_len - h)];
+    return r->len;
+}
+
+static bool starts(const char **p, const char *lit) {
+    const size_t l = strlen(lit);
+    if (strncmp(*p, lit, l)) return false;
+    *p += l;
+    return true;
+}
+
+/* The end of the JSON value at p (NULL: none). Integers are read as reals:
+ * an unbounded integer of any length still parses. */
+static const char *json_end(const char *p) {
+    json_error_t je;
+    json_t *v = json_loadb(p, strlen(p), JSON_DISABLE_EOF_CHECK | JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
+    if (!v) return NULL;
+    json_decref(v);
+    return p + je.position;
+}
+
+static bool add_call(srv_req *r, const char *name, size_t nl) {
+    srv_tools *t = r->tools;
+    srv_tool_call *nc = realloc(t->calls, (size_t)(t->n_calls + 1) * sizeof *nc);
+    if (!nc) return false;
+    t->calls = nc;
+    char id[48];
+    snprintf(id, sizeof id, "call_%llu_%d", (unsigned long long)r->id, t->n_calls);
+    srv_tool_call *c = &nc[t->n_calls++];
+    memset(c, 0, sizeof *c);
+    c->id = strdup(id);
+    c->name = strndup(name, nl);
+    c->args = strdup("");
+    return c->id && c->name && c->args;
+}
+
+/* The arguments text [a, a + n) so far (the model's text, as OpenAI gives it). */
+static bool set_args(srv_tools *t, srv_tool_call *c, const char *a, size_t n) {
+    if (n <= c->args_len) return true;
+    char *na = realloc(c->args, n + 1);
+    if (!na) return false;
+    memcpy(na, a, n);
+    na[n] = 0;
+    c->args = na;
+    c->args_len = n;
+    t->version++;
+    return true;
+}
+
+/* A prefix of [a, a + n) that ends on a UTF-8 character boundary. */
+static size_t utf8_cut(const char *a, size_t n) {
+    size_t k = n;
+    while (k > 0 && ((unsigned char)a[k - 1] & 0xC0) == 0x80 && n - k < 3) k--;
+    if (k == 0) return 0;
+    const unsigned char lead = (unsigned char)a[k - 1];
+    const size_t len = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    return k - 1 + len <= n ? n : k - 1;
+}
+
+enum { PH_OPEN = 0, PH_NAME = 1, PH_ARGS = 2 };
+
+/* Walks the calls the grammar wrote so far: trigger/sep + open, the name,
+ * the arguments (held back by what may still be the call's closing text,
+ * until the call is complete). The grammar guarantees the text will
+ * match, so a literal not (yet) there means "wait". */
+void tools_progress(srv_req *r) {
+    srv_tools *t = r->tools;
+    const tool_syntax *sy = t->syn;
+    for (;;) {
+        const char *base = t->raw ? t->raw : "", *p = base + t->parse_at;
+        if (t->phase == PH_OPEN) {
+            if (t->n_calls && (!sy->parallel || (!*sy->sep && !*sy->open))) return;
+            if (!(t->n_calls ? starts(&p, sy->sep) : starts(&p, sy->trigger)) || !starts(&p, sy->open)) return;
+            t->parse_at = (size_t)(p - base);
+            t->phase = PH_NAME;
+        } else if (t->phase == PH_NAME) {
+            const char *nm = p, *ne;
+            if (sy->name_in_json) {
+                if (!starts(&p, "{\"name\": \"") || !(ne = strchr(nm = p, '"'))) return;
+                p = ne;
+                if (!starts(&p, "\", \"arguments\": ")) return;
+            } else {
+                if (!(ne = strstr(nm, sy->mid))) return;
+                p = ne + strlen(sy->mid);
+            }
+            if (!add_call(r, nm, (size_t)(ne - nm))) return;
+            t->version++;
+            t->args_at = (size_t)(p - base);
+            t->phase = PH_ARGS;
+        } else {
+            const char *a = base + t->args_at, *ae = json_end(a), *q = ae;
+            const bool done = ae && (!sy->name_in_json || starts(&q, "}")) && starts(&q, sy->close);
+            const size_t avail = t->raw_len - t->args_at, hold = (sy->name_in_json ? 1 : 0) + strlen(sy->close);
+            size_t n = done ? (size_t)(ae - a) : avail > hold ? avail - hold : 0;
+            if (!done) n = utf8_cut(a, n);
+            srv_tool_call *c = &t->calls[t->n_calls - 1];
+            if (!set_args(t, c, a, n) || !done) return;
+            c->complete = true;
+            t->version++;
+            t->parse_at = (size_t)(q - base);
+            t->phase = PH_OPEN;
+        }
+    }
+}
+
+bool tools_finish(srv_req *r, char *why, size_t whylen) {
+    srv_tools *t = r->tools;
+    tools_progress(r);
+    const char *p = (t->raw ? t->raw : "") + t->parse_at;
+    const bool ok = t->phase == PH_OPEN && t->n_calls > 0 && starts(&p, t->syn->end) && !*p;
+    if (!ok) snprintf(why, whylen, "the model's tool call did not parse (call %d; the raw text is in the log)", t->n_calls);
+    return ok;
+}
+
+/* ---- answers ------------------------------------------------------------------------ */
+
+json_t *tools_calls_json(const srv_req *r) {
+    json_t *a = json_array();
+    for (int i = 0; i < r->tools->n_calls; i++) {
+        const srv_tool_call *c = &r->tools->calls[i];
+        json_t *o = json_object(), *f = json_object();
+        json_object_set_new(o, "id", json_string(c->id));
+        json_object_set_new(o, "type", json_string("function"));
+        json_object_set_new(f, "name", json_string(c->name));
+        json_object_set_new(f, "arguments", json_string(c->args));
+        json_object_set_new(o, "function", f);
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
+/* One stream chunk whose delta holds a tool_calls entry. */
+static void call_chunk(srv *s, srv_req *r, tbuf *b, int i, bool head, const char *args, size_t n) {
+    const srv_tool_call *c = &r->tools->calls[i];
+    json_t *tc = json_object(), *f = json_object(), *a = json_array(), *d = json_object();
+    json_object_set_new(tc, "index", json_integer(i));
+    if (head) {
+        json_object_set_new(tc, "id", json_string(c->id));
+        json_object_set_new(tc, "type", json_string("function"));
+        json_object_set_new(f, "name", json_string(c->name));
+    }
+    json_object_set_new(f, "arguments", json_stringn(args, n));
+    json_object_set_new(tc, "function", f);
+    json_array_append_new(a, tc);
+    json_object_set_new(d, "tool_calls", a);
+    char *ev = api_delta_chunk(s, r, d);
+    if (ev) tb_add(b, ev); else b->oom = true;
+    free(ev);
+}
+
+/* As OpenAI streams calls: per call, a first delta with index, id, type,
+ * the name and empty arguments as soon as the name is written, then the
+ * arguments in fragments as they grow (never inside a UTF-8 character). */
+char *api_tool_chunks(srv *s, srv_req *r, int *call, bool *head_sent, size_t *args_sent) {
+    tbuf b = {0};
+    tb_add(&b, "");
+    while (r->tools && *call < r->tools->n_calls) {
+        const srv_tool_call *c = &r->tools->calls[*call];
+        if (!*head_sent) { call_chunk(s, r, &b, *call, true, "", 0); *head_sent = true; }
+        if (c->args_len > *args_sent) { call_chunk(s, r, &b, *call, false, c->args + *args_sent, c->args_len - *args_sent); *args_sent = c->args_len; }
+        if (!c->complete) break;
+        ++*call;
+        *head_sent = false;
+        *args_sent = 0;
+    }
+    if (b.oom) { free(b.p); return NULL; }
+    return b.p;
+}
+
+char *tools_raw_json(const srv_req *r) {
+    const srv_tools *t = r->tools;
+    moe_utf8_stream *u = moe_utf8_stream_new();
+    const size_t cap = 4 * t->raw_len + 8;
+    char *v = u ? malloc(cap) : NULL, *d = NULL;
+    if (v) {
+        size_t k = moe_utf8_stream_push(u, t->raw ? t->raw : "", t->raw_len, v, cap);
+        k += moe_utf8_stream_flush(u, v + k, cap - k);
+        json_t *j = json_stringn(v, k);
+        d = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+        json_decref(j);
+    }
+    free(v);
+    moe_utf8_stream_free(u);
+    return d;
+}
