@@ -157,6 +157,13 @@ int  moe_session_truncate(moe_session *s, int n_past);
 int  moe_session_forward(moe_session *s, const int32_t *tokens, int n,
                          float *logits, bool all_logits);
 const char *moe_session_error(const moe_session *s);
+/* As moe_session_forward, but returns only the top k (1..64, <= n_vocab)
+ * logits of the last token: ids[k] and vals[k], ordered as moe_topk orders
+ * the full logits (value descending, equal values by ascending id; ids[0] is
+ * moe_argmax). The same ids and bits as the full logits give; with flag
+ * lm_screen the lm head is screened and only the rows that can reach the
+ * top k are computed (docs/SCREEN.md). */
+int  moe_session_forward_topk(moe_session *s, const int32_t *tokens, int n, int k, int32_t *ids, float *vals);
 
 /* ---- sampling ---------------------------------------------------------- */
 
