@@ -192,6 +192,9 @@ typedef struct moe_screen_stats {
     bool available;          /* the model has a screen (flag lm_screen at load, a covered head format) */
 } moe_screen_stats;
 int  moe_session_screen_stats(const moe_session *s, moe_screen_stats *out);
+/* After moe_session_forward_topk: the last token's logit of id (the same
+ * bits as the full logits give), for reports on ids outside the top k. */
+int  moe_session_last_logit(moe_session *s, int32_t id, float *out);
 
 /* Replays a trace on m (see `moefast gate`). Teacher mode prefills each case's
  * prompt in one call and then feeds the golden tokens whatever the model

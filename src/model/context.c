@@ -12,6 +12,7 @@
 #include "model/blocks.h"
 #include "base/util.h"
 #include "base/meminfo.h"
+#include "model/screen.h"
 
 /* ggml's YaRN helpers, reproduced so positions rotate exactly as the
  * ecosystem's reference does (iterative theta in float). */
@@ -533,6 +534,15 @@ int moe_session_forward_topk(moe_session *s, const int32_t *tokens, int n, int k
     rc = moe_session_forward(s, tokens, n, NULL, false);
     c->topk_k = 0, c->topk_ids = NULL, c->topk_vals = NULL;
     return rc;
+}
+
+int moe_session_last_logit(moe_session *s, int32_t id, float *out) {
+    if (!s || !out) return MOE_EINVAL;
+    moe_context *c = s->c;
+    if (id < 0 || id >= c->m->hp.n_vocab || c->scr_steps == 0) return MOE_EINVAL;
+    if (c->scr_last_exact < 0) { *out = c->scr_y[id]; return MOE_OK; }   /* the full head ran */
+    *out = moe_screen_row_logit(&c->m->output, c->kern, c->xn, id, c->scr_y);
+    return MOE_OK;
 }
 
 int moe_session_screen_stats(const moe_session *s, moe_screen_stats *out) {

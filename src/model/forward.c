@@ -9,6 +9,7 @@
  * positions (c->tok_pos); every block treats each token on its own, so the
  * bits a token gets do not depend on the others (blocks.h). Differential
  * mode runs each block on the reference twin too and compares. */
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -54,6 +55,7 @@ static void head_topk(moe_context *c) {
         got = moe_screen_topk(m->screen, &m->output, c->kern, c, c->xn, c->topk_k, c->topk_ids, c->topk_vals, &scr,
                               moe_flag_on(c->flags, MOE_FLAG_TEST_SCREEN_SHRINK), &st);
     }
+    for (int j = got; j < c->topk_k; j++) c->topk_ids[j] = -1, c->topk_vals[j] = NAN;
     if (got > 0) {
         c->scr_screened++;
         c->scr_level2 += st.level2_rows;
@@ -64,7 +66,8 @@ static void head_topk(moe_context *c) {
         return;
     }
     moe_matmul(c, &m->output, c->xn, 1, c->scr_y);
-    moe_topk(c->scr_y, V, c->topk_k, c->topk_ids, c->topk_vals);
+    got = moe_topk(c->scr_y, V, c->topk_k, c->topk_ids, c->topk_vals);
+    for (int j = got; j < c->topk_k; j++) c->topk_ids[j] = -1, c->topk_vals[j] = NAN;
     c->scr_last_exact = -1;
     c->scr_bytes += (double)m->output.mat_bytes + st.bytes;
     PROF_MARK(c, MOE_PH_LM_HEAD, (double)m->output.mat_bytes, 0);

@@ -251,6 +251,14 @@ static int64_t eval_rows(const moe_weight *w, const moe_kernels *k, const float 
     return r1 - r0;
 }
 
+float moe_screen_row_logit(const moe_weight *w, const moe_kernels *k, const float *x, int64_t i, float *y) {
+    const int64_t V = w->n_out, full = V - V % 4;
+    const int64_t r0 = !w->x4 ? i : i < full ? i & ~(int64_t)3 : full, r1 = !w->x4 ? i + 1 : i < full ? r0 + 4 : V;
+    (w->x4 ? k->gemv_x4 : k->gemv)[w->type](w->data + (size_t)r0 * w->row_bytes, w->row_bytes, r1 - r0, x, y + r0,
+                                             w->n_in);
+    return y[i];
+}
+
 int moe_screen_topk(const moe_screen *s, const moe_weight *w, const moe_kernels *k, moe_context *c, const float *x,
                     int kk, int32_t *ids, float *vals, const moe_screen_scratch *scr, bool shrink, moe_screen_step *st) {
     memset(st, 0, sizeof *st);

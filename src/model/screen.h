@@ -88,4 +88,8 @@ int moe_screen_topk(const moe_screen *s, const struct moe_weight *w, const moe_k
                     const float *x, int kk, int32_t *ids, float *vals, const moe_screen_scratch *scr, bool shrink,
                     moe_screen_step *st);
 
+/* The kernel's logit of row i (a plain or x4 head, not a8), computed into
+ * y[0 .. V) around i (its x4 group). */
+float moe_screen_row_logit(const struct moe_weight *w, const moe_kernels *k, const float *x, int64_t i, float *y);
+
 #endif
