@@ -62,7 +62,9 @@ static void head_topk(moe_context *c) {
         c->scr_exact += st.exact_rows;
         c->scr_last_exact = st.exact_rows;
         c->scr_bytes += st.bytes;                          /* the screen's bytes and the kernel rows' */
-        PROF_MARK(c, MOE_PH_LM_HEAD, st.bytes, 0);
+        /* the profile keeps the weight list's figure (bytes per token);
+         * the bytes really read are in moe_session_screen_stats */
+        PROF_MARK(c, MOE_PH_LM_HEAD, (double)m->output.mat_bytes, 0);
         return;
     }
     moe_matmul(c, &m->output, c->xn, 1, c->scr_y);
