@@ -266,10 +266,14 @@ static int profile_take(moe_session *s, phase_profile *pp, int steps, double mea
     return 0;
 }
 
-/* One forward whose output is the top 8 of the last token (all the bench
- * reads: the argmax and the tie rule's top 8), into b->top_ids / top_vals. */
+/* One forward whose output is the top of the last token (all the bench
+ * reads): the argmax, and with --trace the tie rule's top 8, into
+ * b->top_ids / top_vals. A top 8 costs the lm-head screen more than an
+ * argmax (its bound must reach the 8th logit), so only --trace asks for it. */
 static int fwd_top(bench_run *b, moe_session *s, const int32_t *tok, int n) {
-    return moe_session_forward_topk(s, tok, n, b->n_vocab < TIE_TOPK ? b->n_vocab : TIE_TOPK, b->top_ids, b->top_vals);
+    const int k = !b->expected ? 1 : b->n_vocab < TIE_TOPK ? b->n_vocab : TIE_TOPK;
+    for (int j = k; j < TIE_TOPK; j++) b->top_ids[j] = -1;
+    return moe_session_forward_topk(s, tok, n, k, b->top_ids, b->top_vals);
 }
 
 static int fwd_fail(const moe_session *s) {
