@@ -15,6 +15,8 @@
  *    fall back or build no screen. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "base/util.h"
@@ -304,6 +306,79 @@ static void uncovered(void) {
     head_free(&h);
 }
 
+/* ---- through the model: moe_session_forward_topk against the full logits ---- */
+
+/* Greedy steps on one model with flags: every step's top 8 from
+ * forward_topk equals moe_topk of moe_session_forward's logits (ids and
+ * bits), in a twin session fed the same tokens. Returns the steps the
+ * screen answered. */
+static int64_t model_steps(const char *path, const char *flags, bool diff, int steps) {
+    char err[MOE_ERR_LEN];
+    moe_model *m = NULL;
+    moe_session *a = NULL, *b = NULL;
+    moe_load_params lp = {.flags = flags, .diff = diff};
+    if (moe_model_load(path, &lp, &m, err, sizeof err)) { CHECK_MSG(0, "%s", err); return 0; }
+    moe_session_params sp = {.n_ctx = steps + 8, .n_threads = 2};
+    CHECK(moe_session_new(m, &sp, &a, err, sizeof err) == MOE_OK);
+    if (!diff) CHECK(moe_session_new(m, &sp, &b, err, sizeof err) == MOE_OK);   /* diff: the twin is the reference */
+    const int V = moe_model_n_vocab(m);
+    float *lg = malloc((size_t)V * sizeof(float));
+    int32_t tok[3] = {5, 77, 140}, ids[8], rid[8];
+    float vals[8], rv[8];
+    int n = 3;
+    for (int st = 0; st < steps; st++) {
+        const int k = st % 3 == 0 ? 8 : st % 3 == 1 ? 1 : 2;
+        CHECK_MSG(moe_session_forward_topk(a, tok, n, k, ids, vals) == MOE_OK, "%s", moe_session_error(a));
+        if (diff) { tok[0] = ids[0], n = 1; continue; }
+        CHECK(moe_session_forward(b, tok, n, lg, false) == MOE_OK);
+        const int got = moe_topk(lg, V, k, rid, rv);
+        for (int j = 0; j < got; j++)
+            CHECK_MSG(ids[j] == rid[j] && !memcmp(&vals[j], &rv[j], 4), "%s flags %s step %d top-%d entry %d: %d %.9g vs %d %.9g",
+                      path, flags, st, k, j, ids[j], (double)vals[j], rid[j], (double)rv[j]);
+        float le;
+        CHECK(moe_session_last_logit(a, rid[got - 1], &le) == MOE_OK && !memcmp(&le, &rv[got - 1], 4));
+        tok[0] = ids[0];
+        n = 1;
+    }
+    moe_screen_stats ss;
+    moe_session_screen_stats(a, &ss);
+    CHECK_EQ_INT(ss.steps, steps);
+    free(lg);
+    moe_session_free(a);
+    moe_session_free(b);
+    moe_model_free(m);
+    return ss.screened;
+}
+
+static void models(void) {
+    char dir[] = "/tmp/moefast-test-screen-XXXXXX";
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    static const char *TYPES[] = {"type=F32", "type=F16", "type=BF16", "type=Q8_0"};
+    char err[MOE_ERR_LEN];
+    for (int t = 0; t < 4; t++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/m%d.gguf", dir, t);
+        const char *ov[] = {TYPES[t], "head_peak=1", "embd_scale=4", NULL};
+        if (moe_gen_model("qwen3moe", "tiny", ov, path, err, sizeof err)) { CHECK_MSG(0, "%s", err); continue; }
+        int64_t screened = 0;
+        static const char *FL[] = {"default", "+act_q8", "+kv_f16", "-repack"};
+        /* every ISA with the default flags; the numerics and -repack (the
+         * plain layout) at the best level */
+        for (int isa = 0; isa < MOE_ISA_COUNT; isa++) {
+            static const char *IN[] = {"scalar", "avx2", "avx512"};
+            if (moe_set_isa(IN[isa], err, sizeof err) != MOE_OK) continue;
+            screened += model_steps(path, FL[0], false, 6);
+        }
+        moe_set_isa("auto", err, sizeof err);
+        for (int f = 1; f < 4; f++) screened += model_steps(path, FL[f], false, 6);
+        screened += model_steps(path, "default", true, 6);        /* differential mode compares the top k */
+        CHECK_EQ_INT(model_steps(path, "-lm_screen", false, 3), 0);
+        CHECK_MSG(screened > 0, "%s: the screen answered no step", TYPES[t]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 int main(void) {
     moe_rng_seed(&g_rng, 28);
     constants();
@@ -318,6 +393,7 @@ int main(void) {
         shrink_caught(&h, 3 + 17);
         head_free(&h);
     }
+    models();
     printf("test_screen: %d top-k cases, %d answered by the screen, min slack %.3g of delta\n", g_cases, g_screened,
            min_slack);
     CHECK(g_screened > g_cases / 3);
