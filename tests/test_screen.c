@@ -137,6 +137,17 @@ static void check_topk(const head *h, const float *x, const char *what) {
     float *y = malloc((size_t)h->V * sizeof(float));
     ref->gemv[h->type](h->plain, h->rb, h->V, x, y, h->n);
     check_bounds(h, x, y, false);
+    /* the level-1 pass of every ISA level: moe_screen_value's bits */
+    for (int isa = 1; isa < MOE_ISA_COUNT; isa++) {
+        if (!moe_kernels_for((moe_isa)isa)) continue;
+        moe_screen_level1_rows(h->s, (moe_isa)isa, 0, h->V, x, y);
+        for (int64_t i = 0; i < h->V; i++) {
+            const float v = moe_screen_value(h->s, 1, i, x);
+            CHECK_MSG(!memcmp(&v, &y[i], 4), "%s isa %d row %lld: level 1 %.9g vs scalar %.9g", what, isa,
+                      (long long)i, (double)y[i], (double)v);
+        }
+    }
+    ref->gemv[h->type](h->plain, h->rb, h->V, x, y, h->n);
     moe_screen_scratch scr = {malloc((size_t)h->V * 4), malloc((size_t)h->V * 4), malloc((size_t)h->V * 4),
                               malloc((size_t)h->V)};
     for (int isa = 0; isa < MOE_ISA_COUNT; isa++) {

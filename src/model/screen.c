@@ -202,10 +202,14 @@ float moe_screen_value(const moe_screen *s, int level, int64_t i, const float *x
             }
         }
     }
-    float b8[8], c4[4];
-    for (int l = 0; l < 8; l++) b8[l] = acc[l] + acc[l + 8];
-    for (int l = 0; l < 4; l++) c4[l] = b8[l] + b8[l + 4];
-    return (c4[0] + c4[2]) + (c4[1] + c4[3]);
+    return moe_screen_reduce16(acc);
+}
+
+void moe_screen_level1_rows(const moe_screen *s, moe_isa isa, int64_t r0, int64_t r1, const float *x, float *out) {
+    if (isa == MOE_ISA_AVX512) moe_screen_l1_avx512(s, r0, r1, x, out);
+    else if (isa == MOE_ISA_AVX2) moe_screen_l1_avx2(s, r0, r1, x, out);
+    else
+        for (int64_t i = r0; i < r1; i++) out[i] = moe_screen_value(s, 1, i, x);
 }
 
 double moe_screen_delta(const moe_screen *s, int level, int64_t i, double xn, bool shrink) {
@@ -223,6 +227,7 @@ static bool may_reach(float v, double delta, float tau) {
 
 typedef struct {
     const moe_screen *s;
+    moe_isa isa;
     const float *x;
     float *s1;
 } pass_task;
@@ -231,7 +236,7 @@ static void pass_worker(void *arg, int ith, int nth) {
     pass_task *t = arg;
     int64_t b, e;
     moe_split(t->s->V, ith, nth, 1, &b, &e);
-    for (int64_t i = b; i < e; i++) t->s1[i] = moe_screen_value(t->s, 1, i, t->x);
+    moe_screen_level1_rows(t->s, t->isa, b, e, t->x, t->s1);
 }
 
 /* Runs the kernel on the rows around i (a whole x4 group, or the trailing
@@ -267,7 +272,7 @@ int moe_screen_topk(const moe_screen *s, const moe_weight *w, const moe_kernels 
     if (kk < 1 || kk > 64 || kk > V || w->a8 || w->scale || w->n_out != V || w->n_in != n) return 0;
     const double xn = moe_screen_xnorm(x, n);
     if (!(xn * (double)s->wnorm_max <= 0x1p100)) return 0;   /* non-finite x, or a risk of overflow */
-    pass_task t = {s, x, scr->s1};
+    pass_task t = {s, k->isa, x, scr->s1};
     if (c) moe_ctx_par(c, pass_worker, &t);
     else pass_worker(&t, 0, 1);
     const double half = (double)(n / 2);

@@ -64,6 +64,20 @@ double moe_screen_xnorm(const float *x, int64_t n);
 float moe_screen_value(const moe_screen *s, int level, int64_t i, const float *x);
 double moe_screen_delta(const moe_screen *s, int level, int64_t i, double xn, bool shrink);
 
+/* Level 1 of rows [r0, r1) into out[r0 ..]: moe_screen_value's bits, by
+ * the kernels of a level (scalar, screen_avx2.c, screen_avx512.c; the
+ * caller's level must run on this CPU). */
+void moe_screen_level1_rows(const moe_screen *s, moe_isa isa, int64_t r0, int64_t r1, const float *x, float *out);
+void moe_screen_l1_avx2(const moe_screen *s, int64_t r0, int64_t r1, const float *x, float *out);
+void moe_screen_l1_avx512(const moe_screen *s, int64_t r0, int64_t r1, const float *x, float *out);
+/* quant.h's reduction tree over 16 lanes */
+static inline float moe_screen_reduce16(const float a[16]) {
+    float b8[8], c4[4];
+    for (int l = 0; l < 8; l++) b8[l] = a[l] + a[l + 8];
+    for (int l = 0; l < 4; l++) c4[l] = b8[l] + b8[l + 4];
+    return (c4[0] + c4[2]) + (c4[1] + c4[3]);
+}
+
 /* One step's figures (lab.h moe_screen_stats reads their sums). */
 typedef struct moe_screen_step {
     int64_t level2_rows;     /* rows that reached level 2 */
