@@ -50,10 +50,18 @@ static void head_topk(moe_context *c) {
     moe_screen_step st = {0};
     c->scr_steps++;
     c->scr_full_bytes += (double)m->output.mat_bytes;
-    if (m->screen && moe_flag_on(c->flags, MOE_FLAG_LM_SCREEN)) {
+    bool try_screen = m->screen && moe_flag_on(c->flags, MOE_FLAG_LM_SCREEN);
+    /* the governor (speed only): after SCREEN_MISSES fallbacks in a row (flat
+     * logits: too many rows reach the bound) the next SCREEN_SKIP steps run
+     * the full head without the screen pass, then the screen is tried again */
+    enum { SCREEN_MISSES = 4, SCREEN_SKIP = 16 };
+    if (try_screen && c->scr_skip > 0) c->scr_skip--, try_screen = false;
+    if (try_screen) {
         const moe_screen_scratch scr = {c->scr_s1, c->scr_y, c->scr_ids, c->scr_done};
         got = moe_screen_topk(m->screen, &m->output, c->kern, c, c->xn, c->topk_k, c->topk_ids, c->topk_vals, &scr,
                               moe_flag_on(c->flags, MOE_FLAG_TEST_SCREEN_SHRINK), &st);
+        if (got > 0) c->scr_miss = 0;
+        else if (++c->scr_miss >= SCREEN_MISSES) c->scr_miss = 0, c->scr_skip = SCREEN_SKIP;
     }
     for (int j = got; j < c->topk_k; j++) c->topk_ids[j] = -1, c->topk_vals[j] = NAN;
     if (got > 0) {

@@ -291,6 +291,7 @@ struct moe_context {
     int32_t *scr_ids;
     uint8_t *scr_done;
     int64_t scr_steps, scr_screened, scr_level2, scr_exact, scr_last_exact;
+    int scr_miss, scr_skip;     /* the governor: fallbacks in a row, steps left to run the full head directly */
     double scr_bytes, scr_full_bytes;
     char err[MOE_ERR_LEN];
 };
