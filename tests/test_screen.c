@@ -92,6 +92,24 @@ static void head_init(head *h, uint32_t type, int64_t V, int64_t n, int seed) {
         memcpy(h->plain + 60 * h->rb, h->plain + 9 * h->rb, h->rb);
         h->plain[60 * h->rb + (type == MOE_T_Q8_0 ? 2 : 0)] ^= 1;
     }
+    /* row 77: values on the level-1 grid ((16h - 120)·2^-8, one 120·2^-8 per
+     * block fixing the scale): a zero level-1 residual, so only the
+     * activation's quantization separates screen and kernel */
+    if (V > 77) {
+        for (int64_t k = 0; k < n; k++) {
+            const int hh = k % 32 == 0 ? 15 : (int)(moe_rng_next(&g_rng) % 16);
+            f[k] = (float)(16 * hh - 120) * 0x1p-8f;
+        }
+        put_row(type, f, h->plain + 77 * h->rb, n);
+        if (type == MOE_T_Q8_0) {               /* Q8_0: the codes themselves, d = 2^-8 */
+            uint8_t *r = h->plain + 77 * h->rb;
+            for (int64_t b = 0; b < n / 32; b++) {
+                const uint16_t d = moe_f32_to_f16(0x1p-8f);
+                r[b * 34] = (uint8_t)(d & 255), r[b * 34 + 1] = (uint8_t)(d >> 8);
+                for (int j = 0; j < 32; j++) r[b * 34 + 2 + j] = (uint8_t)(int8_t)(int)(f[b * 32 + j] * 256.0f);
+            }
+        }
+    }
     free(f);
     const char *why = NULL;
     h->s = moe_screen_build(type, h->plain, h->rb, V, n, &why);
@@ -130,7 +148,47 @@ static int64_t check_bounds(const head *h, const float *x, const float *y, bool 
     return -1;
 }
 
-static int g_cases, g_screened;
+static int g_cases, g_screened, g_int_rows, g_int_caught;
+
+static moe_screen_scratch scratch_new(int64_t V, int64_t n) {
+    moe_screen_scratch scr = {malloc((size_t)V * 4), malloc((size_t)V * 4), malloc((size_t)V * 4), malloc((size_t)V),
+                              malloc((size_t)n), malloc((size_t)n), malloc((size_t)n)};
+    return scr;
+}
+static void scratch_free(moe_screen_scratch *scr) {
+    free(scr->s1); free(scr->y); free(scr->ids); free(scr->done); free(scr->xq); free(scr->q120); free(scr->tv);
+}
+
+/* The integer level 1 (heads of rows of a multiple of 512): the AVX-512
+ * kernel gives the specification's bits, and every row's kernel logit lies
+ * within its value +- its delta. With shrink: 1 when row `only` fails
+ * the shrunken delta, else 0. -2: the step is outside the integer pass's
+ * range (the float pass runs). */
+static int64_t check_int(const head *h, const float *x, const float *y, bool shrink, int64_t only) {
+    if (!moe_screen_int_ok(h->s)) return -2;
+    moe_screen_scratch scr = scratch_new(h->V, h->n);
+    double en, xhn;
+    int64_t caught = shrink ? 0 : -1;
+    if (!moe_screen_int_prep(h->s, x, &scr, &en, &xhn)) caught = -2;
+    else {
+        const double xn = moe_screen_xnorm(x, h->n);
+        if (moe_kernels_for(MOE_ISA_AVX512)) moe_screen_int_avx512(h->s, 0, h->V, &scr, scr.s1);
+        for (int64_t i = 0; i < h->V; i++) {
+            const float v = moe_screen_int_value(h->s, i, &scr);
+            const double d = moe_screen_int_delta(h->s, i, xn, en, xhn, shrink), err = fabs((double)y[i] - v);
+            if (shrink) { if (i == only) caught = err > d; continue; }
+            g_int_rows++;
+            if (moe_kernels_for(MOE_ISA_AVX512))
+                CHECK_MSG(!memcmp(&v, &scr.s1[i], 4), "row %lld: integer pass %.9g vs its specification %.9g",
+                          (long long)i, (double)scr.s1[i], (double)v);
+            CHECK_MSG(err <= d, "%s row %lld integer level: |%.9g - %.9g| = %g > delta %g", moe_type_get(h->type)->name,
+                      (long long)i, (double)y[i], (double)v, err, d);
+            if (d > 0 && (d - err) / d < min_slack) min_slack = (d - err) / d;
+        }
+    }
+    scratch_free(&scr);
+    return caught;
+}
 
 static void check_topk(const head *h, const float *x, const char *what) {
     const moe_kernels *ref = moe_kernels_for(MOE_ISA_SCALAR);
@@ -148,8 +206,8 @@ static void check_topk(const head *h, const float *x, const char *what) {
         }
     }
     ref->gemv[h->type](h->plain, h->rb, h->V, x, y, h->n);
-    moe_screen_scratch scr = {malloc((size_t)h->V * 4), malloc((size_t)h->V * 4), malloc((size_t)h->V * 4),
-                              malloc((size_t)h->V)};
+    check_int(h, x, y, false, -1);
+    moe_screen_scratch scr = scratch_new(h->V, h->n);
     for (int isa = 0; isa < MOE_ISA_COUNT; isa++) {
         const moe_kernels *k = moe_kernels_for((moe_isa)isa);
         if (!k) continue;
@@ -179,7 +237,7 @@ static void check_topk(const head *h, const float *x, const char *what) {
             }
         }
     }
-    free(scr.s1); free(scr.y); free(scr.ids); free(scr.done);
+    scratch_free(&scr);
     free(y);
 }
 
@@ -215,6 +273,12 @@ static void activations(const head *h) {
     moe_dequant_row(h->type, h->plain + 9 * h->rb, w, n);
     for (int64_t k = 0; k < n; k++) x[k] = w[k] * 64.0f + (float)(nrm() * 1e-3);
     check_topk(h, x, "row 9 (ties)");
+    /* the activation's quantization error aligned with row 77's signs: each
+     * block's first value 126·2^-6 fixes its step at 2^-6, the others sit
+     * 0.49 steps off the grid */
+    moe_dequant_row(h->type, h->plain + 77 * h->rb, w, n);
+    for (int64_t k = 0; k < n; k++) x[k] = k % 32 == 0 ? 126.0f * 0x1p-6f : (w[k] > 0 ? 0.49f : -0.49f) * 0x1p-6f;
+    check_topk(h, x, "quantization-aligned");
     for (int64_t k = 0; k < n; k++) x[k] = (float)nrm() * 1e-3f;
     x[5] = 3e4f;
     check_topk(h, x, "one huge element");
@@ -241,6 +305,13 @@ static void shrink_caught(const head *h, int64_t j) {
     CHECK_MSG(err <= moe_screen_delta(h->s, 1, j, xn, false), "row %lld: sound delta must hold", (long long)j);
     CHECK_MSG(err > moe_screen_delta(h->s, 1, j, xn, true), "%s row %lld: the shrunken delta %g is not caught (err %g)",
               moe_type_get(h->type)->name, (long long)j, moe_screen_delta(h->s, 1, j, xn, true), err);
+    if (moe_screen_int_ok(h->s)) {                              /* and the integer level's */
+        const int64_t ok = check_int(h, x, y, false, -1), caught = check_int(h, x, y, true, j);
+        CHECK(ok == -1 || ok == -2);
+        CHECK_MSG(caught == 1 || caught == -2, "%s row %lld: the shrunken integer delta is not caught",
+                  moe_type_get(h->type)->name, (long long)j);
+        g_int_caught += caught == 1;
+    }
     free(x); free(y); free(r);
 }
 
@@ -307,13 +378,13 @@ static void uncovered(void) {
     for (int k = 0; k < 64; k++) x[k] = (float)nrm();
     x[3] = NAN;
     moe_weight w = {.data = h.plain, .type = h.type, .n_in = 64, .n_out = 64, .n_mat = 1, .row_bytes = h.rb};
-    moe_screen_scratch scr = {malloc(256), malloc(256), malloc(256), malloc(64)};
+    moe_screen_scratch scr = scratch_new(64, 64);
     int32_t id;
     float v;
     moe_screen_step st;
     CHECK(moe_screen_topk(h.s, &w, moe_kernels_for(MOE_ISA_SCALAR), NULL, x, 1, &id, &v, &scr, false, &st) == 0 &&
           st.fallback);
-    free(scr.s1); free(scr.y); free(scr.ids); free(scr.done);
+    scratch_free(&scr);
     head_free(&h);
 }
 
@@ -397,7 +468,7 @@ int main(void) {
     static const uint32_t TYPES[] = {MOE_T_F32, MOE_T_F16, MOE_T_BF16, MOE_T_Q8_0};
     for (size_t t = 0; t < 4; t++) {
         head h;
-        head_init(&h, TYPES[t], 203, 256, (int)t);
+        head_init(&h, TYPES[t], 203, 512, (int)t);
         if (!h.s) { head_free(&h); continue; }
         activations(&h);
         shrink_caught(&h, 9);
@@ -405,8 +476,9 @@ int main(void) {
         head_free(&h);
     }
     models();
-    printf("test_screen: %d top-k cases, %d answered by the screen, min slack %.3g of delta\n", g_cases, g_screened,
-           min_slack);
+    printf("test_screen: %d top-k cases, %d answered by the screen, %d rows through the integer level, min slack %.3g "
+           "of delta\n", g_cases, g_screened, g_int_rows, min_slack);
+    CHECK(g_int_rows > 0 && g_int_caught > 0);
     CHECK(g_screened > g_cases / 3);
     return check_report("test_screen");
 }

@@ -197,6 +197,9 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
     s->scr_y = xcalloc(Vs, sizeof(float), &al);
     s->scr_ids = xcalloc(Vs, sizeof(int32_t), &al);
     s->scr_done = xcalloc(Vs, 1, &al);
+    s->scr_xq = xcalloc(E, 1, &al);
+    s->scr_q120 = xcalloc(E / 4 + 1, sizeof(int32_t), &al);
+    s->scr_tv = xcalloc(E / 4 + 1, sizeof(float), &al);
     if (moe_flag_on(flags, MOE_FLAG_ACT_Q8)) {
         const size_t in_max = E > Hm * Dv ? E : Hm * Dv;
         const size_t aE = (size_t)moe_act8_row_bytes((int64_t)E);
@@ -271,7 +274,7 @@ static void context_free(moe_context *c) {
                     c->selw, c->xg, c->eout, c->hg, c->hu, c->scores, c->attn_sum, c->logits_tmp, c->sel, c->ex_slot,
                     c->gather_src, c->expert_rows, c->jobs, c->job_pre, c->xa, c->xga, c->ha, c->seq_len, c->tok_pos,
                     c->tok_seq, c->out_rows, c->blk_tok, c->blk_thr, c->scr_s1, c->scr_y, c->scr_ids,
-                    c->scr_done};
+                    c->scr_done, c->scr_xq, c->scr_q120, c->scr_tv};
     _Static_assert(MOE_MAX_ROPES == 2, "context_free lists every rope table");
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) moe_free_aligned(bufs[i]);
     context_free(c->shadow);

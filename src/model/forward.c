@@ -57,7 +57,7 @@ static void head_topk(moe_context *c) {
     enum { SCREEN_MISSES = 4, SCREEN_SKIP = 16 };
     if (try_screen && c->scr_skip > 0) c->scr_skip--, try_screen = false;
     if (try_screen) {
-        const moe_screen_scratch scr = {c->scr_s1, c->scr_y, c->scr_ids, c->scr_done};
+        const moe_screen_scratch scr = {c->scr_s1, c->scr_y, c->scr_ids, c->scr_done, c->scr_xq, c->scr_q120, c->scr_tv};
         got = moe_screen_topk(m->screen, &m->output, c->kern, c, c->xn, c->topk_k, c->topk_ids, c->topk_vals, &scr,
                               moe_flag_on(c->flags, MOE_FLAG_TEST_SCREEN_SHRINK), &st);
         if (got > 0) c->scr_miss = 0;

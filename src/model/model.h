@@ -290,6 +290,9 @@ struct moe_context {
     float *scr_s1, *scr_y;
     int32_t *scr_ids;
     uint8_t *scr_done;
+    int8_t *scr_xq;             /* the integer level 1: [n_embd] codes, [n_embd/4] lane sums and scales */
+    int32_t *scr_q120;
+    float *scr_tv;
     int64_t scr_steps, scr_screened, scr_level2, scr_exact, scr_last_exact;
     int scr_miss, scr_skip;     /* the governor: fallbacks in a row, steps left to run the full head directly */
     double scr_bytes, scr_full_bytes;

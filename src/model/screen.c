@@ -32,7 +32,7 @@ static float up_f(double v) {
 void moe_screen_free(moe_screen *s) {
     if (!s) return;
     free(s->hi); free(s->lo); free(s->sexp); free(s->sd);
-    free(s->d1); free(s->d2); free(s->wnorm);
+    free(s->d1); free(s->d2); free(s->wnorm); free(s->r1norm);
     free(s);
 }
 
@@ -111,6 +111,7 @@ static void row_bounds(moe_screen *s, int64_t i, const float *w, const uint8_t *
     }
     const double W = sqrt(ww) * UP, R1 = sqrt(r1) * UP, R2 = sqrt(r2) * UP;
     s->wnorm[i] = up_f(W);
+    s->r1norm[i] = up_f(R1);
     s->d1[i] = up_f((gk * W + R1 + gs * (W + R1)) * UP);
     if (s->levels == 2) s->d2[i] = up_f((gk * W + R2 + gs * (W + R2)) * UP);
 }
@@ -131,6 +132,8 @@ moe_screen *moe_screen_build(uint32_t type, const uint8_t *data, size_t row_byte
     s->hi = malloc((size_t)V * half);
     s->d1 = malloc((size_t)V * sizeof(float));
     s->wnorm = malloc((size_t)V * sizeof(float));
+    s->r1norm = malloc((size_t)V * sizeof(float));
+    s->scale_emin = 1000, s->scale_emax = -1000;
     if (levels == 2) {
         s->lo = malloc((size_t)V * half);
         s->sexp = malloc((size_t)V * (size_t)s->nb);
@@ -138,7 +141,7 @@ moe_screen *moe_screen_build(uint32_t type, const uint8_t *data, size_t row_byte
     } else {
         s->sd = malloc((size_t)V * (size_t)s->nb * 2);
     }
-    if (!s->hi || !s->d1 || !s->wnorm || (levels == 2 ? !s->lo || !s->sexp || !s->d2 : !s->sd)) goto oom;
+    if (!s->hi || !s->d1 || !s->wnorm || !s->r1norm || (levels == 2 ? !s->lo || !s->sexp || !s->d2 : !s->sd)) goto oom;
     for (int64_t i = 0; i < V; i++) {
         const uint8_t *raw = data + (size_t)i * row_bytes;
         moe_dequant_row(type, raw, w, n);
@@ -153,6 +156,13 @@ moe_screen *moe_screen_build(uint32_t type, const uint8_t *data, size_t row_byte
             pack_nibbles(tmp, s->lo + (size_t)i * half, s->nb);
         }
         row_bounds(s, i, w, u);
+        for (int64_t b = 0; b < s->nb; b++) {            /* the scales' range (|scale| in [2^emin, 2^emax]) */
+            const float sc = fabsf(scale_of(s, i, b));
+            if (sc == 0) continue;
+            const int e = ilogbf(sc);
+            if (e < s->scale_emin) s->scale_emin = e;
+            if (e + 1 > s->scale_emax) s->scale_emax = e + 1;
+        }
         if (s->wnorm[i] > s->wnorm_max) s->wnorm_max = s->wnorm[i];
     }
     free(w); free(u); free(tmp);
@@ -225,18 +235,90 @@ static bool may_reach(float v, double delta, float tau) {
     return up + (fabs((double)v) + delta) * 0x1p-50 >= (double)tau;
 }
 
+/* ---- the integer level 1 (Theorem 1') ----------------------------------------- */
+
+bool moe_screen_int_ok(const moe_screen *s) { return s->n % 512 == 0 && s->scale_emin <= s->scale_emax; }
+
+bool moe_screen_int_prep(const moe_screen *s, const float *x, const moe_screen_scratch *scr, double *en, double *xhn) {
+    double ee = 0, hh = 0;
+    int tmin = 1000, tmax = -1000;
+    for (int64_t b = 0; b < s->nb; b++) {
+        const float *xb = x + b * 32;
+        double m = 0;
+        for (int j = 0; j < 32; j++) m = fabs(xb[j]) > m ? fabs(xb[j]) : m;
+        if (m > 0x1p100) return false;
+        const int e = m > 0 ? block_exp(m) : 0;
+        if (m > 0) tmin = e < tmin ? e : tmin, tmax = e > tmax ? e : tmax;
+        const int64_t p = b / 2, half = b % 2;
+        for (int j = 0; j < 32; j++) {
+            double q = nearbyint((double)xb[j] * ldexp(1.0, -e));    /* exact scaling in double */
+            q = q > 127 ? 127 : q < -127 ? -127 : q;
+            const double xh = q * ldexp(1.0, e), d = (double)xb[j] - xh;
+            ee += d * d, hh += xh * xh;
+            /* pair order: [b0 0..15 | b1 0..15 | b0 16..31 | b1 16..31] */
+            scr->xq[p * 64 + (j < 16 ? 0 : 32) + half * 16 + (j & 15)] = (int8_t)q;
+        }
+    }
+    /* every product scale x 2^e must be a normal float (then exact) and far from overflow */
+    if (tmin <= tmax && (s->scale_emin + tmin < -125 || s->scale_emax + tmax > 100)) return false;
+    for (int64_t p = 0; p < s->nb / 2; p++)
+        for (int l = 0; l < 16; l++) {
+            int sum = 0;
+            for (int j = 0; j < 4; j++) sum += scr->xq[p * 64 + 4 * l + j];
+            scr->q120[p * 16 + l] = 120 * sum;
+            const int64_t b = 2 * p + ((l >> 2) & 1);
+            const float *xb = x + b * 32;
+            double m = 0;
+            for (int j = 0; j < 32; j++) m = fabs(xb[j]) > m ? fabs(xb[j]) : m;
+            scr->tv[p * 16 + l] = ldexpf(1.0f, m > 0 ? block_exp(m) : 0);
+        }
+    *en = sqrt(ee) * UP;
+    *xhn = sqrt(hh) * UP;
+    return true;
+}
+
+/* The specification: per pair p and lane l, L = sum of 4 (16h - 120)·q (an
+ * exact int32: |L| <= 4·120·127), times the block's scale x 2^e (exact: the
+ * range check), added to lane l; then the tree. */
+float moe_screen_int_value(const moe_screen *s, int64_t i, const moe_screen_scratch *scr) {
+    const uint8_t *hp = s->hi + (size_t)i * ((size_t)s->n / 2);
+    float acc[16] = {0};
+    for (int64_t p = 0; p < s->nb / 2; p++)
+        for (int l = 0; l < 16; l++) {
+            int D = 0;
+            for (int j = 0; j < 4; j++) {
+                const int pos = 4 * l + j;                      /* byte 32p + pos % 32, nibble pos < 32 ? low : high */
+                const int nib = (hp[p * 32 + (pos & 31)] >> (pos < 32 ? 0 : 4)) & 15;
+                D += nib * scr->xq[p * 64 + pos];
+            }
+            const int L = 16 * D - scr->q120[p * 16 + l];
+            const float sv = scale_of(s, i, 2 * p + ((l >> 2) & 1)) * scr->tv[p * 16 + l];
+            acc[l] = acc[l] + (float)L * sv;
+        }
+    return moe_screen_reduce16(acc);
+}
+
+double moe_screen_int_delta(const moe_screen *s, int64_t i, double xn, double en, double xhn, bool shrink) {
+    const double gk = moe_screen_gamma(moe_screen_depth_kernel(s->n)), gi = moe_screen_gamma(s->n / 64 + 5);
+    const double W = s->wnorm[i], R = s->r1norm[i];
+    const double delta = (xn * (gk * W + R) + (W + R) * (en + gi * xhn)) * UP + s->tiny;
+    return shrink ? delta / 4 : delta;
+}
+
 typedef struct {
     const moe_screen *s;
     moe_isa isa;
     const float *x;
     float *s1;
+    const moe_screen_scratch *iscr;   /* the integer pass (AVX-512), or NULL */
 } pass_task;
 
 static void pass_worker(void *arg, int ith, int nth) {
     pass_task *t = arg;
     int64_t b, e;
     moe_split(t->s->V, ith, nth, 1, &b, &e);
-    moe_screen_level1_rows(t->s, t->isa, b, e, t->x, t->s1);
+    if (t->iscr) moe_screen_int_avx512(t->s, b, e, t->iscr, t->s1);
+    else moe_screen_level1_rows(t->s, t->isa, b, e, t->x, t->s1);
 }
 
 /* Runs the kernel on the rows around i (a whole x4 group, or the trailing
@@ -272,7 +354,10 @@ int moe_screen_topk(const moe_screen *s, const moe_weight *w, const moe_kernels 
     if (kk < 1 || kk > 64 || kk > V || w->a8 || w->scale || w->n_out != V || w->n_in != n) return 0;
     const double xn = moe_screen_xnorm(x, n);
     if (!(xn * (double)s->wnorm_max <= 0x1p100)) return 0;   /* non-finite x, or a risk of overflow */
-    pass_task t = {s, k->isa, x, scr->s1};
+    double en = 0, xhn = 0;
+    const bool integer = k->isa == MOE_ISA_AVX512 && scr->xq && moe_screen_int_ok(s) &&
+                         moe_screen_int_prep(s, x, scr, &en, &xhn);
+    pass_task t = {s, k->isa, x, scr->s1, integer ? scr : NULL};
     if (c) moe_ctx_par(c, pass_worker, &t);
     else pass_worker(&t, 0, 1);
     const double half = (double)(n / 2);
@@ -294,7 +379,8 @@ int moe_screen_topk(const moe_screen *s, const moe_weight *w, const moe_kernels 
     for (int64_t i = 0; i < V && exact <= budget; i++) {
         if (scr->done[i]) continue;
         if (!isfinite(scr->s1[i])) return 0;
-        if (!may_reach(scr->s1[i], moe_screen_delta(s, 1, i, xn, shrink), tau)) continue;
+        const double d1 = integer ? moe_screen_int_delta(s, i, xn, en, xhn, shrink) : moe_screen_delta(s, 1, i, xn, shrink);
+        if (!may_reach(scr->s1[i], d1, tau)) continue;
         if (s->levels == 2) {
             st->level2_rows++;
             const float v2 = moe_screen_value(s, 2, i, x);

@@ -36,6 +36,8 @@ typedef struct moe_screen {
     uint16_t *sd;            /* [V][nb] levels == 1: the Q8_0 block's own f16 scale */
     float *d1, *d2;          /* [V] delta_i = ||x||_2 · d_i (+ the underflow term), per level */
     float *wnorm;            /* [V] upper bound of ||w_i||_2 (the overflow guard) */
+    float *r1norm;           /* [V] upper bound of ||r_i||_2 at level 1 (the integer pass's bound) */
+    int scale_emin, scale_emax; /* block scales lie in [2^emin, 2^emax] (the integer pass's range check) */
     float wnorm_max;
     double tiny;             /* the underflow term 2n·2^-149 (docs/SCREEN.md) */
 } moe_screen;
@@ -86,12 +88,28 @@ typedef struct moe_screen_step {
     bool fallback;           /* the full head ran */
 } moe_screen_step;
 
-/* Scratch for a step: V floats, V floats, V int32, V bytes. */
+/* Scratch for a step: V floats, V floats, V int32, V bytes; for the
+ * integer level 1 (AVX-512): n int8, n/4 int32, n/4 floats (NULL: none). */
 typedef struct moe_screen_scratch {
     float *s1, *y;
     int32_t *ids;
     uint8_t *done;
+    int8_t *xq;              /* the activation's 8-bit codes, in the pass's pair order */
+    int32_t *q120;           /* per pair and lane: 120 x the sum of the lane's 4 codes */
+    float *tv;               /* per pair and lane: the block's activation scale 2^e */
 } moe_screen_scratch;
+
+/* The integer level 1 (docs/SCREEN.md, Theorem 1'): x quantized per
+ * 32-value block to q·2^e (|q| <= 127); per lane of a pair of blocks the
+ * exact int32 sum of 4 nibble x code products, times the block scales.
+ * moe_screen_int_prep fills xq/q120/tv and returns false when the step is
+ * outside the range the proof covers (then the float pass runs); *en: an
+ * upper bound of ||x - x_hat||_2, *xhn of ||x_hat||_2. */
+bool moe_screen_int_ok(const moe_screen *s);
+bool moe_screen_int_prep(const moe_screen *s, const float *x, const moe_screen_scratch *scr, double *en, double *xhn);
+float moe_screen_int_value(const moe_screen *s, int64_t i, const moe_screen_scratch *scr);   /* the specification */
+void moe_screen_int_avx512(const moe_screen *s, int64_t r0, int64_t r1, const moe_screen_scratch *scr, float *out);
+double moe_screen_int_delta(const moe_screen *s, int64_t i, double xn, double en, double xhn, bool shrink);
 
 /* The top kk (1..64) rows of W·x: ids and the kernel's bits, ordered as
  * moe_topk orders the full logits. w is the head as bound (x4 or plain;
