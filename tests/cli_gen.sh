@@ -25,6 +25,8 @@ expect_err gen --arch laguna --preset tiny -o "$d/x.gguf" n_layers=3; expect_msg
 expect_err gen --arch laguna --preset tiny -o "$d/x.gguf" n_layer=-1; expect_msg "n_layer"
 expect_err gen --arch qwen3moe --preset tiny -o "$d/x.gguf" swa_window=8; expect_msg "swa_window"
 expect_err gen --arch laguna --preset tiny -o "$d/x.gguf" --type Q9_9; expect_msg "Q9_9"
+expect_err gen --arch qwen3moe --preset tiny -o "$d/x.gguf" head_peak=-1; expect_msg "head_peak"
+expect_err gen --arch qwen3moe --preset tiny -o "$d/x.gguf" embd_scale=x; expect_msg "embd_scale"
 expect_err gen --arch laguna --preset tiny -o "$d/x.gguf" --seed -3; expect_msg "seed"
 expect_err gen --arch laguna --preset tiny -o "$d/x.gguf" --bogus; expect_msg "bogus"
 expect_err gen --arch laguna --preset tiny -o "$d/x.gguf" --chat-template jinja; expect_msg "chat_template"

@@ -99,6 +99,8 @@ typedef struct {
     int32_t *ids;             /* the P prompt ids, then the D teacher-forced inputs */
     int32_t *argmax_ids;      /* [D + 1] */
     float *logits;            /* [n_vocab] */
+    int32_t top_ids[8];       /* the step's top 8 (moe_session_forward_topk: the lm-head screen) */
+    float top_vals[8];
     const int32_t *expected;  /* --trace: the golden tokens, else NULL */
     int n_expected;
     float tol;                /* the trace's tie tolerance */

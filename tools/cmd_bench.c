@@ -121,23 +121,19 @@ static void random_ids(int32_t *ids, int n, int n_vocab) {
 /* The gate's pass rule for one step: the argmax equals the golden token, or
  * the golden token is in our top 8 (ties by ascending id) and its logit is
  * within tol of the top logit. Called only on a mismatch. */
-static bool tie_tolerated(const float *logits, int n_vocab, int32_t expected, int32_t actual, float tol) {
-    if (expected < 0 || expected >= n_vocab) return false;
-    float le = logits[expected];
-    if (!(logits[actual] - le <= tol)) return false;
-    int above = 0;
-    for (int v = 0; v < n_vocab && above < TIE_TOPK; v++)
-        if (logits[v] > le || (logits[v] == le && v < expected)) above++;
-    return above < TIE_TOPK;
+static bool tie_tolerated(const int32_t *ids, const float *vals, int32_t expected, float tol) {
+    for (int j = 0; j < TIE_TOPK; j++)
+        if (ids[j] == expected) return vals[0] - vals[j] <= tol;
+    return false;
 }
 
 /* Records one checked step into tc (the argmax was already computed); config:
  * 'A'/'B' under --ab, else 0. */
-static void check_step(token_check *tc, const char *window, int step, char config, const float *logits,
-                       int n_vocab, int32_t expected, int32_t actual, float tol) {
+static void check_step(token_check *tc, const char *window, int step, char config, const int32_t *ids,
+                       const float *vals, int32_t expected, int32_t actual, float tol) {
     tc->checked++;
     if (actual == expected) return;
-    if (tie_tolerated(logits, n_vocab, expected, actual, tol)) { tc->ties++; return; }
+    if (tie_tolerated(ids, vals, expected, tol)) { tc->ties++; return; }
     if (tc->ok) {
         tc->ok = false;
         tc->step = step;
@@ -270,6 +266,16 @@ static int profile_take(moe_session *s, phase_profile *pp, int steps, double mea
     return 0;
 }
 
+/* One forward whose output is the top of the last token (all the bench
+ * reads): the argmax, and with --trace the tie rule's top 8, into
+ * b->top_ids / top_vals. A top 8 costs the lm-head screen more than an
+ * argmax (its bound must reach the 8th logit), so only --trace asks for it. */
+static int fwd_top(bench_run *b, moe_session *s, const int32_t *tok, int n) {
+    const int k = !b->expected ? 1 : b->n_vocab < TIE_TOPK ? b->n_vocab : TIE_TOPK;
+    for (int j = k; j < TIE_TOPK; j++) b->top_ids[j] = -1;
+    return moe_session_forward_topk(s, tok, n, k, b->top_ids, b->top_vals);
+}
+
 static int fwd_fail(const moe_session *s) {
     return cli_fail(CMD, "forward failed: %s", moe_session_error(s));
 }
@@ -390,8 +396,8 @@ static int bench_setup(bench_run *b) {
     if (b->o.ab && setup_ab(b)) return 2;
     if (alloc_buffers(b)) return 2;
 
-    if (moe_session_forward(b->s, b->ids, b->P, b->logits, false) != MOE_OK) return fwd_fail(b->s);
-    if (b->sb && moe_session_forward(b->sb, b->ids, b->P, b->logits, false) != MOE_OK) return fwd_fail(b->sb);
+    if (fwd_top(b, b->s, b->ids, b->P) != MOE_OK) return fwd_fail(b->s);
+    if (b->sb && fwd_top(b, b->sb, b->ids, b->P) != MOE_OK) return fwd_fail(b->sb);
     /* Everything is allocated now (decode steps allocate nothing), and the
      * bandwidth measurements map a buffer of their own: read the high-water
      * mark before the first one. */
@@ -414,13 +420,13 @@ static int prefill_window(bench_run *b, int r, bool prof) {
     moe_session_truncate(s, 0); /* KV empty */
     if (prof) moe_session_profile_enable(s, true);
     double t0 = now_s();
-    if (moe_session_forward(s, b->ids, b->P, b->logits, false) != MOE_OK) return fwd_fail(s);
-    int32_t a = moe_argmax(b->logits, b->n_vocab);
+    if (fwd_top(b, s, b->ids, b->P) != MOE_OK) return fwd_fail(s);
+    int32_t a = b->top_ids[0];
     b->tm.prefill[r] = now_s() - t0;
     if (prof && profile_take(s, &b->prof_prefill, 1, b->tm.prefill[r]) != 0)
         return cli_fail(CMD, "--phases: cannot read the profile");
     if (b->expected)
-        check_step(&b->tc, "prefill", 0, b->o.ab ? 'A' : 0, b->logits, b->n_vocab, b->expected[0], a, b->tol);
+        check_step(&b->tc, "prefill", 0, b->o.ab ? 'A' : 0, b->top_ids, b->top_vals, b->expected[0], a, b->tol);
     return 0;
 }
 
@@ -429,10 +435,10 @@ static int prefill_window(bench_run *b, int r, bool prof) {
 static int decode_steps(bench_run *b) {
     const int32_t *in = b->ids + b->P;
     for (int i = 0; i < b->D; i++) {
-        if (moe_session_forward(b->s, in + i, 1, b->logits, false) != MOE_OK) return fwd_fail(b->s);
-        b->argmax_ids[i + 1] = moe_argmax(b->logits, b->n_vocab);
+        if (fwd_top(b, b->s, in + i, 1) != MOE_OK) return fwd_fail(b->s);
+        b->argmax_ids[i + 1] = b->top_ids[0];
         if (b->expected && i + 1 < b->n_expected)
-            check_step(&b->tc, "decode", i + 1, 0, b->logits, b->n_vocab, b->expected[i + 1], b->argmax_ids[i + 1],
+            check_step(&b->tc, "decode", i + 1, 0, b->top_ids, b->top_vals, b->expected[i + 1], b->argmax_ids[i + 1],
                        b->tol);
     }
     return 0;
@@ -449,13 +455,13 @@ static int decode_steps_ab_live(bench_run *b, int r, double *sum) {
         if (moe_session_set_flags(b->s, i % 2 ? b->b_abs : b->a_abs, err, sizeof err) != MOE_OK)
             return cli_fail(CMD, "--ab: %s", err);
         double ts = now_s();
-        if (moe_session_forward(b->s, in + i, 1, b->logits, false) != MOE_OK) return fwd_fail(b->s);
-        b->argmax_ids[i + 1] = moe_argmax(b->logits, b->n_vocab);
+        if (fwd_top(b, b->s, in + i, 1) != MOE_OK) return fwd_fail(b->s);
+        b->argmax_ids[i + 1] = b->top_ids[0];
         double dt = now_s() - ts;
         b->step_s[(size_t)r * (size_t)b->D + (size_t)i] = dt;
         *sum += dt;
         if (b->expected && i + 1 < b->n_expected)
-            check_step(&b->tc, "decode", i + 1, cfg, b->logits, b->n_vocab, b->expected[i + 1], b->argmax_ids[i + 1],
+            check_step(&b->tc, "decode", i + 1, cfg, b->top_ids, b->top_vals, b->expected[i + 1], b->argmax_ids[i + 1],
                        b->tol);
     }
     return 0;
@@ -471,13 +477,13 @@ static int decode_steps_ab_sibling(bench_run *b, int r, double *sum) {
             const bool is_b = (o2 ^ (i % 2)) != 0;
             moe_session *cur = is_b ? b->sb : b->s;
             double ts = now_s();
-            if (moe_session_forward(cur, in + i, 1, b->logits, false) != MOE_OK) return fwd_fail(cur);
-            const int32_t am = moe_argmax(b->logits, b->n_vocab);
+            if (fwd_top(b, cur, in + i, 1) != MOE_OK) return fwd_fail(cur);
+            const int32_t am = b->top_ids[0];
             double dt = now_s() - ts;
             (is_b ? b->step_sb : b->step_s)[(size_t)r * (size_t)b->D + (size_t)i] = dt;
             if (!is_b) { *sum += dt; b->argmax_ids[i + 1] = am; }
             if (b->expected && i + 1 < b->n_expected && (!is_b || b->b_check))
-                check_step(&b->tc, "decode", i + 1, is_b ? 'B' : 'A', b->logits, b->n_vocab, b->expected[i + 1], am,
+                check_step(&b->tc, "decode", i + 1, is_b ? 'B' : 'A', b->top_ids, b->top_vals, b->expected[i + 1], am,
                            b->tol);
         }
     }
@@ -496,14 +502,14 @@ static int decode_window(bench_run *b, int r, bool prof) {
     if (o->bandwidth && !o->ab) tm->bw0[r] = moe_measure_read_bandwidth(o->threads);
     if (b->sb) {                                     /* B's own seed, untimed, before A's window */
         moe_session_truncate(b->sb, 0);
-        if (moe_session_forward(b->sb, b->ids, b->P, b->logits, false) != MOE_OK) return fwd_fail(b->sb);
+        if (fwd_top(b, b->sb, b->ids, b->P) != MOE_OK) return fwd_fail(b->sb);
     }
     moe_session_truncate(s, 0);
     double t0 = now_s();
-    if (moe_session_forward(s, b->ids, b->P, b->logits, false) != MOE_OK) return fwd_fail(s);
-    b->argmax_ids[0] = moe_argmax(b->logits, b->n_vocab);
+    if (fwd_top(b, s, b->ids, b->P) != MOE_OK) return fwd_fail(s);
+    b->argmax_ids[0] = b->top_ids[0];
     if (b->expected)
-        check_step(&b->tc, "decode", 0, o->ab ? 'A' : 0, b->logits, b->n_vocab, b->expected[0], b->argmax_ids[0],
+        check_step(&b->tc, "decode", 0, o->ab ? 'A' : 0, b->top_ids, b->top_vals, b->expected[0], b->argmax_ids[0],
                    b->tol);
     if (prof) moe_session_profile_enable(s, true); /* the D steps, not the seed */
     double t1 = now_s(), t2;

@@ -188,7 +188,16 @@ int cmd_run(int argc, char **argv) {
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     double tp0 = ts.tv_sec + 1e-9 * ts.tv_nsec;
-    if (moe_session_forward(s, toks, n_prompt, logits, false)) { cli_fail(C, "%s", moe_session_error(s)); goto done; }
+    /* greedy or top-k sampling needs only the top logits (lm_screen); a
+     * grammar masks the whole vocabulary, so it takes every logit */
+    const int topn = con ? 0 : moe_sampler_topk_need(smp);
+    int32_t top_ids[64];
+    float top_vals[64];
+    if (topn ? moe_session_forward_topk(s, toks, n_prompt, topn, top_ids, top_vals)
+             : moe_session_forward(s, toks, n_prompt, logits, false)) {
+        cli_fail(C, "%s", moe_session_error(s));
+        goto done;
+    }
     clock_gettime(CLOCK_MONOTONIC, &ts);
     double tp1 = ts.tv_sec + 1e-9 * ts.tv_nsec;
     int32_t eos = moe_token_eos(m);
@@ -206,7 +215,7 @@ int cmd_run(int argc, char **argv) {
             }
             if (moe_constraint_accept(con, id)) { cli_fail(C, "%s", moe_constraint_error(con)); goto done; }
         } else {
-            id = moe_sampler_sample(smp, logits);
+            id = topn ? moe_sampler_sample_topk(smp, top_ids, top_vals, topn) : moe_sampler_sample(smp, logits);
         }
         out_ids[n_out++] = id;
         if (!json) {
@@ -223,7 +232,11 @@ int cmd_run(int argc, char **argv) {
         }
         if ((stop_eos || con) && (id == eos || moe_token_is_eog(m, id))) break;
         if (i + 1 == n_gen) break;  /* the last token needs no forward */
-        if (moe_session_forward(s, &id, 1, logits, false)) { cli_fail(C, "%s", moe_session_error(s)); goto done; }
+        if (topn ? moe_session_forward_topk(s, &id, 1, topn, top_ids, top_vals)
+                 : moe_session_forward(s, &id, 1, logits, false)) {
+            cli_fail(C, "%s", moe_session_error(s));
+            goto done;
+        }
     }
     clock_gettime(CLOCK_MONOTONIC, &ts);
     double tp2 = ts.tv_sec + 1e-9 * ts.tv_nsec;

@@ -157,6 +157,14 @@ int  moe_session_truncate(moe_session *s, int n_past);
 int  moe_session_forward(moe_session *s, const int32_t *tokens, int n,
                          float *logits, bool all_logits);
 const char *moe_session_error(const moe_session *s);
+/* As moe_session_forward, but returns only the top k (1..64, <= n_vocab)
+ * logits of the last token: ids[k] and vals[k], ordered as moe_topk orders
+ * the full logits (value descending, equal values by ascending id; ids[0] is
+ * moe_argmax). The same ids and bits as the full logits give; with flag
+ * lm_screen the lm head is screened and only the rows that can reach the
+ * top k are computed (docs/SCREEN.md). Entries past the count of non-NaN
+ * logits get id -1 and a NaN value. */
+int  moe_session_forward_topk(moe_session *s, const int32_t *tokens, int n, int k, int32_t *ids, float *vals);
 
 /* ---- sampling ---------------------------------------------------------- */
 
@@ -174,6 +182,12 @@ void moe_sampler_free(moe_sampler *s);
 int32_t moe_sampler_sample(moe_sampler *s, const float *logits);
 /* argmax with ties to the lowest id */
 int32_t moe_argmax(const float *logits, int n);
+/* How many top logits the sampler needs (1 when greedy, top_k when it is
+ * 1..64), or 0 when it needs them all. With k >= that many from
+ * moe_session_forward_topk, moe_sampler_sample_topk draws the same token,
+ * consuming the generator alike, as moe_sampler_sample on the full logits. */
+int  moe_sampler_topk_need(const moe_sampler *s);
+int32_t moe_sampler_sample_topk(moe_sampler *s, const int32_t *ids, const float *vals, int k);
 
 /* ---- runtime configuration -------------------------------------------- */
 

@@ -179,6 +179,23 @@ int  moe_trace_save(const moe_trace *t, const char *path, char *err, size_t errl
  * id (so ids[0] == moe_argmax). Returns the count written (min(k, n)). */
 int  moe_topk(const float *logits, int n, int k, int32_t *ids, float *vals);
 
+/* The lm-head screen's figures of a session's top-k steps
+ * (moe_session_forward_topk; docs/SCREEN.md). */
+typedef struct moe_screen_stats {
+    int64_t steps;           /* top-k steps run */
+    int64_t screened;        /* of them, answered by the screen (the rest ran the full head) */
+    int64_t level2_rows;     /* sums over the screened steps: rows that reached level 2 */
+    int64_t exact_rows;      /* ... rows the kernel evaluated */
+    double bytes;            /* lm-head bytes read by all top-k steps */
+    double full_bytes;       /* what the full head reads in as many steps */
+    int64_t last_exact_rows; /* the last step's exact rows; -1: it ran the full head */
+    bool available;          /* the model has a screen (flag lm_screen at load, a covered head format) */
+} moe_screen_stats;
+int  moe_session_screen_stats(const moe_session *s, moe_screen_stats *out);
+/* After moe_session_forward_topk: the last token's logit of id (the same
+ * bits as the full logits give), for reports on ids outside the top k. */
+int  moe_session_last_logit(moe_session *s, int32_t id, float *out);
+
 /* Replays a trace on m (see `moefast gate`). Teacher mode prefills each case's
  * prompt in one call and then feeds the golden tokens whatever the model
  * predicts, checking every step; free mode feeds the model's own argmax and

@@ -22,6 +22,7 @@ static const moe_flag_info FLAGS[MOE_FLAG_COUNT] = {
     [MOE_FLAG_ALIGNED_BUFFERS] = {.name = "aligned_buffers", "a session's buffers (activation rows, A8 rows, the KV cache, scratch) start on a 64-byte cache line, so no 64-byte vector load from them straddles two lines; off: 16 bytes past a line, calloc's usual placement, where every such load does", true, false, false,
                                   "is fixed when the session is created (its buffers)", true},
     [MOE_FLAG_VALUE_PREFETCH] = {.name = "value_prefetch", "decode attention over the kv_q8 cache: the value-sum tiles prefetch the value rows 16 keys ahead (a decode step's values come from memory, and the sum waits on them about as long as it computes); AVX-512 and AVX2 (scalar has no prefetch)", true, false},
+    [MOE_FLAG_LM_SCREEN] = {.name = "lm_screen", "where only the top-k or argmax of the logits is needed (greedy run, bench, price, trace record/gate, top-k sampling): screen the lm head with a low-bit proxy of every row and certified bounds (built at load; F32/F16/BF16/Q8_0 heads), and evaluate exactly only the rows whose bound reaches the k-th best exact logit; the full-logits API never prunes (docs/SCREEN.md)", true, false},
     [MOE_FLAG_ACT_Q8] = {.name = "act_q8", "NUMERICS: quantize matrix inputs to 8-bit blocks (llama.cpp's Q8_0 activations) for Q8_0, Q4_0, Q4_K, Q6_K, MXFP4 and NVFP4 weights and use integer dot products; changes the logits", false, false, true,
                          "is a numerics flag, fixed when the model is loaded (the a8 weight layout) and the session created"},
     [MOE_FLAG_KV_F16] = {.name = "kv_f16", "NUMERICS: store the KV cache as IEEE half (llama.cpp's default): half the cache memory and half the bytes attention reads; changes the logits", false, false, true,
@@ -34,6 +35,7 @@ static const moe_flag_info FLAGS[MOE_FLAG_COUNT] = {
                               "is a numerics flag, fixed when the session is created (the KV cache format)", true},
     [MOE_FLAG_TEST_PERTURB] = {.name = "test_perturb", "TEST ONLY: from position 20 on, reverse the last layer's expert weights (changes results)", false, true},
     [MOE_FLAG_TEST_SLOW] = {.name = "test_slow", "TEST ONLY: sleep 2 ms for every token forwarded (changes timing)", false, true},
+    [MOE_FLAG_TEST_SCREEN_SHRINK] = {.name = "test_screen_shrink", "TEST ONLY: divide the lm-head screen's bounds by 4 (unsound: may change a top-k)", false, true},
 };
 
 const moe_flag_info *moe_flag_get(int id) {

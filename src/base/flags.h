@@ -34,6 +34,7 @@ typedef enum moe_flag {
     MOE_FLAG_KEY_STREAM,      /* decode scores over the FP32 cache read key row by key row (attn.h scores_stream) */
     MOE_FLAG_ALIGNED_BUFFERS, /* session buffers start on a 64-byte cache line (off: 16 bytes past one) */
     MOE_FLAG_VALUE_PREFETCH,  /* decode over the kv_q8 cache: value rows prefetched ahead (attn.h accum_q8_stream) */
+    MOE_FLAG_LM_SCREEN,       /* top-k / argmax outputs: the certified lm-head screen (model/screen.h) */
     MOE_FLAG_ACT_Q8,          /* NUMERICS: 8-bit activation blocks, integer dot products (act8_ref.c) */
     MOE_FLAG_KV_F16,          /* NUMERICS: KV cache stored as IEEE half */
     MOE_FLAG_KV_Q8,           /* NUMERICS: KV cache stored as 8-bit blocks, integer scores (attn.h) */
@@ -41,6 +42,7 @@ typedef enum moe_flag {
     MOE_FLAG_KV_TQ_SMALL,     /* NUMERICS: the same, keys 4 bits, values 3 */
     MOE_FLAG_TEST_PERTURB,    /* TEST ONLY: from position 20 on, reverse the last layer's expert weights */
     MOE_FLAG_TEST_SLOW,       /* TEST ONLY: sleep 2 ms per token forwarded */
+    MOE_FLAG_TEST_SCREEN_SHRINK, /* TEST ONLY: the lm-head screen's bounds divided by 4 (unsound) */
     MOE_FLAG_COUNT
 } moe_flag;
 

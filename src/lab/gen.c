@@ -57,6 +57,8 @@ typedef struct gen_cfg {
     double rope_base, rope_base_swa, yarn_factor, yarn_beta_fast, yarn_beta_slow, yarn_attn_factor;
     double expert_weights_scale, rms_eps;
     int64_t chat_template;              /* 0 plain ChatML, 1 qwen3-tools (Qwen3's tool rendering) */
+    double embd_scale;    /* token_embd's std (1 unless set: a larger one makes the final hidden state carry its token's embedding) */
+    double head_peak;     /* output.weight row v += head_peak x the std of the head x token_embd row v (0: off) */
 } gen_cfg;
 
 /* ---- hyperparameter keys --------------------------------------------------- */
@@ -119,6 +121,8 @@ static const key_def KEYS[] = {
     {"gate", ARCH_LAGUNA, K_ENUM, O(gate_per_element), 0, 0, "head|element", "attn_gate: one scalar per head or per element"},
     {"rms_eps", ARCH_BOTH, K_FLOAT, O(rms_eps), 1e-12, 0.1, NULL, "attention.layer_norm_rms_epsilon"},
     {"chat_template", ARCH_BOTH, K_ENUM, O(chat_template), 0, 0, "chatml|qwen3-tools", "tokenizer.chat_template: plain ChatML, or Qwen3's with tools"},
+    {"embd_scale", ARCH_BOTH, K_FLOAT, O(embd_scale), 0, 1000, NULL, "standard deviation of token_embd (0: 1, the default); with head_peak, a larger one makes the final hidden state carry its token's embedding, so the logits peak"},
+    {"head_peak", ARCH_BOTH, K_FLOAT, O(head_peak), 0, 1000, NULL, "peaked logits like a trained model's: output row v += head_peak x (the head's std) x token_embd row v, so the final hidden state (which carries its token's embedding) favours a few rows by a margin (0: off; docs/SCREEN.md)"},
 };
 #undef O
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
@@ -695,7 +699,8 @@ static int plan_ffn(plan *p, const gen_cfg *c, const arch_def *d, int64_t il) {
 static int build_plan(const gen_cfg *c, plan *p) {
     const arch_def *d = arch_of(c);
     const int64_t E = c->n_embd;
-    int r = plan_add(p, W_MATRIX, c->type, 1.0f, 2, E, c->n_vocab, 1, "token_embd.weight", 0);
+    const float es = c->embd_scale > 0 ? (float)c->embd_scale : 1.0f;
+    int r = plan_add(p, W_MATRIX, c->type, es, 2, E, c->n_vocab, 1, "token_embd.weight", 0);
     for (int64_t il = 0; il < c->n_layer && !r; il++) r |= plan_attention(p, c, d, il) | plan_ffn(p, c, d, il);
     r |= plan_add(p, W_NORM, 0, 0, 1, E, 1, 1, "output_norm.weight", 0);
     r |= plan_add(p, W_MATRIX, c->type, 1.6f * inv_sqrt(E), 2, E, c->n_vocab, 1, "output.weight", 0);
@@ -737,7 +742,25 @@ typedef struct draw_job {
     uint8_t *dst;
     float *scratch;     /* nth rows of ne[0] floats */
     uint64_t row_bytes;
+    float peak;         /* output.weight with head_peak: the multiple of token_embd's row added, else 0 */
+    uint64_t peak_seed; /* token_embd.weight's stream */
 } draw_job;
+
+/* head_peak: row += peak x token_embd's row ir, drawn again from its own
+ * stream (its std is 1: d_base 1/Q_RMS). A Q8_0 head is then quantized
+ * like the other types. */
+static void add_embd_row(const struct draw_job *j, int64_t ir, int64_t n, float *row) {
+    moe_rng r;
+    moe_rng_seed(&r, j->peak_seed + 0x9e3779b97f4a7c15ull * (uint64_t)(ir + 1));
+    for (int64_t b = 0; b < (n + 31) / 32; b++) {
+        uint16_t d16;
+        int8_t q[32];
+        draw_block(&r, 1.0f / Q_RMS, &d16, q);
+        const float d = moe_f16_to_f32(d16);
+        const int m = n - 32 * b < 32 ? (int)(n - 32 * b) : 32;
+        for (int i = 0; i < m; i++) row[32 * b + i] += j->peak * (d * (float)q[i]);
+    }
+}
 
 /* Rows [r0, r1) of a matrix. Every row has its own PRNG stream, so the file
  * does not depend on how rows are split across threads. */
@@ -753,6 +776,10 @@ static void draw_rows(const draw_job *j, int64_t r0, int64_t r1, float *row) {
             uint16_t d16;
             int8_t q[32];
             draw_block(&r, d_base, &d16, q);
+            if (t->type == MOE_T_Q8_0 && j->peak > 0) {   /* head_peak: the float row, quantized below */
+                for (int i = 0; i < 32; i++) row[32 * b + i] = moe_f16_to_f32(d16) * (float)q[i];
+                continue;
+            }
             if (t->type == MOE_T_Q8_0) { /* exactly what the quantizer would give */
                 memcpy(out + 34 * b, &d16, 2);
                 memcpy(out + 34 * b + 2, q, 32);
@@ -763,7 +790,8 @@ static void draw_rows(const draw_job *j, int64_t r0, int64_t r1, float *row) {
             const int m = n - 32 * b < 32 ? (int)(n - 32 * b) : 32;
             for (int i = 0; i < m; i++) row[32 * b + i] = d * (float)q[i];
         }
-        if (t->type != MOE_T_Q8_0) moe_quantize_row((uint32_t)t->type, row, out, n);
+        if (j->peak > 0) add_embd_row(j, ir, n, row);
+        if (t->type != MOE_T_Q8_0 || j->peak > 0) moe_quantize_row((uint32_t)t->type, row, out, n);
     }
 }
 
@@ -786,7 +814,11 @@ static void draw_tensor(const gen_cfg *c, const tplan *t, uint8_t *dst, float *s
         }
         return;
     }
-    draw_job j = {t, seed, dst, scratch, moe_row_bytes((uint32_t)t->type, (uint64_t)t->ne[0])};
+    draw_job j = {t, seed, dst, scratch, moe_row_bytes((uint32_t)t->type, (uint64_t)t->ne[0]), 0, 0};
+    if (c->head_peak > 0 && !strcmp(t->name, "output.weight")) {
+        j.peak = (float)c->head_peak * t->std;
+        j.peak_seed = c->seed ^ name_hash("token_embd.weight");
+    }
     if (pool && t->ne[1] * t->ne[2] >= 64) moe_pool_run(pool, draw_task, &j);
     else draw_rows(&j, 0, t->ne[1] * t->ne[2], scratch);
 }

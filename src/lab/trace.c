@@ -635,20 +635,22 @@ int moe_trace_record(moe_trace *t, moe_model *m, const char *name, const int32_t
     if (!logits || !exp || !ids || !lg) { rc = moe_errf(err, errlen, MOE_ENOMEM, "trace record: out of memory"); goto out; }
     moe_session_params sp = {.n_ctx = n_prompt + steps, .n_threads = n_threads, .n_batch = 0};
     if ((rc = moe_session_new(m, &sp, &s, err, errlen))) goto out;
-    if ((rc = moe_session_forward(s, prompt, n_prompt, logits, false))) {
+    /* top-k outputs: with lm_screen only the rows that can reach the top k
+     * are computed; the same ids and bits as the full logits */
+    if ((rc = moe_session_forward_topk(s, prompt, n_prompt, k, ids, lg))) {
         rc = moe_errf(err, errlen, rc, "trace record: %s", moe_session_error(s));
         goto out;
     }
     for (int st = 0; st < steps; st++) {
-        int got = moe_topk(logits, nv, k, ids + (size_t)st * k, lg + (size_t)st * k);
-        int32_t tok = moe_argmax(logits, nv);
-        if (got < k || tok != ids[(size_t)st * k]) {
+        int32_t tok = ids[(size_t)st * k];
+        if (ids[(size_t)st * k + k - 1] < 0) {
             rc = moe_errf(err, errlen, MOE_EINVAL,
                           "trace record: step %d: logits contain NaN or the vocabulary is smaller than %d", st, k);
             goto out;
         }
         exp[st] = tok;
-        if (st + 1 < steps && (rc = moe_session_forward(s, &tok, 1, logits, false))) {
+        if (st + 1 < steps &&
+            (rc = moe_session_forward_topk(s, &tok, 1, k, ids + (size_t)(st + 1) * k, lg + (size_t)(st + 1) * k))) {
             rc = moe_errf(err, errlen, rc, "trace record: step %d: %s", st + 1, moe_session_error(s));
             goto out;
         }
@@ -665,17 +667,16 @@ out:
 
 /* Checks one step; returns true when it passes. Fills the divergence fields
  * of r when it does not (and r has none yet). */
-static bool gate_step(const moe_trace *t, const float *logits, int nv, int ci, int st,
-                      int32_t expected, int32_t *actual_out, moe_gate_result *r) {
-    int32_t actual = moe_argmax(logits, nv);
+static bool gate_step(const moe_trace *t, moe_session *s, const int32_t *ids, const float *vals, int n, int ci,
+                      int st, int32_t expected, int32_t *actual_out, moe_gate_result *r) {
+    int32_t actual = ids[0];
     *actual_out = actual;
     if (actual == expected) return true;
-    int32_t ids[MOE_TRACE_TOPK];
-    float vals[MOE_TRACE_TOPK];
-    int n = moe_topk(logits, nv, MOE_TRACE_TOPK, ids, vals);
     bool in_top = false;
     for (int j = 0; j < n; j++) in_top |= ids[j] == expected;
-    float margin = logits[actual] - logits[expected];
+    float le = NAN;
+    moe_session_last_logit(s, expected, &le);
+    float margin = vals[0] - le;
     if (in_top && margin <= t->tie) { r->n_ties++; return true; }
     if (r->n_fail++ == 0) {
         r->case_index = ci;
@@ -713,12 +714,12 @@ int moe_trace_gate(moe_model *m, const moe_trace *t, const moe_gate_params *p, m
     }
     if (!found)
         return moe_errf(err, errlen, MOE_EINVAL, "%s: no case named \"%s\"", t->path, p->only_case);
-    int nv = moe_model_n_vocab(m);
-    float *logits = malloc((size_t)nv * sizeof *logits);
-    if (!logits) return moe_errf(err, errlen, MOE_ENOMEM, "gate: out of memory");
+    int32_t ids[MOE_TRACE_TOPK];
+    float vals[MOE_TRACE_TOPK];
+    const int kt = MOE_TRACE_TOPK < moe_model_n_vocab(m) ? MOE_TRACE_TOPK : moe_model_n_vocab(m);
     moe_session *s = NULL;
     moe_session_params sp = {.n_ctx = need, .n_threads = p->n_threads, .n_batch = 0};
-    if ((rc = moe_session_new(m, &sp, &s, err, errlen))) { free(logits); return rc; }
+    if ((rc = moe_session_new(m, &sp, &s, err, errlen))) return rc;
     bool stop = p->free_run || p->stop_at_first;
     for (int ci = 0; ci < t->n && !(stop && r->n_fail); ci++) {
         const moe_trace_case *c = &t->cases[ci].c;
@@ -728,7 +729,7 @@ int moe_trace_gate(moe_model *m, const moe_trace *t, const moe_gate_params *p, m
             break;
         }
         /* the whole prompt in one call: prefill must equal decode */
-        if ((rc = moe_session_forward(s, c->prompt, c->n_prompt, logits, false))) {
+        if ((rc = moe_session_forward_topk(s, c->prompt, c->n_prompt, kt, ids, vals))) {
             rc = moe_errf(err, errlen, rc, "%s: case \"%s\": prompt: %s", t->path, c->name, moe_session_error(s));
             break;
         }
@@ -736,14 +737,16 @@ int moe_trace_gate(moe_model *m, const moe_trace *t, const moe_gate_params *p, m
         for (int st = 0; st < steps; st++) {
             int32_t actual;
             r->n_steps++;
-            bool ok = gate_step(t, logits, nv, ci, st, c->expected[st], &actual, r);
+            int nt = 0;
+            while (nt < kt && ids[nt] >= 0) nt++;
+            bool ok = gate_step(t, s, ids, vals, nt, ci, st, c->expected[st], &actual, r);
             /* free run: the model's own token; past a tolerated tie its
              * continuation is no longer comparable with the golden one */
             if (p->free_run && (!ok || actual != c->expected[st])) break;
             if (!ok && p->stop_at_first) break;
             if (st + 1 == steps) break;
             int32_t next = c->expected[st]; /* == actual in free mode here */
-            if ((rc = moe_session_forward(s, &next, 1, logits, false))) {
+            if ((rc = moe_session_forward_topk(s, &next, 1, kt, ids, vals))) {
                 rc = moe_errf(err, errlen, rc, "%s: case \"%s\": step %d: %s", t->path, c->name, st + 1,
                               moe_session_error(s));
                 break;
@@ -752,7 +755,6 @@ int moe_trace_gate(moe_model *m, const moe_trace *t, const moe_gate_params *p, m
         if (rc) break;
     }
     moe_session_free(s);
-    free(logits);
     r->pass = rc == MOE_OK && r->n_fail == 0;
     return rc;
 }

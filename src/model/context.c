@@ -13,6 +13,7 @@
 #include "model/blocks.h"
 #include "base/util.h"
 #include "base/meminfo.h"
+#include "model/screen.h"
 
 /* ggml's YaRN helpers, reproduced so positions rotate exactly as the
  * ecosystem's reference does (iterative theta in float). */
@@ -218,6 +219,14 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
     s->scores = xcalloc((size_t)n_threads * Hm * C, sizeof(float), &al);
     s->attn_sum = xcalloc((size_t)n_threads * 2 * Hm, sizeof(float), &al);   /* sums, then the sinks' terms */
     if (shadow) s->logits_tmp = xcalloc(B * (size_t)hp->n_vocab, sizeof(float), &al); /* the twin's logits */
+    const size_t Vs = (size_t)hp->n_vocab;                /* top-k outputs: the screen's scratch */
+    s->scr_s1 = xcalloc(Vs, sizeof(float), &al);
+    s->scr_y = xcalloc(Vs, sizeof(float), &al);
+    s->scr_ids = xcalloc(Vs, sizeof(int32_t), &al);
+    s->scr_done = xcalloc(Vs, 1, &al);
+    s->scr_xq = xcalloc(E, 1, &al);
+    s->scr_q120 = xcalloc(E / 4 + 1, sizeof(int32_t), &al);
+    s->scr_tv = xcalloc(E / 4 + 1, sizeof(float), &al);
     if (moe_flag_on(flags, MOE_FLAG_ACT_Q8)) {
         const size_t in_max = E > Hm * Dv ? E : Hm * Dv;
         const size_t aE = (size_t)moe_act8_row_bytes((int64_t)E);
@@ -291,7 +300,8 @@ static void context_free(moe_context *c) {
                     c->rope_tab[1], c->x, c->xn, c->proj, c->ffn_out, c->q, c->k, c->v, c->att, c->gate, c->router,
                     c->selw, c->xg, c->eout, c->hg, c->hu, c->scores, c->attn_sum, c->logits_tmp, c->sel, c->ex_slot,
                     c->gather_src, c->expert_rows, c->jobs, c->job_pre, c->xa, c->xga, c->ha, c->seq_len, c->tok_pos,
-                    c->tok_seq, c->out_rows, c->blk_tok, c->blk_thr};
+                    c->tok_seq, c->out_rows, c->blk_tok, c->blk_thr, c->scr_s1, c->scr_y, c->scr_ids,
+                    c->scr_done, c->scr_xq, c->scr_q120, c->scr_tv};
     _Static_assert(MOE_MAX_ROPES == 2, "context_free lists every rope table");
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) moe_free_aligned(bufs[i]);
     context_free(c->shadow);
@@ -538,13 +548,48 @@ int moe_session_forward(moe_session *s, const int32_t *tokens, int n, float *log
         int n_out = 0;
         for (int t = 0; t < m; t++) {
             c->tok_seq[t] = 0;
-            if (logits && (all_logits || (last && t == m - 1))) c->out_rows[n_out++] = t;
+            if ((logits || (c->topk_k > 0 && last)) && (all_logits || (last && t == m - 1))) c->out_rows[n_out++] = t;
         }
         float *lg = logits && all_logits ? logits + (size_t)done * (size_t)V : logits;
         int rc = run_step(c, tokens + done, m, lg, n_out);
         if (rc) return rc;
         done += m;
     }
+    return MOE_OK;
+}
+
+/* As moe_session_forward, but the output is the top k logits of the last
+ * token (ids and values as moe_topk orders the full logits): with flag
+ * lm_screen, computed through the certified screen (docs/SCREEN.md). */
+int moe_session_forward_topk(moe_session *s, const int32_t *tokens, int n, int k, int32_t *ids, float *vals) {
+    if (!s) return MOE_EINVAL;
+    moe_context *c = s->c;
+    c->err[0] = 0;
+    if (!ids || !vals || k < 1 || k > 64 || k > c->m->hp.n_vocab)
+        return moe_errf(c->err, sizeof c->err, MOE_EINVAL, "forward_topk: k %d must be in 1..min(64, n_vocab) with ids "
+                        "and vals", k);
+    int rc = MOE_OK;
+    c->topk_k = k, c->topk_ids = ids, c->topk_vals = vals;   /* read by the step of the last chunk only */
+    rc = moe_session_forward(s, tokens, n, NULL, false);
+    c->topk_k = 0, c->topk_ids = NULL, c->topk_vals = NULL;
+    return rc;
+}
+
+int moe_session_last_logit(moe_session *s, int32_t id, float *out) {
+    if (!s || !out) return MOE_EINVAL;
+    moe_context *c = s->c;
+    if (id < 0 || id >= c->m->hp.n_vocab || c->scr_steps == 0) return MOE_EINVAL;
+    if (c->scr_last_exact < 0) { *out = c->scr_y[id]; return MOE_OK; }   /* the full head ran */
+    *out = moe_screen_row_logit(&c->m->output, c->kern, c->xn, id, c->scr_y);
+    return MOE_OK;
+}
+
+int moe_session_screen_stats(const moe_session *s, moe_screen_stats *out) {
+    if (!s || !out) return MOE_EINVAL;
+    const moe_context *c = s->c;
+    moe_screen_stats r = {c->scr_steps, c->scr_screened, c->scr_level2, c->scr_exact, c->scr_bytes, c->scr_full_bytes,
+                          c->scr_last_exact, c->m->screen != NULL};
+    *out = r;
     return MOE_OK;
 }
 

@@ -9,12 +9,15 @@
  * positions (c->tok_pos); every block treats each token on its own, so the
  * bits a token gets do not depend on the others (blocks.h). Differential
  * mode runs each block on the reference twin too and compares. */
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
 #include "base/flags.h"
 #include "model/arch/arch.h"
 #include "model/blocks.h"
+#include "model/screen.h"
+#include "moefast.h"
 
 static void embed(moe_context *c, const int32_t *tokens, int n) {
     const moe_model *m = c->m;
@@ -33,6 +36,71 @@ static void head(moe_context *c, int n_out, float *logits) {
         moe_rms_norm(c->x + (size_t)c->out_rows[i] * E, m->output_norm, c->xn + (size_t)i * E, E, m->hp.rms_eps);
     moe_matmul(c, &m->output, c->xn, n_out, logits);
     PROF_MARK(c, MOE_PH_LM_HEAD, (double)m->output.mat_bytes, 0);
+}
+
+/* The top c->topk_k logits of the one wanted token (c->out_rows[0]) into
+ * c->topk_ids / c->topk_vals, as moe_topk orders the full logits: by the
+ * screen (flag lm_screen) when the model has one and it certifies the step,
+ * else from the full head. Either way the same ids and bits. */
+static void head_topk(moe_context *c) {
+    const moe_model *m = c->m;
+    const int E = m->hp.n_embd, V = m->hp.n_vocab;
+    moe_rms_norm(c->x + (size_t)c->out_rows[0] * E, m->output_norm, c->xn, E, m->hp.rms_eps);
+    int got = 0;
+    moe_screen_step st = {0};
+    c->scr_steps++;
+    c->scr_full_bytes += (double)m->output.mat_bytes;
+    bool try_screen = m->screen && moe_flag_on(c->flags, MOE_FLAG_LM_SCREEN);
+    /* the governor (speed only): after SCREEN_MISSES fallbacks in a row (flat
+     * logits: too many rows reach the bound) the next SCREEN_SKIP steps run
+     * the full head without the screen pass, then the screen is tried again */
+    enum { SCREEN_MISSES = 4, SCREEN_SKIP = 16 };
+    if (try_screen && c->scr_skip > 0) c->scr_skip--, try_screen = false;
+    if (try_screen) {
+        const moe_screen_scratch scr = {c->scr_s1, c->scr_y, c->scr_ids, c->scr_done, c->scr_xq, c->scr_q120, c->scr_tv};
+        got = moe_screen_topk(m->screen, &m->output, c->kern, c, c->xn, c->topk_k, c->topk_ids, c->topk_vals, &scr,
+                              moe_flag_on(c->flags, MOE_FLAG_TEST_SCREEN_SHRINK), &st);
+        if (got > 0) c->scr_miss = 0;
+        else if (++c->scr_miss >= SCREEN_MISSES) c->scr_miss = 0, c->scr_skip = SCREEN_SKIP;
+    }
+    for (int j = got; j < c->topk_k; j++) c->topk_ids[j] = -1, c->topk_vals[j] = NAN;
+    if (got > 0) {
+        c->scr_screened++;
+        c->scr_level2 += st.level2_rows;
+        c->scr_exact += st.exact_rows;
+        c->scr_last_exact = st.exact_rows;
+        c->scr_bytes += st.bytes;                          /* the screen's bytes and the kernel rows' */
+        /* the profile keeps the weight list's figure (bytes per token);
+         * the bytes really read are in moe_session_screen_stats */
+        PROF_MARK(c, MOE_PH_LM_HEAD, (double)m->output.mat_bytes, 0);
+        return;
+    }
+    moe_matmul(c, &m->output, c->xn, 1, c->scr_y);
+    got = moe_topk(c->scr_y, V, c->topk_k, c->topk_ids, c->topk_vals);
+    for (int j = got; j < c->topk_k; j++) c->topk_ids[j] = -1, c->topk_vals[j] = NAN;
+    c->scr_last_exact = -1;
+    c->scr_bytes += (double)m->output.mat_bytes + st.bytes;
+    PROF_MARK(c, MOE_PH_LM_HEAD, (double)m->output.mat_bytes, 0);
+}
+
+/* Differential mode, top-k outputs: the twin's top-k (full head, every
+ * speed flag off) must be the same ids and bits. */
+static void diff_topk(moe_context *c) {
+    moe_context *r = c->shadow;
+    const int k = c->topk_k;
+    int32_t ids[64];
+    float vals[64];
+    r->topk_k = k, r->topk_ids = ids, r->topk_vals = vals;
+    head_topk(r);
+    for (int j = 0; j < k; j++) {
+        if (ids[j] == c->topk_ids[j] && !memcmp(&vals[j], &c->topk_vals[j], 4)) continue;
+        moe_errf(c->err, sizeof c->err, MOE_EDIVERGE,
+                 "differential mode: final top-%d entry %d differs at position %d: id %d logit %.9g vs the twin's id %d "
+                 "logit %.9g", k, j, c->tok_pos[c->out_rows[0]], c->topk_ids[j], (double)c->topk_vals[j], ids[j],
+                 (double)vals[j]);
+        c->diverged = true;
+        return;
+    }
 }
 
 bool moe_diff_check(moe_context *c, const float *a, const float *b, size_t rows, size_t cols, const char *what, int il) {
@@ -84,6 +152,10 @@ int moe_forward_step(moe_context *c, const int32_t *tokens, int n, float *logits
         PROF_START(c);
     }
     for (int il = 0; il < m->hp.n_layer; il++) m->arch->layer(c, &m->layers[il], il);
+    if (!logits && n_out == 1 && c->topk_k > 0 && !c->diverged) {
+        head_topk(c);
+        if (c->shadow) diff_topk(c);
+    }
     if (logits && n_out > 0 && !c->diverged) {
         head(c, n_out, logits);
         if (c->shadow) {

@@ -15,6 +15,7 @@
 #include "model/blocks.h"
 #include "base/util.h"
 #include "base/meminfo.h"
+#include "model/screen.h"
 
 /* Weight bytes one decoded token reads: every row of the matrices it reads
  * whole, n_expert_used of each expert stack, one embedding row (norm vectors
@@ -254,6 +255,13 @@ int moe_model_load(const char *path, const moe_load_params *params, moe_model **
         goto fail;
     }
     compute_bytes_per_token(m);
+    if (moe_flag_on(m->flags, MOE_FLAG_LM_SCREEN)) {   /* from the file's (plain) rows, before any repack */
+        const char *why = NULL;
+        m->screen = moe_screen_build(m->output.type, m->output.data, m->output.row_bytes, m->output.n_out,
+                                     m->output.n_in, &why);
+        if (!m->screen && m->output.scale == NULL) moe_note(m, "lm_screen: %s", why);
+        if (m->screen && m->output.scale) { moe_screen_free(m->screen); m->screen = NULL; }
+    }
     if ((moe_flag_on(m->flags, MOE_FLAG_REPACK) || moe_flag_on(m->flags, MOE_FLAG_ACT_Q8)) &&
         (rc = repack_weights(m, err, errlen)))
         goto fail;
@@ -280,6 +288,7 @@ void moe_model_free(moe_model *m) {
     free(m->weights);
     free(m->owned_vectors);
     free(m->chat_template);
+    moe_screen_free(m->screen);
     if (m->repacked) munmap(m->repacked, m->repacked_bytes);
     for (int i = 0; i < m->n_notes; i++) free(m->notes[i]);
     free(m->path);

@@ -200,6 +200,7 @@ struct moe_model {
     moe_weight tok_embd;     /* n_in = n_embd, n_out = n_vocab */
     moe_weight output;       /* lm head (tied to tok_embd when absent) */
     const float *output_norm;
+    struct moe_screen *screen; /* the lm head's certified screen (flag lm_screen at load), or NULL */
     float *owned_vectors;    /* norm vectors converted to F32 at load */
     uint8_t *repacked;       /* anonymous mapping holding x4-repacked weights, or NULL */
     size_t repacked_bytes;
@@ -286,6 +287,20 @@ struct moe_context {
     struct moe_context *shadow; /* differential mode: the reference twin (numerics flags only) */
     bool diverged;              /* differential mode: a block's tensors differed (err says where) */
     moe_prof prof;              /* phase profile (profile.h); off unless enabled */
+    /* top-k outputs (moe_session_forward_topk, forward.c head_topk): the
+     * request, scratch [n_vocab] and the screen's running figures */
+    int topk_k;
+    int32_t *topk_ids;
+    float *topk_vals;
+    float *scr_s1, *scr_y;
+    int32_t *scr_ids;
+    uint8_t *scr_done;
+    int8_t *scr_xq;             /* the integer level 1: [n_embd] codes, [n_embd/4] lane sums and scales */
+    int32_t *scr_q120;
+    float *scr_tv;
+    int64_t scr_steps, scr_screened, scr_level2, scr_exact, scr_last_exact;
+    int scr_miss, scr_skip;     /* the governor: fallbacks in a row, steps left to run the full head directly */
+    double scr_bytes, scr_full_bytes;
     char err[MOE_ERR_LEN];
 };
 

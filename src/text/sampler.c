@@ -96,6 +96,9 @@ static void softmax_cands(cand *c, int n, float t) {
     for (int i = 0; i < n; i++) c[i].p = (float)(c[i].p / sum);
 }
 
+/* The chain after the candidates c[0..n) are sorted and top-k applied. */
+static int32_t sample_chain(moe_sampler *s, int n);
+
 int32_t moe_sampler_sample(moe_sampler *s, const float *logits) {
     return moe_sampler_sample_masked(s, logits, NULL);
 }
@@ -119,6 +122,25 @@ int32_t moe_sampler_sample_masked(moe_sampler *s, const float *logits, const uin
     /* NaN logits sort last and are never candidates. */
     while (n > 1 && isnan(s->c[n - 1].logit)) n--;
     if (s->p.top_k > 0 && s->p.top_k < n) n = s->p.top_k;
+    return sample_chain(s, n);
+}
+
+int moe_sampler_topk_need(const moe_sampler *s) {
+    if (!s) return 0;
+    if (s->p.temp <= 0.0f) return 1;
+    return s->p.top_k >= 1 && s->p.top_k <= 64 && s->p.top_k <= s->n_vocab ? s->p.top_k : 0;
+}
+
+/* ids/vals: moe_topk's order (logit descending, ties by id), which is the
+ * candidates' sort order, so the chain sees the same list. */
+int32_t moe_sampler_sample_topk(moe_sampler *s, const int32_t *ids, const float *vals, int k) {
+    if (s->p.temp <= 0.0f || k <= 0) return k > 0 ? ids[0] : 0;
+    const int n = k < s->p.top_k ? k : s->p.top_k;
+    for (int i = 0; i < n; i++) { s->c[i].logit = vals[i]; s->c[i].id = ids[i]; }
+    return sample_chain(s, n);
+}
+
+static int32_t sample_chain(moe_sampler *s, int n) {
     if (s->p.top_p < 1.0f) {
         softmax_cands(s->c, n, 1.0f);
         double cum = 0.0;
