@@ -98,7 +98,7 @@ $(B)/$(SHLIB): $(LIB_OBJ) libmoefast.map
 $(B)/moefast: $(TOOL_OBJ) $(B)/libmoefast.a
 	$(CC) $(LDSAN) -o $@ $(TOOL_OBJ) $(B)/libmoefast.a $(CLI_LIBS) $(LIBS)
 
-$(B)/tests/%: tests/%.c tests/check.h $(B)/libmoefast.a
+$(B)/tests/%: tests/%.c $(wildcard tests/*.h) $(B)/libmoefast.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(B)/libmoefast.a $(LDSAN) $(LIBS)
 

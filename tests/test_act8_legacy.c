@@ -17,13 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "a8_harness.h"
+
 static const uint32_t FORMATS[] = {MOE_T_Q4_1, MOE_T_Q5_0, MOE_T_Q5_1, MOE_T_IQ4_NL};
 #define NF 4
 static moe_rng g_rng;
 static uint32_t rnd32(void) { return (uint32_t)(moe_rng_next(&g_rng) >> 32); }
 static float rndf(void) { return (float)(moe_rng_uniform(&g_rng) * 2.0 - 1.0); }
-static uint32_t bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static bool same(float a, float b) { return bits(a) == bits(b) || (isnan(a) && isnan(b)); }
 static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
 static float f16(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return moe_f16_to_f32(h); }
 static size_t bpb(uint32_t t) { return moe_type_get(t)->block_bytes; }
@@ -143,39 +143,7 @@ static void check_shape(uint32_t t, int64_t n, int64_t nrows, int64_t ntok, bool
         moe_repack_a8(t, plain + r * rb0, wa + r * rb, 1, n);
         CHECK_MSG(layout_diffs(t, plain + r * rb0, wa + r * rb, n) == 0, "%s layout n=%lld", moe_type_get(t)->name, (long long)n);
     }
-    for (int64_t k = 0; k < ntok; k++) {
-        make_x(x, n, edges);
-        moe_quantize_act8(x, xa + k * xs, n);
-        for (int64_t r = 0; r < nrows; r++) {
-            const float v = moe_a8_dot_ref(t, plain + r * rb0, xa + k * xs, n), c = contract(t, plain + r * rb0, xa + k * xs, n);
-            want[k * nrows + r] = v;
-            CHECK_MSG(same(v, c), "%s contract n=%lld: %a != %a", moe_type_get(t)->name, (long long)n, v, c);
-            if (!edges) { /* near the FP32 path */
-                moe_dequant_row(t, plain + r * rb0, w, n);
-                double e = 0, mag = 0;
-                for (int64_t i = 0; i < n; i++) { e += (double)w[i] * x[i]; mag += fabs((double)w[i] * x[i]); }
-                CHECK_MSG(fabs(v - e) <= 0.02 * mag + 1e-6, "%s a8 %g vs fp32 %g (mag %g)", moe_type_get(t)->name, v, e, mag);
-            }
-        }
-    }
-    for (int l = 0; l < MOE_ISA_COUNT; l++) {
-        const moe_kernels *K = moe_kernels_for((moe_isa)l);
-        if (!K) continue;
-        got[nrows * ntok] = 12345.0f;
-        K->gemm_a8[t](wa, rb, nrows, xa, xs, ntok, got, (size_t)nrows, n);
-        int bad = 0;
-        for (int64_t i = 0; i < nrows * ntok; i++) bad += !same(got[i], want[i]);
-        CHECK_MSG(bad == 0 && got[nrows * ntok] == 12345.0f, "%s %s gemm_a8 n=%lld rows=%lld tok=%lld: %d differ",
-                  moe_type_get(t)->name, K->name, (long long)n, (long long)nrows, (long long)ntok, bad);
-        for (int64_t k = 0; k < ntok; k++) {
-            got[nrows] = 12345.0f;
-            K->gemv_a8[t](wa, rb, nrows, xa + k * xs, got, n);
-            bad = 0;
-            for (int64_t r = 0; r < nrows; r++) bad += !same(got[r], want[k * nrows + r]);
-            CHECK_MSG(bad == 0 && got[nrows] == 12345.0f, "%s %s gemv_a8 n=%lld rows=%lld: %d differ",
-                      moe_type_get(t)->name, K->name, (long long)n, (long long)nrows, bad);
-        }
-    }
+    a8_check_levels(t, plain, rb0, wa, rb, xa, xs, x, w, want, got, n, nrows, ntok, edges, 0.02, contract, make_x);
     free(plain); free(wa); free(xa); free(x); free(want); free(got); free(w);
 }
 
