@@ -253,32 +253,7 @@ ALWAYS_INLINE void tile_k(const uint8_t *w, size_t rb, const uint8_t *xa, size_t
         y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t]);
 }
 
-/* gemv: rows r and r + nrows/2 in one tile (act8_avx512.c: two far-apart
- * streams keep the hardware prefetcher on); gemm: 4 rows x 2 tokens. */
-#define A8K_KERNELS(name, F)                                                                                 \
-    void moe_gemv_a8_##name##_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, float *y,      \
-                                     int64_t n) {                                                            \
-        const uint8_t *W = w;                                                                                \
-        const int64_t h = nrows / 2;                                                                         \
-        for (int64_t r = 0; r < h; r++)                                                                      \
-            tile_k(W + (size_t)r * rb, (size_t)h * rb, xa, 0, y + r, 0, (size_t)h, n, 2, 1, F);             \
-        if (nrows & 1) tile_k(W + (size_t)(nrows - 1) * rb, rb, xa, 0, y + nrows - 1, 0, 1, n, 1, 1, F);     \
-    }                                                                                                        \
-    void moe_gemm_a8_##name##_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,     \
-                                     int64_t ntok, float *y, size_t ys, int64_t n) {                         \
-        const uint8_t *W = w, *X = xa;                                                                       \
-        int64_t r = 0;                                                                                       \
-        for (; r + 4 <= nrows; r += 4) {                                                                     \
-            int64_t t = 0;                                                                                   \
-            for (; t + 2 <= ntok; t += 2)                                                                    \
-                tile_k(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 4, 2, F); \
-            for (; t < ntok; t++)                                                                            \
-                tile_k(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 4, 1, F); \
-        }                                                                                                    \
-        for (; r < nrows; r++)                                                                               \
-            for (int64_t t = 0; t < ntok; t++)                                                               \
-                tile_k(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 1, 1, F); \
-    }
+#define A8K_KERNELS(name, F) MOE_A8_TILED_KERNELS(name, avx512, tile_k, F)  /* quant_internal.h */
 A8K_KERNELS(q5_k, KF_Q5_K)
 A8K_KERNELS(q3_k, KF_Q3_K)
 A8K_KERNELS(q2_k, KF_Q2_K)

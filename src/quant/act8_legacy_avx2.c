@@ -135,32 +135,7 @@ ALWAYS_INLINE void tile_l(const uint8_t *w, size_t rb, const uint8_t *xa, size_t
         y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[0][r][t], acc[1][r][t]);
 }
 
-/* gemv: rows r and r + nrows/2 in one tile (act8_avx2.c: two far-apart
- * streams keep the hardware prefetcher on); gemm: 4 rows x 2 tokens. */
-#define A8L_KERNELS(name, F)                                                                                 \
-    void moe_gemv_a8_##name##_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, float *y,      \
-                                     int64_t n) {                                                            \
-        const uint8_t *W = w;                                                                                \
-        const int64_t h = nrows / 2;                                                                         \
-        for (int64_t r = 0; r < h; r++)                                                                      \
-            tile_l(W + (size_t)r * rb, (size_t)h * rb, xa, 0, y + r, 0, (size_t)h, n, 2, 1, F);             \
-        if (nrows & 1) tile_l(W + (size_t)(nrows - 1) * rb, rb, xa, 0, y + nrows - 1, 0, 1, n, 1, 1, F);     \
-    }                                                                                                        \
-    void moe_gemm_a8_##name##_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,     \
-                                     int64_t ntok, float *y, size_t ys, int64_t n) {                         \
-        const uint8_t *W = w, *X = xa;                                                                       \
-        int64_t r = 0;                                                                                       \
-        for (; r + 4 <= nrows; r += 4) {                                                                     \
-            int64_t t = 0;                                                                                   \
-            for (; t + 2 <= ntok; t += 2)                                                                    \
-                tile_l(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 4, 2, F); \
-            for (; t < ntok; t++)                                                                            \
-                tile_l(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 4, 1, F); \
-        }                                                                                                    \
-        for (; r < nrows; r++)                                                                               \
-            for (int64_t t = 0; t < ntok; t++)                                                               \
-                tile_l(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 1, 1, F); \
-    }
+#define A8L_KERNELS(name, F) MOE_A8_TILED_KERNELS(name, avx2, tile_l, F)  /* quant_internal.h */
 A8L_KERNELS(q4_1, LF_Q4_1)
 A8L_KERNELS(q5_0, LF_Q5_0)
 A8L_KERNELS(q5_1, LF_Q5_1)

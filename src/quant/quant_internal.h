@@ -322,4 +322,35 @@ extern const moe_kernels moe_kernels_scalar_tab;
 extern const moe_kernels moe_kernels_avx2_tab;
 extern const moe_kernels moe_kernels_avx512_tab;
 
+/* The act_q8 gemv / gemm drivers of the later formats (act8_legacy_*.c,
+ * act8_kquant_*.c) over their TILE(w, rs, xa, xs, y, ys, yr, n, R, T, F)
+ * kernel of R rows x T tokens: gemv takes rows r and r + nrows/2 in one tile
+ * (two far-apart streams keep the hardware prefetcher on, as act8_avx2.c),
+ * gemm 4 rows x 2 tokens, then the tails. Defines moe_gemv_a8_NAME_ISA and
+ * moe_gemm_a8_NAME_ISA. */
+#define MOE_A8_TILED_KERNELS(name, isa, TILE, F)                                                             \
+    void moe_gemv_a8_##name##_##isa(const void *w, size_t rb, int64_t nrows, const void *xa, float *y,       \
+                                    int64_t n) {                                                             \
+        const uint8_t *W = w;                                                                                \
+        const int64_t h = nrows / 2;                                                                         \
+        for (int64_t r = 0; r < h; r++)                                                                      \
+            TILE(W + (size_t)r * rb, (size_t)h * rb, xa, 0, y + r, 0, (size_t)h, n, 2, 1, F);               \
+        if (nrows & 1) TILE(W + (size_t)(nrows - 1) * rb, rb, xa, 0, y + nrows - 1, 0, 1, n, 1, 1, F);       \
+    }                                                                                                        \
+    void moe_gemm_a8_##name##_##isa(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,      \
+                                    int64_t ntok, float *y, size_t ys, int64_t n) {                          \
+        const uint8_t *W = w, *X = xa;                                                                       \
+        int64_t r = 0;                                                                                       \
+        for (; r + 4 <= nrows; r += 4) {                                                                     \
+            int64_t t = 0;                                                                                   \
+            for (; t + 2 <= ntok; t += 2)                                                                    \
+                TILE(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 4, 2, F); \
+            for (; t < ntok; t++)                                                                            \
+                TILE(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 4, 1, F); \
+        }                                                                                                    \
+        for (; r < nrows; r++)                                                                               \
+            for (int64_t t = 0; t < ntok; t++)                                                               \
+                TILE(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 1, 1, F); \
+    }
+
 #endif
