@@ -170,15 +170,6 @@ void moe_a8k_repack(uint32_t type, const void *src, void *dst, int64_t nrows, in
 
 /* ---- the contract on plain rows (moe_a8_dot_ref) --------------------------- */
 
-/* The fixed tree of quant.h. */
-static float k_reduce16(const float a[16]) {
-    float b[8], c[4];
-    for (int l = 0; l < 8; l++) b[l] = a[l] + a[l + 8];
-    for (int l = 0; l < 4; l++) c[l] = b[l] + b[l + 4];
-    const float e0 = c[0] + c[2], e1 = c[1] + c[3];
-    return e0 + e1;
-}
-
 /* One block's FMAs (the contract above) from its codes, scales and the
  * activation block's q and da. */
 static float k_block(uint32_t type, const uint8_t c[32], const int sc[2], const int mn[2], uint16_t d16,
@@ -215,7 +206,7 @@ float moe_a8k_dot_ref(uint32_t type, const void *row, const void *xa, int64_t n)
         k_plain(type, row, b, c, sc, mn, &d, &dmin);
         acc[b % 16] = k_block(type, c, sc, mn, d, dmin, q, da, acc[b % 16]);
     }
-    return k_reduce16(acc);
+    return moe_a8_reduce16(acc);
 }
 
 /* ---- the scalar kernels on the a8 layout: as the SIMD ones compute (u
@@ -293,18 +284,10 @@ static float k_row_dot(uint32_t type, const uint8_t *row, const uint8_t *xa, int
             }
         }
     }
-    return k_reduce16(acc);
+    return moe_a8_reduce16(acc);
 }
 
-#define A8K_REF_KERNELS(name, type)                                                                          \
-    void moe_gemv_a8_##name##_ref(const void *w, size_t rb, int64_t nrows, const void *xa, float *y, int64_t n) { \
-        for (int64_t r = 0; r < nrows; r++) y[r] = k_row_dot(type, (const uint8_t *)w + (size_t)r * rb, xa, n); \
-    }                                                                                                        \
-    void moe_gemm_a8_##name##_ref(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,        \
-                                  int64_t ntok, float *y, size_t ys, int64_t n) {                            \
-        for (int64_t t = 0; t < ntok; t++)                                                                   \
-            moe_gemv_a8_##name##_ref(w, rb, nrows, (const uint8_t *)xa + (size_t)t * xs, y + (size_t)t * ys, n); \
-    }
+#define A8K_REF_KERNELS(name, type) MOE_A8_REF_KERNELS(name, type, k_row_dot)  /* quant_internal.h */
 A8K_REF_KERNELS(q5_k, MOE_T_Q5_K)
 A8K_REF_KERNELS(q3_k, MOE_T_Q3_K)
 A8K_REF_KERNELS(q2_k, MOE_T_Q2_K)

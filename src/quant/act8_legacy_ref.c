@@ -93,15 +93,6 @@ void moe_a8l_repack(uint32_t type, const void *src, void *dst, int64_t nrows, in
     }
 }
 
-/* The fixed tree of quant.h. */
-static float l_reduce16(const float a[16]) {
-    float b[8], c[4];
-    for (int l = 0; l < 8; l++) b[l] = a[l] + a[l + 8];
-    for (int l = 0; l < 4; l++) c[l] = b[l] + b[l + 4];
-    const float e0 = c[0] + c[2], e1 = c[1] + c[3];
-    return e0 + e1;
-}
-
 /* One block's terms of the contract, from its codes, scales and the activation's. */
 static float l_block(uint32_t type, const uint8_t c[32], uint16_t d, uint16_t m, const int8_t q[32], float da,
                      float acc) {
@@ -130,7 +121,7 @@ float moe_a8l_dot_ref(uint32_t type, const void *row, const void *xa, int64_t n)
         l_plain(type, row, b, c, &d, &m);
         acc[b % 16] = l_block(type, c, d, m, q, da, acc[b % 16]);
     }
-    return l_reduce16(acc);
+    return moe_a8_reduce16(acc);
 }
 
 /* ---- the scalar kernels on the a8 layout: as the SIMD ones compute (u
@@ -163,18 +154,10 @@ static float l_row_dot(uint32_t type, const uint8_t *row, const uint8_t *xa, int
             if (l_has_m(type)) acc[j] = fmaf((float)(hs[0] + hs[1]), moe_f16_to_f32(moe_rd16(G + 2 * gn + 2 * j)) * da, acc[j]);
         }
     }
-    return l_reduce16(acc);
+    return moe_a8_reduce16(acc);
 }
 
-#define A8L_REF_KERNELS(name, type)                                                                          \
-    void moe_gemv_a8_##name##_ref(const void *w, size_t rb, int64_t nrows, const void *xa, float *y, int64_t n) { \
-        for (int64_t r = 0; r < nrows; r++) y[r] = l_row_dot(type, (const uint8_t *)w + (size_t)r * rb, xa, n); \
-    }                                                                                                        \
-    void moe_gemm_a8_##name##_ref(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,        \
-                                  int64_t ntok, float *y, size_t ys, int64_t n) {                            \
-        for (int64_t t = 0; t < ntok; t++)                                                                   \
-            moe_gemv_a8_##name##_ref(w, rb, nrows, (const uint8_t *)xa + (size_t)t * xs, y + (size_t)t * ys, n); \
-    }
+#define A8L_REF_KERNELS(name, type) MOE_A8_REF_KERNELS(name, type, l_row_dot)  /* quant_internal.h */
 A8L_REF_KERNELS(q4_1, MOE_T_Q4_1)
 A8L_REF_KERNELS(q5_0, MOE_T_Q5_0)
 A8L_REF_KERNELS(q5_1, MOE_T_Q5_1)

@@ -346,15 +346,6 @@ void moe_repack_a8(uint32_t type, const void *src, void *dst, int64_t nrows, int
 
 /* ---- the contract on plain rows (moe_a8_dot_ref) ------------------------- */
 
-/* The fixed tree of quant.h. */
-static float a8_reduce16(const float a[16]) {
-    float b[8], c[4];
-    for (int l = 0; l < 8; l++) b[l] = a[l] + a[l + 8];
-    for (int l = 0; l < 4; l++) c[l] = b[l] + b[l + 4];
-    const float e0 = c[0] + c[2], e1 = c[1] + c[3];
-    return e0 + e1;
-}
-
 /* Block b's activation values and scale, read back from the A8 layout. */
 static void a8_block(const uint8_t *xa, int64_t b, int8_t q[32], float *da) {
     const uint8_t *g = xa + (b / A8_G) * A8_GROUP_BYTES;
@@ -424,7 +415,7 @@ float moe_a8_dot_ref(uint32_t type, const void *row, const void *xa, int64_t n) 
             *a = fmaf((float)isum, S, *a);
         }
     }
-    return a8_reduce16(acc);
+    return moe_a8_reduce16(acc);
 }
 
 /* ---- the scalar kernels on the a8 layout ---------------------------------
@@ -450,7 +441,7 @@ static float a8_row_dot_q8_0(const uint8_t *row, const uint8_t *xa, int64_t n) {
             acc[j] = fmaf((float)isum, S, acc[j]);
         }
     }
-    return a8_reduce16(acc);
+    return moe_a8_reduce16(acc);
 }
 
 static float a8_row_dot_4bit(uint32_t type, const uint8_t *row, const uint8_t *xa, int64_t n) {
@@ -498,7 +489,7 @@ static float a8_row_dot_4bit(uint32_t type, const uint8_t *row, const uint8_t *x
             }
         }
     }
-    return a8_reduce16(acc);
+    return moe_a8_reduce16(acc);
 }
 
 static float a8_row_dot_q6_k(const uint8_t *row, const uint8_t *xa, int64_t n) {
@@ -527,7 +518,7 @@ static float a8_row_dot_q6_k(const uint8_t *row, const uint8_t *xa, int64_t n) {
                 acc[j] = fmaf((float)isum[h], (d * (float)(int8_t)G[2 * nsb + gn * h + j]) * da, acc[j]);
         }
     }
-    return a8_reduce16(acc);
+    return moe_a8_reduce16(acc);
 }
 
 static float a8_row_dot(uint32_t type, const uint8_t *row, const uint8_t *xa, int64_t n) {

@@ -322,6 +322,30 @@ extern const moe_kernels moe_kernels_scalar_tab;
 extern const moe_kernels moe_kernels_avx2_tab;
 extern const moe_kernels moe_kernels_avx512_tab;
 
+/* The contract's 16-lane tree (quant.h): lanes l and l + 8, then l and
+ * l + 4, then (0+2) + (1+3). The act_q8 scalar references end every row
+ * with it. */
+static inline float moe_a8_reduce16(const float a[16]) {
+    float b[8], c[4];
+    for (int l = 0; l < 8; l++) b[l] = a[l] + a[l + 8];
+    for (int l = 0; l < 4; l++) c[l] = b[l] + b[l + 4];
+    const float e0 = c[0] + c[2], e1 = c[1] + c[3];
+    return e0 + e1;
+}
+
+/* The act_q8 scalar gemv / gemm of a format whose reference dot of one row
+ * and one token is ROW_DOT(type, row, xa, n): rows in order, tokens in order.
+ * Defines moe_gemv_a8_NAME_ref and moe_gemm_a8_NAME_ref. */
+#define MOE_A8_REF_KERNELS(name, type, ROW_DOT)                                                              \
+    void moe_gemv_a8_##name##_ref(const void *w, size_t rb, int64_t nrows, const void *xa, float *y, int64_t n) { \
+        for (int64_t r = 0; r < nrows; r++) y[r] = ROW_DOT(type, (const uint8_t *)w + (size_t)r * rb, xa, n); \
+    }                                                                                                        \
+    void moe_gemm_a8_##name##_ref(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,        \
+                                  int64_t ntok, float *y, size_t ys, int64_t n) {                            \
+        for (int64_t t = 0; t < ntok; t++)                                                                   \
+            moe_gemv_a8_##name##_ref(w, rb, nrows, (const uint8_t *)xa + (size_t)t * xs, y + (size_t)t * ys, n); \
+    }
+
 /* The act_q8 gemv / gemm drivers of the later formats (act8_legacy_*.c,
  * act8_kquant_*.c) over their TILE(w, rs, xa, xs, y, ys, yr, n, R, T, F)
  * kernel of R rows x T tokens: gemv takes rows r and r + nrows/2 in one tile
