@@ -41,6 +41,11 @@ typedef struct moe_load_params {
     const char *flags;   /* optimisation flag spec ("none", "-name,+name"); NULL: defaults + MOEFAST_FLAGS */
     bool vocab_only;     /* load only the tokenizer (vocabulary-only GGUF files work too) */
     bool diff;           /* differential mode (also MOEFAST_DIFF=1): see moe_session_forward */
+    /* Expert parallelism (moefast/shard.h): this process holds the routed
+     * experts of shard `shard` of n_shards (n_shards 0 or 1: all of them). */
+    int shard, n_shards;
+    /* shard 0 of n_shards > 1: how the other shards' experts are computed */
+    const struct moe_shard_link *link;
 } moe_load_params;
 
 int  moe_model_load(const char *path, const moe_load_params *params,

@@ -33,6 +33,12 @@ void moe_block_ffn(moe_context *c, const moe_ffn_desc *d, int il);
 /* x += the routed experts' SwiGLU outputs in rank order (+ the shared expert). */
 void moe_block_moe(moe_context *c, const moe_moe_desc *d, int il);
 
+/* Expert parallelism, a shard's side (moefast/shard.h): out[n_rows][n_embd]
+ * = the experts g[i].expert of layer il on their g[i].rows consecutive rows
+ * of rows[n_rows][n_embd], as moe_block_moe computes them. */
+int moe_shard_experts(moe_context *c, int il, const moe_shard_group *g, int n_groups, const float *rows,
+                      float *out);
+
 /* Router score functions (moe_router_desc.probs): ggml's soft_max (max
  * subtracted, double sum) and the logistic sigmoid, in place. */
 void moe_router_softmax(float *p, int n);

@@ -227,6 +227,10 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
     s->scr_xq = xcalloc(E, 1, &al);
     s->scr_q120 = xcalloc(E / 4 + 1, sizeof(int32_t), &al);
     s->scr_tv = xcalloc(E / 4 + 1, sizeof(float), &al);
+    if (m->link) {                                    /* shard 0 of several: a request head per other shard */
+        s->shard_head_bytes = sizeof(moe_shard_head) + NE * sizeof(moe_shard_group);
+        s->shard_heads = xcalloc((size_t)m->n_shards, s->shard_head_bytes, &al);
+    }
     if (moe_flag_on(flags, MOE_FLAG_ACT_Q8)) {
         const size_t in_max = E > Hm * Dv ? E : Hm * Dv;
         const size_t aE = (size_t)moe_act8_row_bytes((int64_t)E);
@@ -263,7 +267,17 @@ int moe_context_create(moe_model *m, const moe_context_params *p, uint64_t flags
     return rc;
 }
 
+/* A model loaded as shard s > 0 holds only its experts: it answers requests
+ * (moe_shard_worker), it runs no steps. */
+static int shard_refuses(const moe_model *m, char *err, size_t errlen) {
+    if (!m || m->shard == 0) return MOE_OK;
+    return moe_errf(err, errlen, MOE_EINVAL, "%s: loaded as expert shard %d of %d: it computes expert requests "
+                    "(moe_shard_worker), not steps", m->path, m->shard, m->n_shards);
+}
+
 int moe_context_new(moe_model *m, const moe_context_params *p, moe_context **out, char *err, size_t errlen) {
+    if (out) *out = NULL;
+    if (shard_refuses(m, err, errlen)) return MOE_EINVAL;
     return moe_context_create(m, p, m ? m->flags : 0, NULL, out, err, errlen);
 }
 
@@ -301,7 +315,7 @@ static void context_free(moe_context *c) {
                     c->selw, c->xg, c->eout, c->hg, c->hu, c->scores, c->attn_sum, c->logits_tmp, c->sel, c->ex_slot,
                     c->gather_src, c->expert_rows, c->jobs, c->job_pre, c->xa, c->xga, c->ha, c->seq_len, c->tok_pos,
                     c->tok_seq, c->out_rows, c->blk_tok, c->blk_thr, c->scr_s1, c->scr_y, c->scr_ids,
-                    c->scr_done, c->scr_xq, c->scr_q120, c->scr_tv};
+                    c->scr_done, c->scr_xq, c->scr_q120, c->scr_tv, c->shard_heads};
     _Static_assert(MOE_MAX_ROPES == 2, "context_free lists every rope table");
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) moe_free_aligned(bufs[i]);
     context_free(c->shadow);
@@ -487,6 +501,7 @@ int moe_context_decode(moe_context *c, const moe_batch *b, float *logits) {
 int moe_session_new(moe_model *m, const moe_session_params *p, moe_session **out, char *err, size_t errlen) {
     if (!out) return moe_errf(err, errlen, MOE_EINVAL, "moe_session_new: out is NULL");
     *out = NULL;
+    if (shard_refuses(m, err, errlen)) return MOE_EINVAL;
     moe_session *s = calloc(1, sizeof *s);
     if (!s) return moe_errf(err, errlen, MOE_ENOMEM, "out of memory");
     moe_context_params cp = {p ? p->n_ctx : 0, p ? p->n_threads : 0, p ? p->n_batch : 0, 1};

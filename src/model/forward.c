@@ -138,12 +138,14 @@ static void twin_share_step(moe_context *c) {
     memcpy(r->tok_seq, c->tok_seq, sizeof(int32_t) * (size_t)c->n_tok);
     memcpy(r->out_rows, c->out_rows, sizeof(int32_t) * (size_t)c->n_tok);
     r->diverged = false;
+    r->step_rc = 0;
 }
 
 int moe_forward_step(moe_context *c, const int32_t *tokens, int n, float *logits, int n_out) {
     const moe_model *m = c->m;
     c->n_tok = n;
     c->diverged = false;
+    c->step_rc = 0;
     PROF_START(c);                                                /* the profile's phases chain from here */
     embed(c, tokens, n);
     if (c->shadow) {
@@ -163,7 +165,7 @@ int moe_forward_step(moe_context *c, const int32_t *tokens, int n, float *logits
             moe_diff_check(c, logits, c->shadow->logits_tmp, (size_t)n_out, (size_t)m->hp.n_vocab, "logits", -1);
         }
     }
-    if (c->diverged) return MOE_EDIVERGE;
+    if (c->diverged) return c->step_rc ? c->step_rc : MOE_EDIVERGE;
     if (moe_flag_on(c->flags, MOE_FLAG_TEST_SLOW)) {
         struct timespec ts = {0, 2000000L * n};
         while (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }

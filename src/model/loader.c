@@ -58,6 +58,8 @@ typedef struct {
     char *layout;       /* per weight: load_layout() */
     int64_t n_units;    /* (weight, matrix) pairs to repack */
     uintptr_t page;
+    bool *topk;         /* per weight: a routed-expert stack, of which only [ex_first, ex_end) is this process's */
+    int64_t ex_first, ex_end;
 } repack_job;
 
 /* Drops the whole pages of [p, p + n) from this process (the page cache keeps
@@ -76,7 +78,7 @@ static void repack_worker(void *ctx, int ith, int nth) {
         const moe_weight *w = rj->ws[i];
         if (!rj->dst[i]) continue;
         for (int64_t m = 0; m < w->n_mat; m++, u++)
-            if (u >= b && u < e) {
+            if (u >= b && u < e && (!rj->topk[i] || (m >= rj->ex_first && m < rj->ex_end))) {
                 const uint8_t *src = w->data + (size_t)m * w->mat_bytes;
                 uint8_t *dst = rj->dst[i] + (size_t)m * w->mat_bytes;
                 if (rj->layout[i] == 'a') {       /* a8 pairs rows across the matrix: whole */
@@ -115,22 +117,30 @@ static int repack_weights(moe_model *m, char *err, size_t errlen) {
     char *layout = malloc((size_t)(m->n_weights ? m->n_weights : 1));
     if (!ws || !layout) { free(ws); free(layout); return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", m->path); }
     /* the lm head tied to the embedding keeps its layout: embed() reads its rows */
+    bool *topk = calloc((size_t)(m->n_weights ? m->n_weights : 1), sizeof *topk);
+    if (!topk) { free(ws); free(layout); return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", m->path); }
+    /* a shard > 0 only ever reads its routed experts: nothing else is repacked (or touched) */
     for (int i = 0; i < m->n_weights; i++)
-        if (m->weights[i].w->data != m->tok_embd.data) ws[nw++] = m->weights[i].w;
-    size_t total = 0;
+        if (m->weights[i].w->data != m->tok_embd.data && (m->shard == 0 || m->weights[i].use == MOE_USE_TOPK)) {
+            topk[nw] = m->n_shards > 1 && m->weights[i].use == MOE_USE_TOPK;
+            ws[nw++] = m->weights[i].w;
+        }
+    size_t total = 0, owned = 0;  /* owned: the bytes this process writes (the check against memory) */
     for (int i = 0; i < nw; i++) {
         layout[i] = load_layout(m, ws[i]);
-        if (layout[i]) total += (ws[i]->mat_bytes * (size_t)ws[i]->n_mat + 63) & ~(size_t)63;
+        if (!layout[i]) continue;
+        total += (ws[i]->mat_bytes * (size_t)ws[i]->n_mat + 63) & ~(size_t)63;
+        owned += ws[i]->mat_bytes * (size_t)(topk[i] ? m->ex_end - m->ex_first : ws[i]->n_mat);
     }
-    if (total == 0) { free(ws); free(layout); return MOE_OK; }
+    if (total == 0) { free(ws); free(layout); free(topk); return MOE_OK; }
     /* More than memory holds: x4 is a layout of the same values, so keep
      * streaming from the file mapping (bit-identical results); a8 is the only
      * layout the act_q8 kernels read, so act_q8 is refused. Never copy what
      * does not fit (the process would grow until it is killed). */
     uint64_t avail = 0;
-    if (!moe_mem_fits(total, &avail)) {
+    if (!moe_mem_fits(owned, &avail)) {
         bool a8 = memchr(layout, 'a', (size_t)nw) != NULL;
-        free(ws); free(layout);
+        free(ws); free(layout); free(topk);
         if (a8)
             return moe_errf(err, errlen, MOE_ENOMEM, "%s: flag act_q8 needs %zu bytes of repacked weights, %llu "
                             "available (try --flags=-act_q8)", m->path, total, (unsigned long long)avail);
@@ -140,7 +150,7 @@ static int repack_weights(moe_model *m, char *err, size_t errlen) {
     }
     void *arena = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (arena == MAP_FAILED) {
-        free(ws); free(layout);
+        free(ws); free(layout); free(topk);
         return moe_errf(err, errlen, MOE_ENOMEM, "%s: cannot map %zu bytes for repacked weights (try --flags=-repack)",
                         m->path, total);
     }
@@ -148,10 +158,12 @@ static int repack_weights(moe_model *m, char *err, size_t errlen) {
     (void)madvise(arena, total, MADV_HUGEPAGE); /* fewer TLB misses while streaming; advisory */
 #endif
     /* assign destinations, then repack all (weight, matrix) units in parallel */
-    repack_job rj = {ws, nw, NULL, layout, 0, (uintptr_t)sysconf(_SC_PAGESIZE)};
+    /* (the arena keeps every expert's place: another shard's are never
+     * written, so their pages are never made resident) */
+    repack_job rj = {ws, nw, NULL, layout, 0, (uintptr_t)sysconf(_SC_PAGESIZE), topk, m->ex_first, m->ex_end};
     rj.dst = malloc((size_t)nw * sizeof *rj.dst);
     if (!rj.dst) {
-        munmap(arena, total); free(ws); free(layout);
+        munmap(arena, total); free(ws); free(layout); free(topk);
         return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", m->path);
     }
     uint8_t *dst = arena;
@@ -176,8 +188,31 @@ static int repack_weights(moe_model *m, char *err, size_t errlen) {
     free(rj.dst);
     free(ws);
     free(layout);
+    free(topk);
     m->repacked = arena;
     m->repacked_bytes = total;
+    return MOE_OK;
+}
+
+/* Expert parallelism (moefast/shard.h): which routed experts this process
+ * holds. Shards > 0 never run a step (no link, no contexts of their own:
+ * moe_shard_worker), so only shard 0 gets the link. */
+static int shard_setup(moe_model *m, const moe_load_params *p, char *err, size_t errlen) {
+    const int n = p && p->n_shards > 1 ? p->n_shards : 1, s = p ? p->shard : 0;
+    m->n_shards = n, m->shard = 0, m->ex_first = 0, m->ex_end = m->hp.n_expert;
+    if (n == 1 && s == 0) return MOE_OK;
+    if (n > 4096 || s < 0 || s >= n)
+        return moe_errf(err, errlen, MOE_EINVAL, "%s: shard %d of %d: shard must be in [0, n_shards), n_shards <= 4096",
+                        m->path, s, n);
+    if (m->hp.n_expert < n)
+        return moe_errf(err, errlen, MOE_EINVAL, "%s: %d shards but the model has %d routed experts per layer (one "
+                        "expert at least per shard)", m->path, n, m->hp.n_expert);
+    if (s == 0 && (!p->link || !p->link->post || !p->link->wait || p->link->n_shards != n))
+        return moe_errf(err, errlen, MOE_EINVAL, "%s: shard 0 of %d needs a link to the other shards (moe_load_params"
+                        ".link with n_shards %d)", m->path, n, n);
+    m->shard = s;
+    m->link = s == 0 ? p->link : NULL;
+    moe_shard_range(m->hp.n_expert, s, n, &m->ex_first, &m->ex_end);
     return MOE_OK;
 }
 
@@ -255,7 +290,9 @@ int moe_model_load(const char *path, const moe_load_params *params, moe_model **
         goto fail;
     }
     compute_bytes_per_token(m);
-    if (moe_flag_on(m->flags, MOE_FLAG_LM_SCREEN)) {   /* from the file's (plain) rows, before any repack */
+    rc = shard_setup(m, params, err, errlen);
+    if (rc) goto fail;
+    if (moe_flag_on(m->flags, MOE_FLAG_LM_SCREEN) && m->shard == 0) {   /* from the file's (plain) rows, before any repack */
         const char *why = NULL;
         m->screen = moe_screen_build(m->output.type, m->output.data, m->output.row_bytes, m->output.n_out,
                                      m->output.n_in, &why);
@@ -265,7 +302,8 @@ int moe_model_load(const char *path, const moe_load_params *params, moe_model **
     if ((moe_flag_on(m->flags, MOE_FLAG_REPACK) || moe_flag_on(m->flags, MOE_FLAG_ACT_Q8)) &&
         (rc = repack_weights(m, err, errlen)))
         goto fail;
-    if (moe_flag_on(m->flags, MOE_FLAG_READAHEAD) && !m->repacked && m->gf->size > m->gf->data_offset) {
+    if (moe_flag_on(m->flags, MOE_FLAG_READAHEAD) && !m->repacked && m->n_shards == 1 &&
+        m->gf->size > m->gf->data_offset) {
         /* Start paging the weights in now (asynchronously) instead of one
          * fault at a time during the first forward; advisory only. */
         uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);

@@ -210,6 +210,11 @@ struct moe_model {
     uint64_t flags;
     bool diff;
     uint64_t bytes_per_token;
+    /* expert parallelism (moefast/shard.h): this process holds routed experts
+     * [ex_first, ex_end) of shard `shard` of n_shards (1: all); shard 0 of
+     * several reaches the others through link */
+    int shard, n_shards, ex_first, ex_end;
+    const moe_shard_link *link;
     char sha256[65];
     char *notes[MOE_MAX_NOTES]; /* "key absent: default X used" lines for info */
     int n_notes;
@@ -286,6 +291,11 @@ struct moe_context {
     uint8_t *ha;                /* hidden rows of the FFN jobs (input of the down projections) */
     struct moe_context *shadow; /* differential mode: the reference twin (numerics flags only) */
     bool diverged;              /* differential mode: a block's tensors differed (err says where) */
+    int step_rc;                /* a step's failure other than a difference (the shard link's), or 0 */
+    /* expert parallelism, shard 0: per other shard one request head
+     * (moe_shard_head + n_expert groups), shard_head_bytes apart */
+    uint8_t *shard_heads;
+    size_t shard_head_bytes;
     moe_prof prof;              /* phase profile (profile.h); off unless enabled */
     /* top-k outputs (moe_session_forward_topk, forward.c head_topk): the
      * request, scratch [n_vocab] and the screen's running figures */

@@ -30,6 +30,7 @@ typedef enum moe_phase_id {
     MOE_PH_GATE_UP,      /* expert (+ shared) gate+up+SiLU: phase 0, or 1..3 without fused_gate_up */
     MOE_PH_HIDDEN_Q8,    /* act_q8: hidden rows -> A8 */
     MOE_PH_DOWN,         /* expert (+ shared) down projections */
+    MOE_PH_EXPERT_WAIT,  /* expert parallelism: waiting for the other shards' expert rows (shard.h) */
     MOE_PH_COMBINE,      /* rank-order combine + shared expert + residual */
     MOE_PH_DENSE_FFN,    /* a dense-FFN layer's jobs: gate+up, SiLU, hidden q8, down, residual */
     MOE_PH_LM_HEAD,      /* final RMSNorm + the output matmul */

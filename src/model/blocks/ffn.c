@@ -11,6 +11,7 @@
  * scheduled with the routed ones. With gemm_batch an expert's weights stream
  * once per step for every token (of every sequence) that chose it; without
  * it, token by token. Either way every output row is the same dot products. */
+#include <stdio.h>
 #include <string.h>
 
 #include "attention/attn.h"
@@ -354,8 +355,9 @@ static int expert_jobs(moe_context *c, const moe_moe_desc *d, const uint8_t *xa,
     for (int e = 0, start = rows0; e < NE; start = cnt[e], e++) {
         if (cnt[e] == start) continue;                            /* not chosen by these tokens */
         const int t_first = c->gather_src[start];
-        /* with parallel_glue an expert with one token reads its row where it is */
-        const bool in_place = glue && cnt[e] - start == 1;
+        /* with parallel_glue an expert with one token reads its row where it
+         * is; another shard's expert needs its rows gathered (they are sent) */
+        const bool in_place = glue && cnt[e] - start == 1 && e < c->m->ex_end;
         if (in_place) c->gather_src[start] = -1;
         c->jobs[n_jobs++] = (moe_ffn_job){.wg = &d->gate_exps, .wu = &d->up_exps, .wd = &d->down_exps, .mat = e,
                                           .x = in_place ? c->xn + (size_t)t_first * E : c->xg + (size_t)start * E,
@@ -375,6 +377,79 @@ static int expert_jobs(moe_context *c, const moe_moe_desc *d, const uint8_t *xa,
     if (glue && *rows - rows0 > K) moe_ctx_par(c, gather_worker, &gt);
     else gather_worker(&gt, 0, 1);
     return n_jobs;
+}
+
+/* ---- expert parallelism (moefast/shard.h) ------------------------------------------------ */
+
+static void shard_fail(moe_context *c, int rc) {
+    c->step_rc = rc;
+    c->diverged = true;                           /* the remaining blocks do nothing; the step fails */
+}
+
+/* Shard 0: sends the jobs of other shards' experts — jobs [n_local, n_jobs)
+ * of expert_jobs' ascending list, so each shard's jobs follow one another
+ * with their rows consecutive in xg and eout — to their shards, whose
+ * replies land in eout; returns n_local, the jobs computed here. */
+static int post_remote(moe_context *c, int il, int n_jobs) {
+    const moe_model *m = c->m;
+    const moe_shard_link *link = m->link;
+    const int NE = m->hp.n_expert, E = m->hp.n_embd;
+    int n_local = 0;
+    while (n_local < n_jobs && c->jobs[n_local].mat < m->ex_end) n_local++;
+    for (int j = n_local, s = 1; j < n_jobs; s++) {
+        int first, end;
+        moe_shard_range(NE, s, m->n_shards, &first, &end);
+        if (c->jobs[j].mat >= end) continue;      /* no token chose this shard's experts */
+        moe_shard_head *h = (moe_shard_head *)(void *)(c->shard_heads + (size_t)s * c->shard_head_bytes);
+        moe_shard_group *g = (moe_shard_group *)(h + 1);
+        const int j0 = j;
+        int ng = 0, rows = 0;
+        for (; j < n_jobs && c->jobs[j].mat < end; j++, ng++) {
+            g[ng] = (moe_shard_group){(int32_t)c->jobs[j].mat, c->jobs[j].nr};
+            rows += c->jobs[j].nr;
+        }
+        *h = (moe_shard_head){MOE_SHARD_MAGIC, MOE_SHARD_VERSION, il, ng, rows, E,
+                              c->n_batch * m->hp.n_expert_used, 0};
+        const size_t bytes = (size_t)rows * (size_t)E * sizeof(float);
+        const int rc = link->post(link->user, s, h, sizeof *h + (size_t)ng * sizeof *g, c->jobs[j0].x, bytes,
+                                  c->jobs[j0].out, bytes, c->err, sizeof c->err);
+        if (rc) { shard_fail(c, rc); break; }
+    }
+    return n_local;
+}
+
+static void wait_remote(moe_context *c) {
+    char err[MOE_ERR_LEN];
+    const int rc = c->m->link->wait(c->m->link->user, err, sizeof err);
+    if (rc && !c->step_rc) {
+        snprintf(c->err, sizeof c->err, "%s", err);
+        shard_fail(c, rc);
+    }
+}
+
+int moe_shard_experts(moe_context *c, int il, const moe_shard_group *g, int n_groups, const float *rows,
+                      float *out) {
+    const moe_hparams *hp = &c->m->hp;
+    const moe_moe_desc *d = &c->m->layers[il].moe;
+    const size_t E = (size_t)hp->n_embd, Fx = (size_t)hp->n_ff_exp;
+    const size_t aE = (size_t)moe_act8_row_bytes((int64_t)E), aFx = (size_t)moe_act8_row_bytes((int64_t)Fx);
+    int n_rows = 0;
+    for (int i = 0; i < n_groups; i++) n_rows += g[i].rows;
+    /* the same A8 rows shard 0 gathers: one row's quantization reads that row alone */
+    const uint8_t *xa = moe_act_rows(c, &d->gate_exps, rows, E, n_rows, c->xga);
+    if (!xa) xa = moe_act_rows(c, &d->up_exps, rows, E, n_rows, c->xga);
+    for (int i = 0, r = 0; i < n_groups; r += g[i].rows, i++) {
+        const size_t e = (size_t)g[i].expert, o = (size_t)r;
+        c->jobs[i] = (moe_ffn_job){.wg = &d->gate_exps, .wu = &d->up_exps, .wd = &d->down_exps, .mat = (int64_t)e,
+                                   .x = rows + o * E, .xa = xa ? xa + o * aE : NULL, .nr = g[i].rows,
+                                   .ha = c->ha ? c->ha + o * aFx : NULL, .hg = c->hg + o * Fx, .hu = c->hu + o * Fx,
+                                   .out = out + o * E,
+                                   .bg = d->b_gate_exps ? d->b_gate_exps + e * Fx : NULL,
+                                   .bu = d->b_up_exps ? d->b_up_exps + e * Fx : NULL,
+                                   .bd = d->b_down_exps ? d->b_down_exps + e * E : NULL, .act = d->act};
+    }
+    run_ffn_jobs(c, c->jobs, n_groups, false);
+    return MOE_OK;
 }
 
 static void moe_run(moe_context *c, const moe_moe_desc *d, int il) {
@@ -407,6 +482,7 @@ static void moe_run(moe_context *c, const moe_moe_desc *d, int il) {
     for (int t_begin = 0; t_begin < n;) {
         const int t_end = batch ? n : t_begin + 1;
         int n_jobs = expert_jobs(c, d, xa, t_begin, t_end, &rows);
+        if (c->m->link) n_jobs = post_remote(c, il, n_jobs);    /* other shards' experts computed there meanwhile */
         if (d->has_shared && t_end == n) {                        /* shared expert: all n tokens, same phases */
             const size_t off = (size_t)n * K * Fx;
             c->jobs[n_jobs++] = (moe_ffn_job){.wg = &d->gate_sh, .wu = &d->up_sh, .wd = &d->down_sh, .mat = 0,
@@ -416,8 +492,13 @@ static void moe_run(moe_context *c, const moe_moe_desc *d, int il) {
         }
         PROF_EXTEND(c, MOE_PH_ROUTE);                             /* the gather (and job list) */
         run_ffn_jobs(c, c->jobs, n_jobs, true);
+        if (c->m->link) {
+            wait_remote(c);
+            PROF_MARK(c, MOE_PH_EXPERT_WAIT, 0, 0);
+        }
         t_begin = t_end;
     }
+    if (c->step_rc) return;
     /* rank order, + shared; x += ffn_out. With parallel_glue the step's
      * tokens are spread over the pool; one token stays here (~1 us per
      * layer). Cutting the down phase by output rows to combine inside it was
@@ -450,8 +531,13 @@ void moe_block_moe(moe_context *c, const moe_moe_desc *d, int il) {
     if (c->diverged) return;
     moe_run(c, d, il);
     moe_context *r = c->shadow;
-    if (!r) return;
+    if (!r || c->step_rc) return;
     moe_run(r, d, il);
+    if (r->step_rc) {                             /* the twin's link failed: the step fails */
+        snprintf(c->err, sizeof c->err, "%s", r->err);
+        shard_fail(c, r->step_rc);
+        return;
+    }
     if (moe_diff_check(c, c->router, r->router, (size_t)c->n_tok, (size_t)c->m->hp.n_expert, "router probabilities", il))
         ffn_check(c, r, il);
     PROF_START(c);
