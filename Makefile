@@ -21,6 +21,14 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 CLI_CFLAGS = $(shell pkg-config --cflags $(CLI_PKGS) 2>/dev/null)
 CLI_LIBS   = $(shell pkg-config --libs $(CLI_PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# Expert parallelism over MPI (tools/mpi.c, docs/SCALE.md): on when Open
+# MPI's development files are installed (MPI=0 turns it off); the library
+# never links MPI, only the CLI does.
+MPI ?= $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1 || echo 0)
+ifeq ($(MPI),1)
+  CLI_CFLAGS += -DMOEFAST_MPI $(shell pkg-config --cflags ompi-c 2>/dev/null)
+  CLI_LIBS   += $(shell pkg-config --libs ompi-c 2>/dev/null)
+endif
 LIBS     = $(PKG_LIBS) -lm -lpthread
 
 # The SIMD levels: ONE list of extensions each (the compiler's -m names).
@@ -65,11 +73,13 @@ $(TOOL_OBJ): CFLAGS += $(CLI_CFLAGS)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 
-.PHONY: all deps run test bench clean lib tests-build install uninstall
+.PHONY: all deps deps-test run test bench clean lib tests-build install uninstall
 all: deps $(B)/moefast
 
 deps:
 	@sh scripts/deps.sh
+deps-test:
+	@sh scripts/deps.sh test
 
 $(B)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
@@ -133,7 +143,7 @@ run: deps
 	@echo '$$ build/rel/moefast run -m $(DEFAULT_MODEL) -p "$(RUN_PROMPT)" -n $(RUN_N) --check $(DEFAULT_TRACE)'
 	@build/rel/moefast run -m $(DEFAULT_MODEL) -p "$(RUN_PROMPT)" -n $(RUN_N) --check $(DEFAULT_TRACE)
 
-test: deps
+test: deps-test
 	@$(MAKE) --no-print-directory -j$(JOBS) MODE=asan tests-build
 	@$(MAKE) --no-print-directory -j$(JOBS) MODE=rel build/rel/moefast
 	@$(MAKE) --no-print-directory -j$(JOBS) MODE=pic build/pic/$(SHLIB)   # for tests/cli_install.sh

@@ -2,7 +2,10 @@
 # Installs the Debian packages moefast needs to build and test, when missing.
 # As root it runs apt-get; otherwise it names the packages and stops.
 set -u
+# `deps.sh test` adds what only the tests need: Open MPI (tests/cli_mpi.sh;
+# the MPI build of the CLI is on when its development files are there).
 need="gcc make pkg-config libpcre2-dev libjansson-dev libssl-dev libmicrohttpd-dev libcurl4-openssl-dev"
+[ "${1:-}" = test ] && need="$need libopenmpi-dev openmpi-bin"
 missing=""
 for p in $need; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

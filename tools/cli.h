@@ -70,4 +70,15 @@ int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf
  * default) or its numerics flags ("+act_q8,+kv_f16"; docs/EXACTNESS.md). */
 const char *cli_numerics(const struct moe_model *m, char *buf, size_t len);
 
+/* Expert parallelism over MPI (tools/mpi.c, docs/SCALE.md). main calls
+ * cli_mpi_begin first: under `mpirun -np N` (N > 1) it returns 1 on ranks
+ * > 0 after they served rank 0 (exit status in *rc), 0 on rank 0 and
+ * outside MPI; then cli_mpi_end(status) on the way out. Commands load their
+ * model with cli_model_load: moe_model_load, or under MPI shard 0 of N with
+ * the MPI link, after every rank reported that it loaded the same file. */
+int cli_mpi_begin(int argc, char **argv, int *rc);
+int cli_mpi_end(int rc);
+bool cli_mpi_built(void);   /* this binary was built with MPI */
+int cli_model_load(const char *path, const moe_load_params *lp, moe_model **m, char *err, size_t errlen);
+
 #endif

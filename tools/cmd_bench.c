@@ -385,7 +385,7 @@ static int bench_setup(bench_run *b) {
     char err[MOE_ERR_LEN] = "";
     moe_load_params lp = {.flags = b->o.flags};
     b->t_load = now_s();
-    if (moe_model_load(b->o.model, &lp, &b->m, err, sizeof err) != MOE_OK) return cli_fail(CMD, "%s", err);
+    if (cli_model_load(b->o.model, &lp, &b->m, err, sizeof err) != MOE_OK) return cli_fail(CMD, "%s", err);
     b->t_load = now_s() - b->t_load;
     b->n_vocab = moe_model_n_vocab(b->m);
     if (prepare_ids(b)) return 2;

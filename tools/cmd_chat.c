@@ -129,7 +129,7 @@ int cmd_chat(int argc, char **argv) {
     char err[MOE_ERR_LEN];
     moe_model *m = NULL;
     moe_load_params lp = {.flags = flags};
-    if (moe_model_load(path, &lp, &m, err, sizeof err)) return cli_fail(C, "%s", err);
+    if (cli_model_load(path, &lp, &m, err, sizeof err)) return cli_fail(C, "%s", err);
 
     int rc = 2;
     conv cv = {0};

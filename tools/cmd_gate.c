@@ -89,7 +89,7 @@ int cmd_gate(int argc, char **argv) {
     if (moe_trace_load(trace_path, &t, err, sizeof err)) return cli_fail("gate", "%s", err);
     moe_model *m = NULL;
     moe_load_params lp = {.flags = flags};
-    if (moe_model_load(model, &lp, &m, err, sizeof err)) {
+    if (cli_model_load(model, &lp, &m, err, sizeof err)) {
         moe_trace_free(t);
         return cli_fail("gate", "%s", err);
     }

@@ -116,7 +116,7 @@ int cmd_run(int argc, char **argv) {
     t0 = ts.tv_sec + 1e-9 * ts.tv_nsec;
     moe_model *m = NULL;
     moe_load_params lp = {.flags = flags};
-    if (moe_model_load(path, &lp, &m, err, sizeof err)) { free(pbuf); moe_grammar_free(gram); return cli_fail(C, "%s", err); }
+    if (cli_model_load(path, &lp, &m, err, sizeof err)) { free(pbuf); moe_grammar_free(gram); return cli_fail(C, "%s", err); }
     moe_trace *check_t = NULL;
     if (check && cli_check_open(C, check, m, &check_t)) { free(pbuf); moe_grammar_free(gram); moe_model_free(m); return 2; }
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -104,7 +104,7 @@ int cmd_serve(int argc, char **argv) {
     char err[MOE_ERR_LEN];
     moe_model *m = NULL;
     moe_load_params lp = {.flags = o.flags};
-    if (moe_model_load(o.path, &lp, &m, err, sizeof err)) return cli_fail(C, "%s", err);
+    if (cli_model_load(o.path, &lp, &m, err, sizeof err)) return cli_fail(C, "%s", err);
     const char *base = strrchr(o.path, '/');
     base = base ? base + 1 : o.path;
     char *name = strdup(o.alias ? o.alias : base);

@@ -123,7 +123,7 @@ int cmd_trace(int argc, char **argv) {
     }
     moe_model *m = NULL;
     moe_load_params lp = {.flags = flags};
-    if (moe_model_load(model, &lp, &m, err, sizeof err)) {
+    if (cli_model_load(model, &lp, &m, err, sizeof err)) {
         moe_trace_free(t);
         return cli_fail("trace", "%s", err);
     }

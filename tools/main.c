@@ -46,9 +46,11 @@ static void usage(FILE *f) {
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
         fprintf(f, "  %-9s %s\n", COMMANDS[i].name, COMMANDS[i].help);
     fprintf(f, "\nEnvironment: MOEFAST_ISA=scalar|avx2|avx512, MOEFAST_FLAGS=spec, MOEFAST_DIFF=1\n");
+    fprintf(f, "Several machines: mpirun -np N moefast run|bench|serve|gate|trace|chat ... (the experts sharded over\n"
+               "the ranks, the same tokens as one process; docs/SCALE.md)%s\n", cli_mpi_built() ? "" : " — not in this build");
 }
 
-int main(int argc, char **argv) {
+static int dispatch(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(stdout);
@@ -64,4 +66,10 @@ int main(int argc, char **argv) {
     }
     fprintf(stderr, "moefast: unknown command '%s' (see moefast --help)\n", argv[1]);
     return 2;
+}
+
+int main(int argc, char **argv) {
+    int rc = 0;
+    if (cli_mpi_begin(argc, argv, &rc)) return rc;   /* an MPI rank > 0: it served rank 0 */
+    return cli_mpi_end(dispatch(argc, argv));
 }

@@ -12,7 +12,7 @@ static const char *const phase_names[MOE_PH_COUNT] = {
     [MOE_PH_ATTN_PREP] = "attn_prep", [MOE_PH_ATTENTION] = "attention", [MOE_PH_WO] = "wo",
     [MOE_PH_FFN_NORM] = "ffn_norm",   [MOE_PH_ROUTER] = "router",       [MOE_PH_ROUTE] = "route",
     [MOE_PH_GATE_UP] = "gate_up",     [MOE_PH_HIDDEN_Q8] = "hidden_q8", [MOE_PH_DOWN] = "down",
-    [MOE_PH_EXPERT_WAIT] = "expert_wait",
+    [MOE_PH_EXPERT_WAIT] = "shard_wait",
     [MOE_PH_COMBINE] = "combine",     [MOE_PH_DENSE_FFN] = "dense_ffn", [MOE_PH_LM_HEAD] = "lm_head",
 };
 
