@@ -113,6 +113,15 @@ else
 fi
 [ -n "$victim" ] || fail "rank 1 of the kill case never appeared"
 
+# A rank that stops answering (a test hook): rank 0's bounded wait ends the job, naming it.
+t0=$(date +%s)
+MOEFAST_MPI_TIMEOUT=2 timeout 60 $MPI 1 "$REL" run -m "$T/q8.gguf" --tokens 5,6 -n 4 -t 1 : \
+  -np 1 env MOEFAST_MPI_TEST_STALL=1 "$REL" run -m "$T/q8.gguf" --tokens 5,6 -n 4 -t 1 >/dev/null 2>"$T/err"
+rc=$?
+t1=$(date +%s)
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1 did not answer layer 0's expert request within 2 s" "$T/err" &&
+  echo "ok a silent rank: rank 0 gave up after 2 s, naming it (job ended in $((t1 - t0)) s)" ||
+  fail "a silent rank: status $rc: $(cat "$T/err")"
 # A rank that cannot load its shard, a rank with another file (MPMD: per-rank arguments).
 $MPI 1 "$REL" run -m "$T/q8.gguf" --tokens 5,6 -n 4 -t 1 : -np 1 "$REL" run -m "$T/absent.gguf" --tokens 5,6 -n 4 -t 1 \
   >/dev/null 2>"$T/err" && fail "a rank without its file: exit status 0"

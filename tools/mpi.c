@@ -315,6 +315,8 @@ static int serve_requests(moe_shard_worker *w) {
     size_t head_cap = 0, rows_cap = 0, reply_cap = 0;
     const size_t head_max = sizeof(moe_shard_head) + (size_t)MAX_RANKS * 64 * sizeof(moe_shard_group);
     double last = now();
+    /* TEST ONLY (tests/cli_mpi.sh): never answer, to check rank 0's bounded wait */
+    const bool stall = getenv("MOEFAST_MPI_TEST_STALL") != NULL;
     for (;;) {
         int flag = 0;
         MPI_Status st;
@@ -335,6 +337,7 @@ static int serve_requests(moe_shard_worker *w) {
         if (!(rows = grow(rows, &rows_cap, rb)) || !(reply = grow(reply, &reply_cap, pb)))
             return fatal("out of memory for a request of %zu bytes", rb);
         MPI_Recv(rows, (int)rb, MPI_BYTE, 0, TAG_ROWS, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (stall) for (;;) pause();                  /* test hook: a rank that stops answering */
         const double t0 = now();
         if (moe_shard_worker_run(w, head, rows, reply, err, sizeof err)) return fatal("%s", err);
         stats.compute_s += now() - t0;
