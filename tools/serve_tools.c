@@ -352,10 +352,8 @@ int tools_parse(srv *s, json_t *o, srv_req *r, bool *forced, json_t **tools_json
         char err[MOE_ERR_LEN];
         calls_grammar(&g, s, sy, names, gbnf, n, only, parallel);
         if (g.oom) rc = api_fail(e, 500, NULL, NULL, "out of memory");
-        else if ((rc = moe_grammar_parse(g.p, g.n, "root", &r->gram, err, sizeof err)))
+        else if ((rc = gcache_build(s, r, 'G', g.p, g.n, err, sizeof err)))
             rc = api_fail(e, rc == MOE_ENOMEM ? 500 : 400, "tools", "invalid_value", "the tools' grammar: %s", err);
-        else if ((rc = moe_constraint_new(r->gram, s->gvoc, &r->con, err, sizeof err)))
-            rc = api_fail(e, rc == MOE_ENOMEM ? 500 : 400, "tools", "invalid_value", "%s", err);
         else if (!(r->allowed = malloc((size_t)s->n_vocab)) || !(r->tools = calloc(1, sizeof *r->tools)))
             rc = api_fail(e, 500, NULL, NULL, "out of memory");
         free(g.p);

@@ -7,6 +7,7 @@ family (llama3, mistral, deepseek3) on a random-weight model written by
     markers written as the one control token each: the returned token ids),
     the calls valid; streamed == not streamed;
   auto through the hook: the text before the trigger is content, then a call;
+  the same request again (its grammar from the cache) gives the same tokens;
   a conversation with calls and results sent back: the prompt's tokens equal
     the gen'd template rendered by jinja2 (when installed), and a call follows.
 Prints one line per failure; exits 1 on any."""
@@ -127,6 +128,10 @@ for name, extra in (("required", {"tool_choice": "required"}),
         t = tok(m)
         if t["n_tokens"] != 1 or t["ids"][0] not in c.get("tokens", []):
             bad(name, f"marker {m!r} not generated as its one token {t} in {c.get('tokens')}")
+    # the same request again: its grammar comes from the cache (a constraint
+    # reset to its start), the tokens are the same
+    r2 = chat(name + "-again", {**base, **extra})
+    if r2 and r2["choices"][0]["tokens"] != c["tokens"]: bad(name + "-again", "tokens differ from the first request's")
     s = stream_calls({**base, **extra})
     want = [(x["function"]["name"], x["function"]["arguments"]) for x in c["message"].get("tool_calls") or []]
     if s[1] != want or s[2] != "tool_calls": bad(name + "-stream", f"{s} != {want}")
@@ -167,6 +172,10 @@ if jinja2 and FAM != "deepseek3":                   # deepseek3-tools renders pl
             r = chat(name, {**base, "messages": msgs, "tool_choice": choice, "max_tokens": 1})
             if r and r["usage"]["prompt_tokens"] != n:
                 bad(f"{name}-{choice}", f"prompt {r['usage']['prompt_tokens']} tokens, the template gives {n}:\n{text + suffix}")
+
+with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/metrics", timeout=30) as m:
+    hits = [l for l in m.read().decode().splitlines() if l.startswith("moefast_grammar_cache_hits_total ")]
+if not hits or int(hits[0].split()[1]) < 4: bad("grammar-cache", f"{hits} (want at least 4 hits: each repeated grammar)")
 
 print(f"tools {FAM} checks:", "ok" if fails == 0 else f"{fails} failed")
 sys.exit(1 if fails else 0)
