@@ -10,6 +10,8 @@
 #     the trigger (the test hook MOEFAST_SERVE_TEST_TOOL_TEXT) gives that text
 #     as content and a call after it;
 #   deepseek3 and harmony (--chat-format) calls in their syntaxes;
+#   llama3, mistral and deepseek3 models with their own templates and
+#     special tokens (gen --chat-template F-tools): tests/serve/tools_family.py;
 #   streamed calls (deltas as the call is generated) reassemble to the
 #     non-streamed ones, also sampled strings with multi-byte characters;
 #   a call cut by max_tokens ends with finish_reason length;
@@ -52,6 +54,19 @@ start "$T/log3" "--chat-format harmony" A=1; P3=$PORT
 
 python3 tests/serve/tools_check.py "$P1" "$M" "$REL" "$T" "$P2" "$P3"
 rc=$?
+# Llama 3.x, Mistral and DeepSeek-V3 with their own templates and special
+# tokens (gen --chat-template F-tools; the seeds those of cli_toolcheck.sh):
+# call syntax, markers as one control token, the hook's auto call, calls and
+# results sent back, the prompt against the template (tests/serve/tools_family.py)
+M0=$M
+for fs in llama3:42 mistral:2 deepseek3:12; do
+  fam=${fs%:*}; M=$T/$fam.gguf
+  "$REL" gen --arch qwen3moe --preset tiny --type Q8_0 --chat-template "$fam-tools" --seed "${fs#*:}" -o "$M" >/dev/null || { echo "gen $fam failed"; exit 1; }
+  case $fam in llama3) trig='{"name"';; mistral) trig='[TOOL_CALLS]';; *) trig='<｜tool▁calls▁begin｜>';; esac
+  start "$T/log-$fam" "--ctx 8192" MOEFAST_SERVE_TEST_TOOL_TEXT="Let me check.$trig"
+  python3 tests/serve/tools_family.py "$fam" "$PORT" "$M" "$REL" "$T/log-$fam" || rc=1
+done
+M=$M0
 # the official openai npm client (installed by tests/cli_serve.sh's npm ci)
 if ! command -v node >/dev/null 2>&1 || [ ! -f tests/serve/node_modules/openai/package.json ]; then
   echo "SKIP openai SDK tool checks: node or tests/serve/node_modules absent (npm ci in tests/serve)"
@@ -62,7 +77,7 @@ else
 fi
 for p in $PIDS; do kill -TERM "$p"; wait "$p" || { echo "FAIL: server $p exit $?"; rc=1; }; done
 PIDS=""
-for l in "$T/log1" "$T/log2" "$T/log3"; do
+for l in "$T/log1" "$T/log2" "$T/log3" "$T/log-llama3" "$T/log-mistral" "$T/log-deepseek3"; do
   grep -q "ERROR: AddressSanitizer\|LeakSanitizer\|runtime error" "$l" && { echo "FAIL: sanitizer: $(cat "$l")"; rc=1; }
 done
 exit $rc

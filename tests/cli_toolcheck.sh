@@ -2,7 +2,8 @@
 # cli_toolcheck.sh — `moefast toolcheck` (the sanitized client):
 #   against `moefast serve` (the release binary, for time) on a random-weight
 #     qwen3moe: every structural scenario passes, exit 0, --json and --csv
-#     hold one record per scenario;
+#     hold one record per scenario; the same on llama3, mistral and deepseek3
+#     models with their own templates (gen --chat-template F-tools);
 #   against a fake endpoint (python3) that answers every chat request with
 #     finish_reason tool_calls and an empty message, as servers whose parser
 #     rejected the model's text do: the structural scenarios fail as
@@ -49,6 +50,27 @@ done
 "$BIN" toolcheck "http://127.0.0.1:$PORT/v1/" --json "$T/ok.json" --csv "$T/ok.csv" >"$T/ok.out" 2>&1 ||
   fail "toolcheck against moefast serve: $(grep -v '^ok' "$T/ok.out")"
 grep -q "structural \([0-9]*\)/\1 passed" "$T/ok.out" || fail "not every structural scenario passed: $(tail -1 "$T/ok.out")"
+
+# the other template families, each with its own template and special tokens
+# (gen --chat-template F-tools): every structural scenario passes. The seeds
+# give random weights that end their calls within the scenarios' max_tokens
+# (other seeds may keep calling in parallel until the limit: a model's
+# choice, which the server must allow)
+for fs in llama3:42 mistral:2 deepseek3:12; do
+  fam=${fs%:*}
+  "$REL" gen --arch qwen3moe --preset tiny --type Q8_0 --chat-template "$fam-tools" --seed "${fs#*:}" -o "$T/$fam.gguf" >/dev/null || { echo "gen $fam failed"; exit 1; }
+  "$REL" serve -m "$T/$fam.gguf" --port 0 --slots 4 --ctx 8192 >/dev/null 2>"$T/log-$fam" &
+  FPID=$!
+  FPORT=""
+  for _ in $(seq 1 300); do
+    FPORT=$(sed -n 's/^moefast serve: listening on http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$T/log-$fam")
+    [ -n "$FPORT" ] && break
+    sleep 0.1
+  done
+  "$BIN" toolcheck "http://127.0.0.1:$FPORT/v1" >"$T/$fam.out" 2>&1
+  grep -q "structural \([0-9]*\)/\1 passed" "$T/$fam.out" || fail "$fam: not every structural scenario passed: $(grep '^FAIL' "$T/$fam.out"; tail -1 "$T/$fam.out")"
+  kill -TERM $FPID; wait $FPID 2>/dev/null
+done
 
 # a server that answers every chat request with an empty tool_calls message
 cat >"$T/fake.py" <<'PY'

@@ -43,7 +43,70 @@ static const char CHATML_WANT[] =
     "<|im_start|>user\nBye<|im_end|>\n"
     "<|im_start|>assistant\n";
 
+/* Llama 3.x and Mistral: recognised from fragments of the official templates
+ * (Llama-3.1-8B-Instruct's, Mistral-Small-3.1-24B-Instruct-2503's); a tool
+ * round trip in the form serve writes it (the call as the assistant's
+ * content, the result as role tool, Mistral's tool list as the pseudo-role
+ * available_tools). Needs no shared files. */
+static void test_llama3_mistral(void) {
+    static const char L31[] =
+        "{{- bos_token }}{%- if not date_string is defined %}{%- set date_string = \"26 Jul 2024\" %}{%- endif %}"
+        "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] + '<|eot_id|>' }}"
+        "{{- \"<|start_header_id|>ipython<|end_header_id|>\\n\\n\" }}";
+    static const char MS31[] =
+        "{{- bos_token }}{{- '[SYSTEM_PROMPT]' + system_message + '[/SYSTEM_PROMPT]' }}{{- \"[AVAILABLE_TOOLS] [\" }}"
+        "{{- '[INST]' + message['content'] + '[/INST]' }}{{- \"[TOOL_CALLS] [\" }}{{- '[TOOL_RESULTS] {\"content\": ' }}";
+    CHECK(moe_chat_detect(L31) && !strcmp(moe_chat_detect(L31), "llama3"));
+    CHECK(moe_chat_detect(MS31) && !strcmp(moe_chat_detect(MS31), "mistral"));
+    CHECK(moe_chat_detect("{{ bos_token }}[INST] {{ m }} [/INST]") && !strcmp(moe_chat_detect("[INST] x [/INST]"), "mistral"));
+    /* not recognised: Llama 2 ([INST] with <<SYS>>), a half Llama 3 header, Gemma */
+    CHECK(moe_chat_detect("[INST] <<SYS>>\\n{{ s }}\\n<</SYS>>\\n\\n{{ u }} [/INST]") == NULL);
+    CHECK(moe_chat_detect("<|start_header_id|>user<|end_header_id|>") == NULL);
+    CHECK(moe_chat_detect("<start_of_turn>user\n{{ m }}<end_of_turn>") == NULL);
+    char err[MOE_ERR_LEN], *out = (char *)1;
+    CHECK_EQ_INT(moe_chat_render_tmpl("[INST] <<SYS>> [/INST]", NULL, CONV, 1, true, &out, err, sizeof err), MOE_EUNSUPPORTED);
+    CHECK(out == NULL);
+    CHECK_STR_CONTAINS(err, "llama3, mistral");
+
+    expect_render(L31, NULL, CONV, 4, true,
+                  "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+                  "<|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>"
+                  "<|start_header_id|>assistant<|end_header_id|>\n\nHi.<|eot_id|>"
+                  "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+                  "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    static const moe_chat_msg LT[] = {
+        {"user", "Weather in Paris?"},
+        {"assistant", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"},
+        {"tool", "sunny"},
+    };
+    expect_render(L31, NULL, LT, 3, true,
+                  "<|start_header_id|>user<|end_header_id|>\n\nWeather in Paris?<|eot_id|>"
+                  "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}<|eot_id|>"
+                  "<|start_header_id|>ipython<|end_header_id|>\n\nsunny<|eot_id|>"
+                  "<|start_header_id|>assistant<|end_header_id|>\n\n");
+
+    expect_render(MS31, NULL, CONV, 4, true,
+                  "[SYSTEM_PROMPT]You are terse.[/SYSTEM_PROMPT][INST]Hello![/INST]Hi.</s>[INST]Bye[/INST]");
+    static const moe_chat_msg MT[] = {
+        {"system", "Be terse."},
+        {"available_tools", " [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}]"},
+        {"user", "Weather in Paris?"},
+        {"assistant", "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {}, \"id\": \"abcdef123\"}]"},
+        {"tool", " {\"content\": sunny, \"call_id\": \"abcdef123\"}"},
+    };
+    expect_render(MS31, NULL, MT, 5, true,
+                  "[SYSTEM_PROMPT]Be terse.[/SYSTEM_PROMPT]"
+                  "[AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}][/AVAILABLE_TOOLS]"
+                  "[INST]Weather in Paris?[/INST]"
+                  "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {}, \"id\": \"abcdef123\"}]</s>"
+                  "[TOOL_RESULTS] {\"content\": sunny, \"call_id\": \"abcdef123\"}[/TOOL_RESULTS]");
+    /* by name, whatever the template */
+    expect_render("<|im_start|>", "llama3", CONV + 1, 1, false, "<|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>");
+    expect_render("<|im_start|>", "mistral", CONV + 1, 1, false, "[INST]Hello![/INST]");
+}
+
 int main(void) {
+    test_llama3_mistral();
     char *qwen3 = template_of("vocab/qwen3-vocab.gguf");
     char *synth_q = template_of("oracle/qwen3moe-tiny-q8_0.gguf"); /* the F32 files' templates */
     char *synth_l = template_of("oracle/laguna-tiny-q8_0.gguf");
@@ -58,7 +121,6 @@ int main(void) {
     CHECK(moe_chat_detect(synth_l) && !strcmp(moe_chat_detect(synth_l), "chatml"));
     CHECK(moe_chat_detect("{{ '<user>' + m + '</user><assistant>' }}{{ '</assistant>' }}") &&
           !strcmp(moe_chat_detect("x</assistant>y"), "laguna"));
-    CHECK(moe_chat_detect("{{ bos_token }}[INST] {{ m }} [/INST]") == NULL);
     CHECK(moe_chat_detect(NULL) == NULL);
 
     /* ChatML: every shared template renders the same text as its Jinja
@@ -103,7 +165,7 @@ int main(void) {
 
     /* errors */
     char err[MOE_ERR_LEN], *out = (char *)1;
-    CHECK_EQ_INT(moe_chat_render_tmpl("[INST] {{ m }}", NULL, CONV, 1, true, &out, err, sizeof err), MOE_EUNSUPPORTED);
+    CHECK_EQ_INT(moe_chat_render_tmpl("<start_of_turn>{{ m }}", NULL, CONV, 1, true, &out, err, sizeof err), MOE_EUNSUPPORTED);
     CHECK(out == NULL);
     CHECK_STR_CONTAINS(err, "chatml, laguna");
     CHECK_STR_CONTAINS(err, "--chat-format");

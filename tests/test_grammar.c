@@ -65,7 +65,7 @@ static void test_parse_errors(void) {
         {"root ::= \"a\"\n\nroot ::= \"b\"", "grammar:3:1: rule 'root' is defined twice"},
         {"root ::= \"a\"{100001}", "grammar:1:14: repetition count above 100000"},
         {"root ::= []", "grammar:1:10: empty character class"},
-        {"root ::= <tok>", "token references"},
+        {"root ::= <tok>", "token references by text (<...>) are not supported; name the token by id: <[ID]>"},
         {"root ::= \"\\xZZ\"", "needs 2 hex digits"},
         {"root ::= \"a\" x ::= \"b\"", "grammar:1:16: unexpected ':'"},
         {"", "no rule named 'root'"},
@@ -603,6 +603,91 @@ static void test_generations(void) {
     moe_grammar_vocab_free(v);
 }
 
+/* ---- control tokens: <[ID]> ------------------------------------------------------ */
+
+/* mask of the constraint's state as a list: "1 3" */
+static void mask_str(moe_constraint *c, int n, char *out, size_t cap) {
+    uint8_t mask[64];
+    int na = 0;
+    out[0] = 0;
+    CHECK(moe_constraint_mask(c, mask, &na) == MOE_OK);
+    for (int i = 0; i < n; i++)
+        if (mask[i]) snprintf(out + strlen(out), cap - strlen(out), "%s%d", out[0] ? " " : "", i);
+}
+
+/* A control token is allowed exactly where the grammar names it by id, as
+ * the one token: never spelled by text tokens (even ones that print its
+ * name), never where the grammar has its name as text. */
+static void test_token_refs(void) {
+    uint8_t code3[MOE_GRAMMAR_TOKEN_LEN], code5[MOE_GRAMMAR_TOKEN_LEN];
+    moe_grammar_token_code(3, code3);
+    moe_grammar_token_code(5, code5);
+    const char *p[7] = {"a", "b", "<x>", (const char *)code3, "", (const char *)code5, "<"};
+    size_t l[7] = {1, 1, 3, MOE_GRAMMAR_TOKEN_LEN, 0, MOE_GRAMMAR_TOKEN_LEN, 1};
+    uint8_t k[7] = {GV_BYTES, GV_BYTES, GV_BYTES, GV_BYTES, GV_EOG, GV_BYTES, GV_BYTES};
+    moe_grammar_vocab *v = NULL;
+    CHECK(moe_grammar_vocab_from_pieces(7, p, l, k, &v, g_err, sizeof g_err) == MOE_OK);
+    const char *gb = "root ::= \"a\" <[3]> (\"b\" | <[5]>)? \"<x>\"";
+    moe_grammar *g = NULL;
+    CHECK_MSG(moe_grammar_parse(gb, strlen(gb), NULL, &g, g_err, sizeof g_err) == MOE_OK, "%s", g_err);
+    moe_constraint *c = NULL;
+    char m[64];
+    if (g && v && moe_constraint_new(g, v, &c, g_err, sizeof g_err) == MOE_OK) {
+        mask_str(c, 7, m, sizeof m);
+        CHECK_MSG(!strcmp(m, "0"), "start: %s", m);
+        CHECK(moe_constraint_accept(c, 0) == MOE_OK);
+        mask_str(c, 7, m, sizeof m);
+        CHECK_MSG(!strcmp(m, "3"), "after a: %s (want the control token 3 alone)", m);
+        CHECK(moe_constraint_accept(c, 5) != MOE_OK);
+        CHECK(moe_constraint_accept(c, 3) == MOE_OK);
+        mask_str(c, 7, m, sizeof m);
+        CHECK_MSG(!strcmp(m, "1 2 5 6"), "after <[3]>: %s", m);
+        CHECK(moe_constraint_accept(c, 5) == MOE_OK);
+        mask_str(c, 7, m, sizeof m);
+        CHECK_MSG(!strcmp(m, "2 6"), "after <[5]>: %s", m);
+        CHECK(moe_constraint_accept(c, 2) == MOE_OK);
+        CHECK(moe_constraint_accepting(c));
+        moe_constraint_free(c);
+    }
+    moe_grammar_free(g);
+    moe_grammar_vocab_free(v);
+    /* parse errors: one line naming the place and the form */
+    static const char *const bad[] = {"root ::= <x>", "root ::= <[]>", "root ::= <[12a]>", "root ::= <[16777216]>", "root ::= <[3]"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        g = NULL;
+        CHECK(moe_grammar_parse(bad[i], strlen(bad[i]), NULL, &g, g_err, sizeof g_err) != MOE_OK);
+        moe_grammar_free(g);
+        CHECK_STR_CONTAINS(g_err, "grammar:1:10:");
+        CHECK_STR_CONTAINS(g_err, "<[");
+    }
+    /* a real vocabulary: <|im_start|> (151644, CONTROL) by id, and not as text */
+    const char *path = check_ref("vocab/qwen3-vocab.gguf");
+    if (!path) return;
+    moe_load_params lp = {.vocab_only = true};
+    moe_model *md = NULL;
+    if (moe_model_load(path, &lp, &md, g_err, sizeof g_err)) { CHECK_MSG(0, "%s", g_err); return; }
+    v = NULL;
+    CHECK(moe_grammar_vocab_new(md, &v, g_err, sizeof g_err) == MOE_OK);
+    const int n = moe_model_n_vocab(md);
+    uint8_t *mask = malloc((size_t)n);
+    static const char *const gs[] = {"root ::= <[151644]> \"user\"", "root ::= \"<|im_start|>\" \"user\""};
+    for (int t = 0; t < 2 && v && mask; t++) {
+        g = NULL;
+        CHECK(moe_grammar_parse(gs[t], strlen(gs[t]), NULL, &g, g_err, sizeof g_err) == MOE_OK);
+        if (g && moe_constraint_new(g, v, &c, g_err, sizeof g_err) == MOE_OK) {
+            int na = 0;
+            CHECK(moe_constraint_mask(c, mask, &na) == MOE_OK);
+            CHECK_MSG(t ? !mask[151644] && na > 0 : mask[151644] && na == 1, "grammar %d: %d allowed, 151644 %s", t, na,
+                      mask[151644] ? "among them" : "not");
+            moe_constraint_free(c);
+        }
+        moe_grammar_free(g);
+    }
+    free(mask);
+    moe_grammar_vocab_free(v);
+    moe_model_free(md);
+}
+
 int main(void) {
     check_alloc_guard_install();
     BV = byte_vocab();
@@ -614,6 +699,7 @@ int main(void) {
     test_sampling();
     test_mask_synthetic();
     test_mask_qwen3();
+    test_token_refs();
     test_generations();
     moe_grammar_vocab_free(BV);
     return check_report("test_grammar");

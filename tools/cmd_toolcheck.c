@@ -118,7 +118,7 @@ static void take_stream(tc_answer *a, const char *sse) {
         if (n > 6 && !strncmp(l, "data: ", 6)) {
             if (n == 12 && !strncmp(l + 6, "[DONE]", 6)) done = true;
             json_error_t je;
-            json_t *ev = done ? NULL : json_loadb(l + 6, n - 6, 0, &je);
+            json_t *ev = done ? NULL : json_loadb(l + 6, n - 6, JSON_ALLOW_NUL, &je);
             json_t *ch = json_array_get(json_object_get(ev, "choices"), 0), *d = json_object_get(ch, "delta");
             if (json_object_get(ev, "error")) snprintf(a->err, sizeof a->err, "stream error event: %.150s", l + 6);
             json_t *c = json_object_get(d, "content"), *tcs = json_object_get(d, "tool_calls");
@@ -169,7 +169,7 @@ static void ask(const tc_ctx *c, const char *body, bool stream, tc_answer *a, ch
     if (!a->status) return;
     if (stream && a->status == 200) { take_stream(a, *raw); return; }
     json_error_t je;
-    a->body = json_loads(*raw, 0, &je);
+    a->body = json_loads(*raw, JSON_ALLOW_NUL, &je);
     if (a->status == 200 && !a->body) { snprintf(a->err, sizeof a->err, "the response is not JSON: %s", je.text); return; }
     json_t *ch = json_array_get(json_object_get(a->body, "choices"), 0);
     if (a->status == 200 && !ch) { snprintf(a->err, sizeof a->err, "the response has no choices[0]"); return; }
@@ -243,7 +243,7 @@ static char *first_model(const tc_ctx *c, char *err, size_t errlen) {
     buf out = {0};
     const int st = http(c, "/models", NULL, &out, err, errlen);
     json_error_t je;
-    json_t *o = st == 200 ? json_loads(out.p ? out.p : "", 0, &je) : NULL;
+    json_t *o = st == 200 ? json_loads(out.p ? out.p : "", JSON_ALLOW_NUL, &je) : NULL;
     const char *id = json_string_value(json_object_get(json_array_get(json_object_get(o, "data"), 0), "id"));
     char *m = id ? strdup(id) : NULL;
     if (!m && !err[0]) snprintf(err, errlen, "GET %s/models: HTTP %d, no model id (give --model)", c->base, st);

@@ -48,6 +48,9 @@ typedef struct srv_req {
      * its mask buffer, engine thread only after submission; NULL: free text */
     moe_grammar *gram;
     moe_constraint *con;
+    char *gkey;                     /* the grammar's cache key (serve_gcache.c): con/gram go back there */
+    size_t gkey_len;
+    struct srv_gcache *gcache;
     uint8_t *allowed;
     struct srv_tools *tools;        /* `tools` (serve_tools.c): NULL without, or under tool_choice none */
     moe_utf8_stream *utf8;          /* engine thread only */
@@ -110,6 +113,7 @@ typedef struct srv {
     int n_vocab, n_ctx, n_slots, chunk, queue_cap;
     const char *model_name, *api_key, *chat_format;
     moe_grammar_vocab *gvoc;        /* the token trie of constrained requests (built at init) */
+    struct srv_gcache *gcache;      /* compiled grammars reused across requests (serve_gcache.c) */
     size_t max_body;
     unsigned step_delay_us;         /* test hook (MOEFAST_SERVE_STEP_DELAY_MS): a pause after each step */
     bool profile;                   /* --profile: the context's phase profile on (weight bytes per step) */
@@ -218,6 +222,15 @@ typedef struct srv_tools {
 /* Reads tools, tool_choice and parallel_tool_calls (before the prompt is
  * rendered): *rt gets NULL when there are no tools or tool_choice is none.
  * *tools_json: the tools array to render (NULL: none), borrowed from o. */
+/* serve_gcache.c: r->gram and r->con for grammar text (kind 'G' GBNF, 'S'
+ * JSON Schema), from the cache or built; gcache_give returns them (reset)
+ * when the request ends. */
+typedef struct srv_gcache srv_gcache;
+int  gcache_new(srv *s);
+void gcache_free(srv *s);
+int  gcache_build(srv *s, srv_req *r, char kind, const char *text, size_t len, char *err, size_t errlen);
+void gcache_give(srv_req *r);
+void gcache_stats(srv *s, uint64_t *hits, uint64_t *misses);
 int  tools_parse(srv *s, json_t *o, srv_req *r, bool *forced, json_t **tools_json, api_err *e);
 /* The chat messages (n, already checked: roles and contents) rewritten for
  * the template: tools rendered into the system prompt, assistant tool_calls

@@ -323,7 +323,7 @@ static int get_grammar(srv *s, json_t *o, srv_req *r, api_err *e) {
     if (g && rf) return api_fail(e, 400, "grammar", "invalid_value", "give one of 'grammar' and 'response_format'");
     if (g) {
         if (!json_is_string(g)) return api_fail(e, 400, "grammar", "invalid_type", "'grammar' must be a string (GBNF)");
-        rc = moe_grammar_parse(json_string_value(g), json_string_length(g), NULL, &r->gram, err, sizeof err);
+        rc = gcache_build(s, r, 'G', json_string_value(g), json_string_length(g), err, sizeof err);
     } else {
         json_t *ty = json_object_get(rf, "type");
         const char *t = json_is_string(ty) ? json_string_value(ty) : NULL;
@@ -331,14 +331,14 @@ static int get_grammar(srv *s, json_t *o, srv_req *r, api_err *e) {
             return api_fail(e, 400, "response_format", "invalid_type", "'response_format' must be an object with a string 'type'");
         if (!strcmp(t, "text")) return 0;
         if (!strcmp(t, "json_object")) {
-            rc = moe_grammar_from_json_schema("{\"type\":\"object\"}", 17, &r->gram, err, sizeof err);
+            rc = gcache_build(s, r, 'S', "{\"type\":\"object\"}", 17, err, sizeof err);
         } else if (!strcmp(t, "json_schema")) {
             json_t *js = json_object_get(rf, "json_schema"), *sc = json_object_get(js, "schema");
             if (!json_is_object(js) || !sc)
                 return api_fail(e, 400, "response_format", "invalid_value", "'response_format.json_schema.schema' is required");
             char *txt = json_dumps(sc, JSON_COMPACT | JSON_ENCODE_ANY);
             if (!txt) return api_fail(e, 500, NULL, NULL, "out of memory");
-            rc = moe_grammar_from_json_schema(txt, strlen(txt), &r->gram, err, sizeof err);
+            rc = gcache_build(s, r, 'S', txt, strlen(txt), err, sizeof err);
             free(txt);
         } else {
             return api_fail(e, 400, "response_format", "invalid_value",
@@ -347,8 +347,6 @@ static int get_grammar(srv *s, json_t *o, srv_req *r, api_err *e) {
     }
     if (rc == MOE_ENOMEM) return api_fail(e, 500, NULL, NULL, "out of memory");
     if (rc) return api_fail(e, 400, param, "invalid_value", "%s", err);
-    if ((rc = moe_constraint_new(r->gram, s->gvoc, &r->con, err, sizeof err)))
-        return api_fail(e, rc == MOE_ENOMEM ? 500 : 400, param, "invalid_value", "%s", err);
     if (!(r->allowed = malloc((size_t)s->n_vocab))) return api_fail(e, 500, NULL, NULL, "out of memory");
     return 0;
 }

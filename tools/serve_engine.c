@@ -60,6 +60,7 @@ int srv_init(srv *s, moe_model *m, const moe_context_params *cp, int chunk, int 
         snprintf(err, errlen, "out of memory");
         return MOE_ENOMEM;
     }
+    if (gcache_new(s)) { snprintf(err, errlen, "out of memory"); return MOE_ENOMEM; }
     return moe_grammar_vocab_new(m, &s->gvoc, err, errlen);
 }
 
@@ -75,6 +76,7 @@ void srv_free(srv *s) {
     free(s->ids);
     free(s->logits);
     free(s->phases);
+    gcache_free(s);
     moe_grammar_vocab_free(s->gvoc);
     moe_context_free(s->ctx);
     pthread_mutex_destroy(&s->mu);
@@ -106,6 +108,8 @@ static void req_destroy(srv_req *r) {
     free(r->model_name);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     moe_sampler_free(r->smp);
+    gcache_give(r);                                /* the constraint goes back to the cache */
+    free(r->gkey);
     moe_constraint_free(r->con);
     moe_grammar_free(r->gram);
     free(r->allowed);

@@ -297,6 +297,10 @@ static char *metrics_text(srv *s) {
     C("prompt_cache_tokens_total", "Prompt tokens reused from the cache instead of prefilled.", m.cache_tokens);
     C("prompt_cache_copies_total", "Cache hits whose prefix was copied from a busy slot.", m.cache_copies);
     C("requests_cancelled_total", "Requests whose client went away before the end.", m.cancelled);
+    uint64_t gc_hits, gc_misses;
+    gcache_stats(s, &gc_hits, &gc_misses);
+    C("grammar_cache_hits_total", "Constrained requests that reused a compiled grammar of an earlier request.", gc_hits);
+    C("grammar_cache_misses_total", "Constrained requests that built their grammar.", gc_misses);
     C("step_tokens_total", "Tokens run through the model (prompt and decode).", m.step_tokens);
     G("queue_depth", "Requests waiting for a slot.", q);
     G("slots_busy", "Slots running a request.", busy);

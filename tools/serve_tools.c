@@ -2,7 +2,8 @@
  *
  * The calls are written in the syntax of the model's chat template family
  * (Qwen3/Hermes <tool_call> JSON for chatml, DeepSeek-V3's tool-call tokens,
- * gpt-oss harmony's commentary channel), and a grammar built from the
+ * gpt-oss harmony's commentary channel, Llama 3.x's JSON, Mistral's
+ * [TOOL_CALLS] list), and a grammar built from the
  * tools' parameter schemas constrains them: only a supplied function can be
  * named, its arguments are JSON valid for its schema. Under tool_choice
  * required or a named function the call's trigger is put after the prompt
@@ -26,6 +27,10 @@ typedef struct tool_syntax {
     const char *family;
     const char *trigger, *open, *mid, *close, *sep, *end;
     bool name_in_json, parallel;
+    const char *args_key;      /* name_in_json: the arguments' member (NULL: "arguments") */
+    const char *first;         /* after the trigger, before the first call (NULL: none) */
+    bool first_sp;             /* an optional space before `first` (the template writes one) */
+    bool trigger_in_call;      /* the trigger is the call's own start (not written apart) */
 } tool_syntax;
 
 #define DS_(x) "<\xef\xbd\x9c" x "\xef\xbd\x9c>"          /* <｜x｜> */
@@ -33,17 +38,26 @@ typedef struct tool_syntax {
 
 static const tool_syntax SYNTAX[] = {
     /* Qwen3's template (and Hermes 2 Pro's) */
-    {"chatml", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true},
+    {"chatml", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true, NULL, NULL, false, false},
     /* laguna and glm4: their own tool syntaxes are not implemented; the
      * Hermes form, described in the system prompt */
-    {"laguna", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true},
-    {"glm4", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true},
+    {"laguna", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true, NULL, NULL, false, false},
+    {"glm4", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true, NULL, NULL, false, false},
     /* DeepSeek-V3's template */
     {"deepseek3", DS_("tool" US "calls" US "begin"), DS_("tool" US "call" US "begin") "function" DS_("tool" US "sep"),
-     "\n```json\n", "\n```" DS_("tool" US "call" US "end"), "", DS_("tool" US "calls" US "end"), false, true},
+     "\n```json\n", "\n```" DS_("tool" US "call" US "end"), "", DS_("tool" US "calls" US "end"), false, true, NULL, NULL, false, false},
     /* gpt-oss: one call per assistant message, ended by <|call|> */
-    {"harmony", "<|channel|>commentary to=functions.", "", " <|constrain|>json<|message|>", "", "", "", false, false},
+    {"harmony", "<|channel|>commentary to=functions.", "", " <|constrain|>json<|message|>", "", "", "", false, false, NULL, NULL, false, false},
+    /* Llama 3.1-3.3's JSON tool calling: the message is the call, one per
+     * turn ({"name": N, "parameters": A}); <|python_tag|> (built-in tools)
+     * is not generated */
+    {"llama3", "{\"name\"", "", NULL, "", "", "", true, false, "parameters", NULL, false, true},
+    /* Mistral's v3+ list: [TOOL_CALLS] [{"name": N, "arguments": A}, ...]
+     * (the space optional; the newer [TOOL_CALLS]N[ARGS]A form is not) */
+    {"mistral", "[TOOL_CALLS]", "", NULL, "", ", ", "]", true, true, "arguments", "[", true, false},
 };
+
+static const char *args_key(const tool_syntax *sy) { return sy->args_key ? sy->args_key : "arguments"; }
 
 /* The family of the model's template: the markers chat.c recognises
  * (moe_chat_detect is internal; the CLI uses the public API only). */
@@ -55,6 +69,8 @@ static const tool_syntax *syntax_of(srv *s) {
         else if (strstr(t, DS_("User")) && strstr(t, DS_("Assistant"))) f = "deepseek3";
         else if (strstr(t, "[gMASK]<sop>")) f = "glm4";
         else if (strstr(t, "<|start|>") && strstr(t, "<|message|>")) f = "harmony";
+        else if (strstr(t, "<|start_header_id|>") && strstr(t, "<|end_header_id|>") && strstr(t, "<|eot_id|>")) f = "llama3";
+        else if (strstr(t, "[INST]") && strstr(t, "[/INST]") && !strstr(t, "<<SYS>>")) f = "mistral";
     }
     for (size_t i = 0; f && i < sizeof SYNTAX / sizeof SYNTAX[0]; i++)
         if (!strcmp(SYNTAX[i].family, f)) return &SYNTAX[i];
@@ -93,6 +109,46 @@ static void tb_lit(tbuf *b, const char *s) {
         else tb_addn(b, s, 1);
     }
     tb_add(b, "\"");
+}
+
+/* The control token whose name is exactly p[0..n) (not an end of
+ * generation), or -1. */
+static int control_token(srv *s, const char *p, size_t n) {
+    int32_t ids[4];
+    size_t need = 0;
+    const char *pc;
+    size_t l = 1;
+    char err[MOE_ERR_LEN];
+    if (moe_tokenize(s->m, p, n, false, true, ids, 4, &need, err, sizeof err) || need != 1) return -1;
+    if (moe_token_is_eog(s->m, ids[0]) || moe_token_piece(s->m, ids[0], false, &pc, &l) || l) return -1;
+    return ids[0];
+}
+
+/* A literal of the call syntax, its markers that are the model's control
+ * tokens written as <[ID]> (docs/GRAMMAR.md): the model must write each as
+ * the one token, as its template does, never spell it in text pieces. */
+static void tb_lit_tok(tbuf *b, srv *s, const char *lit) {
+    if (!lit) return;
+    const size_t n = strlen(lit);
+    size_t done = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (lit[i] != '<' && lit[i] != '[') continue;
+        for (size_t j = i + 2; j <= n; j++) {
+            if (lit[j - 1] != '>' && lit[j - 1] != ']') continue;
+            const int id = control_token(s, lit + i, j - i);
+            if (id < 0) continue;
+            char *seg = strndup(lit + done, i - done), ref[24];
+            if (!seg) { b->oom = true; return; }
+            tb_lit(b, seg);
+            free(seg);
+            snprintf(ref, sizeof ref, " <[%d]>", id);
+            tb_add(b, ref);
+            done = j;
+            i = j - 1;
+            break;
+        }
+    }
+    tb_lit(b, lit + done);
 }
 
 /* A compiled schema's GBNF with every rule name prefixed ("t3-"), so the
@@ -160,22 +216,26 @@ static int tool_gbnf(json_t *tool, size_t i, const char **name, char **gbnf, api
 }
 
 /* The grammar of a turn's calls over the tools allowed (only = -1: all). */
-static void calls_grammar(tbuf *b, const tool_syntax *sy, const char *const *names, char *const *gbnf, size_t n,
+static void calls_grammar(tbuf *b, srv *s, const tool_syntax *sy, const char *const *names, char *const *gbnf, size_t n,
                           int only, bool parallel) {
+    /* the trigger is text: it is accepted as bytes (after the prompt, or
+     * found in the generated text), never sampled under the grammar */
     tb_add(b, "root ::=");
-    tb_lit(b, sy->trigger);
-    tb_lit(b, sy->open);
+    if (!sy->trigger_in_call) tb_lit(b, sy->trigger);
+    if (sy->first_sp) tb_add(b, " \" \"?");
+    tb_lit_tok(b, s, sy->first);
+    tb_lit_tok(b, s, sy->open);
     tb_add(b, " call");
-    tb_lit(b, sy->close);
+    tb_lit_tok(b, s, sy->close);
     if (parallel && sy->parallel) {
         tb_add(b, " (");
-        tb_lit(b, sy->sep);
-        tb_lit(b, sy->open);
+        tb_lit_tok(b, s, sy->sep);
+        tb_lit_tok(b, s, sy->open);
         tb_add(b, " call");
-        tb_lit(b, sy->close);
+        tb_lit_tok(b, s, sy->close);
         tb_add(b, ")*");
     }
-    tb_lit(b, sy->end);
+    tb_lit_tok(b, s, sy->end);
     tb_add(b, "\ncall ::=");
     for (size_t i = 0, k = 0; i < n; i++) {
         if (only >= 0 && (size_t)only != i) continue;
@@ -194,12 +254,14 @@ static void calls_grammar(tbuf *b, const tool_syntax *sy, const char *const *nam
             tbuf q = {0};
             tb_add(&q, "{\"name\": \"");
             tb_add(&q, names[i]);
-            tb_add(&q, "\", \"arguments\": ");
+            tb_add(&q, "\", \"");
+            tb_add(&q, args_key(sy));
+            tb_add(&q, "\": ");
             tb_lit(b, q.oom ? "" : q.p);
             free(q.p);
         } else {
             tb_lit(b, names[i]);
-            tb_lit(b, sy->mid);
+            tb_lit_tok(b, s, sy->mid);
         }
         snprintf(line, sizeof line, " t%zu-s0", i);
         tb_add(b, line);
@@ -288,12 +350,10 @@ int tools_parse(srv *s, json_t *o, srv_req *r, bool *forced, json_t **tools_json
         const tool_syntax *sy = syntax_of(s);
         tbuf g = {0};
         char err[MOE_ERR_LEN];
-        calls_grammar(&g, sy, names, gbnf, n, only, parallel);
+        calls_grammar(&g, s, sy, names, gbnf, n, only, parallel);
         if (g.oom) rc = api_fail(e, 500, NULL, NULL, "out of memory");
-        else if ((rc = moe_grammar_parse(g.p, g.n, "root", &r->gram, err, sizeof err)))
+        else if ((rc = gcache_build(s, r, 'G', g.p, g.n, err, sizeof err)))
             rc = api_fail(e, rc == MOE_ENOMEM ? 500 : 400, "tools", "invalid_value", "the tools' grammar: %s", err);
-        else if ((rc = moe_constraint_new(r->gram, s->gvoc, &r->con, err, sizeof err)))
-            rc = api_fail(e, rc == MOE_ENOMEM ? 500 : 400, "tools", "invalid_value", "%s", err);
         else if (!(r->allowed = malloc((size_t)s->n_vocab)) || !(r->tools = calloc(1, sizeof *r->tools)))
             rc = api_fail(e, 500, NULL, NULL, "out of memory");
         free(g.p);
@@ -362,10 +422,14 @@ static void tools_block(tbuf *b, const tool_syntax *sy, json_t *tools) {
 
 /* One call as the template writes it (the model's own syntax). */
 static void call_text(tbuf *b, const tool_syntax *sy, bool first, const char *name, const char *args) {
-    if (first) tb_add(b, sy->trigger);
-    else tb_add(b, sy->sep);
+    if (first && !sy->trigger_in_call) tb_add(b, sy->trigger);
+    if (first && sy->first_sp) tb_add(b, " ");
+    if (first) tb_add(b, sy->first);
+    if (!first) tb_add(b, sy->sep);
     tb_add(b, sy->open);
-    if (sy->name_in_json) { tb_add(b, "{\"name\": \""); tb_add(b, name); tb_add(b, "\", \"arguments\": "); }
+    if (sy->name_in_json) {
+        tb_add(b, "{\"name\": \""); tb_add(b, name); tb_add(b, "\", \""); tb_add(b, args_key(sy)); tb_add(b, "\": ");
+    }
     else { tb_add(b, name); tb_add(b, sy->mid); }
     tb_add(b, args);
     if (sy->name_in_json) tb_add(b, "}");
@@ -396,13 +460,149 @@ static int keep(char ***owned, size_t *n_owned, tbuf *b, api_err *e) {
     return no[*n_owned - 1] ? 0 : api_fail(e, 500, NULL, NULL, "out of memory");
 }
 
+/* ---- the prompt: Llama 3.x and Mistral (their templates place tools apart) ---- */
+
+static void tb_trim(tbuf *b, const char *s) {           /* Jinja's |trim */
+    const char *e = s + strlen(s);
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) e--;
+    tb_addn(b, s, (size_t)(e - s));
+}
+
+static int need_call_id(json_t *ms, size_t i, api_err *e) {
+    if (json_is_string(json_object_get(json_array_get(ms, i), "tool_call_id"))) return 0;
+    return api_fail(e, 400, "messages", "missing_required_parameter", "'messages[%zu].tool_call_id' is required for role 'tool'", i);
+}
+
+/* Llama 3.1's template: with tools, the system turn gets its ipython/date
+ * preamble and the first turn after it the tools (indented JSON) and the
+ * instructions; one call per assistant turn; results as ipython turns
+ * (chat.c writes role tool so). */
+static int llama3_messages(const tool_syntax *sy, json_t *ms, const moe_chat_msg *msgs, size_t n, json_t *tools, moe_chat_msg **out, moe_chat_msg *o,
+                           size_t *n_out, char ***owned, size_t *n_owned, api_err *e) {
+    size_t k = 0, i = 0;
+    if (tools) {
+        tbuf b = {0}, u = {0};
+        tb_add(&b, "Environment: ipython\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
+        if (n && !strcmp(msgs[0].role, "system")) { tb_trim(&b, msgs[0].content); i = 1; }
+        if (keep(owned, n_owned, &b, e)) return -1;
+        o[k++] = (moe_chat_msg){"system", (*owned)[*n_owned - 1]};
+        if (i >= n)
+            return api_fail(e, 400, "messages", "invalid_value", "Llama 3.x's template lists the tools in the first message after the system message; there is none");
+        tb_add(&u, "Given the following functions, please respond with a JSON for a function call with its proper "
+                   "arguments that best answers the given prompt.\n\nRespond in the format {\"name\": function name, "
+                   "\"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n");
+        for (size_t t = 0; t < json_array_size(tools); t++) {
+            char *d = json_dumps(json_array_get(tools, t), JSON_INDENT(4));   /* tojson(indent=4) */
+            if (d) tb_add(&u, d); else u.oom = true;
+            free(d);
+            tb_add(&u, "\n\n");
+        }
+        tb_trim(&u, msgs[i].content);
+        if (keep(owned, n_owned, &u, e)) return -1;
+        o[k++] = (moe_chat_msg){"user", (*owned)[*n_owned - 1]};
+        i++;
+    }
+    for (; i < n; i++) {
+        json_t *tc = json_object_get(json_array_get(ms, i), "tool_calls");
+        if (!strcmp(msgs[i].role, "tool") && need_call_id(ms, i, e)) return -1;
+        if (strcmp(msgs[i].role, "assistant") || !tc || json_is_null(tc)) { o[k++] = msgs[i]; continue; }
+        if (!json_is_array(tc)) return api_fail(e, 400, "messages", "invalid_type", "'messages[%zu].tool_calls' must be an array", i);
+        /* the template takes one call per turn: several become consecutive
+         * assistant turns, as if the model had called one at a time */
+        moe_chat_msg *no = json_array_size(tc) > 1 ? realloc(o, (k + n - i + json_array_size(tc) + 1) * sizeof *o) : o;
+        if (!no) return api_fail(e, 500, NULL, NULL, "out of memory");
+        *out = o = no;
+        for (size_t c = 0; c < json_array_size(tc); c++) {
+            json_t *one = json_array();
+            tbuf b = {0};
+            tb_add(&b, "");
+            const int bad = !one || json_array_append(one, json_array_get(tc, c)) || assistant_calls(&b, sy, one, i, e);
+            json_decref(one);
+            if (bad) { free(b.p); return e->status ? -1 : api_fail(e, 500, NULL, NULL, "out of memory"); }
+            if (keep(owned, n_owned, &b, e)) return -1;
+            o[k++] = (moe_chat_msg){"assistant", (*owned)[*n_owned - 1]};
+        }
+    }
+    *n_out = k;
+    return 0;
+}
+
+static const char *last9(const char *id) { const size_t l = strlen(id); return l > 9 ? id + l - 9 : id; }
+
+/* Mistral-Small-3.1's template: the tools in [AVAILABLE_TOOLS] before the
+ * last user turn, calls as [TOOL_CALLS] [{name, arguments, id}], results as
+ * [TOOL_RESULTS] {"content": C, "call_id": ID} (ids: their last 9
+ * characters); chat.c writes the markers. */
+static int mistral_messages(json_t *ms, const moe_chat_msg *msgs, size_t n, json_t *tools, moe_chat_msg *o,
+                            size_t *n_out, char ***owned, size_t *n_owned, api_err *e) {
+    size_t k = 0, last_user = n;
+    for (size_t i = 0; i < n; i++) if (!strcmp(msgs[i].role, "user")) last_user = i;
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(ms, i), *tc = json_object_get(m, "tool_calls");
+        if (i == last_user && tools) {
+            tbuf b = {0};
+            tb_add(&b, " [");
+            for (size_t t = 0; t < json_array_size(tools); t++) {
+                char *d = json_dumps(json_array_get(tools, t), 0);
+                if (t) tb_add(&b, ", ");
+                if (d) tb_add(&b, d); else b.oom = true;
+                free(d);
+            }
+            tb_add(&b, "]");
+            if (keep(owned, n_owned, &b, e)) return -1;
+            o[k++] = (moe_chat_msg){"available_tools", (*owned)[*n_owned - 1]};
+        }
+        tbuf b = {0};
+        if (!strcmp(msgs[i].role, "tool")) {
+            if (need_call_id(ms, i, e)) return -1;
+            tb_add(&b, " {\"content\": ");
+            tb_add(&b, msgs[i].content);
+            tb_add(&b, ", \"call_id\": \"");
+            tb_add(&b, last9(json_string_value(json_object_get(m, "tool_call_id"))));
+            tb_add(&b, "\"}");
+        } else if (!strcmp(msgs[i].role, "assistant") && tc && !json_is_null(tc)) {
+            if (!json_is_array(tc)) return api_fail(e, 400, "messages", "invalid_type", "'messages[%zu].tool_calls' must be an array", i);
+            tb_add(&b, "[TOOL_CALLS] [");
+            for (size_t c = 0; c < json_array_size(tc); c++) {
+                json_t *call = json_array_get(tc, c), *fn = json_object_get(call, "function"), *id = json_object_get(call, "id");
+                json_t *nm = json_object_get(fn, "name"), *ar = json_object_get(fn, "arguments");
+                if (!json_is_string(nm) || !(json_is_string(ar) || json_is_object(ar)) || !json_is_string(id)) {
+                    free(b.p);
+                    return api_fail(e, 400, "messages", "invalid_value",
+                                    "'messages[%zu].tool_calls[%zu]' must be {\"id\": string, \"type\": \"function\", \"function\": {\"name\": string, \"arguments\": string}}", i, c);
+                }
+                char *d = json_is_object(ar) ? json_dumps(ar, 0) : NULL;
+                tb_add(&b, c ? ", {\"name\": \"" : "{\"name\": \"");
+                tb_add(&b, json_string_value(nm));
+                tb_add(&b, "\", \"arguments\": ");
+                tb_add(&b, d ? d : json_string_value(ar));
+                tb_add(&b, ", \"id\": \"");
+                tb_add(&b, last9(json_string_value(id)));
+                tb_add(&b, "\"}");
+                free(d);
+            }
+            tb_add(&b, "]");
+        } else {
+            o[k++] = msgs[i];
+            continue;
+        }
+        if (keep(owned, n_owned, &b, e)) return -1;
+        o[k++] = (moe_chat_msg){msgs[i].role, (*owned)[*n_owned - 1]};
+    }
+    *n_out = k;
+    return 0;
+}
+
 int tools_messages(srv *s, json_t *ms, const moe_chat_msg *msgs, size_t n, json_t *tools,
                    moe_chat_msg **out, size_t *n_out, char ***owned, size_t *n_owned, api_err *e) {
     const tool_syntax *sy = syntax_of(s);
-    moe_chat_msg *o = calloc(n + 1, sizeof *o);
+    moe_chat_msg *o = calloc(n + 2, sizeof *o);
     size_t k = 0, i = 0;
     *out = o;
     if (!o) return api_fail(e, 500, NULL, NULL, "out of memory");
+    if (!strcmp(sy->family, "llama3")) return llama3_messages(sy, ms, msgs, n, tools, out, o, n_out, owned, n_owned, e);
+    if (!strcmp(sy->family, "mistral")) return mistral_messages(ms, msgs, n, tools, o, n_out, owned, n_owned, e);
     if (tools) {                                   /* the system prompt gets the tools */
         tbuf b = {0};
         if (n && !strcmp(msgs[0].role, "system")) { tb_add(&b, msgs[0].content); tb_add(&b, "\n\n"); i = 1; }
@@ -570,7 +770,14 @@ void tools_progress(srv_req *r) {
         const char *base = t->raw ? t->raw : "", *p = base + t->parse_at;
         if (t->phase == PH_OPEN) {
             if (t->n_calls && (!sy->parallel || (!*sy->sep && !*sy->open))) return;
-            if (!(t->n_calls ? starts(&p, sy->sep) : starts(&p, sy->trigger)) || !starts(&p, sy->open)) return;
+            if (t->n_calls) {
+                if (!starts(&p, sy->sep)) return;
+            } else {
+                if (!sy->trigger_in_call && !starts(&p, sy->trigger)) return;
+                if (sy->first_sp && *p == ' ') p++;
+                if (sy->first && !starts(&p, sy->first)) return;
+            }
+            if (!starts(&p, sy->open)) return;
             t->parse_at = (size_t)(p - base);
             t->phase = PH_NAME;
         } else if (t->phase == PH_NAME) {
@@ -578,7 +785,7 @@ void tools_progress(srv_req *r) {
             if (sy->name_in_json) {
                 if (!starts(&p, "{\"name\": \"") || !(ne = strchr(nm = p, '"'))) return;
                 p = ne;
-                if (!starts(&p, "\", \"arguments\": ")) return;
+                if (!starts(&p, "\", \"") || !starts(&p, args_key(sy)) || !starts(&p, "\": ")) return;
             } else {
                 if (!(ne = strstr(nm, sy->mid))) return;
                 p = ne + strlen(sy->mid);

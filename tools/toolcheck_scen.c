@@ -279,7 +279,7 @@ static const char *check_calls(const tc_scen *s, json_t *tools, json_t *calls, c
             return "wrong_function";
         }
         json_error_t je;
-        json_t *a = json_loads(args, JSON_DECODE_ANY, &je);
+        json_t *a = json_loads(args, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
         if (!a || !json_is_object(a)) {
             snprintf(why, whylen, "call %zu's arguments are not a JSON object: %.80s", i, args);
             json_decref(a);

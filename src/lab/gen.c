@@ -33,7 +33,15 @@ typedef struct moe_gen_vocab {
     char **merges;
     size_t n_tokens, n_merges;
 } moe_gen_vocab;
-int moe_gen_vocab_build(int64_t n_vocab, moe_gen_vocab *out, char *err, size_t errlen);
+int moe_gen_vocab_build(int64_t n_vocab, const char *const *special, int n_special, moe_gen_vocab *out,
+                        char *err, size_t errlen);
+/* gen_templates.c: chat_template choices 2.. (their text and special tokens) */
+typedef struct gen_template {
+    const char *name, *text;
+    const char *const *special;
+    int n_special, bos, eos;
+} gen_template;
+const gen_template *moe_gen_template(int64_t i);
 void moe_gen_vocab_free(moe_gen_vocab *v);
 
 /* architecture bits (a key applies to a mask of them) */
@@ -56,7 +64,7 @@ typedef struct gen_cfg {
     double yarn_log_mul;                                              /* deepseek2 */
     double rope_base, rope_base_swa, yarn_factor, yarn_beta_fast, yarn_beta_slow, yarn_attn_factor;
     double expert_weights_scale, rms_eps;
-    int64_t chat_template;              /* 0 plain ChatML, 1 qwen3-tools (Qwen3's tool rendering) */
+    int64_t chat_template;              /* 0 plain ChatML, 1 qwen3-tools (Qwen3's tool rendering), 2.. gen_templates.c */
     double embd_scale;    /* token_embd's std (1 unless set: a larger one makes the final hidden state carry its token's embedding) */
     double head_peak;     /* output.weight row v += head_peak x the std of the head x token_embd row v (0: off) */
 } gen_cfg;
@@ -120,7 +128,7 @@ static const key_def KEYS[] = {
     {"expert_weights_norm", ARCH_LAGUNA | ARCH_GLM4MOE | ARCH_DEEPSEEK2, K_INT, O(expert_weights_norm), 0, 1, NULL, "expert_weights_norm (0/1)"},
     {"gate", ARCH_LAGUNA, K_ENUM, O(gate_per_element), 0, 0, "head|element", "attn_gate: one scalar per head or per element"},
     {"rms_eps", ARCH_BOTH, K_FLOAT, O(rms_eps), 1e-12, 0.1, NULL, "attention.layer_norm_rms_epsilon"},
-    {"chat_template", ARCH_BOTH, K_ENUM, O(chat_template), 0, 0, "chatml|qwen3-tools", "tokenizer.chat_template: plain ChatML, or Qwen3's with tools"},
+    {"chat_template", ARCH_BOTH, K_ENUM, O(chat_template), 0, 0, "chatml|qwen3-tools|llama3-tools|mistral-tools|deepseek3-tools", "tokenizer.chat_template: plain ChatML, or a family's with tools (and its special tokens)"},
     {"embd_scale", ARCH_BOTH, K_FLOAT, O(embd_scale), 0, 1000, NULL, "standard deviation of token_embd (0: 1, the default); with head_peak, a larger one makes the final hidden state carry its token's embedding, so the logits peak"},
     {"head_peak", ARCH_BOTH, K_FLOAT, O(head_peak), 0, 1000, NULL, "peaked logits like a trained model's: output row v += head_peak x (the head's std) x token_embd row v, so the final hidden state (which carries its token's embedding) favours a few rows by a margin (0: off; docs/SCREEN.md)"},
 };
@@ -914,11 +922,13 @@ static int write_metadata(gguf_writer *w, const gen_cfg *c, const moe_gen_vocab 
     r |= gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, v->n_tokens);
     r |= gguf_w_arr_i32(w, "tokenizer.ggml.token_type", v->types, v->n_tokens);
     r |= gguf_w_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges, v->n_merges);
-    r |= gguf_w_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)(v->n_tokens - 3));
-    r |= gguf_w_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(v->n_tokens - 1));
-    r |= gguf_w_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)(v->n_tokens - 3));
+    const gen_template *gt = moe_gen_template(c->chat_template);
+    const size_t first_sp = v->n_tokens - (gt ? (size_t)gt->n_special : 3);
+    r |= gguf_w_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)(first_sp + (gt ? (size_t)gt->bos : 0)));
+    r |= gguf_w_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(gt ? first_sp + (size_t)gt->eos : v->n_tokens - 1));
+    r |= gguf_w_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)(first_sp + (gt ? (size_t)gt->bos : 0)));
     r |= gguf_w_bool(w, "tokenizer.ggml.add_bos_token", false);
-    r |= gguf_w_str(w, "tokenizer.chat_template", c->chat_template ? CHAT_TEMPLATE_QWEN3_TOOLS : CHAT_TEMPLATE);
+    r |= gguf_w_str(w, "tokenizer.chat_template", gt ? gt->text : c->chat_template ? CHAT_TEMPLATE_QWEN3_TOOLS : CHAT_TEMPLATE);
     return r ? -1 : 0;
 }
 #undef KEY
@@ -981,7 +991,8 @@ int moe_gen_model(const char *arch, const char *preset, const char *const *overr
     }
 
     moe_gen_vocab v;
-    rc = moe_gen_vocab_build(c.n_vocab, &v, err, errlen);
+    const gen_template *gt = moe_gen_template(c.chat_template);
+    rc = moe_gen_vocab_build(c.n_vocab, gt ? gt->special : NULL, gt ? gt->n_special : 0, &v, err, errlen);
     if (rc) { free(p.t); return rc; }
     /* rows are drawn in parallel (the bytes do not depend on the thread count) */
     int nth = moe_cpu_count();

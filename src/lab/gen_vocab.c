@@ -3,7 +3,8 @@
  *
  * Layout (the shape of the shared oracle vocabularies): 256 byte tokens in
  * GPT-2's byte-to-unicode order, then merged tokens in merge order, then
- * <|endoftext|>, <|im_start|>, <|im_end|> as CONTROL tokens. Merges are
+ * <|endoftext|>, <|im_start|>, <|im_end|> as CONTROL tokens (or the special
+ * tokens of the chat template's family, gen_templates.c). Merges are
  * learned from the English text embedded below by plain BPE training (most
  * frequent adjacent pair, ties to the lowest id pair); when the text has no
  * pairs left, deterministic filler merges of existing tokens fill the vocab.
@@ -22,7 +23,8 @@ typedef struct moe_gen_vocab {
     size_t n_tokens, n_merges;
 } moe_gen_vocab;
 
-int moe_gen_vocab_build(int64_t n_vocab, moe_gen_vocab *out, char *err, size_t errlen);
+int moe_gen_vocab_build(int64_t n_vocab, const char *const *special, int n_special, moe_gen_vocab *out,
+                        char *err, size_t errlen);
 void moe_gen_vocab_free(moe_gen_vocab *v);
 
 #define N_SPECIAL 3
@@ -290,12 +292,14 @@ void moe_gen_vocab_free(moe_gen_vocab *v) {
     memset(v, 0, sizeof *v);
 }
 
-int moe_gen_vocab_build(int64_t n_vocab, moe_gen_vocab *out, char *err, size_t errlen) {
+int moe_gen_vocab_build(int64_t n_vocab, const char *const *special, int n_special, moe_gen_vocab *out,
+                        char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    if (n_vocab < 256 + N_SPECIAL || n_vocab > (1 << 24))
+    if (!special || n_special <= 0) { special = SPECIAL; n_special = N_SPECIAL; }
+    if (n_vocab < 256 + n_special || n_vocab > (1 << 24))
         return moe_errf(err, errlen, MOE_EINVAL, "n_vocab %lld out of range (%d..%d)",
-                        (long long)n_vocab, 256 + N_SPECIAL, 1 << 24);
-    size_t n_norm = (size_t)n_vocab - N_SPECIAL, n_merge = n_norm - 256;
+                        (long long)n_vocab, 256 + n_special, 1 << 24);
+    size_t n_norm = (size_t)n_vocab - (size_t)n_special, n_merge = n_norm - 256;
     int order[256], cp_of[256], id_of_byte[256];
     byte_order(order, cp_of);
     for (int i = 0; i < 256; i++) id_of_byte[order[i]] = i;
@@ -373,8 +377,8 @@ int moe_gen_vocab_build(int64_t n_vocab, moe_gen_vocab *out, char *err, size_t e
         out->types[i] = 1;
         if (!out->tokens[i]) goto done;
     }
-    for (size_t i = 0; i < N_SPECIAL; i++) {
-        out->tokens[n_norm + i] = strdup(SPECIAL[i]);
+    for (size_t i = 0; i < (size_t)n_special; i++) {
+        out->tokens[n_norm + i] = strdup(special[i]);
         out->types[n_norm + i] = 3;
         if (!out->tokens[n_norm + i]) goto done;
     }

@@ -26,7 +26,20 @@
  *          message becomes the developer message "# Instructions\n\nCONTENT"
  *          as gpt-oss's template writes it; the template's own system
  *          message (model identity, reasoning effort, channels) and tool
- *          sections are not generated. */
+ *          sections are not generated.
+ *  llama3  <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|> ... then
+ *          <|start_header_id|>assistant<|end_header_id|>\n\n (Llama 3.x, as
+ *          llama.cpp's built-in llama3 rendering; role tool is written as
+ *          Llama 3.1's ipython). The 3.1 template's date/"Environment"
+ *          system preamble is written by the caller that lists tools
+ *          (serve), not here; the BOS is the tokenizer's business.
+ *  mistral [SYSTEM_PROMPT]S[/SYSTEM_PROMPT] [INST]U[/INST] A</s>, tool results
+ *          [TOOL_RESULTS]C[/TOOL_RESULTS], the pseudo-role available_tools
+ *          [AVAILABLE_TOOLS]C[/AVAILABLE_TOOLS] (Mistral-Small-3.1's v7
+ *          template, its marker order; CONTENT as given, so the caller
+ *          writes the template's spaces and JSON). Older [INST] templates
+ *          (v1-v3, which fold the system message into the last user turn)
+ *          are recognised too and rendered this same way. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,15 +119,38 @@ static void render_harmony(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen
     if (gen) sb_add(b, "<|start|>assistant");
 }
 
+static void render_llama3(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
+    for (size_t i = 0; i < n; i++) {
+        sb_add(b, "<|start_header_id|>");
+        sb_add(b, strcmp(msgs[i].role, "tool") ? msgs[i].role : "ipython");
+        sb_add(b, "<|end_header_id|>\n\n"); sb_add(b, msgs[i].content); sb_add(b, "<|eot_id|>");
+    }
+    if (gen) sb_add(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+static void render_mistral(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
+    (void)gen;                         /* the prompt ends with [/INST]: nothing to add */
+    for (size_t i = 0; i < n; i++) {
+        const char *r = msgs[i].role, *c = msgs[i].content;
+        if (!strcmp(r, "system")) { sb_add(b, "[SYSTEM_PROMPT]"); sb_add(b, c); sb_add(b, "[/SYSTEM_PROMPT]"); }
+        else if (!strcmp(r, "user")) { sb_add(b, "[INST]"); sb_add(b, c); sb_add(b, "[/INST]"); }
+        else if (!strcmp(r, "assistant")) { sb_add(b, c); sb_add(b, "</s>"); }
+        else if (!strcmp(r, "tool")) { sb_add(b, "[TOOL_RESULTS]"); sb_add(b, c); sb_add(b, "[/TOOL_RESULTS]"); }
+        else if (!strcmp(r, "available_tools")) { sb_add(b, "[AVAILABLE_TOOLS]"); sb_add(b, c); sb_add(b, "[/AVAILABLE_TOOLS]"); }
+    }
+}
+
 static const struct { const char *name; render_fn fn; } FORMATS[] = {
     {"chatml", render_chatml},
     {"laguna", render_laguna},
     {"deepseek3", render_deepseek3},
     {"glm4", render_glm4},
     {"harmony", render_harmony},
+    {"llama3", render_llama3},
+    {"mistral", render_mistral},
 };
 
-const char *moe_chat_formats(void) { return "chatml, laguna, deepseek3, glm4, harmony"; }
+const char *moe_chat_formats(void) { return "chatml, laguna, deepseek3, glm4, harmony, llama3, mistral"; }
 
 const char *moe_chat_detect(const char *tmpl) {
     if (!tmpl) return NULL;
@@ -127,6 +163,10 @@ const char *moe_chat_detect(const char *tmpl) {
     if (strstr(tmpl, "[gMASK]<sop>")) return "glm4";
     /* gpt-oss's template writes harmony's message headers */
     if (strstr(tmpl, "<|start|>") && strstr(tmpl, "<|message|>")) return "harmony";
+    /* Llama 3.x: its header and end-of-turn tokens (every 3.0-3.3 template) */
+    if (strstr(tmpl, "<|start_header_id|>") && strstr(tmpl, "<|end_header_id|>") && strstr(tmpl, "<|eot_id|>")) return "llama3";
+    /* Mistral: [INST] turns; Llama 2's [INST] templates carry <<SYS>> */
+    if (strstr(tmpl, "[INST]") && strstr(tmpl, "[/INST]") && !strstr(tmpl, "<<SYS>>")) return "mistral";
     return NULL;
 }
 

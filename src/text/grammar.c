@@ -6,7 +6,8 @@
  * that starts with `|`); `#` comments; elements: "literal" (escapes \n \r \t
  * \\ \" \[ \] \xHH \uHHHH \UHHHHHHHH), [class] with ranges and ^ negation
  * (code points, written as UTF-8 or escaped), `.` any character, rule
- * names, ( groups ); postfix * + ? {m} {m,} {m,n}. Errors: one line,
+ * names, ( groups ), <[ID]> one special (control) token by id (an
+ * extension, see grammar.h); postfix * + ? {m} {m,} {m,n}. Errors: one line,
  * "grammar:LINE:COL: what". */
 #include <stdarg.h>
 #include <stdio.h>
@@ -331,6 +332,24 @@ static void parse_literal(gparser *P, elvec *e) {
     }
 }
 
+/* <[ID]>: the token's 5-byte code (grammar.h), which no text can spell. */
+static void parse_token_ref(gparser *P, elvec *e) {
+    size_t at = P->pos;
+    if (P->pos + 2 > P->len || P->s[P->pos + 1] != '[') { perr(P, at, "token references by text (<...>) are not supported; name the token by id: <[ID]>"); return; }
+    P->pos += 2;
+    long id = 0;
+    int nd = 0;
+    while (peek(P) >= '0' && peek(P) <= '9' && nd < 10) { id = id * 10 + (peek(P) - '0'); P->pos++; nd++; }
+    if (!nd || id > MOE_GRAMMAR_MAX_TOKEN_ID || peek(P) != ']' || P->pos + 1 >= P->len || P->s[P->pos + 1] != '>') {
+        perr(P, at, "a token reference is <[ID]> with ID a token id 0..%d", MOE_GRAMMAR_MAX_TOKEN_ID);
+        return;
+    }
+    P->pos += 2;
+    uint8_t b[MOE_GRAMMAR_TOKEN_LEN];
+    moe_grammar_token_code((int32_t)id, b);
+    for (int i = 0; i < MOE_GRAMMAR_TOKEN_LEN; i++) el_push(P, e, GE_BSET, bset_range(P, b[i], b[i]));
+}
+
 static void parse_class(gparser *P, int rule, elvec *e) {
     size_t at = P->pos++;
     bool neg = peek(P) == '^';
@@ -437,6 +456,7 @@ static void parse_sequence(gparser *P, int rule, elvec *e) {
         size_t at = P->pos;
         if (c == '"') { last = e->n; parse_literal(P, e); }
         else if (c == '[') { last = e->n; parse_class(P, rule, e); }
+        else if (c == '<') { last = e->n; parse_token_ref(P, e); }
         else if (c == '.') {
             P->pos++;
             last = e->n;
@@ -473,9 +493,6 @@ static void parse_sequence(gparser *P, int rule, elvec *e) {
             if (c == '{') parse_braces(P, rule, e, last);
             else { P->pos++; repeat(P, rule, e, last, c == '+', c == '?' ? 1 : -1); }
             last = -1;
-        } else if (c == '<') {
-            perr(P, at, "token references (<...>) are not supported");
-            return;
         } else {
             return;
         }

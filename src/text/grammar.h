@@ -34,11 +34,25 @@ struct moe_grammar {
 #define MOE_GRAMMAR_MAX_DEPTH  8192        /* nesting of one parse stack */
 #define MOE_GRAMMAR_MAX_EXPAND 200000      /* expansion steps for one byte */
 
+/* Special (control) tokens: GBNF's <[ID]> matches token ID alone. The
+ * automaton runs over bytes, so such a token is given a 5-byte code, 0xFF
+ * then its id big-endian: 0xFF never occurs in UTF-8, so no text can spell
+ * the code (the vocabulary never allows text tokens whose bytes hold 0xFF,
+ * and literals and classes are UTF-8), and a control token is allowed only
+ * where the grammar names it. */
+#define MOE_GRAMMAR_TOKEN_LEN 5
+#define MOE_GRAMMAR_MAX_TOKEN_ID ((1 << 24) - 1)
+static inline void moe_grammar_token_code(int32_t id, uint8_t b[MOE_GRAMMAR_TOKEN_LEN]) {
+    b[0] = 0xFF;
+    for (int i = 0; i < 4; i++) b[1 + i] = (uint8_t)((uint32_t)id >> (24 - 8 * i));
+}
+
 static inline bool gbset_has(const uint64_t s[4], unsigned b) { return (s[b >> 6] >> (b & 63)) & 1; }
 
 /* A vocabulary from raw token bytes (tests; the public moe_grammar_vocab_new
- * reads a model). kind[i]: 0 normal (its bytes), 1 end of generation, 2
- * never allowed (control tokens, empty pieces). */
+ * reads a model). kind[i]: 0 normal (its bytes; a control token's are its
+ * moe_grammar_token_code), 1 end of generation, 2 never allowed (empty
+ * pieces, text holding byte 0xFF). */
 enum { GV_BYTES = 0, GV_EOG = 1, GV_NEVER = 2 };
 int moe_grammar_vocab_from_pieces(int n, const char *const *bytes, const size_t *lens, const uint8_t *kind,
                                   moe_grammar_vocab **out, char *err, size_t errlen);

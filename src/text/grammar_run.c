@@ -150,9 +150,10 @@ int moe_grammar_vocab_from_pieces(int n, const char *const *bytes, const size_t 
     return MOE_OK;
 }
 
-/* From a model: end-of-generation tokens by moe_token_is_eog, control and
- * other empty-piece tokens never, the rest (byte-fallback included) by the
- * bytes they print. */
+/* From a model: end-of-generation tokens by moe_token_is_eog, control
+ * tokens by their code (grammar.h: only <[ID]> allows them), other
+ * empty-piece tokens and text holding byte 0xFF never, the rest
+ * (byte-fallback included) by the bytes they print. */
 int moe_grammar_vocab_new(const moe_model *m, moe_grammar_vocab **out, char *err, size_t errlen) {
     if (!out || !m) return moe_errf(err, errlen, MOE_EINVAL, "grammar vocab: model or out is NULL");
     *out = NULL;
@@ -162,12 +163,23 @@ int moe_grammar_vocab_new(const moe_model *m, moe_grammar_vocab **out, char *err
     size_t *l = malloc((size_t)n * sizeof *l);
     uint8_t *k = malloc((size_t)n);
     if (!b || !l || !k) { free(b); free(l); free(k); return moe_errf(err, errlen, MOE_ENOMEM, "grammar vocab: out of memory"); }
+    uint8_t (*code)[MOE_GRAMMAR_TOKEN_LEN] = malloc((size_t)n * sizeof *code);
+    if (!code) { free(b); free(l); free(k); return moe_errf(err, errlen, MOE_ENOMEM, "grammar vocab: out of memory"); }
     for (int i = 0; i < n; i++) {
+        const char *sp;
+        size_t sl = 0;
         if (moe_token_piece(m, i, false, &b[i], &l[i]) != MOE_OK) { b[i] = ""; l[i] = 0; }
-        k[i] = moe_token_is_eog(m, i) ? GV_EOG : l[i] ? GV_BYTES : GV_NEVER;
+        k[i] = moe_token_is_eog(m, i) ? GV_EOG : l[i] && !memchr(b[i], 0xFF, l[i]) ? GV_BYTES : GV_NEVER;
+        /* a control token (no text, a name): allowed only where <[ID]> is */
+        if (k[i] == GV_NEVER && !l[i] && moe_token_piece(m, i, true, &sp, &sl) == MOE_OK && sl) {
+            moe_grammar_token_code(i, code[i]);
+            b[i] = (const char *)code[i];
+            l[i] = MOE_GRAMMAR_TOKEN_LEN;
+            k[i] = GV_BYTES;
+        }
     }
     int rc = moe_grammar_vocab_from_pieces(n, b, l, k, out, err, errlen);
-    free(b); free(l); free(k);
+    free(b); free(l); free(k); free(code);
     return rc;
 }
 

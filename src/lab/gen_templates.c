@@ -1,0 +1,108 @@
+/* gen_templates.c — the tool-aware chat templates `moefast gen --chat-template`
+ * writes beside the plain ChatML and Qwen3 ones in gen.c, with the special
+ * tokens each family's vocabulary needs (declared CONTROL by gen_vocab.c), so
+ * random-weight models can be served with tools in every family serve knows
+ * (tests/cli_serve_tools.sh, tests/cli_toolcheck.sh).
+ *
+ * llama3-tools: modelled on Llama-3.1-8B-Instruct's template with
+ *   tools_in_user_message (tools as indented JSON in the first user turn, the
+ *   "Environment: ipython" / date system preamble when tools are given, one
+ *   call per turn as {"name", "parameters"}, results as ipython turns), the
+ *   date fixed to the template's default and no BOS (gen's vocabularies do
+ *   not add one); without tools it is llama.cpp's built-in llama3 form.
+ * mistral-tools: modelled on Mistral-Small-3.1-24B-Instruct-2503's (v7
+ *   markers, [AVAILABLE_TOOLS] before the last user turn, [TOOL_CALLS] with
+ *   the last 9 characters of each id, [TOOL_RESULTS] with call_id), without
+ *   its default system message and parallel-call instructions; tools as
+ *   JSON (tojson), where Small 3.1 writes string values unescaped.
+ * deepseek3-tools: DeepSeek-V3's turn markers and tool-call tokens in the
+ *   vocabulary; the template renders plain turns (serve lists the tools). */
+#include <stddef.h>
+#include <stdint.h>
+
+/* Shared with gen.c. */
+typedef struct gen_template {
+    const char *name, *text;
+    const char *const *special;     /* the vocabulary's special tokens, in id order */
+    int n_special, bos, eos;        /* bos/eos: indexes into special */
+} gen_template;
+const gen_template *moe_gen_template(int64_t i);
+
+#define US "\xe2\x96\x81"                                   /* ▁ */
+#define DS(x) "<\xef\xbd\x9c" x "\xef\xbd\x9c>"             /* <｜x｜> */
+
+static const char LLAMA3_TOOLS[] =
+    "{%- if messages[0].role == 'system' %}{%- set system_message = messages[0].content | trim %}"
+    "{%- set messages = messages[1:] %}{%- else %}{%- set system_message = '' %}{%- endif %}"
+    "{%- if tools %}"
+    "{{- '<|start_header_id|>system<|end_header_id|>\\n\\nEnvironment: ipython\\n"
+    "Cutting Knowledge Date: December 2023\\nToday Date: 26 Jul 2024\\n\\n' + system_message + '<|eot_id|>' }}"
+    "{%- set first = messages[0].content | trim %}{%- set messages = messages[1:] %}"
+    "{{- '<|start_header_id|>user<|end_header_id|>\\n\\nGiven the following functions, please respond with a JSON "
+    "for a function call with its proper arguments that best answers the given prompt.\\n\\n' }}"
+    "{{- 'Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.' }}"
+    "{{- 'Do not use variables.\\n\\n' }}"
+    "{%- for t in tools %}{{- t | tojson(indent=4) }}{{- '\\n\\n' }}{%- endfor %}{{- first + '<|eot_id|>' }}"
+    "{%- elif system_message %}{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' + system_message + '<|eot_id|>' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'tool' %}{{- '<|start_header_id|>ipython<|end_header_id|>\\n\\n' + message.content + '<|eot_id|>' }}"
+    "{%- elif message.tool_calls %}{%- set tc = message.tool_calls[0].function %}"
+    "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n{\"name\": \"' + tc.name + '\", \"parameters\": ' }}"
+    "{%- if tc.arguments is string %}{{- tc.arguments }}{%- else %}{{- tc.arguments | tojson }}{%- endif %}"
+    "{{- '}<|eot_id|>' }}"
+    "{%- else %}{{- '<|start_header_id|>' + message.role + '<|end_header_id|>\\n\\n' + message.content + '<|eot_id|>' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}";
+
+static const char MISTRAL_TOOLS[] =
+    "{%- if messages[0].role == 'system' %}{%- set system_message = messages[0].content %}"
+    "{%- set loop_messages = messages[1:] %}{%- else %}{%- set loop_messages = messages %}{%- endif %}"
+    "{%- if system_message is defined %}{{- '[SYSTEM_PROMPT]' + system_message + '[/SYSTEM_PROMPT]' }}{%- endif %}"
+    "{%- set user_messages = loop_messages | selectattr('role', 'equalto', 'user') | list %}"
+    "{%- for message in loop_messages %}"
+    "{%- if message.role == 'user' %}"
+    "{%- if tools and message == user_messages[-1] %}{{- '[AVAILABLE_TOOLS] [' }}"
+    "{%- for tool in tools %}{{- tool | tojson }}{%- if not loop.last %}{{- ', ' }}{%- endif %}{%- endfor %}"
+    "{{- '][/AVAILABLE_TOOLS]' }}{%- endif %}"
+    "{{- '[INST]' + message.content + '[/INST]' }}"
+    "{%- elif message.tool_calls %}{{- '[TOOL_CALLS] [' }}"
+    "{%- for tc in message.tool_calls %}{{- '{\"name\": \"' + tc.function.name + '\", \"arguments\": ' }}"
+    "{%- if tc.function.arguments is string %}{{- tc.function.arguments }}{%- else %}{{- tc.function.arguments | tojson }}{%- endif %}"
+    "{{- ', \"id\": \"' + tc.id[-9:] + '\"}' }}{%- if not loop.last %}{{- ', ' }}{%- endif %}{%- endfor %}"
+    "{{- ']</s>' }}"
+    "{%- elif message.role == 'assistant' %}{{- message.content + '</s>' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{{- '[TOOL_RESULTS] {\"content\": ' + message.content | string + ', \"call_id\": \"' + message.tool_call_id[-9:] + '\"}[/TOOL_RESULTS]' }}"
+    "{%- endif %}{%- endfor %}";
+
+static const char DEEPSEEK3_TOOLS[] =
+    "{%- for message in messages %}"
+    "{%- if message.role == 'system' %}{{- message.content + '\\n\\n' }}"
+    "{%- elif message.role == 'user' %}{{- '" DS("User") "' + message.content }}"
+    "{%- elif message.role == 'assistant' %}{{- '" DS("Assistant") "' + message.content + '" DS("end" US "of" US "sentence") "' }}"
+    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '" DS("Assistant") "' }}{%- endif %}";
+
+static const char *const SP_LLAMA3[] = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                                        "<|python_tag|>", "<|eom_id|>", "<|eot_id|>"};
+static const char *const SP_MISTRAL[] = {"<s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+                                         "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[SYSTEM_PROMPT]",
+                                         "[/SYSTEM_PROMPT]", "</s>"};
+static const char *const SP_DS3[] = {
+    DS("begin" US "of" US "sentence"), DS("User"), DS("Assistant"),
+    DS("tool" US "calls" US "begin"), DS("tool" US "calls" US "end"), DS("tool" US "call" US "begin"),
+    DS("tool" US "call" US "end"), DS("tool" US "sep"), DS("tool" US "outputs" US "begin"),
+    DS("tool" US "outputs" US "end"), DS("tool" US "output" US "begin"), DS("tool" US "output" US "end"),
+    DS("end" US "of" US "sentence")};
+
+#define N(a) (int)(sizeof a / sizeof a[0])
+/* indexes 2.. of gen's chat_template choices (0 chatml and 1 qwen3-tools are gen.c's) */
+static const gen_template TEMPLATES[] = {
+    {"llama3-tools", LLAMA3_TOOLS, SP_LLAMA3, N(SP_LLAMA3), 0, 5},
+    {"mistral-tools", MISTRAL_TOOLS, SP_MISTRAL, N(SP_MISTRAL), 0, 10},
+    {"deepseek3-tools", DEEPSEEK3_TOOLS, SP_DS3, N(SP_DS3), 0, 12},
+};
+
+const gen_template *moe_gen_template(int64_t i) {
+    return i >= 2 && i - 2 < N(TEMPLATES) ? &TEMPLATES[i - 2] : NULL;
+}

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""tools_family.py FAMILY PORT MODEL MOEFAST LOG — tool calls of one template
+family (llama3, mistral, deepseek3) on a random-weight model written by
+`gen --chat-template FAMILY-tools`, served with MOEFAST_SERVE_TEST_TOOL_TEXT
+= 'Let me check.' + the family's trigger (tests/cli_serve_tools.sh):
+  required / named: the raw text starts with the family's call syntax (its
+    markers written as the one control token each: the returned token ids),
+    the calls valid; streamed == not streamed;
+  auto through the hook: the text before the trigger is content, then a call;
+  the same request again (its grammar from the cache) gives the same tokens;
+  a conversation with calls and results sent back: the prompt's tokens equal
+    the gen'd template rendered by jinja2 (when installed), and a call follows.
+Prints one line per failure; exits 1 on any."""
+import json, struct, subprocess, sys, time, urllib.request, urllib.error
+
+FAM, PORT, MODEL, REL, LOG = sys.argv[1:6]
+fails = 0
+def bad(name, why):
+    global fails
+    fails += 1
+    print(f"FAIL: {FAM} {name}: {why}")
+
+def post(body):
+    req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+def post_to(path, body):
+    req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+def chat(name, body):
+    st, txt = post(body)
+    if st != 200: bad(name, f"status {st}: {txt[:300]}"); return None
+    return json.loads(txt)
+
+def stream_calls(body):
+    st, txt = post({**body, "stream": True})
+    calls, content, finish = {}, "", None
+    for line in txt.splitlines():
+        if not line.startswith("data: ") or line == "data: [DONE]": continue
+        ch = json.loads(line[6:])["choices"][0]
+        d = ch.get("delta", {})
+        content += d.get("content") or ""
+        for tc in d.get("tool_calls") or []:
+            c = calls.setdefault(tc["index"], {"name": "", "arguments": ""})
+            c["name"] += tc.get("function", {}).get("name") or ""
+            c["arguments"] += tc.get("function", {}).get("arguments") or ""
+        finish = ch.get("finish_reason") or finish
+    return content, [(c["name"], c["arguments"]) for _, c in sorted(calls.items())], finish
+
+def raw_of(r):
+    rid = int(r["id"].split("-")[1])
+    for _ in range(100):
+        for line in open(LOG):
+            if line.startswith(f"moefast serve: id={rid} raw="): return json.loads(line.split(" raw=", 1)[1])
+        time.sleep(0.05)
+    return ""
+
+def tok(text):
+    out = subprocess.run([REL, "tokenize", "-m", MODEL, "-f", "-", "--json"], input=text.encode(), capture_output=True, check=True).stdout
+    return json.loads(out)
+
+def gguf_template(path):
+    """tokenizer.chat_template from the GGUF header (a minimal reader)."""
+    f = open(path, "rb")
+    _, _, _, nkv = struct.unpack("<4sIQQ", f.read(24))
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    def rstr(): return f.read(struct.unpack("<Q", f.read(8))[0]).decode()
+    def skip(t):
+        if t == 8: rstr()
+        elif t == 9:
+            et, n = struct.unpack("<IQ", f.read(12))
+            for _ in range(n): skip(et)
+        else: f.read(sizes[t])
+    for _ in range(nkv):
+        k = rstr(); t = struct.unpack("<I", f.read(4))[0]
+        if k == "tokenizer.chat_template": return rstr()
+        skip(t)
+    return None
+
+US, DS = "\u2581", lambda x: "<\uff5c" + x + "\uff5c>"
+START = {"llama3": '{"name": "', "mistral": '[TOOL_CALLS] [{"name": "',
+         "deepseek3": DS(f"tool{US}calls{US}begin") + DS(f"tool{US}call{US}begin") + "function" + DS(f"tool{US}sep")}[FAM]
+# control tokens the grammar must have written as one token each (not the trigger, which is the prompt's)
+MARKERS = {"llama3": [], "mistral": [], "deepseek3": [DS(f"tool{US}call{US}begin"), DS(f"tool{US}sep")]}[FAM]
+TRIGGER = {"llama3": '{"name"', "mistral": "[TOOL_CALLS]", "deepseek3": DS(f"tool{US}calls{US}begin")}[FAM]
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
+                                            "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+           "required": ["city", "days"]}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather.", "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}]
+MSGS = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Weather in Paris?"}]
+base = {"messages": MSGS, "tools": TOOLS, "max_tokens": 120, "temperature": 0, "return_tokens": True,
+        "parallel_tool_calls": False}
+
+def valid(name, calls, allowed=("get_weather", "ping")):
+    if not calls: bad(name, "no calls"); return
+    for c in calls:
+        f = c["function"]
+        if f["name"] not in allowed: bad(name, f"function {f['name']}"); continue
+        a = json.loads(f["arguments"])
+        if f["name"] == "get_weather" and not (isinstance(a.get("city"), str) and len(a["city"]) <= 10 and
+                                               isinstance(a.get("days"), int) and 1 <= a["days"] <= 7 and set(a) <= {"city", "days"}):
+            bad(name, f"arguments {a}")
+        if f["name"] == "ping" and a != {}: bad(name, f"arguments {a}")
+
+for name, extra in (("required", {"tool_choice": "required"}),
+                    ("named", {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}})):
+    r = chat(name, {**base, **extra})
+    if not r: continue
+    c = r["choices"][0]
+    if c["finish_reason"] != "tool_calls" or c["message"]["content"] is not None: bad(name, f"{c}")
+    valid(name, c["message"].get("tool_calls"), ("get_weather",) if name == "named" else ("get_weather", "ping"))
+    raw = raw_of(r)
+    if not raw.startswith(START): bad(name, f"raw {raw!r} does not start with {START!r}")
+    for m in MARKERS:
+        t = tok(m)
+        if t["n_tokens"] != 1 or t["ids"][0] not in c.get("tokens", []):
+            bad(name, f"marker {m!r} not generated as its one token {t} in {c.get('tokens')}")
+    # the same request again: its grammar comes from the cache (a constraint
+    # reset to its start), the tokens are the same
+    r2 = chat(name + "-again", {**base, **extra})
+    if r2 and r2["choices"][0]["tokens"] != c["tokens"]: bad(name + "-again", "tokens differ from the first request's")
+    s = stream_calls({**base, **extra})
+    want = [(x["function"]["name"], x["function"]["arguments"]) for x in c["message"].get("tool_calls") or []]
+    if s[1] != want or s[2] != "tool_calls": bad(name + "-stream", f"{s} != {want}")
+
+r = chat("auto", {**base, "tool_choice": "auto"})
+if r:
+    c = r["choices"][0]
+    if c["message"]["content"] != "Let me check." or c["finish_reason"] != "tool_calls": bad("auto", f"{c['message']} {c['finish_reason']}")
+    valid("auto", c["message"].get("tool_calls"))
+
+# a conversation with a call and its result sent back
+turn = MSGS + [{"role": "assistant", "content": None, "tool_calls": [
+    {"id": "call_abcdefghi", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 2}"}}]},
+    {"role": "tool", "tool_call_id": "call_abcdefghi", "content": "sunny"}, {"role": "user", "content": "And Rome?"}]
+r = chat("turn", {**base, "messages": turn, "tool_choice": "required"})
+if r: valid("turn", r["choices"][0]["message"].get("tool_calls"))
+
+try:
+    import jinja2
+except ImportError:
+    jinja2 = None
+    print(f"skip: {FAM} prompts against the template (python3 jinja2 not installed)")
+if jinja2 and FAM != "deepseek3":                   # deepseek3-tools renders plain turns only
+    env = jinja2.Environment()
+    env.filters["tojson"] = lambda x, indent=None: json.dumps(x, ensure_ascii=False, indent=indent)  # transformers'
+    tmpl = env.from_string(gguf_template(MODEL))
+    for name, msgs in (("prompt-tools", MSGS), ("prompt-turn", turn)):
+        jm = [dict(m, content=m["content"] or "") for m in msgs]
+        text = tmpl.render(messages=jm, tools=TOOLS, add_generation_prompt=True)
+        # the same prompt tokens: greedy continuations of the chat (tools shown,
+        # nothing constrained under none) and of the rendered text are equal
+        st, txt = post_to("completions", {"prompt": text, "max_tokens": 6, "temperature": 0, "return_tokens": True})
+        r = chat(name + "-none", {**base, "messages": msgs, "tool_choice": "none", "max_tokens": 6})
+        if st != 200 or not r or json.loads(txt)["choices"][0]["tokens"] != r["choices"][0]["tokens"]:
+            bad(name + "-none", f"the chat's continuation differs from the rendered template's: {txt[:200]} {r and r['choices'][0]}")
+        for choice, suffix in (("auto", ""), ("required", TRIGGER)):
+            n = tok(text + suffix)["n_tokens"]
+            r = chat(name, {**base, "messages": msgs, "tool_choice": choice, "max_tokens": 1})
+            if r and r["usage"]["prompt_tokens"] != n:
+                bad(f"{name}-{choice}", f"prompt {r['usage']['prompt_tokens']} tokens, the template gives {n}:\n{text + suffix}")
+
+with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/metrics", timeout=30) as m:
+    hits = [l for l in m.read().decode().splitlines() if l.startswith("moefast_grammar_cache_hits_total ")]
+if not hits or int(hits[0].split()[1]) < 4: bad("grammar-cache", f"{hits} (want at least 4 hits: each repeated grammar)")
+
+print(f"tools {FAM} checks:", "ok" if fails == 0 else f"{fails} failed")
+sys.exit(1 if fails else 0)
