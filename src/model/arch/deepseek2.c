@@ -171,9 +171,10 @@ static int deepseek2_bind(moe_model *m, char *err, size_t errlen) {
     hp->head_dim_v = k.kv_lora;
     hp->n_ff_shexp = hp->n_ff_exp * k.n_shared;
     const int H = hp->n_head_max;
-    hp->blk_tok = k.q_lora + H * (k.nope + k.rope) + H * k.v_dim;   /* qa, q, the heads' outputs (mla.c) */
-    const int64_t a8 = moe_act8_row_bytes(k.nope) + moe_act8_row_bytes(k.kv_lora);
-    hp->blk_thr = (int)a8;                                          /* act_q8 rows of q_nope and o */
+    /* per token (mla.c): qa, q, the heads' outputs, then the heads' act_q8
+     * rows of q_nope and o (bytes, in floats) */
+    const int64_t a8 = (int64_t)H * (moe_act8_row_bytes(k.nope) + moe_act8_row_bytes(k.kv_lora));
+    hp->blk_tok = k.q_lora + H * (k.nope + k.rope) + H * k.v_dim + (int)((a8 + 3) / 4);
     if ((rc = moe_check_hparams(m, err, errlen))) return rc;
     if ((rc = moe_read_rope(m, 0, "rope.freq_base", 10000.0f, "rope.dimension_count", k.rope, true, err, errlen))) return rc;
     m->ropes[0].adjacent = true;

@@ -21,12 +21,16 @@
  *   1. per token: the norm and the projections (row dot products under the
  *      kernels' contract: a row's bits do not depend on the other rows);
  *   2. per token, alone: the q_a norm, the c norm, RoPE of kp, the cache store;
- *   3. per (token, head) item, alone, on any thread: Wk_b_h q_nope (one gemv),
- *      RoPE of q_pe, the scores over the token's sequence's keys in increasing
- *      position order, softmax (max, exp, sum in key order), the weighted sum
- *      of the c rows in key order, times 1/sum, then Wv_b_h o (one gemv);
- *   4. per token: Wo, the residual.
- * Phase 2 finishes before phase 3 starts, so a token reads the keys of the
+ *   3. per head, over the step's tokens: q~ = Wk_b_h q_nope (one product per
+ *      head, all tokens as its rows: in a prompt the head's matrix streams
+ *      once, not once per token; each row is the same dot products either way);
+ *   4. per (token, head) item, alone, on any thread: RoPE of q_pe, the scores
+ *      over the token's sequence's keys in increasing position order, softmax
+ *      (max, exp, sum in key order), the weighted sum of the c rows in key
+ *      order, times 1/sum;
+ *   5. per head, over the tokens: out_h = Wv_b_h o;
+ *   6. per token: Wo, the residual.
+ * Phase 2 finishes before phase 4 starts, so a token reads the keys of the
  * step's earlier tokens exactly as a later decode step reads them. */
 #include <string.h>
 
@@ -41,6 +45,9 @@ typedef struct {
     int il;
     float *q;                /* [n][H][nope + rope] */
     float *out;              /* [n][H][v] */
+    uint8_t *a8;             /* act_q8: [n][H] A8 rows of q_nope, then of o (a8_nope, a8_c bytes) */
+    size_t a8_nope, a8_c;
+    int phase;               /* head products: 0 Wk_b (q~), 1 Wv_b (out) */
 } mla_task;
 
 /* Index of the first float (half) of sequence seq's cache rows for layer il
@@ -75,18 +82,32 @@ static void rows_worker(void *arg, int ith, int nth) {
     }
 }
 
-/* One product y = W_h x of one row (head h of a stack), reading an A8 copy
- * of x from the thread's scratch when W is in the a8 layout (act_q8). */
-static void head_gemv(const moe_context *c, const moe_weight *w, int h, const float *x, uint8_t *a8, float *y) {
-    const uint8_t *xa = NULL;
-    if (w->a8) {
-        c->kern->quantize_act8(x, a8, (int)w->n_in);
-        xa = a8;
+/* Phases 3 and 5: heads dealt out cyclically; head h's product over all the
+ * step's tokens (rows H apart): Wk_b_h q_nope -> q~'s first C values, or
+ * Wv_b_h o -> out. With act_q8 the inputs are quantized here, a row each. */
+static void heads_worker(void *arg, int ith, int nth) {
+    const mla_task *mt = arg;
+    const moe_context *c = mt->c;
+    const moe_mla_desc *d = mt->d;
+    const int n = c->n_tok, H = mt->a->n_head, Cl = d->kv_lora, D = Cl + d->rope_dim, Dq = d->nope + d->rope_dim;
+    const bool k = mt->phase == 0;
+    const moe_weight *w = k ? &d->wk_b : &d->wv_b;
+    const float *x = k ? mt->q : c->att;                      /* [n][H][Dq] or [n][H][C] */
+    const size_t xs = (size_t)H * (size_t)(k ? Dq : Cl), ab = k ? mt->a8_nope : mt->a8_c;
+    uint8_t *xa = k ? mt->a8 : mt->a8 + (size_t)n * (size_t)H * mt->a8_nope;
+    float *y = k ? c->q : mt->out;                            /* [n][H][D] or [n][H][v] */
+    const size_t ys = (size_t)H * (size_t)(k ? D : d->v_dim);
+    for (int h = ith; h < H; h += nth) {
+        const float *xh = x + (size_t)h * (xs / (size_t)H);
+        uint8_t *ah = w->a8 ? xa + (size_t)h * ab : NULL;
+        if (ah)
+            for (int t = 0; t < n; t++)
+                c->kern->quantize_act8(xh + (size_t)t * xs, ah + (size_t)t * (size_t)H * ab, (int)w->n_in);
+        moe_matmul_rows(c, w, h, xh, xs, ah, (size_t)H * ab, n, y + (size_t)h * (ys / (size_t)H), ys, 0, w->n_out);
     }
-    moe_matmul_rows(c, w, h, x, (size_t)w->n_in, xa, 0, 1, y, (size_t)w->n_out, 0, w->n_out);
 }
 
-/* Phase 3: items (token t, head h), dealt out cyclically (later tokens of a
+/* Phase 4: items (token t, head h), dealt out cyclically (later tokens of a
  * prompt see more keys). */
 static void item_worker(void *arg, int ith, int nth) {
     const mla_task *mt = arg;
@@ -98,14 +119,12 @@ static void item_worker(void *arg, int ith, int nth) {
     const int H = mt->a->n_head, Cl = d->kv_lora, D = d->kv_lora + d->rope_dim, Dq = d->nope + d->rope_dim;
     const size_t Cx = (size_t)c->n_ctx;
     float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * Cx;
-    uint8_t *a8 = c->blk_thr ? c->blk_thr + (size_t)ith * (((size_t)hp->blk_thr + 63) / 64 * 64) : NULL;
     const bool stream = c->n_tok == 1 && moe_flag_on(c->flags, MOE_FLAG_KEY_STREAM);
     for (int64_t it = ith; it < (int64_t)c->n_tok * H; it += nth) {
         const int t = (int)(it / H), h = (int)(it % H);
         const int pos = c->tok_pos[t], nk = pos + 1;
         const float *qn = mt->q + ((size_t)t * H + h) * (size_t)Dq;          /* [nope | rope] */
-        float *qt = c->q + ((size_t)t * H + h) * (size_t)D;                 /* [C | rope] */
-        head_gemv(c, &d->wk_b, h, qn, a8, qt);                              /* q~ = Wk_b_h q_nope */
+        float *qt = c->q + ((size_t)t * H + h) * (size_t)D;                 /* [C | rope]: C from phase 3 */
         memcpy(qt + Cl, qn + d->nope, (size_t)d->rope_dim * sizeof(float));
         moe_rope_apply(qt + Cl, c->rope_tab[mt->a->rope] + (size_t)pos * (size_t)rp->n_rot, rp->n_rot, rp->adjacent);
         const size_t k0 = cache_rows(c, c->tok_seq[t], mt->il) * (size_t)D;   /* keys [nk][D], values their first C */
@@ -129,7 +148,6 @@ static void item_worker(void *arg, int ith, int nth) {
             const float inv = 1.0f / sum;
             for (int i = 0; i < Cl; i++) o[i] *= inv;
         }
-        head_gemv(c, &d->wv_b, h, o, a8, mt->out + ((size_t)t * H + h) * (size_t)d->v_dim);   /* Wv_b_h o */
     }
 }
 
@@ -138,7 +156,10 @@ static void mla_run(moe_context *c, const moe_mla_desc *d, const moe_attn_desc *
     const int n = c->n_tok, E = hp->n_embd, H = a->n_head;
     float *qa = c->blk_tok;                                       /* [n][blk_tok]: qa first, then q, out */
     const size_t qa_len = (size_t)d->q_lora, q_len = (size_t)H * (size_t)(d->nope + d->rope_dim);
-    mla_task mt = {c, d, a, il, c->blk_tok + (size_t)n * qa_len, c->blk_tok + (size_t)n * (qa_len + q_len)};
+    const size_t v_len = (size_t)H * (size_t)d->v_dim;
+    mla_task mt = {c, d, a, il, c->blk_tok + (size_t)n * qa_len, c->blk_tok + (size_t)n * (qa_len + q_len),
+                   (uint8_t *)(c->blk_tok + (size_t)n * (qa_len + q_len + v_len)),
+                   (size_t)moe_act8_row_bytes(d->nope), (size_t)moe_act8_row_bytes(d->kv_lora), 0};
     moe_norm_tokens(c, d->norm);                                  /* h = RMSNorm(x) * norm  [n][E] */
     /* qa [n][q_lora] (or q [n][H*(nope+rope)] directly) and [c | kp] [n][C + rope] */
     const moe_weight *ws[2] = {d->q_lora ? &d->wq_a : &d->wq, &d->wkv_a};
@@ -151,7 +172,11 @@ static void mla_run(moe_context *c, const moe_mla_desc *d, const moe_attn_desc *
     else rows_worker(&mt, 0, 1);
     if (d->q_lora) moe_matmul(c, &d->wq_b, qa, n, mt.q);          /* q = Wq_b qa */
     PROF_MARK(c, MOE_PH_QKV, (double)ws[0]->mat_bytes + (double)ws[1]->mat_bytes + (d->q_lora ? (double)d->wq_b.mat_bytes : 0), 0);
-    moe_ctx_par(c, item_worker, &mt);                             /* phase 3 */
+    mt.phase = 0;
+    moe_ctx_par(c, heads_worker, &mt);                            /* phase 3: q~ = Wk_b_h q_nope */
+    moe_ctx_par(c, item_worker, &mt);                             /* phase 4 */
+    mt.phase = 1;
+    moe_ctx_par(c, heads_worker, &mt);                            /* phase 5: out_h = Wv_b_h o */
     double kvb = 0;
     for (int t = 0; t < n; t++) kvb += moe_attn_kv_bytes(c, a, c->tok_pos[t]);
     PROF_MARK(c, MOE_PH_ATTENTION, (double)(d->wk_b.mat_bytes * (size_t)d->wk_b.n_mat + d->wv_b.mat_bytes * (size_t)d->wv_b.n_mat), kvb);
