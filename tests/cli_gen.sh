@@ -27,6 +27,7 @@ expect_err gen --arch qwen3moe --preset tiny -o "$d/x.gguf" swa_window=8; expect
 expect_err gen --arch laguna --preset tiny -o "$d/x.gguf" --type Q9_9; expect_msg "Q9_9"
 expect_err gen --arch qwen3moe --preset tiny -o "$d/x.gguf" head_peak=-1; expect_msg "head_peak"
 expect_err gen --arch qwen3moe --preset tiny -o "$d/x.gguf" embd_scale=x; expect_msg "embd_scale"
+expect_err gen --arch qwen3moe --preset tiny -o "$d/x.gguf" key_outliers=-2; expect_msg "key_outliers"
 expect_err gen --arch laguna --preset tiny -o "$d/x.gguf" --seed -3; expect_msg "seed"
 expect_err gen --arch laguna --preset tiny -o "$d/x.gguf" --bogus; expect_msg "bogus"
 expect_err gen --arch laguna --preset tiny -o "$d/x.gguf" --chat-template jinja; expect_msg "chat_template"

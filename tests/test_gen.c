@@ -636,10 +636,54 @@ static void check_laguna_yarn_keys(void) {
     unlink(tpath("yarn.gguf"));
 }
 
+/* key_outliers=F: in every KV head the rows of attn_k for channels 3, 17,
+ * head_dim/2+5, head_dim-7 are F times the plain file's, every other byte
+ * of the file is the same (F32: exact products). */
+static void check_key_outliers(void) {
+    char err[MOE_ERR_LEN];
+    const char *pa = tpath("ko-a.gguf"), *pb = tpath("ko-b.gguf");
+    int rc = gen("qwen3moe", "tiny", (const char *const[]){"type=F32", NULL}, pa, err);
+    CHECK_MSG(rc == 0, "%s", err);
+    rc = gen("qwen3moe", "tiny", (const char *const[]){"type=F32", "key_outliers=8", NULL}, pb, err);
+    CHECK_MSG(rc == 0, "%s", err);
+    gguf_file *a = NULL, *b = NULL;
+    if (gguf_open(pa, &a, err, sizeof err) || gguf_open(pb, &b, err, sizeof err)) {
+        CHECK_MSG(0, "%s", err);
+        gguf_close(a);
+        return;
+    }
+    const int hd = (int)kv_u(a, "qwen3moe.attention.key_length", GGUF_U32);
+    CHECK(hd == 64);
+    int scaled = 0, other_diff = 0;
+    for (uint64_t i = 0; i < a->n_tensors; i++) {
+        const gguf_tensor *ta = &a->tensors[i], *tb = gguf_find_tensor(b, ta->name);
+        if (!tb || ta->nbytes != tb->nbytes) { other_diff++; continue; }
+        const bool k = strstr(ta->name, ".attn_k.weight") != NULL;
+        const float *fa = (const float *)(const void *)ta->data, *fb = (const float *)(const void *)tb->data;
+        for (int64_t r = 0; r < (k ? ta->ne[1] : 0); r++) {
+            const int ch = (int)(r % hd);
+            const bool out = ch == 3 || ch == 17 || ch == hd / 2 + 5 || ch == hd - 7;
+            for (int64_t c = 0; c < ta->ne[0]; c++) {
+                const float x = fa[r * ta->ne[0] + c], y = fb[r * ta->ne[0] + c];
+                if (out ? y != 8.0f * x : y != x) other_diff++;
+            }
+            scaled += out;
+        }
+        if (!k && memcmp(ta->data, tb->data, ta->nbytes)) other_diff++;
+    }
+    CHECK_MSG(scaled == 4 * 4 * 2, "key_outliers: %d rows scaled, expected 4 channels x 2 KV heads x 4 layers", scaled);
+    CHECK_MSG(other_diff == 0, "key_outliers: %d other values differ", other_diff);
+    gguf_close(a);
+    gguf_close(b);
+    unlink(pa);
+    unlink(pb);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/moefast-test-gen-XXXXXX");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
     char err[MOE_ERR_LEN], oracle[512];
+    check_key_outliers();
     const char *arches[2] = {"laguna", "qwen3moe"};
     for (int a = 0; a < 2; a++) {
         const char *p1 = tpath("a.gguf"), *p2 = tpath("b.gguf"), *pq = tpath("q.gguf");

@@ -67,6 +67,7 @@ typedef struct gen_cfg {
     int64_t chat_template;              /* 0 plain ChatML, 1 qwen3-tools (Qwen3's tool rendering), 2.. gen_templates.c */
     double embd_scale;    /* token_embd's std (1 unless set: a larger one makes the final hidden state carry its token's embedding) */
     double head_peak;     /* output.weight row v += head_peak x the std of the head x token_embd row v (0: off) */
+    double key_outliers;  /* attn_k.weight: rows of the outlier channels of every KV head x this (0: off) */
 } gen_cfg;
 
 /* ---- hyperparameter keys --------------------------------------------------- */
@@ -130,6 +131,7 @@ static const key_def KEYS[] = {
     {"rms_eps", ARCH_BOTH, K_FLOAT, O(rms_eps), 1e-12, 0.1, NULL, "attention.layer_norm_rms_epsilon"},
     {"chat_template", ARCH_BOTH, K_ENUM, O(chat_template), 0, 0, "chatml|qwen3-tools|llama3-tools|mistral-tools|deepseek3-tools", "tokenizer.chat_template: plain ChatML, or a family's with tools (and its special tokens)"},
     {"embd_scale", ARCH_BOTH, K_FLOAT, O(embd_scale), 0, 1000, NULL, "standard deviation of token_embd (0: 1, the default); with head_peak, a larger one makes the final hidden state carry its token's embedding, so the logits peak"},
+    {"key_outliers", ARCH_BOTH, K_FLOAT, O(key_outliers), 0, 1000, NULL, "keys with outlier channels as trained models have: in every KV head, attn_k's rows of 4 channels (3, 17, head_dim/2+5, head_dim-7) scaled by this factor (0: off; docs/KV_TQ.md)"},
     {"head_peak", ARCH_BOTH, K_FLOAT, O(head_peak), 0, 1000, NULL, "peaked logits like a trained model's: output row v += head_peak x (the head's std) x token_embd row v, so the final hidden state (which carries its token's embedding) favours a few rows by a margin (0: off; docs/SCREEN.md)"},
 };
 #undef O
@@ -752,7 +754,20 @@ typedef struct draw_job {
     uint64_t row_bytes;
     float peak;         /* output.weight with head_peak: the multiple of token_embd's row added, else 0 */
     uint64_t peak_seed; /* token_embd.weight's stream */
+    float outlier;      /* attn_k.weight with key_outliers: the factor of the outlier channels' rows, else 0 */
+    int64_t head_dim;
 } draw_job;
+
+/* key_outliers: is row ir of attn_k (channel ir % head_dim of its KV head)
+ * one of the four outlier channels? */
+static bool outlier_row(const draw_job *j, int64_t ir) {
+    if (j->outlier <= 0 || j->head_dim <= 0) return false;
+    const int64_t hd = j->head_dim, ch = ir % hd;
+    const int64_t pick[4] = {3 % hd, 17 % hd, (hd / 2 + 5) % hd, (hd - 7 + hd) % hd};
+    for (int i = 0; i < 4; i++)
+        if (ch == pick[i]) return true;
+    return false;
+}
 
 /* head_peak: row += peak x token_embd's row ir, drawn again from its own
  * stream (its std is 1: d_base 1/Q_RMS). A Q8_0 head is then quantized
@@ -780,11 +795,13 @@ static void draw_rows(const draw_job *j, int64_t r0, int64_t r1, float *row) {
         moe_rng r;
         moe_rng_seed(&r, j->seed + 0x9e3779b97f4a7c15ull * (uint64_t)(ir + 1));
         uint8_t *out = j->dst + (uint64_t)ir * j->row_bytes;
+        const bool scaled = outlier_row(j, ir);
+        const bool via_float = j->peak > 0 || scaled;   /* the row changes before it is quantized */
         for (int64_t b = 0; b < (n + 31) / 32; b++) {
             uint16_t d16;
             int8_t q[32];
             draw_block(&r, d_base, &d16, q);
-            if (t->type == MOE_T_Q8_0 && j->peak > 0) {   /* head_peak: the float row, quantized below */
+            if (t->type == MOE_T_Q8_0 && via_float) {     /* head_peak / key_outliers: the float row, quantized below */
                 for (int i = 0; i < 32; i++) row[32 * b + i] = moe_f16_to_f32(d16) * (float)q[i];
                 continue;
             }
@@ -799,7 +816,9 @@ static void draw_rows(const draw_job *j, int64_t r0, int64_t r1, float *row) {
             for (int i = 0; i < m; i++) row[32 * b + i] = d * (float)q[i];
         }
         if (j->peak > 0) add_embd_row(j, ir, n, row);
-        if (t->type != MOE_T_Q8_0 || j->peak > 0) moe_quantize_row((uint32_t)t->type, row, out, n);
+        if (scaled)
+            for (int64_t i = 0; i < n; i++) row[i] *= j->outlier;
+        if (t->type != MOE_T_Q8_0 || via_float) moe_quantize_row((uint32_t)t->type, row, out, n);
     }
 }
 
@@ -822,7 +841,12 @@ static void draw_tensor(const gen_cfg *c, const tplan *t, uint8_t *dst, float *s
         }
         return;
     }
-    draw_job j = {t, seed, dst, scratch, moe_row_bytes((uint32_t)t->type, (uint64_t)t->ne[0]), 0, 0};
+    draw_job j = {t, seed, dst, scratch, moe_row_bytes((uint32_t)t->type, (uint64_t)t->ne[0]), 0, 0, 0, 0};
+    const size_t nl = strlen(t->name), kl = strlen(".attn_k.weight");
+    if (c->key_outliers > 0 && nl > kl && !strcmp(t->name + nl - kl, ".attn_k.weight")) {
+        j.outlier = (float)c->key_outliers;
+        j.head_dim = c->head_dim;
+    }
     if (c->head_peak > 0 && !strcmp(t->name, "output.weight")) {
         j.peak = (float)c->head_peak * t->std;
         j.peak_seed = c->seed ^ name_hash("token_embd.weight");
