@@ -9,6 +9,8 @@
 #      run at the AVX2 level (MOEFAST_ISA=avx2: what a CPU without AVX-512 gets);
 #   4. `moefast serve` at concurrency 1/2/4/8 on the qwen3moe model (bench/serve.sh;
 #      BENCH_SERVE=0 skips it);
+#   4b. expert parallelism over MPI at N = 1, 2, 3 ranks (bench/mpi.sh; BENCH_MPI=0
+#      skips it; skipped when mpirun or the MPI build is absent);
 #   5. with LLAMA_BENCH / IK_LLAMA_BENCH set, bench/sidebyside.sh (moefast
 #      against those llama-bench binaries on the same files, interleaved);
 #   6. a summary table. JSON and SVG output stay in build/bench/.
@@ -134,6 +136,11 @@ if [ "${BENCH_SERVE:-1}" != 0 ] && [ -f "$MODELS/qwen3moe-bench-q8_0.gguf" ]; th
   echo "== moefast serve at concurrency 1, 2, 4, 8 (bench/serve.sh)"
   sh bench/serve.sh "$BIN" "$MODELS/qwen3moe-bench-q8_0.gguf" "$OUT/serve.json" ||
     { echo "bench/run.sh: bench/serve.sh failed" >&2; status=1; }
+fi
+
+if [ "${BENCH_MPI:-1}" != 0 ] && [ -f "$MODELS/qwen3moe-bench-q8_0.gguf" ]; then
+  echo "== expert parallelism over MPI, N = 1, 2, 3 ranks (bench/mpi.sh)"
+  sh bench/mpi.sh "$B" "$MODELS/qwen3moe-bench-q8_0.gguf" || echo "bench/run.sh: bench/mpi.sh skipped or failed" >&2
 fi
 
 if [ -n "${LLAMA_BENCH:-}${IK_LLAMA_BENCH:-}" ]; then
