@@ -1,0 +1,72 @@
+/* act8_iq_avx512.c — the act_q8 kernels of the i-quants (IQ2_XXS, IQ2_XS,
+ * IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) with AVX-512 VNNI, bit-identical to
+ * act8_iq_ref.c.
+ *
+ * Per group of 16 blocks, each row is decoded once (act8_iq.h: integer
+ * only) into a 512-byte slab buffer of u = v + 128, block j at bytes 4j..
+ * of each slab like the activation's, plus the blocks' scales; then per
+ * token each half of the blocks is 4 vpdpbusd from -128 hsum_h (exact
+ * int32: the contract's isum_h in lane j), the halves weighted by their
+ * scales (vpmulld, exact) and one FMA per lane with F * da, masked to the
+ * group's blocks (a row's last group may hold 8: lanes 8..15 keep their
+ * sums). */
+#include "quant/act8_iq.h"
+
+#include <immintrin.h>
+
+#include "quant/hsum_avx512.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+/* A row's decoded group. */
+typedef struct {
+    _Alignas(64) uint8_t u[512];
+    _Alignas(64) int32_t s0[16], s1[16];
+    _Alignas(64) float f[16];
+} dgroup;
+
+/* R rows (rs bytes apart) x T tokens (A8 rows xs apart) -> y[t*ys + r*yr]. */
+ALWAYS_INLINE void tile_iq(const uint8_t *w, size_t rs, const uint8_t *xa, size_t xs, float *y, size_t ys,
+                           size_t yr, int64_t n, const int R, const int T, const uint32_t F) {
+    const int64_t nb = n / 32;
+    __m512 acc[4][2];
+    dgroup dg[4];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < nb; g0 += A8_G) {
+        const int gn = (int)(nb - g0 < A8_G ? nb - g0 : A8_G);
+        const __mmask16 ml = gn == 16 ? 0xFFFF : (__mmask16)((1u << gn) - 1);
+        UNROLL for (int r = 0; r < R; r++)
+            moe_a8iq_group(F, w + (size_t)r * rs + (size_t)(g0 / 8) * A8IQ_QB(F), gn, dg[r].u, dg[r].s0, dg[r].s1, dg[r].f);
+        UNROLL for (int t = 0; t < T; t++) {
+            const uint8_t *A = xa + (size_t)t * xs + (size_t)(g0 / A8_G) * A8_GROUP_BYTES;
+            __m512i a[8];
+            UNROLL for (int s = 0; s < 8; s++) a[s] = _mm512_loadu_si512(A + 64 * s);
+            const __m512i c0 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_loadu_si512(A + 640), 7));
+            const __m512i c1 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_loadu_si512(A + 704), 7));
+            const __m512 da = _mm512_loadu_ps(A + 576);
+            UNROLL for (int r = 0; r < R; r++) {
+                __m512i i0 = c0, i1 = c1;
+                UNROLL for (int s = 0; s < 4; s++) {
+                    i0 = _mm512_dpbusd_epi32(i0, _mm512_load_si512(dg[r].u + 64 * s), a[s]);
+                    i1 = _mm512_dpbusd_epi32(i1, _mm512_load_si512(dg[r].u + 64 * (s + 4)), a[s + 4]);
+                }
+                const __m512i is = _mm512_add_epi32(_mm512_mullo_epi32(i0, _mm512_load_si512(dg[r].s0)),
+                                                    _mm512_mullo_epi32(i1, _mm512_load_si512(dg[r].s1)));
+                acc[r][t] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(_mm512_load_ps(dg[r].f), da),
+                                                  acc[r][t], ml);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
+        y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t]);
+}
+
+#define A8IQ_KERNELS(name, F) MOE_A8_TILED_KERNELS(name, avx512, tile_iq, F)  /* quant_internal.h */
+A8IQ_KERNELS(iq2_xxs, MOE_T_IQ2_XXS)
+A8IQ_KERNELS(iq2_xs, MOE_T_IQ2_XS)
+A8IQ_KERNELS(iq2_s, MOE_T_IQ2_S)
+A8IQ_KERNELS(iq3_xxs, MOE_T_IQ3_XXS)
+A8IQ_KERNELS(iq3_s, MOE_T_IQ3_S)
+A8IQ_KERNELS(iq1_s, MOE_T_IQ1_S)
+A8IQ_KERNELS(iq1_m, MOE_T_IQ1_M)
