@@ -52,66 +52,77 @@ A8IQ_INLINE float moe_a8iq_f(uint32_t type, const uint8_t *b) {
     return type == MOE_T_IQ3_XXS ? d * 0.25f : type == MOE_T_IQ3_S ? d : d * 0.125f;
 }
 
-/* Block ib (values 32 ib .. 32 ib + 31) of super-block b: u[l] = 128 + v
- * for values 8l .. 8l + 7 (byte j = value 8l + j; v the integer weight of
- * the contract), s[h] the integer scale of half h (values 16h .. 16h + 15). */
-A8IQ_INLINE void moe_a8iq_block(uint32_t type, const uint8_t *b, int ib, uint64_t u[4], int32_t s[2]) {
+/* Block ib (values 32 ib .. 32 ib + 31) of super-block b before its signs:
+ * IQ2 / IQ3: g[l] = the grid magnitudes of values 8l .. 8l + 7 (byte j =
+ * value 8l + j) and *sg the 32 sign bits (bit k: value k negative); IQ1:
+ * g[l] = u already (below) and *sg = 0. s[h] = the integer scale of half h
+ * (values 16h .. 16h + 15). */
+A8IQ_INLINE void moe_a8iq_raw(uint32_t type, const uint8_t *b, int ib, uint64_t g[4], uint32_t *sg, int32_t s[2]) {
+    *sg = 0;
     if (moe_iq2_type(type)) {
-        uint64_t g[4];
-        uint32_t sg;
         unsigned sc[2];
-        moe_iq2_sub(type, b, ib, g, &sg, sc);
-        for (int l = 0; l < 4; l++) u[l] = moe_a8iq_signed(g[l], sg >> (8 * l));
+        moe_iq2_sub(type, b, ib, g, sg, sc);
         s[0] = 2 * (int32_t)sc[0] + 1;
         s[1] = 2 * (int32_t)sc[1] + 1;
     } else if (type == MOE_T_IQ3_XXS) {
         const uint8_t *qs = b + 2 + 8 * ib;
         uint32_t aux;
         memcpy(&aux, b + 66 + 4 * ib, 4);
-        for (int l = 0; l < 4; l++) {
-            const uint64_t g = moe_iq3xxs_grid[qs[2 * l]] | (uint64_t)moe_iq3xxs_grid[qs[2 * l + 1]] << 32;
-            u[l] = moe_a8iq_signed(g, moe_iq_signs((aux >> (7 * l)) & 127));
-        }
+        for (int l = 0; l < 4; l++) g[l] = moe_iq3xxs_grid[qs[2 * l]] | (uint64_t)moe_iq3xxs_grid[qs[2 * l + 1]] << 32;
+        *sg = moe_iq_signs4((aux & 127) | ((aux >> 7) & 127) << 8 | ((aux >> 14) & 127) << 16 | ((aux >> 21) & 127) << 24);
         s[0] = s[1] = 2 * (int32_t)(aux >> 28) + 1;
     } else if (type == MOE_T_IQ3_S) {
         const uint8_t *qs = b + 2 + 8 * ib;
         const unsigned qh = b[66 + ib];
-        for (int l = 0; l < 4; l++) {
-            const uint64_t g = moe_iq3s_grid[qs[2 * l] | ((qh >> (2 * l)) & 1) << 8] |
-                               (uint64_t)moe_iq3s_grid[qs[2 * l + 1] | ((qh >> (2 * l + 1)) & 1) << 8] << 32;
-            u[l] = moe_a8iq_signed(g, b[74 + 4 * ib + l]);
-        }
+        for (int l = 0; l < 4; l++)
+            g[l] = moe_iq3s_grid[qs[2 * l] | ((qh >> (2 * l)) & 1) << 8] |
+                   (uint64_t)moe_iq3s_grid[qs[2 * l + 1] | ((qh >> (2 * l + 1)) & 1) << 8] << 32;
+        memcpy(sg, b + 74 + 4 * ib, 4);
         s[0] = s[1] = 1 + 2 * ((b[106 + ib / 2] >> (4 * (ib & 1))) & 15);
     } else if (type == MOE_T_IQ1_S) {
         const unsigned qh = moe_rd16(b + 34 + 2 * ib);
-        for (int l = 0; l < 4; l++) u[l] = moe_a8iq_iq1(moe_iq1s_grid[b[2 + 4 * ib + l] | ((qh >> (3 * l)) & 7) << 8], qh >> 15);
+        for (int l = 0; l < 4; l++) g[l] = moe_a8iq_iq1(moe_iq1s_grid[b[2 + 4 * ib + l] | ((qh >> (3 * l)) & 7) << 8], qh >> 15);
         s[0] = s[1] = 2 * (int32_t)((qh >> 12) & 7) + 1;
     } else {
         for (int l = 0; l < 4; l++) {
             const unsigned q = b[32 + 2 * ib + l / 2], c = l % 2 ? q >> 4 : q & 15;
-            u[l] = moe_a8iq_iq1(moe_iq1s_grid[b[4 * ib + l] | (c & 7) << 8], c >> 3);
+            g[l] = moe_a8iq_iq1(moe_iq1s_grid[b[4 * ib + l] | (c & 7) << 8], c >> 3);
         }
         s[0] = 2 * moe_iq1m_s(b, ib, 0) + 1;
         s[1] = 2 * moe_iq1m_s(b, ib, 1) + 1;
     }
 }
 
+/* Whether moe_a8iq_raw gives magnitudes and signs (else u). */
+#define A8IQ_SIGNED(t) ((t) != MOE_T_IQ1_S && (t) != MOE_T_IQ1_M)
+
+/* Block ib of super-block b: u[l] = 128 + v for values 8l .. 8l + 7 (byte
+ * j = value 8l + j; v the contract's integer weight), s[h] as above. */
+A8IQ_INLINE void moe_a8iq_block(uint32_t type, const uint8_t *b, int ib, uint64_t u[4], int32_t s[2]) {
+    uint32_t sg;
+    moe_a8iq_raw(type, b, ib, u, &sg, s);
+    if (A8IQ_SIGNED(type))
+        for (int l = 0; l < 4; l++) u[l] = moe_a8iq_signed(u[l], sg >> (8 * l));
+}
+
 /* A group of gn (16, or 8: a row's last with an odd super-block count)
- * blocks starting at super-block G, decoded for the kernels: U[64 t + 4 j +
- * i] = u of value 4t + i of block j (the activation's slab layout, as
- * act8_ref.c's Q8_0 a8 rows), s0[j], s1[j] the halves' scales, f[j] the
- * block's F. Blocks gn..15 are left as they were. */
-A8IQ_INLINE void moe_a8iq_group(uint32_t type, const uint8_t *G, int gn, uint8_t *U, int32_t *s0, int32_t *s1,
-                                float *f) {
+ * blocks starting at super-block G, decoded for the SIMD kernels:
+ * U[64 t + 4 j + i] = value 4t + i of block j (the activation's slab
+ * layout, as act8_ref.c's Q8_0 a8 rows): moe_a8iq_raw's bytes (IQ2 / IQ3:
+ * magnitudes, the kernels apply sg[j], the block's sign bits, with vector
+ * operations; IQ1: u), s0[j], s1[j] the halves' scales, f[j] the block's F.
+ * Blocks gn..15 are left as they were. */
+A8IQ_INLINE void moe_a8iq_group(uint32_t type, const uint8_t *G, int gn, uint8_t *U, uint32_t *sg, int32_t *s0,
+                                int32_t *s1, float *f) {
     const size_t qb = A8IQ_QB(type);
     for (int j = 0; j < gn; j++) {
         const uint8_t *b = G + (size_t)(j / 8) * qb;
-        uint64_t u[4];
+        uint64_t g[4];
         int32_t s[2];
-        moe_a8iq_block(type, b, j % 8, u, s);
+        moe_a8iq_raw(type, b, j % 8, g, &sg[j], s);
         for (int l = 0; l < 4; l++) {
-            memcpy(U + 128 * l + 4 * j, &u[l], 4);                   /* values 8l .. 8l+3: slab 2l */
-            memcpy(U + 128 * l + 64 + 4 * j, (const uint8_t *)&u[l] + 4, 4); /* 8l+4 .. 8l+7 */
+            memcpy(U + 128 * l + 4 * j, &g[l], 4);                           /* values 8l .. 8l+3: slab 2l */
+            memcpy(U + 128 * l + 64 + 4 * j, (const uint8_t *)&g[l] + 4, 4); /* 8l+4 .. 8l+7 */
         }
         s0[j] = s[0];
         s1[j] = s[1];

@@ -34,9 +34,29 @@ ALWAYS_INLINE __m256i ld(const void *p) { return _mm256_loadu_si256((const __m25
 /* A row's decoded group. */
 typedef struct {
     _Alignas(32) uint8_t u[512];
+    _Alignas(32) uint32_t sg[16];
     _Alignas(32) int32_t s0[16], s1[16];
     _Alignas(32) float f[16];
 } dgroup;
+
+/* A row's group decoded (act8_iq.h), the signs applied as
+ * act8_iq_avx512.c does, per lane half: u = 0x80 - g where the sign bit is
+ * set, else 0x80 | g. */
+ALWAYS_INLINE void decode(const uint32_t F, const uint8_t *G, int gn, dgroup *dg) {
+    moe_a8iq_group(F, G, gn, dg->u, dg->sg, dg->s0, dg->s1, dg->f);
+    if (!A8IQ_SIGNED(F)) return;
+    const __m256i b80 = _mm256_set1_epi8((char)0x80), bit = _mm256_set1_epi32(0x08040201);
+    const __m256i spread = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404, 0x08080808, 0x0C0C0C0C);
+    for (int L = 0; L < gn / 8; L++) {
+        const __m256i sw = ld(dg->sg + 8 * L);
+        UNROLL for (int t = 0; t < 8; t++) {
+            const __m256i x = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_srli_epi32(sw, 4 * t), spread), bit);
+            const __m256i neg = _mm256_cmpeq_epi8(x, bit), g = ld(dg->u + 64 * t + 32 * L);
+            _mm256_storeu_si256((__m256i *)(dg->u + 64 * t + 32 * L),
+                                _mm256_blendv_epi8(_mm256_or_si256(g, b80), _mm256_sub_epi8(b80, g), neg));
+        }
+    }
+}
 
 /* R rows (rs bytes apart) x T tokens (A8 rows xs apart) -> y[t*ys + r*yr]. */
 ALWAYS_INLINE void tile_iq(const uint8_t *w, size_t rs, const uint8_t *xa, size_t xs, float *y, size_t ys,
@@ -48,7 +68,7 @@ ALWAYS_INLINE void tile_iq(const uint8_t *w, size_t rs, const uint8_t *xa, size_
     for (int64_t g0 = 0; g0 < nb; g0 += A8_G) {
         const int gn = (int)(nb - g0 < A8_G ? nb - g0 : A8_G);
         UNROLL for (int r = 0; r < R; r++)
-            moe_a8iq_group(F, w + (size_t)r * rs + (size_t)(g0 / 8) * A8IQ_QB(F), gn, dg[r].u, dg[r].s0, dg[r].s1, dg[r].f);
+            decode(F, w + (size_t)r * rs + (size_t)(g0 / 8) * A8IQ_QB(F), gn, &dg[r]);
         UNROLL for (int L = 0; L < 2; L++) {
             if (8 * L >= gn) break;
             UNROLL for (int t = 0; t < T; t++) {

@@ -22,9 +22,26 @@
 /* A row's decoded group. */
 typedef struct {
     _Alignas(64) uint8_t u[512];
+    _Alignas(64) uint32_t sg[16];
     _Alignas(64) int32_t s0[16], s1[16];
     _Alignas(64) float f[16];
 } dgroup;
+
+/* A row's group decoded (act8_iq.h), the signs applied: the sign bits of
+ * slab t of block j (bits 4t..4t+3 of sg[j]) spread to its 4 bytes and
+ * tested against {1, 2, 4, 8}; u = 0x80 - g where set, else 0x80 | g. */
+ALWAYS_INLINE void decode(const uint32_t F, const uint8_t *G, int gn, dgroup *dg) {
+    moe_a8iq_group(F, G, gn, dg->u, dg->sg, dg->s0, dg->s1, dg->f);
+    if (!A8IQ_SIGNED(F)) return;
+    const __m512i sw = _mm512_load_si512(dg->sg), b80 = _mm512_set1_epi8((char)0x80);
+    const __m512i spread = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0x00000000);
+    const __m512i bit = _mm512_set1_epi32(0x08040201);
+    UNROLL for (int t = 0; t < 8; t++) {
+        const __mmask64 neg = _mm512_test_epi8_mask(_mm512_shuffle_epi8(_mm512_srli_epi32(sw, 4 * t), spread), bit);
+        const __m512i g = _mm512_load_si512(dg->u + 64 * t);
+        _mm512_store_si512(dg->u + 64 * t, _mm512_mask_sub_epi8(_mm512_or_si512(g, b80), neg, b80, g));
+    }
+}
 
 /* R rows (rs bytes apart) x T tokens (A8 rows xs apart) -> y[t*ys + r*yr]. */
 ALWAYS_INLINE void tile_iq(const uint8_t *w, size_t rs, const uint8_t *xa, size_t xs, float *y, size_t ys,
@@ -37,7 +54,7 @@ ALWAYS_INLINE void tile_iq(const uint8_t *w, size_t rs, const uint8_t *xa, size_
         const int gn = (int)(nb - g0 < A8_G ? nb - g0 : A8_G);
         const __mmask16 ml = gn == 16 ? 0xFFFF : (__mmask16)((1u << gn) - 1);
         UNROLL for (int r = 0; r < R; r++)
-            moe_a8iq_group(F, w + (size_t)r * rs + (size_t)(g0 / 8) * A8IQ_QB(F), gn, dg[r].u, dg[r].s0, dg[r].s1, dg[r].f);
+            decode(F, w + (size_t)r * rs + (size_t)(g0 / 8) * A8IQ_QB(F), gn, &dg[r]);
         UNROLL for (int t = 0; t < T; t++) {
             const uint8_t *A = xa + (size_t)t * xs + (size_t)(g0 / A8_G) * A8_GROUP_BYTES;
             __m512i a[8];
