@@ -6,7 +6,7 @@
  * slab layout), in lane halves (act8_avx2.c): a ymm holds bytes 32L.. of a
  * slab, blocks 8L..8L+7 = super-block L of the group, so a row's last group
  * of one super-block is half 0 alone and nothing needs a mask. u reaches
- * 137 + 62, so the integer products take act8_kquant_avx2.c's exact
+ * 128 + 62 (vpmaddubsw would saturate), so the integer products take act8_kquant_avx2.c's exact
  * even/odd split (two vpmaddwd per slab, exact int32). */
 #include "quant/act8_iq.h"
 
