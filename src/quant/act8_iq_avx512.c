@@ -27,11 +27,50 @@ typedef struct {
     _Alignas(64) float f[16];
 } dgroup;
 
+/* IQ2_XXS, IQ3_XXS: moe_a8iq_group's bytes with the grid entries fetched 8
+ * blocks at a time: both keep each block's 8 index bytes together (bytes
+ * 2 + 8 ib ..), so one zmm holds a super-block's, lane ib = block ib; a
+ * gather per group of 8 values (IQ2_XXS, 8-byte entries; vpmovqd splits
+ * them into the two slabs) or per 4 (IQ3_XXS, 4-byte entries: one slab
+ * half each). Signs and scales from the 32-bit words, as act8_iq.h. */
+ALWAYS_INLINE void gather_group(const uint32_t F, const uint8_t *G, int gn, dgroup *dg) {
+    const size_t qb = A8IQ_QB(F);
+    const __m512i m8 = _mm512_set1_epi64(255);
+    for (int L = 0; L < gn / 8; L++) {
+        const uint8_t *sb = G + (size_t)L * qb;
+        const __m512i Q = _mm512_loadu_si512(sb + 2);
+        UNROLL for (int l = 0; l < 4; l++) {
+            uint8_t *u = dg->u + 128 * l + 32 * L;
+            if (F == MOE_T_IQ2_XXS) {
+                const __m512i e = _mm512_i64gather_epi64(_mm512_and_si512(_mm512_srli_epi64(Q, 8 * l), m8),
+                                                         (const void *)moe_iq2xxs_grid, 8);
+                _mm256_store_si256((__m256i *)u, _mm512_cvtepi64_epi32(e));
+                _mm256_store_si256((__m256i *)(u + 64), _mm512_cvtepi64_epi32(_mm512_srli_epi64(e, 32)));
+            } else {
+                UNROLL for (int h = 0; h < 2; h++) {
+                    const __m512i ix = _mm512_and_si512(_mm512_srli_epi64(Q, 16 * l + 8 * h), m8);
+                    _mm256_store_si256((__m256i *)(u + 64 * h), _mm512_i64gather_epi32(ix, (const void *)moe_iq3xxs_grid, 4));
+                }
+            }
+        }
+        const float f = moe_a8iq_f(F, sb);
+        for (int ib = 0; ib < 8; ib++) {
+            const int j = 8 * L + ib;
+            uint32_t a;
+            memcpy(&a, F == MOE_T_IQ2_XXS ? sb + 2 + 8 * ib + 4 : sb + 66 + 4 * ib, 4);
+            dg->sg[j] = moe_iq_signs4((a & 127) | ((a >> 7) & 127) << 8 | ((a >> 14) & 127) << 16 | ((a >> 21) & 127) << 24);
+            dg->s0[j] = dg->s1[j] = 2 * (int32_t)(a >> 28) + 1;
+            dg->f[j] = f;
+        }
+    }
+}
+
 /* A row's group decoded (act8_iq.h), the signs applied: the sign bits of
  * slab t of block j (bits 4t..4t+3 of sg[j]) spread to its 4 bytes and
  * tested against {1, 2, 4, 8}; u = 0x80 - g where set, else 0x80 | g. */
 ALWAYS_INLINE void decode(const uint32_t F, const uint8_t *G, int gn, dgroup *dg) {
-    moe_a8iq_group(F, G, gn, dg->u, dg->sg, dg->s0, dg->s1, dg->f);
+    if (F == MOE_T_IQ2_XXS || F == MOE_T_IQ3_XXS) gather_group(F, G, gn, dg);
+    else moe_a8iq_group(F, G, gn, dg->u, dg->sg, dg->s0, dg->s1, dg->f);
     if (!A8IQ_SIGNED(F)) return;
     const __m512i sw = _mm512_load_si512(dg->sg), b80 = _mm512_set1_epi8((char)0x80);
     const __m512i spread = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0x00000000);
