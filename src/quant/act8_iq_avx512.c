@@ -27,40 +27,82 @@ typedef struct {
     _Alignas(64) float f[16];
 } dgroup;
 
-/* IQ2_XXS, IQ3_XXS: moe_a8iq_group's bytes with the grid entries fetched 8
- * blocks at a time: both keep each block's 8 index bytes together (bytes
- * 2 + 8 ib ..), so one zmm holds a super-block's, lane ib = block ib; a
- * gather per group of 8 values (IQ2_XXS, 8-byte entries; vpmovqd splits
- * them into the two slabs) or per 4 (IQ3_XXS, 4-byte entries: one slab
- * half each). Signs and scales from the 32-bit words, as act8_iq.h. */
-ALWAYS_INLINE void gather_group(const uint32_t F, const uint8_t *G, int gn, dgroup *dg) {
-    const size_t qb = A8IQ_QB(F);
+/* The IQ2 / IQ3 formats: moe_a8iq_group's bytes with the grid entries
+ * fetched 8 blocks at a time, lane ib = block ib of a super-block: its
+ * index bytes (IQ2_XXS, IQ2_XS, IQ3_S: 8 per block at 2 + 8 ib; IQ2_S: 4 at
+ * 2 + 4 ib) and high index bits (IQ2_S, IQ3_S: the byte at 66 + ib), then
+ * a gather per group of 8 values (8-byte entries; vpmovqd splits them into
+ * the two slabs) or per 4 (IQ3: 4-byte entries, one slab half each). */
+ALWAYS_INLINE void gather_grid(const uint32_t F, const uint8_t *sb, uint8_t *U) {
     const __m512i m8 = _mm512_set1_epi64(255);
-    for (int L = 0; L < gn / 8; L++) {
-        const uint8_t *sb = G + (size_t)L * qb;
-        const __m512i Q = _mm512_loadu_si512(sb + 2);
-        UNROLL for (int l = 0; l < 4; l++) {
-            uint8_t *u = dg->u + 128 * l + 32 * L;
-            if (F == MOE_T_IQ2_XXS) {
-                const __m512i e = _mm512_i64gather_epi64(_mm512_and_si512(_mm512_srli_epi64(Q, 8 * l), m8),
-                                                         (const void *)moe_iq2xxs_grid, 8);
-                _mm256_store_si256((__m256i *)u, _mm512_cvtepi64_epi32(e));
-                _mm256_store_si256((__m256i *)(u + 64), _mm512_cvtepi64_epi32(_mm512_srli_epi64(e, 32)));
-            } else {
-                UNROLL for (int h = 0; h < 2; h++) {
-                    const __m512i ix = _mm512_and_si512(_mm512_srli_epi64(Q, 16 * l + 8 * h), m8);
-                    _mm256_store_si256((__m256i *)(u + 64 * h), _mm512_i64gather_epi32(ix, (const void *)moe_iq3xxs_grid, 4));
-                }
+    const __m512i Q = F == MOE_T_IQ2_S ? _mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)(sb + 2)))
+                                       : _mm512_loadu_si512(sb + 2);
+    const __m512i QH = F == MOE_T_IQ2_S || F == MOE_T_IQ3_S   /* (IQ2_XXS: byte 66 is past the block) */
+                           ? _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)(sb + 66)))
+                           : _mm512_setzero_si512();
+    UNROLL for (int l = 0; l < 4; l++) {
+        uint8_t *u = U + 128 * l;
+        if (F == MOE_T_IQ3_XXS || F == MOE_T_IQ3_S) {
+            UNROLL for (int h = 0; h < 2; h++) {
+                __m512i ix = _mm512_and_si512(_mm512_srli_epi64(Q, 16 * l + 8 * h), m8);
+                if (F == MOE_T_IQ3_S)
+                    ix = _mm512_or_si512(ix, _mm512_slli_epi64(_mm512_and_si512(_mm512_srli_epi64(QH, 2 * l + h),
+                                                                                _mm512_set1_epi64(1)), 8));
+                const void *grid = F == MOE_T_IQ3_S ? (const void *)moe_iq3s_grid : (const void *)moe_iq3xxs_grid;
+                _mm256_store_si256((__m256i *)(u + 64 * h), _mm512_i64gather_epi32(ix, grid, 4));
             }
+            continue;
         }
+        __m512i ix;
+        const void *grid;
+        if (F == MOE_T_IQ2_XXS) {
+            ix = _mm512_and_si512(_mm512_srli_epi64(Q, 8 * l), m8);
+            grid = moe_iq2xxs_grid;
+        } else if (F == MOE_T_IQ2_XS) {
+            ix = _mm512_and_si512(_mm512_srli_epi64(Q, 16 * l), _mm512_set1_epi64(511));
+            grid = moe_iq2xs_grid;
+        } else {
+            ix = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi64(Q, 8 * l), m8),
+                                 _mm512_slli_epi64(_mm512_and_si512(_mm512_srli_epi64(QH, 2 * l), _mm512_set1_epi64(3)), 8));
+            grid = moe_iq2s_grid;
+        }
+        const __m512i e = _mm512_i64gather_epi64(ix, grid, 8);
+        _mm256_store_si256((__m256i *)u, _mm512_cvtepi64_epi32(e));
+        _mm256_store_si256((__m256i *)(u + 64), _mm512_cvtepi64_epi32(_mm512_srli_epi64(e, 32)));
+    }
+}
+
+/* Block ib's sign bits and half scales, as moe_a8iq_raw forms them. */
+ALWAYS_INLINE void signs_scales(const uint32_t F, const uint8_t *sb, int ib, uint32_t *sg, int32_t *s0, int32_t *s1) {
+    if (F == MOE_T_IQ2_XXS || F == MOE_T_IQ3_XXS) {
+        uint32_t a;
+        memcpy(&a, F == MOE_T_IQ2_XXS ? sb + 2 + 8 * ib + 4 : sb + 66 + 4 * ib, 4);
+        *sg = moe_iq_signs4((a & 127) | ((a >> 7) & 127) << 8 | ((a >> 14) & 127) << 16 | ((a >> 21) & 127) << 24);
+        *s0 = *s1 = 2 * (int32_t)(a >> 28) + 1;
+    } else if (F == MOE_T_IQ2_XS) {
+        const uint64_t v = moe_rd64(sb + 2 + 8 * ib);
+        *sg = moe_iq_signs4((uint32_t)((v >> 9) & 127) | (uint32_t)((v >> 25) & 127) << 8 |
+                            (uint32_t)((v >> 41) & 127) << 16 | (uint32_t)((v >> 57) & 127) << 24);
+        *s0 = 2 * (sb[66 + ib] & 15) + 1;
+        *s1 = 2 * (sb[66 + ib] >> 4) + 1;
+    } else if (F == MOE_T_IQ2_S) {
+        memcpy(sg, sb + 34 + 4 * ib, 4);
+        *s0 = 2 * (sb[74 + ib] & 15) + 1;
+        *s1 = 2 * (sb[74 + ib] >> 4) + 1;
+    } else {
+        memcpy(sg, sb + 74 + 4 * ib, 4);
+        *s0 = *s1 = 1 + 2 * ((sb[106 + ib / 2] >> (4 * (ib & 1))) & 15);
+    }
+}
+
+ALWAYS_INLINE void gather_group(const uint32_t F, const uint8_t *G, int gn, dgroup *dg) {
+    for (int L = 0; L < gn / 8; L++) {
+        const uint8_t *sb = G + (size_t)L * A8IQ_QB(F);
+        gather_grid(F, sb, dg->u + 32 * L);
         const float f = moe_a8iq_f(F, sb);
         for (int ib = 0; ib < 8; ib++) {
-            const int j = 8 * L + ib;
-            uint32_t a;
-            memcpy(&a, F == MOE_T_IQ2_XXS ? sb + 2 + 8 * ib + 4 : sb + 66 + 4 * ib, 4);
-            dg->sg[j] = moe_iq_signs4((a & 127) | ((a >> 7) & 127) << 8 | ((a >> 14) & 127) << 16 | ((a >> 21) & 127) << 24);
-            dg->s0[j] = dg->s1[j] = 2 * (int32_t)(a >> 28) + 1;
-            dg->f[j] = f;
+            signs_scales(F, sb, ib, &dg->sg[8 * L + ib], &dg->s0[8 * L + ib], &dg->s1[8 * L + ib]);
+            dg->f[8 * L + ib] = f;
         }
     }
 }
@@ -69,7 +111,7 @@ ALWAYS_INLINE void gather_group(const uint32_t F, const uint8_t *G, int gn, dgro
  * slab t of block j (bits 4t..4t+3 of sg[j]) spread to its 4 bytes and
  * tested against {1, 2, 4, 8}; u = 0x80 - g where set, else 0x80 | g. */
 ALWAYS_INLINE void decode(const uint32_t F, const uint8_t *G, int gn, dgroup *dg) {
-    if (F == MOE_T_IQ2_XXS || F == MOE_T_IQ3_XXS) gather_group(F, G, gn, dg);
+    if (A8IQ_SIGNED(F)) gather_group(F, G, gn, dg);
     else moe_a8iq_group(F, G, gn, dg->u, dg->sg, dg->s0, dg->s1, dg->f);
     if (!A8IQ_SIGNED(F)) return;
     const __m512i sw = _mm512_load_si512(dg->sg), b80 = _mm512_set1_epi8((char)0x80);
