@@ -2,8 +2,8 @@
  * IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) with AVX-512 VNNI, bit-identical to
  * act8_iq_ref.c.
  *
- * Per group of 16 blocks, each row is decoded once (act8_iq.h: integer
- * only) into a 512-byte slab buffer of u = v + 128, block j at bytes 4j..
+ * Per group of 16 blocks, each row is decoded once (integer only: the
+ * IQ2 / IQ3 grid entries gathered 8 blocks at a time, IQ1 by act8_iq.h) into a 512-byte slab buffer of u = v + 128, block j at bytes 4j..
  * of each slab like the activation's, plus the blocks' scales; then per
  * token each half of the blocks is 4 vpdpbusd from -128 hsum_h (exact
  * int32: the contract's isum_h in lane j), the halves weighted by their
@@ -107,7 +107,8 @@ ALWAYS_INLINE void gather_group(const uint32_t F, const uint8_t *G, int gn, dgro
     }
 }
 
-/* A row's group decoded (act8_iq.h), the signs applied: the sign bits of
+/* A row's group decoded (IQ2 / IQ3: gather_group; IQ1: act8_iq.h), the
+ * signs applied: the sign bits of
  * slab t of block j (bits 4t..4t+3 of sg[j]) spread to its 4 bytes and
  * tested against {1, 2, 4, 8}; u = 0x80 - g where set, else 0x80 | g. */
 ALWAYS_INLINE void decode(const uint32_t F, const uint8_t *G, int gn, dgroup *dg) {
