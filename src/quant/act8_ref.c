@@ -339,6 +339,7 @@ static void repack_q6_k(const void *src, void *dst, int64_t nrows, int64_t n) {
 void moe_repack_a8(uint32_t type, const void *src, void *dst, int64_t nrows, int64_t n) {
     if (moe_a8l_type(type)) { moe_a8l_repack(type, src, dst, nrows, n); return; } /* act8_legacy_ref.c */
     if (moe_a8k_type(type)) { moe_a8k_repack(type, src, dst, nrows, n); return; } /* act8_kquant_ref.c */
+    if (moe_a8iq_type(type)) { moe_a8iq_repack(type, src, dst, nrows, n); return; } /* act8_iq_ref.c */
     if (type == MOE_T_Q8_0) repack_q8_0(src, dst, nrows, n);
     else if (type == MOE_T_Q6_K) repack_q6_k(src, dst, nrows, n);
     else repack_4bit(type, src, dst, nrows, n);
@@ -357,6 +358,7 @@ static void a8_block(const uint8_t *xa, int64_t b, int8_t q[32], float *da) {
 float moe_a8_dot_ref(uint32_t type, const void *row, const void *xa, int64_t n) {
     if (moe_a8l_type(type)) return moe_a8l_dot_ref(type, row, xa, n); /* act8_legacy_ref.c */
     if (moe_a8k_type(type)) return moe_a8k_dot_ref(type, row, xa, n); /* act8_kquant_ref.c */
+    if (moe_a8iq_type(type)) return moe_a8iq_dot_ref(type, row, xa, n); /* act8_iq_ref.c */
     const uint8_t *R = row;
     float acc[16] = {0};
     for (int64_t b = 0; b < n / 32; b++) {

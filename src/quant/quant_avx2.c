@@ -663,6 +663,7 @@ const moe_kernels moe_kernels_avx2_tab = {
     A8_ENTRY(MOE_T_IQ4_NL, iq4_nl, avx2),
     A8_ENTRY(MOE_T_Q5_K, q5_k, avx2), A8_ENTRY(MOE_T_Q3_K, q3_k, avx2), A8_ENTRY(MOE_T_Q2_K, q2_k, avx2),
     A8_ENTRY(MOE_T_IQ4_XS, iq4_xs, avx2),
+    A8IQ_ENTRIES(avx2),  /* the i-quants: act8_iq_*.c */
     ENTRY(MOE_T_Q5_K, q5_k), ENTRY_X4(MOE_T_Q5_K, q5_k), ENTRY_WIDE_X4(MOE_T_Q5_K, q5_k),
     ENTRY(MOE_T_Q3_K, q3_k), ENTRY_X4(MOE_T_Q3_K, q3_k), ENTRY_WIDE_X4(MOE_T_Q3_K, q3_k),
     ENTRY(MOE_T_Q2_K, q2_k), ENTRY_X4(MOE_T_Q2_K, q2_k), ENTRY_WIDE_X4(MOE_T_Q2_K, q2_k),

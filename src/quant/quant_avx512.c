@@ -694,6 +694,7 @@ const moe_kernels moe_kernels_avx512_tab = {
     A8_ENTRY(MOE_T_IQ4_NL, iq4_nl, avx512),
     A8_ENTRY(MOE_T_Q5_K, q5_k, avx512), A8_ENTRY(MOE_T_Q3_K, q3_k, avx512), A8_ENTRY(MOE_T_Q2_K, q2_k, avx512),
     A8_ENTRY(MOE_T_IQ4_XS, iq4_xs, avx512),
+    A8IQ_ENTRIES(avx512),  /* the i-quants: act8_iq_*.c */
     ENTRY(MOE_T_Q5_K, q5_k), ENTRY_X4(MOE_T_Q5_K, q5_k), ENTRY_WIDE_X4(MOE_T_Q5_K, q5_k),
     ENTRY(MOE_T_Q3_K, q3_k), ENTRY_X4(MOE_T_Q3_K, q3_k), ENTRY_WIDE_X4(MOE_T_Q3_K, q3_k),
     ENTRY(MOE_T_Q2_K, q2_k), ENTRY_X4(MOE_T_Q2_K, q2_k), ENTRY_WIDE_X4(MOE_T_Q2_K, q2_k),

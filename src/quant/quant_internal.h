@@ -300,6 +300,13 @@ A8_DECL_ALL(q5_k)
 A8_DECL_ALL(q3_k)
 A8_DECL_ALL(q2_k)
 A8_DECL_ALL(iq4_xs)
+A8_DECL_ALL(iq2_xxs)
+A8_DECL_ALL(iq2_xs)
+A8_DECL_ALL(iq2_s)
+A8_DECL_ALL(iq3_xxs)
+A8_DECL_ALL(iq3_s)
+A8_DECL_ALL(iq1_s)
+A8_DECL_ALL(iq1_m)
 #undef A8_DECL_ALL
 #undef A8_DECL
 /* act8_legacy_ref.c: Q4_1, Q5_0, Q5_1, IQ4_NL on the act_q8 path (act8_ref.c
@@ -311,6 +318,15 @@ float moe_a8l_dot_ref(uint32_t type, const void *row, const void *xa, int64_t n)
 bool moe_a8k_type(uint32_t type);
 void moe_a8k_repack(uint32_t type, const void *src, void *dst, int64_t nrows, int64_t n);
 float moe_a8k_dot_ref(uint32_t type, const void *row, const void *xa, int64_t n);
+/* act8_iq_ref.c: the same for the i-quants (IQ2_*, IQ3_*, IQ1_*). */
+bool moe_a8iq_type(uint32_t type);
+void moe_a8iq_repack(uint32_t type, const void *src, void *dst, int64_t nrows, int64_t n);
+float moe_a8iq_dot_ref(uint32_t type, const void *row, const void *xa, int64_t n);
+/* A table's a8 entries for the seven i-quants at level isa. */
+#define A8IQ_ENTRIES(isa)                                                                                     \
+    A8_ENTRY(MOE_T_IQ2_XXS, iq2_xxs, isa), A8_ENTRY(MOE_T_IQ2_XS, iq2_xs, isa), A8_ENTRY(MOE_T_IQ2_S, iq2_s, isa), \
+    A8_ENTRY(MOE_T_IQ3_XXS, iq3_xxs, isa), A8_ENTRY(MOE_T_IQ3_S, iq3_s, isa), A8_ENTRY(MOE_T_IQ1_S, iq1_s, isa), \
+    A8_ENTRY(MOE_T_IQ1_M, iq1_m, isa)
 /* act8q_avx512.c, act8q_avx2.c: moe_quantize_act8, byte for byte. */
 void moe_quantize_act8_avx512(const float *x, void *dst, int64_t n);
 void moe_quantize_act8_avx2(const float *x, void *dst, int64_t n);

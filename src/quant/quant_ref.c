@@ -810,6 +810,7 @@ const moe_kernels moe_kernels_scalar_tab = {
     A8_ENTRY(MOE_T_IQ4_NL, iq4_nl, ref),
     A8_ENTRY(MOE_T_Q5_K, q5_k, ref), A8_ENTRY(MOE_T_Q3_K, q3_k, ref), A8_ENTRY(MOE_T_Q2_K, q2_k, ref),
     A8_ENTRY(MOE_T_IQ4_XS, iq4_xs, ref),
+    A8IQ_ENTRIES(ref),  /* the i-quants: act8_iq_*.c */
     ENTRY(MOE_T_Q5_K, q5_k), ENTRY_X4(MOE_T_Q5_K, q5_k), ENTRY(MOE_T_Q3_K, q3_k), ENTRY_X4(MOE_T_Q3_K, q3_k),
     ENTRY(MOE_T_Q2_K, q2_k), ENTRY_X4(MOE_T_Q2_K, q2_k), ENTRY(MOE_T_IQ4_XS, iq4_xs), ENTRY_X4(MOE_T_IQ4_XS, iq4_xs),
     ENTRY(MOE_T_IQ3_XXS, iq3_xxs), ENTRY_X4(MOE_T_IQ3_XXS, iq3_xxs), ENTRY(MOE_T_IQ3_S, iq3_s), ENTRY_X4(MOE_T_IQ3_S, iq3_s),

@@ -1,0 +1,104 @@
+/* act8_iq_avx2.c — the act_q8 kernels of the i-quants (IQ2_XXS, IQ2_XS,
+ * IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) with AVX2, bit-identical to
+ * act8_iq_ref.c.
+ *
+ * As act8_iq_avx512.c (a group decoded once per row into u = v + 128 in
+ * slab layout), in lane halves (act8_avx2.c): a ymm holds bytes 32L.. of a
+ * slab, blocks 8L..8L+7 = super-block L of the group, so a row's last group
+ * of one super-block is half 0 alone and nothing needs a mask. u reaches
+ * 128 + 62 (vpmaddubsw would saturate), so the integer products take act8_kquant_avx2.c's exact
+ * even/odd split (two vpmaddwd per slab, exact int32). */
+#include "quant/act8_iq.h"
+
+#include <immintrin.h>
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+ALWAYS_INLINE float hsum16(__m256 lo, __m256 hi) {
+    const __m256 s8 = _mm256_add_ps(lo, hi);
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+/* is += the exact products of u (unsigned bytes) and a (signed), per dword. */
+ALWAYS_INLINE __m256i dot4(__m256i is, __m256i u, __m256i a) {
+    const __m256i ue = _mm256_and_si256(u, _mm256_set1_epi16(0xFF)), uo = _mm256_srli_epi16(u, 8);
+    const __m256i ae = _mm256_srai_epi16(_mm256_slli_epi16(a, 8), 8), ao = _mm256_srai_epi16(a, 8);
+    return _mm256_add_epi32(is, _mm256_add_epi32(_mm256_madd_epi16(ue, ae), _mm256_madd_epi16(uo, ao)));
+}
+
+ALWAYS_INLINE __m256i ld(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* A row's decoded group. */
+typedef struct {
+    _Alignas(32) uint8_t u[512];
+    _Alignas(32) uint32_t sg[16];
+    _Alignas(32) int32_t s0[16], s1[16];
+    _Alignas(32) float f[16];
+} dgroup;
+
+/* A row's group decoded (act8_iq.h), the signs applied as
+ * act8_iq_avx512.c does, per lane half: u = 0x80 - g where the sign bit is
+ * set, else 0x80 | g. */
+ALWAYS_INLINE void decode(const uint32_t F, const uint8_t *G, int gn, dgroup *dg) {
+    moe_a8iq_group(F, G, gn, dg->u, dg->sg, dg->s0, dg->s1, dg->f);
+    if (!A8IQ_SIGNED(F)) return;
+    const __m256i b80 = _mm256_set1_epi8((char)0x80), bit = _mm256_set1_epi32(0x08040201);
+    const __m256i spread = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404, 0x08080808, 0x0C0C0C0C);
+    for (int L = 0; L < gn / 8; L++) {
+        const __m256i sw = ld(dg->sg + 8 * L);
+        UNROLL for (int t = 0; t < 8; t++) {
+            const __m256i x = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_srli_epi32(sw, 4 * t), spread), bit);
+            const __m256i neg = _mm256_cmpeq_epi8(x, bit), g = ld(dg->u + 64 * t + 32 * L);
+            _mm256_storeu_si256((__m256i *)(dg->u + 64 * t + 32 * L),
+                                _mm256_blendv_epi8(_mm256_or_si256(g, b80), _mm256_sub_epi8(b80, g), neg));
+        }
+    }
+}
+
+/* R rows (rs bytes apart) x T tokens (A8 rows xs apart) -> y[t*ys + r*yr]. */
+ALWAYS_INLINE void tile_iq(const uint8_t *w, size_t rs, const uint8_t *xa, size_t xs, float *y, size_t ys,
+                           size_t yr, int64_t n, const int R, const int T, const uint32_t F) {
+    const int64_t nb = n / 32;
+    __m256 acc[4][2][2];
+    dgroup dg[4];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t][0] = acc[r][t][1] = _mm256_setzero_ps();
+    for (int64_t g0 = 0; g0 < nb; g0 += A8_G) {
+        const int gn = (int)(nb - g0 < A8_G ? nb - g0 : A8_G);
+        UNROLL for (int r = 0; r < R; r++)
+            decode(F, w + (size_t)r * rs + (size_t)(g0 / 8) * A8IQ_QB(F), gn, &dg[r]);
+        UNROLL for (int L = 0; L < 2; L++) {
+            if (8 * L >= gn) break;
+            UNROLL for (int t = 0; t < T; t++) {
+                const uint8_t *A = xa + (size_t)t * xs + (size_t)(g0 / A8_G) * A8_GROUP_BYTES + 32 * L;
+                const __m256i c0 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ld(A + 640), 7));
+                const __m256i c1 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ld(A + 704), 7));
+                const __m256 da = _mm256_loadu_ps((const float *)(A + 576));
+                UNROLL for (int r = 0; r < R; r++) {
+                    __m256i i0 = c0, i1 = c1;
+                    UNROLL for (int s = 0; s < 4; s++) {
+                        i0 = dot4(i0, ld(dg[r].u + 64 * s + 32 * L), ld(A + 64 * s));
+                        i1 = dot4(i1, ld(dg[r].u + 64 * (s + 4) + 32 * L), ld(A + 64 * (s + 4)));
+                    }
+                    const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(i0, ld(dg[r].s0 + 8 * L)),
+                                                        _mm256_mullo_epi32(i1, ld(dg[r].s1 + 8 * L)));
+                    const __m256 S = _mm256_mul_ps(_mm256_loadu_ps(dg[r].f + 8 * L), da);
+                    acc[r][t][L] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), S, acc[r][t][L]);
+                }
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
+        y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t][0], acc[r][t][1]);
+}
+
+#define A8IQ_KERNELS(name, F) MOE_A8_TILED_KERNELS(name, avx2, tile_iq, F)  /* quant_internal.h */
+A8IQ_KERNELS(iq2_xxs, MOE_T_IQ2_XXS)
+A8IQ_KERNELS(iq2_xs, MOE_T_IQ2_XS)
+A8IQ_KERNELS(iq2_s, MOE_T_IQ2_S)
+A8IQ_KERNELS(iq3_xxs, MOE_T_IQ3_XXS)
+A8IQ_KERNELS(iq3_s, MOE_T_IQ3_S)
+A8IQ_KERNELS(iq1_s, MOE_T_IQ1_S)
+A8IQ_KERNELS(iq1_m, MOE_T_IQ1_M)

@@ -1,0 +1,174 @@
+/* test_act8_iq.c — the act_q8 path of the i-quants IQ2_XXS, IQ2_XS, IQ2_S,
+ * IQ3_XXS, IQ3_S, IQ1_S and IQ1_M (act8_iq_ref.c):
+ *  - moe_a8_dot_ref equals this file's own reading of the contract, bit for
+ *    bit: the integer weights s_h * v_k taken from the FP32 dequantizer
+ *    (moe_dequant_row of the super-block with d set to 1, divided by the
+ *    format's power of two: exact), not from the decoder the kernels share;
+ *  - every ISA's gemv_a8 / gemm_a8 (scalar, avx2, avx512 where the CPU has
+ *    them) on moe_repack_a8's rows equals moe_a8_dot_ref bit for bit over
+ *    rows of 1..8 super-blocks (odd counts end in a one-super-block group),
+ *    1..8 rows, 1..5 tokens, odd strides, random and worst-case codes (every
+ *    byte 0xFF: the largest grid indices, every sign negative, the largest
+ *    scales; every byte 0: scale codes 0), random bytes, crafted d (zero,
+ *    -0, subnormal, f16 max, Inf / NaN), huge and tiny activations;
+ *  - the result is close to the FP32 path's dot product (a sanity bound). */
+#include "check.h"
+#include "quant/quant.h"
+#include "base/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "a8_harness.h"
+
+static const uint32_t FORMATS[] = {MOE_T_IQ2_XXS, MOE_T_IQ2_XS, MOE_T_IQ2_S, MOE_T_IQ3_XXS,
+                                   MOE_T_IQ3_S,   MOE_T_IQ1_S,  MOE_T_IQ1_M};
+#define NF 7
+static moe_rng g_rng;
+static uint32_t rnd32(void) { return (uint32_t)(moe_rng_next(&g_rng) >> 32); }
+static float rndf(void) { return (float)(moe_rng_uniform(&g_rng) * 2.0 - 1.0); }
+static size_t qb(uint32_t t) { return moe_type_get(t)->block_bytes; }
+
+/* The block's f16 d: bytes 0..1, or (IQ1_M) the top nibbles of its four
+ * scale words at 48..55, word i holding bits 4i..4i+3. */
+static uint16_t get_d(uint32_t t, const uint8_t *b) {
+    if (t != MOE_T_IQ1_M) return (uint16_t)(b[0] | b[1] << 8);
+    uint16_t h = 0;
+    for (int i = 0; i < 4; i++) h |= (uint16_t)((b[48 + 2 * i + 1] >> 4) << (4 * i));
+    return h;
+}
+static void set_d(uint32_t t, uint8_t *b, uint16_t h) {
+    if (t != MOE_T_IQ1_M) { b[0] = (uint8_t)h; b[1] = (uint8_t)(h >> 8); return; }
+    for (int i = 0; i < 4; i++) b[48 + 2 * i + 1] = (uint8_t)((b[48 + 2 * i + 1] & 15) | ((h >> (4 * i)) & 15) << 4);
+}
+/* The power of two by which d * s_h * v_k is the FP32 path's weight. */
+static float unit(uint32_t t) { return t == MOE_T_IQ3_XXS ? 0.25f : t == MOE_T_IQ3_S ? 1.0f : 0.125f; }
+
+/* The contract of act8_iq_ref.c, written out. */
+static float contract(uint32_t t, const uint8_t *row, const uint8_t *xa, int64_t n) {
+    float acc[16] = {0};
+    for (int64_t s = 0; s < n / 256; s++) {
+        uint8_t blk[128];
+        float w[256];
+        memcpy(blk, row + (size_t)s * qb(t), qb(t));
+        const float F = moe_f16_to_f32(get_d(t, blk)) * unit(t);
+        set_d(t, blk, 0x3C00);                 /* d = 1: w = unit * s_h * v_k, exactly */
+        moe_dequant_row(t, blk, w, 256);
+        for (int sub = 0; sub < 8; sub++) {
+            const int64_t b = 8 * s + sub;
+            const uint8_t *g = xa + (b / 16) * A8_GROUP_BYTES;
+            const int j = (int)(b % 16);
+            int isum = 0;
+            for (int k = 0; k < 32; k++) {
+                const float sv = w[32 * sub + k] / unit(t);
+                CHECK(sv == (float)(int)sv && fabsf(sv) <= 62 * 31);
+                isum += (int)sv * (int8_t)g[(k / 4) * 64 + 4 * j + k % 4];
+            }
+            float da;
+            memcpy(&da, g + 576 + 4 * j, 4);
+            acc[j] = fmaf((float)isum, F * da, acc[j]);
+        }
+    }
+    float b8[8], c4[4];
+    for (int l = 0; l < 8; l++) b8[l] = acc[l] + acc[l + 8];
+    for (int l = 0; l < 4; l++) c4[l] = b8[l] + b8[l + 4];
+    return (c4[0] + c4[2]) + (c4[1] + c4[3]);
+}
+
+static uint16_t edge_f16(void) {
+    static const uint16_t e[] = {0x0000, 0x8000, 0x0001, 0x83FF, 0x7BFF, 0xFBFF, 0x0400, 0x7C00, 0xFC00, 0x7E00};
+    return e[rnd32() % 10];
+}
+
+/* A plain row: quantized random values (a magnitude per 32 values); with
+ * `edges`: random bytes, every bit set or clear (a sane d kept or not),
+ * crafted d. */
+static void make_row(uint32_t t, uint8_t *row, int64_t n, bool edges) {
+    static float x[2048];
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float mag = powf(10.0f, (float)(int)(rnd32() % 5) - 2.0f);
+        for (int k = 0; k < 32; k++) x[b * 32 + k] = rndf() * mag;
+    }
+    moe_quantize_row(t, x, row, n);
+    if (!edges) return;
+    for (int64_t s = 0; s < n / 256; s++) {
+        uint8_t *blk = row + (size_t)s * qb(t);
+        const uint32_t r = rnd32() % 100;
+        const uint16_t keep = get_d(t, blk);
+        if (r < 25) for (size_t i = 0; i < qb(t); i++) blk[i] = (uint8_t)rnd32();   /* any codes and scales */
+        else if (r < 45) memset(blk, 0xFF, qb(t));                                   /* the largest, all signs */
+        else if (r < 55) memset(blk, 0x00, qb(t));                                   /* the smallest */
+        if (r < 55 && rnd32() % 3) set_d(t, blk, keep);                              /* a sane d */
+        if (rnd32() % 100 < 12) set_d(t, blk, edge_f16());
+    }
+}
+
+static void make_x(float *x, int64_t n, bool edges) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        float *xb = x + b * 32;
+        const float mag = powf(10.0f, (float)(int)(rnd32() % 5) - 2.0f);
+        for (int k = 0; k < 32; k++) xb[k] = rndf() * mag;
+        if (!edges) continue;
+        const uint32_t r = rnd32() % 100;
+        if (r < 4) memset(xb, 0, 32 * sizeof(float));
+        else if (r < 7) for (int k = 0; k < 32; k++) xb[k] *= 1e-5f;   /* da subnormal */
+        else if (r < 10) for (int k = 0; k < 32; k++) xb[k] *= 8.3e6f; /* da near the f16 max */
+        else if (r < 16) for (int k = 0; k < 32; k++) xb[k] = k % 2 ? -mag : mag; /* every q at +-127 */
+        else if (r < 17) xb[rnd32() % 32] = INFINITY;                  /* da = Inf */
+    }
+}
+
+static void check_shape(uint32_t t, int64_t n, int64_t nrows, int64_t ntok, bool edges, int variant) {
+    const size_t rb0 = (size_t)moe_row_bytes(t, (uint64_t)n), rb = rb0 + (variant & 1 ? 5 : 0);
+    const size_t ab = (size_t)moe_act8_row_bytes(n), xs = ab + (variant & 2 ? 68 : 0);
+    uint8_t *plain = malloc(rb0 * (size_t)nrows), *wa = malloc(rb * (size_t)(nrows - 1) + rb0);
+    uint8_t *xa = malloc(xs * (size_t)(ntok - 1) + ab);
+    float *x = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)(nrows * ntok));
+    float *got = malloc(sizeof(float) * (size_t)(nrows * ntok + 1)), *w = malloc(sizeof(float) * (size_t)n);
+    for (int64_t r = 0; r < nrows; r++) {
+        make_row(t, plain + r * rb0, n, edges);
+        moe_repack_a8(t, plain + r * rb0, wa + r * rb, 1, n);
+    }
+    a8_check_levels(t, plain, rb0, wa, rb, xa, xs, x, w, want, got, n, nrows, ntok, edges, 0.03, contract, make_x);
+    free(plain); free(wa); free(xa); free(x); free(want); free(got); free(w);
+}
+
+/* The repack of a whole matrix equals the rows' (and the file's bytes). */
+static void check_repack(uint32_t t) {
+    const int64_t n = 768, nrows = 3;
+    const size_t rb = (size_t)moe_row_bytes(t, (uint64_t)n);
+    uint8_t *plain = malloc(rb * nrows), *all = malloc(rb * nrows);
+    for (int64_t r = 0; r < nrows; r++) make_row(t, plain + r * rb, n, r == 1);
+    moe_repack_a8(t, plain, all, nrows, n);
+    CHECK(memcmp(plain, all, rb * nrows) == 0);
+    free(plain); free(all);
+}
+
+int main(void) {
+    moe_rng_seed(&g_rng, 0xa81c);
+    static const int64_t NS[] = {256, 512, 768, 1024, 1280, 2048};
+    static const int64_t ROWS[] = {1, 2, 3, 5, 8};
+    static const int64_t TOKS[] = {1, 2, 3, 5};
+    int levels = 0;
+    for (int l = 0; l < MOE_ISA_COUNT; l++) levels += moe_kernels_for((moe_isa)l) != NULL;
+    for (int f = 0; f < NF; f++) {
+        const uint32_t t = FORMATS[f];
+        CHECK(moe_type_has_a8(t));
+        for (int l = 0; l < MOE_ISA_COUNT; l++) {
+            const moe_kernels *K = moe_kernels_for((moe_isa)l);
+            if (K) CHECK_MSG(K->gemv_a8[t] && K->gemm_a8[t], "%s %s: no a8 kernel", moe_type_get(t)->name, K->name);
+        }
+        check_repack(t);
+        int shapes = 0;
+        for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++)
+            for (size_t ri = 0; ri < sizeof ROWS / sizeof ROWS[0]; ri++)
+                for (size_t ti = 0; ti < sizeof TOKS / sizeof TOKS[0]; ti++) {
+                    if (NS[ni] > 768 && (ri + ti) % 3) continue;  /* the quantizer and the reference are slow */
+                    check_shape(t, NS[ni], ROWS[ri], TOKS[ti], (ri + ti) % 2, (int)(ni + ri));
+                    shapes++;
+                }
+        printf("%s: a8 kernels at %d levels equal the reference on %d shapes\n", moe_type_get(t)->name, levels, shapes);
+    }
+    return check_report("test_act8_iq");
+}
