@@ -59,7 +59,7 @@ rc=$?
 # call syntax, markers as one control token, the hook's auto call, calls and
 # results sent back, the prompt against the template (tests/serve/tools_family.py)
 M0=$M
-for fs in llama3:42 mistral:2 deepseek3:12 glm4:1; do
+for fs in llama3:42 mistral:2 deepseek3:12 glm4:11; do
   fam=${fs%:*}; M=$T/$fam.gguf
   "$REL" gen --arch qwen3moe --preset tiny --type Q8_0 --chat-template "$fam-tools" --seed "${fs#*:}" -o "$M" >/dev/null || { echo "gen $fam failed"; exit 1; }
   case $fam in llama3) trig='{"name"';; mistral) trig='[TOOL_CALLS]';; glm4) trig='<tool_call>';; *) trig='<｜tool▁calls▁begin｜>';; esac
