@@ -31,6 +31,32 @@ for opts in "-t 1" "-t 2 --batch-size 3" "-t 3 --temp 0.9 --seed 7" "-t 2 --flag
   alone: $alone"
   echo "ok --batch $opts: 4 prompts, the same tokens as alone"
 done
+# --grammar / --json-schema: each prompt constrained by its own constraint of
+# the one grammar; a prompt's tokens are those it gets alone with the grammar
+# (prompts finish at different steps: the grammar ends, then the end token)
+printf 'root ::= "{\\"n\\": " [1-9] [0-9]{0,6} ", \\"w\\": \\"" [a-z ]{1,9} "\\"}"\n' >"$T/g.gbnf"
+printf '{"type": "object", "required": ["k"], "properties": {"k": {"enum": ["a", "bb"]}, "v": {"type": "integer", "maximum": 99}}}' >"$T/s.json"
+for opts in "-t 2 --grammar $T/g.gbnf" "-t 3 --temp 0.9 --seed 7 --grammar $T/g.gbnf" "-t 2 --temp 1.2 --seed 3 --json-schema $T/s.json"; do
+  # shellcheck disable=SC2086
+  b=$("$BIN" run -m "$M" --batch "$T/p.txt" -n 24 $opts --json 2>"$T/err" | ids) || fail "run --batch $opts: $(cat "$T/err")"
+  alone=""
+  while IFS= read -r p; do
+    [ -n "$p" ] || continue
+    # shellcheck disable=SC2086
+    a=$("$REL" run -m "$M" -p "$p" -n 24 $opts --json 2>"$T/err" | ids) || fail "run -p '$p' $opts: $(cat "$T/err")"
+    alone="$alone${alone:+ }$a"
+  done <"$T/p.txt"
+  [ -n "$b" ] && [ "$b" = "$alone" ] || fail "run --batch $opts: tokens differ from the prompts run alone:
+  batch: $b
+  alone: $alone"
+  echo "ok --batch $opts: the same tokens as alone"
+done
+"$BIN" run -m "$M" --batch "$T/p.txt" -n 40 --grammar "$T/g.gbnf" >"$T/out" 2>"$T/err" || fail "grammar batch text: $(cat "$T/err")"
+[ "$(grep -cE '^\{"n": [1-9][0-9]{0,6}, "w": "[a-z ]{1,9}"\}$' "$T/out")" -eq 4 ] || fail "grammar batch: not 4 outputs of the grammar: $(cat "$T/out")"
+printf 'root ::= "a" item\nitem ::= [a-\n' >"$T/bad.gbnf"
+"$BIN" run -m "$M" --batch "$T/p.txt" --grammar "$T/bad.gbnf" >/dev/null 2>"$T/err"
+[ $? -eq 2 ] && [ "$(wc -l <"$T/err")" -eq 1 ] && grep -qF "bad.gbnf: grammar:2:13" "$T/err" || fail "broken grammar with --batch: $(cat "$T/err")"
+
 # text mode: one block per prompt, a summary line on stderr
 out=$("$BIN" run -m "$M" --batch "$T/p.txt" -n 4 2>"$T/err")
 [ "$(echo "$out" | grep -c '^== prompt [1-4]: ')" = 4 ] || fail "text mode: $out"

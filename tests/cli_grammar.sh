@@ -56,7 +56,5 @@ printf '{"type": ' >"$d/broken.json"
 "$BIN" run -m "$M" -p x --json-schema "$d/broken.json" >/dev/null 2>"$d/err"; one_line_err "bad JSON" $? "$d/err"
 "$BIN" run -m "$M" -p x --grammar "$d/missing.gbnf" >/dev/null 2>"$d/err"; one_line_err "cannot open grammar file" $? "$d/err"
 "$BIN" run -m "$M" -p x --grammar "$d/g.gbnf" --json-schema "$d/s.json" >/dev/null 2>"$d/err"; one_line_err "give one of" $? "$d/err"
-echo x >"$d/prompts"
-"$BIN" run -m "$M" --batch "$d/prompts" --grammar "$d/g.gbnf" >/dev/null 2>"$d/err"; one_line_err "not supported with --batch" $? "$d/err"
 "$BIN" run -m "$M" -p x --grammar >/dev/null 2>"$d/err"; one_line_err "--grammar needs a GBNF file" $? "$d/err"
 exit $fail

@@ -10,7 +10,7 @@
 #     the trigger (the test hook MOEFAST_SERVE_TEST_TOOL_TEXT) gives that text
 #     as content and a call after it;
 #   deepseek3 and harmony (--chat-format) calls in their syntaxes;
-#   llama3, mistral and deepseek3 models with their own templates and
+#   llama3, mistral, deepseek3 and glm4 (GLM-4.5's <arg_key> calls) models with their own templates and
 #     special tokens (gen --chat-template F-tools): tests/serve/tools_family.py;
 #   streamed calls (deltas as the call is generated) reassemble to the
 #     non-streamed ones, also sampled strings with multi-byte characters;
@@ -59,10 +59,10 @@ rc=$?
 # call syntax, markers as one control token, the hook's auto call, calls and
 # results sent back, the prompt against the template (tests/serve/tools_family.py)
 M0=$M
-for fs in llama3:42 mistral:2 deepseek3:12; do
+for fs in llama3:42 mistral:2 deepseek3:12 glm4:11; do
   fam=${fs%:*}; M=$T/$fam.gguf
   "$REL" gen --arch qwen3moe --preset tiny --type Q8_0 --chat-template "$fam-tools" --seed "${fs#*:}" -o "$M" >/dev/null || { echo "gen $fam failed"; exit 1; }
-  case $fam in llama3) trig='{"name"';; mistral) trig='[TOOL_CALLS]';; *) trig='<｜tool▁calls▁begin｜>';; esac
+  case $fam in llama3) trig='{"name"';; mistral) trig='[TOOL_CALLS]';; glm4) trig='<tool_call>';; *) trig='<｜tool▁calls▁begin｜>';; esac
   start "$T/log-$fam" "--ctx 8192" MOEFAST_SERVE_TEST_TOOL_TEXT="Let me check.$trig"
   python3 tests/serve/tools_family.py "$fam" "$PORT" "$M" "$REL" "$T/log-$fam" || rc=1
 done
@@ -77,7 +77,7 @@ else
 fi
 for p in $PIDS; do kill -TERM "$p"; wait "$p" || { echo "FAIL: server $p exit $?"; rc=1; }; done
 PIDS=""
-for l in "$T/log1" "$T/log2" "$T/log3" "$T/log-llama3" "$T/log-mistral" "$T/log-deepseek3"; do
+for l in "$T/log1" "$T/log2" "$T/log3" "$T/log-llama3" "$T/log-mistral" "$T/log-deepseek3" "$T/log-glm4"; do
   grep -q "ERROR: AddressSanitizer\|LeakSanitizer\|runtime error" "$l" && { echo "FAIL: sanitizer: $(cat "$l")"; rc=1; }
 done
 exit $rc

@@ -36,6 +36,43 @@ static void expect_render(const char *tmpl, const char *fmt, const moe_chat_msg 
     free(out);
 }
 
+/* GLM-4.5: recognised by [gMASK]<sop> with its <arg_key> tool syntax (a
+ * fragment of zai-org's chat_template.jinja); the text wanted is what that
+ * template renders under transformers' jinja2 settings (trim_blocks,
+ * lstrip_blocks) for the same messages: a tool round trip as serve writes it
+ * (the tools' system turn, calls in the assistant content, results as role
+ * tool, grouped under one <|observation|>), reasoning kept only after the
+ * last user turn. */
+static void test_glm45(void) {
+    static const char G45[] =
+        "[gMASK]<sop>\n{%- if tools -%}\n<|system|>\n# Tools\n...<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n"
+        "{%- if add_generation_prompt -%}\n    <|assistant|>{{- '\\n<think></think>' if (enable_thinking is defined and not enable_thinking) else '' -}}";
+    CHECK(moe_chat_detect(G45) && !strcmp(moe_chat_detect(G45), "glm45"));
+    CHECK(strstr(moe_chat_formats(), "glm45") != NULL);
+    static const moe_chat_msg M[] = {
+        {"system", "TOOLS"},
+        {"system", "S"},
+        {"user", "U"},
+        {"assistant", "  <think>old</think>\n\n<tool_call>g\n<arg_key>a</arg_key>\n<arg_value>x y</arg_value>\n</tool_call>"},
+        {"tool", "R1"},
+        {"tool", "R2"},
+        {"user", "U2"},
+        {"assistant", "\n<think>\nwhy\n</think>\nA2 "},
+        {"assistant", "plain"},
+    };
+    expect_render(G45, NULL, M, 9, true,
+                  "[gMASK]<sop><|system|>\nTOOLS<|system|>\nS<|user|>\nU"
+                  "<|assistant|>\n<think></think>\n<tool_call>g\n<arg_key>a</arg_key>\n<arg_value>x y</arg_value>\n</tool_call>"
+                  "<|observation|>\n<tool_response>\nR1\n</tool_response>\n<tool_response>\nR2\n</tool_response>"
+                  "<|user|>\nU2<|assistant|>\n<think>why</think>\nA2<|assistant|>\n<think></think>\nplain<|assistant|>");
+    expect_render(G45, NULL, M + 2, 1, false, "[gMASK]<sop><|user|>\nU");
+    /* a result first, and an assistant turn with nothing to say */
+    static const moe_chat_msg M2[] = {{"tool", "R"}, {"assistant", " "}};
+    expect_render(G45, NULL, M2, 2, false, "[gMASK]<sop><|observation|>\n<tool_response>\nR\n</tool_response><|assistant|>\n<think></think>");
+    /* GLM-4 without the tool syntax stays glm4 */
+    CHECK(!strcmp(moe_chat_detect("[gMASK]<sop>{{ x }}"), "glm4"));
+}
+
 static const char CHATML_WANT[] =
     "<|im_start|>system\nYou are terse.<|im_end|>\n"
     "<|im_start|>user\nHello!<|im_end|>\n"
@@ -151,6 +188,7 @@ int main(void) {
                   "[gMASK]<sop><|system|>\nYou are terse.<|user|>\nHello!<|assistant|>\nHi.<|user|>\nBye<|assistant|>\n");
     expect_render(synth_q, "glm4", CONV + 1, 1, false, "[gMASK]<sop><|user|>\nHello!");
     CHECK(strstr(moe_chat_formats(), "glm4") != NULL);
+    test_glm45();
     /* harmony (gpt-oss): recognised by its headers; system -> developer instructions */
     CHECK(moe_chat_detect("{{- '<|start|>' + role + '<|message|>' }}") &&
           !strcmp(moe_chat_detect("<|start|>user<|message|>"), "harmony"));

@@ -40,6 +40,7 @@ typedef struct run_batch_opts {
     long n_gen, threads, n_ctx, n_batch;
     struct moe_sampler_params sampling;
     bool json, stop_eos;
+    const struct moe_grammar *grammar;   /* --grammar / --json-schema: every prompt constrained (NULL: none) */
 } run_batch_opts;
 int run_batch(const char *cmd, struct moe_model *m, const char *file, const run_batch_opts *o);
 /* `run --check TRACE` (tools/run_check.c). cli_check_open loads the trace

@@ -97,7 +97,6 @@ int cmd_run(int argc, char **argv) {
     }
     if (batch_file && check) return cli_fail(C, "--check replays one prompt's golden trace; not with --batch");
     if (gfile && sfile) return cli_fail(C, "give one of --grammar and --json-schema");
-    if ((gfile || sfile) && batch_file) return cli_fail(C, "--grammar / --json-schema are not supported with --batch");
     moe_grammar *gram = NULL;
     if ((gfile || sfile) && load_constraint_file(C, gfile, sfile, &gram)) return 2;
     char *pbuf = NULL;
@@ -123,8 +122,9 @@ int cmd_run(int argc, char **argv) {
     double t_load = ts.tv_sec + 1e-9 * ts.tv_nsec - t0;
     if (batch_file) {
         if (n_ctx) cli_check_ctx(C, m, n_ctx);
-        const run_batch_opts bo = {n_gen, threads, n_ctx, n_batch, smpp, json, stop_eos};
+        const run_batch_opts bo = {n_gen, threads, n_ctx, n_batch, smpp, json, stop_eos, gram};
         int brc = run_batch(C, m, batch_file, &bo);
+        moe_grammar_free(gram);
         moe_model_free(m);
         return brc;
     }

@@ -3,7 +3,9 @@
  * steps, then one step per token with a decode token of every unfinished
  * prompt. Each prompt's tokens are those `moefast run -p PROMPT` gives it
  * alone (the batch contract, docs/EXACTNESS.md), so the command checks the
- * contract from the command line: compare the --json ids. */
+ * contract from the command line: compare the --json ids. With --grammar /
+ * --json-schema each prompt has its own constraint of the one grammar and
+ * samples among the tokens it allows, as `run -p` does alone. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@ typedef struct {
     int n_prompt, n_gen;
     bool done;
     moe_sampler *smp;
+    moe_constraint *con;       /* --grammar: this prompt's constraint (NULL: none) */
 } batch_prompt;
 
 static double now_s(void) {
@@ -138,6 +141,31 @@ static void print_results(moe_model *m, const batch_prompt *ps, int np, bool jso
     json_decref(o);
 }
 
+/* One constraint of grammar g per prompt (the vocabulary's tables shared). */
+static int batch_constraints(const char *C, moe_model *m, batch_prompt *ps, int np, const moe_grammar *g,
+                             moe_grammar_vocab **gv, uint8_t **allowed) {
+    char err[MOE_ERR_LEN];
+    if (moe_grammar_vocab_new(m, gv, err, sizeof err)) return cli_fail(C, "%s", err);
+    for (int i = 0; i < np; i++)
+        if (moe_constraint_new(g, *gv, &ps[i].con, err, sizeof err)) return cli_fail(C, "%s", err);
+    if (!(*allowed = malloc((size_t)moe_model_n_vocab(m)))) return cli_fail(C, "out of memory");
+    return 0;
+}
+
+/* Prompt p's token among those its constraint allows, as `run -p` samples
+ * it alone: 0 with *id, 1 when the output is complete and nothing may
+ * follow (no token added), -1 on an error (printed). */
+static int batch_masked(const char *C, batch_prompt *p, int i, const float *logits, uint8_t *allowed, int32_t *id) {
+    if (moe_constraint_mask(p->con, allowed, NULL)) return cli_fail(C, "%s", moe_constraint_error(p->con)), -1;
+    *id = moe_sampler_sample_masked(p->smp, logits, allowed);
+    if (*id < 0) {
+        if (moe_constraint_accepting(p->con)) return 1;
+        return cli_fail(C, "prompt %d: no token of the vocabulary continues the grammar here", i + 1), -1;
+    }
+    if (moe_constraint_accept(p->con, *id)) return cli_fail(C, "%s", moe_constraint_error(p->con)), -1;
+    return 0;
+}
+
 int run_batch(const char *C, moe_model *m, const char *file, const run_batch_opts *o) {
     char err[MOE_ERR_LEN];
     batch_prompt *ps = NULL;
@@ -146,6 +174,8 @@ int run_batch(const char *C, moe_model *m, const char *file, const run_batch_opt
     int32_t *tok = NULL, *seq = NULL;
     bool *want = NULL;
     float *logits = NULL;
+    moe_grammar_vocab *gvoc = NULL;
+    uint8_t *allowed = NULL;
     const int V = moe_model_n_vocab(m);
     if (read_prompts(C, file, &ps, &np)) goto done;
     for (int i = 0; i < np; i++) {
@@ -154,6 +184,7 @@ int run_batch(const char *C, moe_model *m, const char *file, const run_batch_opt
         if (ps[i].n_prompt > longest) longest = ps[i].n_prompt;
         if (moe_sampler_new(&o->sampling, V, &ps[i].smp, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
     }
+    if (o->grammar && batch_constraints(C, m, ps, np, o->grammar, &gvoc, &allowed)) goto done;
     moe_context_params cp = {.n_ctx = (int)o->n_ctx, .n_threads = (int)o->threads, .n_batch = (int)o->n_batch, .n_seq = np};
     if (!cp.n_ctx) {
         const long want_ctx = longest + o->n_gen, train = moe_model_n_ctx_train(m);
@@ -182,10 +213,16 @@ int run_batch(const char *C, moe_model *m, const char *file, const run_batch_opt
         else steps++;
         for (int i = 0, row = 0; i < np; i++) {            /* logits rows: the unfinished prompts in order */
             if (ps[i].done) continue;
-            const int32_t id = moe_sampler_sample(ps[i].smp, logits + (size_t)row++ * V);
+            const float *lg = logits + (size_t)row++ * V;
+            int32_t id = 0;
+            const int gr = ps[i].con ? batch_masked(C, &ps[i], i, lg, allowed, &id) : 0;
+            if (gr < 0) goto done;
+            if (gr > 0) { ps[i].done = true; continue; }   /* the grammar is complete */
+            if (!ps[i].con) id = moe_sampler_sample(ps[i].smp, lg);
             ps[i].ids[ps[i].n_prompt + ps[i].n_gen++] = id;
             n_dec += !first;
-            if (ps[i].n_gen >= o->n_gen || (o->stop_eos && (id == eos || moe_token_is_eog(m, id)))) ps[i].done = true;
+            /* a grammar ends at the end token, as run -p's */
+            if (ps[i].n_gen >= o->n_gen || ((o->stop_eos || ps[i].con) && (id == eos || moe_token_is_eog(m, id)))) ps[i].done = true;
         }
     }
     print_results(m, ps, np, o->json, steps, n_in, n_dec, t1 - t0, now_s() - t1);
@@ -195,7 +232,10 @@ done:
         free(ps[i].text);
         free(ps[i].ids);
         moe_sampler_free(ps[i].smp);
+        moe_constraint_free(ps[i].con);
     }
+    moe_grammar_vocab_free(gvoc);
+    free(allowed);
     free(ps);
     free(tok);
     free(seq);

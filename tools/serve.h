@@ -218,6 +218,7 @@ typedef struct srv_tools {
      * random-weight model can be made to write the trigger */
     int32_t *force;
     int n_force;
+    json_t *kv_raw;                 /* glm45: {tool: {key: true}} for the arguments written raw (strings) */
 } srv_tools;
 /* Reads tools, tool_choice and parallel_tool_calls (before the prompt is
  * rendered): *rt gets NULL when there are no tools or tool_choice is none.

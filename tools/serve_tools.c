@@ -31,6 +31,8 @@ typedef struct tool_syntax {
     const char *first;         /* after the trigger, before the first call (NULL: none) */
     bool first_sp;             /* an optional space before `first` (the template writes one) */
     bool trigger_in_call;      /* the trigger is the call's own start (not written apart) */
+    bool kv_args;              /* GLM-4.5: arguments as <arg_key>K</arg_key>\n<arg_value>V</arg_value>\n, not JSON */
+    const char *forced;        /* required / named: the text put after the prompt (NULL: the trigger) */
 } tool_syntax;
 
 #define DS_(x) "<\xef\xbd\x9c" x "\xef\xbd\x9c>"          /* <｜x｜> */
@@ -38,23 +40,29 @@ typedef struct tool_syntax {
 
 static const tool_syntax SYNTAX[] = {
     /* Qwen3's template (and Hermes 2 Pro's) */
-    {"chatml", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true, NULL, NULL, false, false},
+    {"chatml", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true, NULL, NULL, false, false, false, NULL},
     /* laguna and glm4: their own tool syntaxes are not implemented; the
      * Hermes form, described in the system prompt */
-    {"laguna", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true, NULL, NULL, false, false},
-    {"glm4", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true, NULL, NULL, false, false},
+    {"laguna", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true, NULL, NULL, false, false, false, NULL},
+    {"glm4", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true, NULL, NULL, false, false, false, NULL},
     /* DeepSeek-V3's template */
     {"deepseek3", DS_("tool" US "calls" US "begin"), DS_("tool" US "call" US "begin") "function" DS_("tool" US "sep"),
-     "\n```json\n", "\n```" DS_("tool" US "call" US "end"), "", DS_("tool" US "calls" US "end"), false, true, NULL, NULL, false, false},
+     "\n```json\n", "\n```" DS_("tool" US "call" US "end"), "", DS_("tool" US "calls" US "end"), false, true, NULL, NULL, false, false, false, NULL},
     /* gpt-oss: one call per assistant message, ended by <|call|> */
-    {"harmony", "<|channel|>commentary to=functions.", "", " <|constrain|>json<|message|>", "", "", "", false, false, NULL, NULL, false, false},
+    {"harmony", "<|channel|>commentary to=functions.", "", " <|constrain|>json<|message|>", "", "", "", false, false, NULL, NULL, false, false, false, NULL},
     /* Llama 3.1-3.3's JSON tool calling: the message is the call, one per
      * turn ({"name": N, "parameters": A}); <|python_tag|> (built-in tools)
      * is not generated */
-    {"llama3", "{\"name\"", "", NULL, "", "", "", true, false, "parameters", NULL, false, true},
+    {"llama3", "{\"name\"", "", NULL, "", "", "", true, false, "parameters", NULL, false, true, false, NULL},
     /* Mistral's v3+ list: [TOOL_CALLS] [{"name": N, "arguments": A}, ...]
      * (the space optional; the newer [TOOL_CALLS]N[ARGS]A form is not) */
-    {"mistral", "[TOOL_CALLS]", "", NULL, "", ", ", "]", true, true, "arguments", "[", true, false},
+    {"mistral", "[TOOL_CALLS]", "", NULL, "", ", ", "]", true, true, "arguments", "[", true, false, false, NULL},
+    /* GLM-4.5's template: <tool_call>NAME\n then per argument
+     * <arg_key>K</arg_key>\n<arg_value>V</arg_value>\n (strings raw, others
+     * JSON), </tool_call>; calls joined by \n; an assistant turn with calls
+     * opens with an empty think block */
+    {"glm45", "<tool_call>", "", "\n", "</tool_call>", "\n<tool_call>", "", false, true, NULL, NULL, false, false,
+     true, "\n<think></think>\n<tool_call>"},
 };
 
 static const char *args_key(const tool_syntax *sy) { return sy->args_key ? sy->args_key : "arguments"; }
@@ -67,6 +75,7 @@ static const tool_syntax *syntax_of(srv *s) {
         if (strstr(t, "<|im_start|>")) f = "chatml";
         else if (strstr(t, "</assistant>") || strstr(t, "laguna_glm_thinking")) f = "laguna";
         else if (strstr(t, DS_("User")) && strstr(t, DS_("Assistant"))) f = "deepseek3";
+        else if (strstr(t, "[gMASK]<sop>") && strstr(t, "<arg_key>")) f = "glm45";
         else if (strstr(t, "[gMASK]<sop>")) f = "glm4";
         else if (strstr(t, "<|start|>") && strstr(t, "<|message|>")) f = "harmony";
         else if (strstr(t, "<|start_header_id|>") && strstr(t, "<|end_header_id|>") && strstr(t, "<|eot_id|>")) f = "llama3";
@@ -179,6 +188,12 @@ static void tb_renamed(tbuf *b, const char *g, const char *prefix) {
     }
 }
 
+/* GLM-4.5's key/value arguments: the section at the end of this file. */
+static int kv_grammars(srv *s, json_t *tools, char **gbnf, json_t **kv_raw, api_err *e);
+static int kv_messages(json_t *ms, const moe_chat_msg *msgs, size_t n, json_t *tools, moe_chat_msg *o,
+                       size_t *n_out, char ***owned, size_t *n_owned, api_err *e);
+static bool kv_progress(srv_tools *t, const char *base);
+
 /* ---- the request's tools ----------------------------------------------------- */
 
 static bool valid_name(const char *n) {
@@ -264,7 +279,7 @@ static void calls_grammar(tbuf *b, srv *s, const tool_syntax *sy, const char *co
             tb_lit_tok(b, s, sy->mid);
         }
         snprintf(line, sizeof line, " t%zu-s0", i);
-        tb_add(b, line);
+        if (*gbnf[i]) tb_add(b, line);             /* kv_args without arguments: "" */
         if (sy->name_in_json) tb_lit(b, "}");
         tb_add(b, "\n");
         tb_renamed(b, gbnf[i], pre);
@@ -348,16 +363,21 @@ int tools_parse(srv *s, json_t *o, srv_req *r, bool *forced, json_t **tools_json
         rc = api_fail(e, 400, "tools", "invalid_value", "'tools' (unless 'tool_choice' is 'none') cannot be combined with 'grammar' or 'response_format'");
     if (rc == 0 && mode != 0) {
         const tool_syntax *sy = syntax_of(s);
+        json_t *kv_raw = NULL;
+        if (sy->kv_args) rc = kv_grammars(s, tools, gbnf, &kv_raw, e);
         tbuf g = {0};
         char err[MOE_ERR_LEN];
-        calls_grammar(&g, s, sy, names, gbnf, n, only, parallel);
-        if (g.oom) rc = api_fail(e, 500, NULL, NULL, "out of memory");
+        if (rc == 0) calls_grammar(&g, s, sy, names, gbnf, n, only, parallel);
+        if (rc) {}
+        else if (g.oom) rc = api_fail(e, 500, NULL, NULL, "out of memory");
         else if ((rc = gcache_build(s, r, 'G', g.p, g.n, err, sizeof err)))
             rc = api_fail(e, rc == MOE_ENOMEM ? 500 : 400, "tools", "invalid_value", "the tools' grammar: %s", err);
         else if (!(r->allowed = malloc((size_t)s->n_vocab)) || !(r->tools = calloc(1, sizeof *r->tools)))
             rc = api_fail(e, 500, NULL, NULL, "out of memory");
         free(g.p);
         if (rc == 0) {
+            r->tools->kv_raw = kv_raw;
+            kv_raw = NULL;
             r->tools->syn = sy;
             const char *tt = getenv("MOEFAST_SERVE_TEST_TOOL_TEXT");
             if (mode == 1 && tt && *tt) rc = test_force(s, r->tools, tt, e);
@@ -373,6 +393,7 @@ int tools_parse(srv *s, json_t *o, srv_req *r, bool *forced, json_t **tools_json
                     rc = api_fail(e, 500, NULL, NULL, "the tools' grammar refused its own trigger");
             }
         }
+        json_decref(kv_raw);
     }
     for (size_t i = 0; gbnf && i < n; i++) free(gbnf[i]);
     free(gbnf);
@@ -381,7 +402,8 @@ int tools_parse(srv *s, json_t *o, srv_req *r, bool *forced, json_t **tools_json
 }
 
 const char *tools_forced_text(const srv_req *r) {
-    return r->tools && r->tools->engaged && r->n_gen == 0 ? r->tools->syn->trigger : NULL;
+    if (!r->tools || !r->tools->engaged || r->n_gen != 0) return NULL;
+    return r->tools->syn->forced ? r->tools->syn->forced : r->tools->syn->trigger;
 }
 
 void tools_free(srv_tools *t) {
@@ -392,6 +414,7 @@ void tools_free(srv_tools *t) {
     free(t->force);
     free(t->raw_at);
     free(t->txt_at);
+    json_decref(t->kv_raw);
     free(t);
 }
 
@@ -603,6 +626,7 @@ int tools_messages(srv *s, json_t *ms, const moe_chat_msg *msgs, size_t n, json_
     if (!o) return api_fail(e, 500, NULL, NULL, "out of memory");
     if (!strcmp(sy->family, "llama3")) return llama3_messages(sy, ms, msgs, n, tools, out, o, n_out, owned, n_owned, e);
     if (!strcmp(sy->family, "mistral")) return mistral_messages(ms, msgs, n, tools, o, n_out, owned, n_owned, e);
+    if (sy->kv_args) return kv_messages(ms, msgs, n, tools, o, n_out, owned, n_owned, e);
     if (tools) {                                   /* the system prompt gets the tools */
         tbuf b = {0};
         if (n && !strcmp(msgs[0].role, "system")) { tb_add(&b, msgs[0].content); tb_add(&b, "\n\n"); i = 1; }
@@ -794,6 +818,8 @@ void tools_progress(srv_req *r) {
             t->version++;
             t->args_at = (size_t)(p - base);
             t->phase = PH_ARGS;
+        } else if (sy->kv_args) {
+            if (!kv_progress(t, base)) return;
         } else {
             const char *a = base + t->args_at, *ae = json_end(a), *q = ae;
             const bool done = ae && (!sy->name_in_json || starts(&q, "}")) && starts(&q, sy->close);
@@ -889,4 +915,317 @@ char *tools_raw_json(const srv_req *r) {
     free(v);
     moe_utf8_stream_free(u);
     return d;
+}
+
+/* ---- GLM-4.5: arguments as <arg_key>/<arg_value> pairs ------------------------------
+ * Its template writes each argument as <arg_key>K</arg_key>\n<arg_value>V
+ * </arg_value>\n, V raw when the value is a string and tojson otherwise. The
+ * grammar gives the schema's properties in their order (the required ones
+ * always, the others optionally); a property whose schema is a string (type
+ * string, or an enum/const of strings) has a raw value, any other property
+ * (numbers, objects, unions, nullable strings) JSON valid for its schema,
+ * compiled by the JSON Schema compiler. A raw value can never contain the
+ * text </arg_value> (so the call parses back at the first one); with
+ * minLength/maxLength it is counted per character and may not contain "</". */
+
+static const char KV_CLOSE[] = "/arg_value>";           /* </arg_value> after its '<' */
+
+/* A string value that cannot contain </arg_value>: chunks of one character
+ * other than '<', or '<' + a broken partial match; it may end inside one. */
+static void kv_raw_free(tbuf *b, const char *v) {
+    const size_t n = sizeof KV_CLOSE - 1;
+    tb_add(b, v); tb_add(b, " ::= ( [^<] | \"<\" "); tb_add(b, v); tb_add(b, "-y* "); tb_add(b, v);
+    tb_add(b, "-x )* ( \"<\" "); tb_add(b, v); tb_add(b, "-y* "); tb_add(b, v); tb_add(b, "-z )?\n");
+    tb_add(b, v); tb_add(b, "-y ::= "); tb_add(b, v); tb_add(b, "-z \"<\"\n");
+    tb_add(b, v); tb_add(b, "-x ::=");
+    for (size_t i = 0; i < n; i++) {                   /* [^c0<] | "c0" ([^c1<] | "c1" (...)) */
+        char cls[16], lit[8];
+        snprintf(cls, sizeof cls, " [^%c<]", KV_CLOSE[i]);
+        snprintf(lit, sizeof lit, " \"%c\" (", KV_CLOSE[i]);
+        tb_add(b, cls);
+        if (i + 1 < n) { tb_add(b, " |"); tb_add(b, lit); }
+    }
+    for (size_t i = 0; i + 1 < n; i++) tb_add(b, " )");
+    tb_add(b, "\n");
+    tb_add(b, v); tb_add(b, "-z ::=");
+    for (size_t i = 0; i + 1 < n; i++) { char lit[8]; snprintf(lit, sizeof lit, " ( \"%c\"", KV_CLOSE[i]); tb_add(b, lit); }
+    for (size_t i = 0; i + 1 < n; i++) tb_add(b, " )?");
+    tb_add(b, "\n");
+}
+
+/* A string of mn..mx characters (mx < 0: no maximum) without "</": state
+ * a (after anything but '<') and b (after '<') per count. */
+static void kv_raw_counted(tbuf *b, const char *v, long mn, long mx) {
+    const long end = mx >= 0 ? mx : mn;
+    char l[256];
+    snprintf(l, sizeof l, "%s ::= %s-a0\n", v, v);
+    tb_add(b, l);
+    for (long i = 0; i < end; i++) {
+        char na[64] = "", nb[64] = "";
+        if (i + 1 < end) { snprintf(na, sizeof na, " %s-a%ld", v, i + 1); snprintf(nb, sizeof nb, " %s-b%ld", v, i + 1); }
+        else if (mx < 0) { snprintf(na, sizeof na, " %s-w", v); snprintf(nb, sizeof nb, " %s-wb", v); }
+        for (int st = 0; st < 2; st++) {
+            snprintf(l, sizeof l, "%s-%c%ld ::= ( %s%s | \"<\"%s )%s\n", v, st ? 'b' : 'a', i, st ? "[^</]" : "[^<]", na, nb,
+                     i >= mn ? "?" : "");
+            tb_add(b, l);
+        }
+    }
+    if (mx < 0) {
+        snprintf(l, sizeof l, "%s-w ::= ( [^<] | \"<\"+ [^</] )* \"<\"*\n%s-wb ::= \"<\"* ( [^</] %s-w )?\n", v, v, v);
+        tb_add(b, l);
+    }
+}
+
+/* The schema $ref names (local #/$defs/X or #/definitions/X), or s. */
+static json_t *kv_deref(json_t *root, json_t *sch) {
+    for (int hop = 0; hop < 8 && json_is_string(json_object_get(sch, "$ref")); hop++) {
+        const char *ref = json_string_value(json_object_get(sch, "$ref"));
+        json_t *t = !strncmp(ref, "#/$defs/", 8) ? json_object_get(json_object_get(root, "$defs"), ref + 8)
+                  : !strncmp(ref, "#/definitions/", 14) ? json_object_get(json_object_get(root, "definitions"), ref + 14) : NULL;
+        if (!t) return sch;
+        sch = t;
+    }
+    return sch;
+}
+
+/* A string-only schema: its values are written raw. */
+static bool kv_is_string(json_t *sch) {
+    if (!json_is_object(sch) || json_is_true(json_object_get(sch, "nullable")) || json_object_get(sch, "anyOf") ||
+        json_object_get(sch, "oneOf") || json_object_get(sch, "$ref"))
+        return false;
+    json_t *ty = json_object_get(sch, "type"), *en = json_object_get(sch, "enum"), *cn = json_object_get(sch, "const");
+    if (ty && !(json_is_string(ty) && !strcmp(json_string_value(ty), "string"))) return false;
+    if (cn && !json_is_string(cn)) return false;
+    if (en) {
+        size_t i;
+        json_t *x;
+        if (!json_is_array(en) || !json_array_size(en)) return false;
+        json_array_foreach(en, i, x) if (!json_is_string(x)) return false;
+    }
+    return ty || en || cn;
+}
+
+/* The rule v (raw value of string schema sch); *empty_only: only "" fits. */
+static int kv_raw_rule(tbuf *b, const char *v, json_t *sch, const char *where, bool *empty_only, api_err *e) {
+    json_t *en = json_object_get(sch, "enum"), *cn = json_object_get(sch, "const");
+    *empty_only = false;
+    if (en || cn) {
+        size_t i, k = 0;
+        bool empty = false;
+        json_t *x, *one = cn ? json_pack("[O]", cn) : json_incref(en);
+        tbuf alt = {0};
+        json_array_foreach(one, i, x) {
+            const char *sv = json_string_value(x);
+            if (!*sv) { empty = true; continue; }
+            if (strstr(sv, "</arg_value>")) continue;         /* cannot be written */
+            if (k++) tb_add(&alt, " |");
+            tb_lit(&alt, sv);
+        }
+        json_decref(one);
+        if (!k && !empty) { free(alt.p); return api_fail(e, 400, "tools", "invalid_value", "'%s': no value can be written in GLM-4.5's call syntax", where); }
+        if (!k) *empty_only = true;
+        else { tb_add(b, v); tb_add(b, " ::= ("); tb_add(b, alt.p); tb_add(b, empty ? " )?\n" : " )\n"); }
+        if (alt.oom) b->oom = true;
+        free(alt.p);
+        return 0;
+    }
+    json_t *jn = json_object_get(sch, "minLength"), *jx = json_object_get(sch, "maxLength");
+    const long mn = json_is_integer(jn) ? (long)json_integer_value(jn) : 0, mx = json_is_integer(jx) ? (long)json_integer_value(jx) : -1;
+    if (mx > 2048 || mn > 2048)
+        return api_fail(e, 400, "tools", "invalid_value", "'%s': a string's minLength/maxLength above 2048 is not supported in GLM-4.5's call syntax", where);
+    if (mx == 0) *empty_only = true;
+    else if (mn == 0 && mx < 0) kv_raw_free(b, v);
+    else kv_raw_counted(b, v, mn, mx);
+    return 0;
+}
+
+/* The rule v: JSON valid for sch (the root's $defs kept for its $refs). */
+static int kv_json_rule(tbuf *b, const char *v, json_t *root, json_t *sch, const char *where, api_err *e) {
+    json_t *w = json_is_object(sch) ? json_copy(sch) : json_incref(sch);
+    const char *dk[] = {"$defs", "definitions"};
+    for (int i = 0; i < 2 && json_is_object(w); i++)
+        if (json_object_get(root, dk[i]) && !json_object_get(w, dk[i])) json_object_set(w, dk[i], json_object_get(root, dk[i]));
+    char *txt = w ? json_dumps(w, JSON_ENCODE_ANY | JSON_COMPACT) : NULL, *g = NULL, err[MOE_ERR_LEN], pre[80];
+    json_decref(w);
+    if (!txt) return api_fail(e, 500, NULL, NULL, "out of memory");
+    const int rc = moe_json_schema_to_gbnf(txt, strlen(txt), &g, err, sizeof err);
+    free(txt);
+    if (rc == MOE_ENOMEM) return api_fail(e, 500, NULL, NULL, "out of memory");
+    if (rc) return api_fail(e, 400, "tools", "invalid_value", "'%s': %s", where, err);
+    snprintf(pre, sizeof pre, "%s-", v);
+    tb_renamed(b, g, pre);
+    free(g);
+    tb_add(b, v); tb_add(b, " ::= "); tb_add(b, pre); tb_add(b, "s0\n");
+    return 0;
+}
+
+/* Tool ti's arguments grammar (rule s0; "" without properties). */
+static int kv_tool(srv *s, json_t *ps, size_t ti, char **out, json_t *raw_keys, api_err *e) {
+    json_t *props = json_object_get(ps, "properties"), *req = json_object_get(ps, "required"), *sub;
+    const char *key;
+    tbuf b = {0}, rules = {0};
+    int k = 0, rc = 0;
+    tb_add(&b, "");
+    if (json_object_size(props)) tb_add(&b, "s0 ::=");
+    json_object_foreach(props, key, sub) {
+        char v[32], where[160], ref[40];
+        snprintf(v, sizeof v, "v%d", k);
+        snprintf(where, sizeof where, "tools[%zu].function.parameters.properties.%.64s", ti, key);
+        if (!*key || strstr(key, "</arg_key>")) { rc = api_fail(e, 400, "tools", "invalid_value", "'%s': the name cannot be written in GLM-4.5's call syntax", where); break; }
+        bool required = false, empty_only = false;
+        size_t i;
+        json_t *x;
+        json_array_foreach(req, i, x) if (json_is_string(x) && !strcmp(json_string_value(x), key)) required = true;
+        json_t *d = kv_deref(ps, sub);
+        if (kv_is_string(d)) {
+            json_object_set_new(raw_keys, key, json_true());
+            rc = kv_raw_rule(&rules, v, d, where, &empty_only, e);
+        } else
+            rc = kv_json_rule(&rules, v, ps, sub, where, e);
+        if (rc) break;
+        snprintf(ref, sizeof ref, " a%d%s", k, required ? "" : "?");
+        tb_add(&b, ref);
+        snprintf(ref, sizeof ref, "a%d ::=", k);
+        tb_add(&rules, ref);
+        tb_lit_tok(&rules, s, "<arg_key>");
+        tb_lit(&rules, key);
+        tb_lit_tok(&rules, s, "</arg_key>\n<arg_value>");
+        if (!empty_only) { tb_add(&rules, " "); tb_add(&rules, v); }
+        tb_lit_tok(&rules, s, "</arg_value>\n");
+        tb_add(&rules, "\n");
+        k++;
+    }
+    tb_add(&b, "\n");
+    tb_add(&b, rules.p);
+    free(rules.p);
+    if (!rc && (b.oom || rules.oom)) rc = api_fail(e, 500, NULL, NULL, "out of memory");
+    if (rc) { free(b.p); return rc; }
+    *out = k ? b.p : (free(b.p), strdup(""));
+    return *out ? 0 : api_fail(e, 500, NULL, NULL, "out of memory");
+}
+
+/* Each tool's JSON grammar replaced by its key/value one; *kv_raw gets the
+ * raw (string) keys per tool name. */
+static int kv_grammars(srv *s, json_t *tools, char **gbnf, json_t **kv_raw, api_err *e) {
+    *kv_raw = json_object();
+    if (!*kv_raw) return api_fail(e, 500, NULL, NULL, "out of memory");
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        json_t *fn = json_object_get(json_array_get(tools, i), "function"), *keys = json_object();
+        char *g = NULL;
+        if (!keys || json_object_set_new(*kv_raw, json_string_value(json_object_get(fn, "name")), keys))
+            return api_fail(e, 500, NULL, NULL, "out of memory");
+        if (kv_tool(s, json_object_get(fn, "parameters"), i, &g, keys, e)) return -1;
+        free(gbnf[i]);
+        gbnf[i] = g;
+    }
+    return 0;
+}
+
+/* One call's arguments as the template writes them (arguments a JSON
+ * object, or its text). */
+static int kv_call(tbuf *b, json_t *fn, size_t i, size_t c, api_err *e) {
+    json_t *nm = json_object_get(fn, "name"), *ar = json_object_get(fn, "arguments"), *obj = NULL;
+    if (json_is_string(ar)) obj = json_loads(json_string_value(ar), JSON_DECODE_ANY, NULL);
+    else if (json_is_object(ar)) obj = json_incref(ar);
+    if (!json_is_string(nm) || !json_is_object(obj)) {
+        json_decref(obj);
+        return api_fail(e, 400, "messages", "invalid_value",
+                        "'messages[%zu].tool_calls[%zu]' must be {\"id\", \"type\": \"function\", \"function\": {\"name\": string, \"arguments\": a JSON object}}", i, c);
+    }
+    const char *k;
+    json_t *v;
+    tb_add(b, "\n<tool_call>"); tb_add(b, json_string_value(nm)); tb_add(b, "\n");
+    json_object_foreach(obj, k, v) {
+        tb_add(b, "<arg_key>"); tb_add(b, k); tb_add(b, "</arg_key>\n<arg_value>");
+        char *d = json_is_string(v) ? NULL : json_dumps(v, JSON_ENCODE_ANY);   /* tojson: ", " and ": " */
+        tb_add(b, d ? d : json_string_value(v));
+        free(d);
+        tb_add(b, "</arg_value>\n");
+    }
+    tb_add(b, "</tool_call>");
+    json_decref(obj);
+    return 0;
+}
+
+/* GLM-4.5's template: the tools in a system turn of their own first, calls
+ * after the assistant's content, results as role tool (chat.c groups them
+ * under <|observation|>). */
+static int kv_messages(json_t *ms, const moe_chat_msg *msgs, size_t n, json_t *tools, moe_chat_msg *o,
+                       size_t *n_out, char ***owned, size_t *n_owned, api_err *e) {
+    size_t k = 0;
+    if (tools) {
+        tbuf b = {0};
+        tb_add(&b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                   "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n");
+        for (size_t i = 0; i < json_array_size(tools); i++) {
+            char *t = json_dumps(json_array_get(tools, i), 0);    /* tojson(ensure_ascii=False) */
+            if (t) tb_add(&b, t); else b.oom = true;
+            free(t);
+            tb_add(&b, "\n");
+        }
+        tb_add(&b, "</tools>\n\nFor each function call, output the function name and arguments within the following XML format:\n"
+                   "<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>\n"
+                   "<arg_key>{arg-key-2}</arg_key>\n<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call>");
+        if (keep(owned, n_owned, &b, e)) return -1;
+        o[k++] = (moe_chat_msg){"system", (*owned)[*n_owned - 1]};
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *tc = json_object_get(json_array_get(ms, i), "tool_calls");
+        if (!strcmp(msgs[i].role, "tool") && need_call_id(ms, i, e)) return -1;
+        if (strcmp(msgs[i].role, "assistant") || !tc || json_is_null(tc)) { o[k++] = msgs[i]; continue; }
+        if (!json_is_array(tc)) return api_fail(e, 400, "messages", "invalid_type", "'messages[%zu].tool_calls' must be an array", i);
+        tbuf b = {0};
+        const char *c = msgs[i].content, *ce = c + strlen(c);   /* chat.c strips the content */
+        while (*c && strchr(" \t\n\r\f\v", *c)) c++;
+        while (ce > c && strchr(" \t\n\r\f\v", ce[-1])) ce--;
+        tb_addn(&b, c, (size_t)(ce - c));
+        for (size_t j = 0; j < json_array_size(tc); j++)
+            if (kv_call(&b, json_object_get(json_array_get(tc, j), "function"), i, j, e)) { free(b.p); return -1; }
+        tb_add(&b, "");
+        if (keep(owned, n_owned, &b, e)) return -1;
+        o[k++] = (moe_chat_msg){"assistant", (*owned)[*n_owned - 1]};
+    }
+    *n_out = k;
+    return 0;
+}
+
+/* The current call's arguments parsed from the pairs written so far: the
+ * JSON object grows pair by pair ({"k": V, ...), string values escaped,
+ * others as written; true once </tool_call> closed it. */
+static bool kv_progress(srv_tools *t, const char *base) {
+    srv_tool_call *c = &t->calls[t->n_calls - 1];
+    json_t *raw = json_object_get(t->kv_raw, c->name);
+    const char *p = base + t->args_at;
+    tbuf j = {0};
+    bool done = false;
+    tb_add(&j, "{");
+    for (;;) {
+        const char *q = p, *ke, *v, *ve;
+        if (starts(&q, "</tool_call>")) { done = true; p = q; break; }
+        if (!starts(&q, "<arg_key>") || !(ke = strstr(q, "</arg_key>"))) break;
+        char *key = strndup(q, (size_t)(ke - q));
+        q = ke + strlen("</arg_key>");
+        const bool is_raw = key && json_is_true(json_object_get(raw, key));
+        if (!key || !starts(&q, "\n<arg_value>") || !(ve = is_raw ? strstr(v = q, "</arg_value>") : json_end(v = q))) { free(key); break; }
+        q = ve;
+        if (!starts(&q, "</arg_value>") || !starts(&q, "\n")) { free(key); break; }
+        json_t *ks = json_string(key), *vs = is_raw ? json_stringn(v, (size_t)(ve - v)) : NULL;
+        char *kd = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL, *vd = vs ? json_dumps(vs, JSON_ENCODE_ANY) : NULL;
+        if (j.n > 1) tb_add(&j, ", ");
+        if (kd) tb_add(&j, kd); else j.oom = true;
+        tb_add(&j, ": ");
+        if (is_raw) { if (vd) tb_add(&j, vd); else j.oom = true; }
+        else tb_addn(&j, v, (size_t)(ve - v));
+        free(kd); free(vd); json_decref(ks); json_decref(vs); free(key);
+        p = q;
+    }
+    if (done) tb_add(&j, "}");
+    const bool ok = !j.oom && set_args(t, c, j.p, j.n);
+    free(j.p);
+    if (!ok || !done) return false;
+    c->complete = true;
+    t->version++;
+    t->parse_at = (size_t)(p - base);
+    t->phase = PH_OPEN;
+    return true;
 }

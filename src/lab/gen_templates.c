@@ -16,7 +16,14 @@
  *   its default system message and parallel-call instructions; tools as
  *   JSON (tojson), where Small 3.1 writes string values unescaped.
  * deepseek3-tools: DeepSeek-V3's turn markers and tool-call tokens in the
- *   vocabulary; the template renders plain turns (serve lists the tools). */
+ *   vocabulary; the template renders plain turns (serve lists the tools).
+ * glm4-tools: modelled on GLM-4.5's (zai-org's chat_template.jinja; 4.6's is
+ *   the same): the tools system turn, <|observation|> tool results, calls as
+ *   <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n...
+ *   </tool_call> (string values raw, others tojson; arguments must be a
+ *   mapping, as in the original), without its reasoning-content handling
+ *   and /nothink; GLM-4.5's special tokens in its id order from
+ *   <|endoftext|>, bos [gMASK], eos <|endoftext|>. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -83,6 +90,27 @@ static const char DEEPSEEK3_TOOLS[] =
     "{%- elif message.role == 'assistant' %}{{- '" DS("Assistant") "' + message.content + '" DS("end" US "of" US "sentence") "' }}"
     "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '" DS("Assistant") "' }}{%- endif %}";
 
+static const char GLM4_TOOLS[] =
+    "[gMASK]<sop>"
+    "{%- if tools %}{{- '<|system|>\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>\\n' }}"
+    "{%- for tool in tools %}{{- tool | tojson }}{{- '\\n' }}{%- endfor %}"
+    "{{- '</tools>\\n\\nFor each function call, output the function name and arguments within the following XML format:\\n"
+    "<tool_call>{function-name}\\n<arg_key>{arg-key-1}</arg_key>\\n<arg_value>{arg-value-1}</arg_value>\\n"
+    "<arg_key>{arg-key-2}</arg_key>\\n<arg_value>{arg-value-2}</arg_value>\\n...\\n</tool_call>' }}{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'user' or m.role == 'system' %}{{- '<|' + m.role + '|>\\n' + m.content }}"
+    "{%- elif m.role == 'assistant' %}{{- '<|assistant|>\\n<think></think>' }}"
+    "{%- if m.content and m.content.strip() %}{{- '\\n' + m.content.strip() }}{%- endif %}"
+    "{%- for tc in m.tool_calls or [] %}{%- if tc.function %}{%- set tc = tc.function %}{%- endif %}"
+    "{{- '\\n<tool_call>' + tc.name + '\\n' }}"
+    "{%- for k, v in tc.arguments.items() %}{{- '<arg_key>' + k + '</arg_key>\\n<arg_value>' }}"
+    "{%- if v is string %}{{- v }}{%- else %}{{- v | tojson }}{%- endif %}{{- '</arg_value>\\n' }}{%- endfor %}"
+    "{{- '</tool_call>' }}{%- endfor %}"
+    "{%- elif m.role == 'tool' %}{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|observation|>' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + m.content + '\\n</tool_response>' }}"
+    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|assistant|>' }}{%- endif %}";
+
 static const char *const SP_LLAMA3[] = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                                         "<|python_tag|>", "<|eom_id|>", "<|eot_id|>"};
 static const char *const SP_MISTRAL[] = {"<s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
@@ -94,6 +122,10 @@ static const char *const SP_DS3[] = {
     DS("tool" US "call" US "end"), DS("tool" US "sep"), DS("tool" US "outputs" US "begin"),
     DS("tool" US "outputs" US "end"), DS("tool" US "output" US "begin"), DS("tool" US "output" US "end"),
     DS("end" US "of" US "sentence")};
+static const char *const SP_GLM4[] = {
+    "<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>", "<|assistant|>",
+    "<|observation|>", "<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
+    "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"};
 
 #define N(a) (int)(sizeof a / sizeof a[0])
 /* indexes 2.. of gen's chat_template choices (0 chatml and 1 qwen3-tools are gen.c's) */
@@ -101,6 +133,7 @@ static const gen_template TEMPLATES[] = {
     {"llama3-tools", LLAMA3_TOOLS, SP_LLAMA3, N(SP_LLAMA3), 0, 5},
     {"mistral-tools", MISTRAL_TOOLS, SP_MISTRAL, N(SP_MISTRAL), 0, 10},
     {"deepseek3-tools", DEEPSEEK3_TOOLS, SP_DS3, N(SP_DS3), 0, 12},
+    {"glm4-tools", GLM4_TOOLS, SP_GLM4, N(SP_GLM4), 2, 0},
 };
 
 const gen_template *moe_gen_template(int64_t i) {

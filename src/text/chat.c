@@ -20,6 +20,17 @@
  *  glm4    [gMASK]<sop><|ROLE|>\nCONTENT ... then <|assistant|>\n
  *          (GLM-4 / GLM-4.5; as llama.cpp's built-in chatglm4 renders it,
  *          without GLM-4.5's <think> handling or tool calls).
+ *  glm45   GLM-4.5/4.6's template (zai-org's chat_template.jinja, recognised by
+ *          [gMASK]<sop> and its <arg_key> tool-call syntax): [gMASK]<sop>,
+ *          <|system|>\nS, <|user|>\nU, assistant turns as
+ *          <|assistant|>\n<think></think>\nCONTENT (content stripped; the
+ *          reasoning of a turn after the last user turn, taken from
+ *          <think>R</think> in the content, is kept as \n<think>R</think>),
+ *          runs of tool results as <|observation|> then
+ *          \n<tool_response>\nR\n</tool_response> each, then <|assistant|>
+ *          (enable_thinking undefined: the model opens its own think block).
+ *          Tool calls are written into the assistant content by the caller
+ *          (serve), in the template's <tool_call> / <arg_key> form.
  *  harmony <|start|>ROLE<|message|>CONTENT<|end|> ..., assistant turns as
  *          <|start|>assistant<|channel|>final<|message|>CONTENT<|end|>, then
  *          <|start|>assistant (OpenAI's harmony format of gpt-oss). A system
@@ -107,6 +118,60 @@ static void render_glm4(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
     if (gen) sb_add(b, "<|assistant|>\n");
 }
 
+/* Python's str.strip() over [a, e): advances *a, returns the new end. */
+static const char *py_strip(const char **a, const char *e) {
+    while (*a < e && strchr(" \t\n\r\f\v", **a)) ++*a;
+    while (e > *a && strchr(" \t\n\r\f\v", e[-1])) e--;
+    return e;
+}
+
+static void sb_addn(sbuf *b, const char *s, const char *e) {
+    char *t = strndup(s, (size_t)(e - s));
+    if (!t) { b->oom = true; return; }
+    sb_add(b, t);
+    free(t);
+}
+
+/* One GLM-4.5 assistant turn: the template splits <think>R</think> off the
+ * content and keeps R only after the last user turn. */
+static void glm45_assistant(sbuf *b, const char *c, bool keep_reasoning) {
+    const char *ce = c + strlen(c), *r = "", *re = r, *close = strstr(c, "</think>");
+    if (close) {
+        re = close;                                    /* .split('</think>')[0].rstrip('\n') */
+        while (re > c && re[-1] == '\n') re--;
+        r = c;                                         /* .split('<think>')[-1] */
+        for (const char *p = c; (p = strstr(p, "<think>")) && p < re; p += 7) r = p + 7;
+        if (r > re) r = re;
+        while (r < re && *r == '\n') r++;             /* .lstrip('\n') */
+        const char *last = close;                      /* .split('</think>')[-1].lstrip('\n') */
+        for (const char *p = close; (p = strstr(p, "</think>")); p += 8) last = p;
+        c = last + 8;
+        while (*c == '\n') c++;
+    }
+    sb_add(b, "<|assistant|>\n<think>");
+    const char *rs = r, *rse = py_strip(&rs, re);
+    if (keep_reasoning && r < re) sb_addn(b, rs, rse);
+    sb_add(b, "</think>");
+    const char *cs = c, *cse = py_strip(&cs, ce);
+    if (cse > cs) { sb_add(b, "\n"); sb_addn(b, cs, cse); }
+}
+
+static void render_glm45(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
+    size_t last_user = (size_t)-1;
+    for (size_t i = 0; i < n; i++) if (!strcmp(msgs[i].role, "user")) last_user = i;
+    sb_add(b, "[gMASK]<sop>");
+    for (size_t i = 0; i < n; i++) {
+        const char *r = msgs[i].role, *c = msgs[i].content;
+        if (!strcmp(r, "system") || !strcmp(r, "user")) { sb_add(b, "<|"); sb_add(b, r); sb_add(b, "|>\n"); sb_add(b, c); }
+        else if (!strcmp(r, "assistant")) glm45_assistant(b, c, last_user == (size_t)-1 || i > last_user);
+        else if (!strcmp(r, "tool")) {
+            if (i == 0 || strcmp(msgs[i - 1].role, "tool")) sb_add(b, "<|observation|>");
+            sb_add(b, "\n<tool_response>\n"); sb_add(b, c); sb_add(b, "\n</tool_response>");
+        }
+    }
+    if (gen) sb_add(b, "<|assistant|>");
+}
+
 static void render_harmony(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
     for (size_t i = 0; i < n; i++) {
         const bool sys = !strcmp(msgs[i].role, "system");
@@ -145,12 +210,13 @@ static const struct { const char *name; render_fn fn; } FORMATS[] = {
     {"laguna", render_laguna},
     {"deepseek3", render_deepseek3},
     {"glm4", render_glm4},
+    {"glm45", render_glm45},
     {"harmony", render_harmony},
     {"llama3", render_llama3},
     {"mistral", render_mistral},
 };
 
-const char *moe_chat_formats(void) { return "chatml, laguna, deepseek3, glm4, harmony, llama3, mistral"; }
+const char *moe_chat_formats(void) { return "chatml, laguna, deepseek3, glm4, glm45, harmony, llama3, mistral"; }
 
 const char *moe_chat_detect(const char *tmpl) {
     if (!tmpl) return NULL;
@@ -159,7 +225,9 @@ const char *moe_chat_detect(const char *tmpl) {
      * token) and is published as laguna_glm_thinking_*; either marks it */
     if (strstr(tmpl, "</assistant>") || strstr(tmpl, "laguna_glm_thinking")) return "laguna";
     if (strstr(tmpl, DS_USER) && strstr(tmpl, DS_ASSISTANT) && strstr(tmpl, DS_EOS)) return "deepseek3";
-    /* GLM-4's templates open with these two special tokens */
+    /* GLM-4's templates open with these two special tokens; GLM-4.5's
+     * (and 4.6's) also describe their <arg_key> tool-call syntax */
+    if (strstr(tmpl, "[gMASK]<sop>") && strstr(tmpl, "<arg_key>")) return "glm45";
     if (strstr(tmpl, "[gMASK]<sop>")) return "glm4";
     /* gpt-oss's template writes harmony's message headers */
     if (strstr(tmpl, "<|start|>") && strstr(tmpl, "<|message|>")) return "harmony";

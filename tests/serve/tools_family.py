@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tools_family.py FAMILY PORT MODEL MOEFAST LOG — tool calls of one template
-family (llama3, mistral, deepseek3) on a random-weight model written by
+family (llama3, mistral, deepseek3, glm4) on a random-weight model written by
 `gen --chat-template FAMILY-tools`, served with MOEFAST_SERVE_TEST_TOOL_TEXT
 = 'Let me check.' + the family's trigger (tests/cli_serve_tools.sh):
   required / named: the raw text starts with the family's call syntax (its
@@ -90,10 +90,13 @@ def gguf_template(path):
 
 US, DS = "\u2581", lambda x: "<\uff5c" + x + "\uff5c>"
 START = {"llama3": '{"name": "', "mistral": '[TOOL_CALLS] [{"name": "',
-         "deepseek3": DS(f"tool{US}calls{US}begin") + DS(f"tool{US}call{US}begin") + "function" + DS(f"tool{US}sep")}[FAM]
+         "deepseek3": DS(f"tool{US}calls{US}begin") + DS(f"tool{US}call{US}begin") + "function" + DS(f"tool{US}sep"),
+         "glm4": "<tool_call>"}[FAM]
 # control tokens the grammar must have written as one token each (not the trigger, which is the prompt's)
-MARKERS = {"llama3": [], "mistral": [], "deepseek3": [DS(f"tool{US}call{US}begin"), DS(f"tool{US}sep")]}[FAM]
-TRIGGER = {"llama3": '{"name"', "mistral": "[TOOL_CALLS]", "deepseek3": DS(f"tool{US}calls{US}begin")}[FAM]
+MARKERS = {"llama3": [], "mistral": [], "deepseek3": [DS(f"tool{US}call{US}begin"), DS(f"tool{US}sep")],
+           "glm4": ["</tool_call>"]}[FAM]
+TRIGGER = {"llama3": '{"name"', "mistral": "[TOOL_CALLS]", "deepseek3": DS(f"tool{US}calls{US}begin"),
+           "glm4": "\n<think></think>\n<tool_call>"}[FAM]
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
                                             "days": {"type": "integer", "minimum": 1, "maximum": 7}},
@@ -103,6 +106,17 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
 MSGS = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Weather in Paris?"}]
 base = {"messages": MSGS, "tools": TOOLS, "max_tokens": 120, "temperature": 0, "return_tokens": True,
         "parallel_tool_calls": False}
+
+GLM_ARGS = ["<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"] if FAM == "glm4" else []
+def glm_text(f):
+    """A call as GLM-4.5's template writes it (string values raw, others JSON)."""
+    a = json.loads(f["arguments"])
+    return ("<tool_call>" + f["name"] + "\n" + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{v if isinstance(v, str) else json.dumps(v)}</arg_value>\n"
+                                                      for k, v in a.items()) + "</tool_call>")
+def glm_same(name, raw, calls):
+    """the parsed arguments (strings JSON-escaped) give back the model's text"""
+    want = "\n".join(glm_text(c["function"]) for c in calls)
+    if raw != want: bad(name + "-kv", f"raw {raw!r} != the calls written back {want!r}")
 
 def valid(name, calls, allowed=("get_weather", "ping")):
     if not calls: bad(name, "no calls"); return
@@ -124,7 +138,8 @@ for name, extra in (("required", {"tool_choice": "required"}),
     valid(name, c["message"].get("tool_calls"), ("get_weather",) if name == "named" else ("get_weather", "ping"))
     raw = raw_of(r)
     if not raw.startswith(START): bad(name, f"raw {raw!r} does not start with {START!r}")
-    for m in MARKERS:
+    if FAM == "glm4": glm_same(name, raw, c["message"].get("tool_calls") or [])
+    for m in MARKERS + (GLM_ARGS if name == "named" else []):
         t = tok(m)
         if t["n_tokens"] != 1 or t["ids"][0] not in c.get("tokens", []):
             bad(name, f"marker {m!r} not generated as its one token {t} in {c.get('tokens')}")
@@ -160,6 +175,9 @@ if jinja2 and FAM != "deepseek3":                   # deepseek3-tools renders pl
     tmpl = env.from_string(gguf_template(MODEL))
     for name, msgs in (("prompt-tools", MSGS), ("prompt-turn", turn)):
         jm = [dict(m, content=m["content"] or "") for m in msgs]
+        if FAM == "glm4":                          # GLM-4.5's template takes the arguments as a mapping
+            jm = [dict(m, tool_calls=[dict(tc, function=dict(tc["function"], arguments=json.loads(tc["function"]["arguments"])))
+                                      for tc in m["tool_calls"]]) if m.get("tool_calls") else m for m in jm]
         text = tmpl.render(messages=jm, tools=TOOLS, add_generation_prompt=True)
         # the same prompt tokens: greedy continuations of the chat (tools shown,
         # nothing constrained under none) and of the rendered text are equal
