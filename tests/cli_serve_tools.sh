@@ -66,6 +66,11 @@ for fs in llama3:42 mistral:2 deepseek3:12 glm4:11; do
   start "$T/log-$fam" "--ctx 8192" MOEFAST_SERVE_TEST_TOOL_TEXT="Let me check.$trig"
   python3 tests/serve/tools_family.py "$fam" "$PORT" "$M" "$REL" "$T/log-$fam" || rc=1
 done
+# GLM's raw string values hold any text but </arg_value>: a quote and a
+# backslash (the hook writes the whole call) come back JSON-escaped
+M=$T/glm4.gguf
+start "$T/log-glm4-esc" "--ctx 8192" MOEFAST_SERVE_TEST_TOOL_TEXT="$(printf 'Let me check.<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>a"b\\c</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>')"
+GLM_ESCAPE=1 python3 tests/serve/tools_family.py glm4 "$PORT" "$M" "$REL" "$T/log-glm4-esc" || rc=1
 M=$M0
 # the official openai npm client (installed by tests/cli_serve.sh's npm ci)
 if ! command -v node >/dev/null 2>&1 || [ ! -f tests/serve/node_modules/openai/package.json ]; then
@@ -77,7 +82,7 @@ else
 fi
 for p in $PIDS; do kill -TERM "$p"; wait "$p" || { echo "FAIL: server $p exit $?"; rc=1; }; done
 PIDS=""
-for l in "$T/log1" "$T/log2" "$T/log3" "$T/log-llama3" "$T/log-mistral" "$T/log-deepseek3" "$T/log-glm4"; do
+for l in "$T/log1" "$T/log2" "$T/log3" "$T/log-llama3" "$T/log-mistral" "$T/log-deepseek3" "$T/log-glm4" "$T/log-glm4-esc"; do
   grep -q "ERROR: AddressSanitizer\|LeakSanitizer\|runtime error" "$l" && { echo "FAIL: sanitizer: $(cat "$l")"; rc=1; }
 done
 exit $rc

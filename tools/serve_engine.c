@@ -430,6 +430,13 @@ static int32_t grammar_sample(srv_req *r, const float *l) {
     return moe_constraint_accept(r->con, id) ? -2 : id;
 }
 
+/* The test hook's next token under a grammar: taken only if the grammar
+ * allows it (a hook text that breaks the grammar fails the request). */
+static int32_t grammar_force(srv_req *r, int32_t id) {
+    if (moe_constraint_mask(r->con, r->allowed, NULL) || !r->allowed[id]) return -2;
+    return moe_constraint_accept(r->con, id) ? -2 : id;
+}
+
 /* Ends a constrained request that has no token to take (under srv.mu). */
 static void grammar_end(srv_req *r, int32_t why, double now) {
     if (why == -2) { finish_err(r, 500, "the grammar cannot continue (a limit, or no token of the vocabulary fits)"); return; }
@@ -477,8 +484,10 @@ static void run_step(srv *s) {
             const float *l = s->logits + (size_t)k * (size_t)s->n_vocab;
             /* tools under auto: free until the calls begin */
             const bool constrained = r->con && (!r->tools || r->tools->engaged);
-            ids[k] = constrained ? grammar_sample(r, l) : moe_sampler_sample(r->smp, l);
-            if (!constrained && r->tools && r->n_gen < r->tools->n_force) ids[k] = r->tools->force[r->n_gen]; /* test hook */
+            const bool force = r->tools && r->n_gen < r->tools->n_force;                    /* test hook */
+            if (constrained) ids[k] = force ? grammar_force(r, r->tools->force[r->n_gen]) : grammar_sample(r, l);
+            else ids[k] = moe_sampler_sample(r->smp, l);
+            if (!constrained && force) ids[k] = r->tools->force[r->n_gen];
             if (r->n_top >= 0 && r->n_gen < r->max_tokens) token_logprobs(l, s->n_vocab, ids[k], r);
         }
     pthread_mutex_lock(&s->mu);

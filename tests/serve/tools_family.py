@@ -118,6 +118,20 @@ def glm_same(name, raw, calls):
     want = "\n".join(glm_text(c["function"]) for c in calls)
     if raw != want: bad(name + "-kv", f"raw {raw!r} != the calls written back {want!r}")
 
+import os
+if os.environ.get("GLM_ESCAPE"):
+    # the server's hook wrote a whole GLM call whose raw string value holds a
+    # quote and a backslash: arguments must be JSON with that string exactly
+    r = chat("escape", {**base, "tool_choice": "auto"})
+    calls = (r or {}).get("choices", [{}])[0].get("message", {}).get("tool_calls") or []
+    try:
+        a = json.loads(calls[0]["function"]["arguments"]) if calls else None
+    except (ValueError, KeyError) as e:
+        a = f"not JSON: {e}: {calls[0]['function']['arguments']!r}"
+    if a != {"city": 'a"b\\c', "days": 3}: bad("escape", f"arguments {a!r}")
+    print(f"tools {FAM} escape check:", "ok" if fails == 0 else "failed")
+    sys.exit(1 if fails else 0)
+
 def valid(name, calls, allowed=("get_weather", "ping")):
     if not calls: bad(name, "no calls"); return
     for c in calls:
