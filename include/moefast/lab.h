@@ -192,6 +192,10 @@ typedef struct moe_screen_stats {
     bool available;          /* the model has a screen (flag lm_screen at load, a covered head format) */
 } moe_screen_stats;
 int  moe_session_screen_stats(const moe_session *s, moe_screen_stats *out);
+/* The same figures of a context's moe_context_decode_topk steps (steps:
+ * wanted tokens; full_bytes: one pass of the head per step's group of up to
+ * 16 wanted tokens, as a batched full head reads it). */
+int  moe_context_screen_stats(const moe_context *c, moe_screen_stats *out);
 /* After moe_session_forward_topk: the last token's logit of id (the same
  * bits as the full logits give), for reports on ids outside the top k. */
 int  moe_session_last_logit(moe_session *s, int32_t id, float *out);
