@@ -145,7 +145,8 @@ int run_batch(const char *C, moe_model *m, const char *file, const run_batch_opt
     moe_context *ctx = NULL;
     int32_t *tok = NULL, *seq = NULL;
     bool *want = NULL;
-    float *logits = NULL;
+    float *logits = NULL, *top_vals = NULL;
+    int32_t *top_ids = NULL;
     const int V = moe_model_n_vocab(m);
     if (read_prompts(C, file, &ps, &np)) goto done;
     for (int i = 0; i < np; i++) {
@@ -168,8 +169,15 @@ int run_batch(const char *C, moe_model *m, const char *file, const run_batch_opt
     tok = malloc(step_max * sizeof *tok);
     seq = malloc(step_max * sizeof *seq);
     want = malloc(step_max * sizeof *want);
-    logits = malloc((size_t)np * (size_t)V * sizeof *logits);
-    if (!tok || !seq || !want || !logits) { cli_fail(C, "out of memory"); goto done; }
+    /* greedy or top-k sampling needs only each row's top logits (the same
+     * sampler for every prompt): the lm head is screened (lm_screen) */
+    const int topn = moe_sampler_topk_need(ps[0].smp);
+    if (topn) {
+        top_ids = malloc((size_t)np * (size_t)topn * sizeof *top_ids);
+        top_vals = malloc((size_t)np * (size_t)topn * sizeof *top_vals);
+    } else
+        logits = malloc((size_t)np * (size_t)V * sizeof *logits);
+    if (!tok || !seq || !want || (topn ? !top_ids || !top_vals : !logits)) { cli_fail(C, "out of memory"); goto done; }
     const int32_t eos = moe_token_eos(m);
     double t0 = now_s(), t1 = t0;
     int steps = 0, n_dec = 0;                              /* tokens sampled from decode steps */
@@ -177,12 +185,18 @@ int run_batch(const char *C, moe_model *m, const char *file, const run_batch_opt
         const int nt = fill_step(ps, np, first, tok, seq, want);
         if (nt == 0) break;
         moe_batch b = {.n_tokens = nt, .token = tok, .seq = seq, .logits = want};
-        if (moe_context_decode(ctx, &b, logits)) { cli_fail(C, "%s", moe_context_error(ctx)); goto done; }
+        if (topn ? moe_context_decode_topk(ctx, &b, topn, top_ids, top_vals) : moe_context_decode(ctx, &b, logits)) {
+            cli_fail(C, "%s", moe_context_error(ctx));
+            goto done;
+        }
         if (first) t1 = now_s();
         else steps++;
         for (int i = 0, row = 0; i < np; i++) {            /* logits rows: the unfinished prompts in order */
             if (ps[i].done) continue;
-            const int32_t id = moe_sampler_sample(ps[i].smp, logits + (size_t)row++ * V);
+            const size_t r = (size_t)row++;
+            const size_t at = r * (size_t)topn;
+            const int32_t id = topn ? moe_sampler_sample_topk(ps[i].smp, top_ids + at, top_vals + at, topn)
+                                    : moe_sampler_sample(ps[i].smp, logits + r * V);
             ps[i].ids[ps[i].n_prompt + ps[i].n_gen++] = id;
             n_dec += !first;
             if (ps[i].n_gen >= o->n_gen || (o->stop_eos && (id == eos || moe_token_is_eog(m, id)))) ps[i].done = true;
@@ -201,6 +215,8 @@ done:
     free(seq);
     free(want);
     free(logits);
+    free(top_ids);
+    free(top_vals);
     moe_context_free(ctx);
     return rc;
 }
