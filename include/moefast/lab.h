@@ -238,6 +238,11 @@ int  moe_trace_gate(moe_model *m, const moe_trace *t, const moe_gate_params *p,
 /* Measured memory read bandwidth in GB/s (1e9 bytes/s) with n_threads threads,
  * median of several passes over a buffer far larger than the caches. */
 double moe_measure_read_bandwidth(int n_threads);
+/* A quicker figure of the same kind: the median of 3 passes over a buffer of
+ * `bytes` (1 MB .. 512 MB). Not a machine's peak (the buffer may fit a large
+ * last-level cache): price compares it before and after a pair of runs to
+ * see the memory's state change (docs/MEASUREMENT.md). 0 on failure. */
+double moe_probe_read_bandwidth(int n_threads, size_t bytes);
 
 #ifdef __cplusplus
 }
