@@ -236,5 +236,62 @@ else
   fi
 fi
 
+# ---- the environment gate and --cold
+for bv in "--gate-bw 101" "--gate-bw -1" "--gate-bw x" "--gate-retries 21" "--gate-retries -1" "--gate-bw"; do
+  expect_err price -m "$M" --a default --b default $NT $bv; expect_msg "gate"
+done
+expect_err price -m "$M" --a default --b default $NT --cold --pairs 0; expect_msg "pairs"
+"$BIN" bench -m "$M" --cold --repeat 2 >/dev/null 2>"$d/err" && bad "bench --cold --repeat 2 accepted"
+grep -q "cold" "$d/err" || bad "bench --cold --repeat 2: message lacks 'cold': $(cat "$d/err")"
+# the gate's fields, every pair (a fake bench: the pairs are quick; a 100 %
+# tolerance never reruns for bandwidth)
+$P --a "bin:$d/fake" --b "bin:$d/fake" --pairs 2 $NT --gate-bw 100 --json >"$d/e.json" 2>"$d/err" ||
+  bad "price with the gate: $(cat "$d/err")"
+is_val $d/e.json cold false
+is_val $d/e.json environment.bandwidth_tolerance_pct 100
+is_val $d/e.json environment.max_reruns_per_pair 2
+is_val $d/e.json environment.reruns_by_reason.bandwidth 0
+for i in 0 1; do
+  num_ok $d/e.json environment.pairs[$i].attempts "v >= 1 && v <= 3"
+  num_ok $d/e.json environment.pairs[$i].bandwidth_before_gb_per_second "v > 0"
+  num_ok $d/e.json environment.pairs[$i].bandwidth_after_gb_per_second "v > 0"
+  num_ok $d/e.json environment.pairs[$i].load1 "v >= 0"
+  [ -n "$(jget $d/e.json environment.pairs[$i].steal)" ] || bad "pair $i lacks steal"
+  [ -n "$(jget $d/e.json environment.pairs[$i].gate_ok)" ] || bad "pair $i lacks gate_ok"
+done
+num_ok $d/e.json environment.reruns "v >= 0 && v <= 4"
+num_ok $d/e.json environment.kept_failing "v >= 0 && v <= 2"
+# every pair straddling a bandwidth change (a test hook fixes the probe's
+# figures: 10 then 8 GB/s, 20 %): rerun once each, then kept and counted;
+# 9 then 8.5 (5.6 %) passes at 10 %
+MOEFAST_PRICE_TEST_PROBE=10:8 $P --a "bin:$d/fake" --b "bin:$d/fake" --pairs 2 $NT --gate-retries 1 --json \
+  >"$d/r.json" 2>"$d/err" || bad "price, gate failing: $(cat "$d/err")"
+is_val $d/r.json environment.reruns 2
+is_val $d/r.json environment.reruns_by_reason.bandwidth 2
+is_val $d/r.json environment.kept_failing 2
+is_val $d/r.json environment.pairs[1].attempts 2
+is_val $d/r.json environment.pairs[1].gate_ok false
+MOEFAST_PRICE_TEST_PROBE=10:8 $P --a "bin:$d/fake" --b "bin:$d/fake" --pairs 1 $NT --gate-retries 0 --csv \
+  >"$d/r.csv" 2>"$d/err" || bad "price --csv, gate failing: $(cat "$d/err")"
+grep -q "^# environment gate: 0 reruns (bandwidth changed: 0, steal: 0), 1 pairs kept failing; cold: no" "$d/r.csv" ||
+  bad "CSV lacks the gate's line: $(grep environment "$d/r.csv")"
+MOEFAST_PRICE_TEST_PROBE=9:8.5 $P --a "bin:$d/fake" --b "bin:$d/fake" --pairs 1 $NT --json >"$d/r.json" 2>"$d/err" ||
+  bad "price, gate passing: $(cat "$d/err")"
+is_val $d/r.json environment.reruns_by_reason.bandwidth 0
+is_val $d/r.json environment.pairs[0].gate_ok true
+# a bench that does not say it ran cold is refused
+expect_err price -m "$M" --a "bin:$d/fake" --b "bin:$d/fake" --pairs 1 $NT --cold; expect_msg "config.cold"
+# --gate-bw 0: no probe (null), still load and steal; --cold reaches bench and the reports
+$P --a default --b default --pairs 1 $NT $SMALL --gate-bw 0 --cold --json >"$d/k.json" 2>"$d/err" ||
+  [ $? -eq 1 ] || bad "price --cold: $(cat "$d/err")"
+is_val $d/k.json cold true
+is_val $d/k.json environment.pairs[0].bandwidth_before_gb_per_second null
+is_val $d/k.json environment.reruns_by_reason.bandwidth 0
+$P --a default --b default --pairs 1 $NT $SMALL --cold >"$d/k.txt" 2>"$d/err" || [ $? -eq 1 ] ||
+  bad "price --cold (text): $(cat "$d/err")"
+grep -q "^  --cold: the prefill window is each run's first forward" "$d/k.txt" || bad "text report lacks --cold"
+grep -q "^  environment gate: a pair is rerun when the bandwidth probe" "$d/k.txt" || bad "text report lacks the gate"
+grep -q "^  reruns: [0-9]* (bandwidth changed: [0-9]*, steal: [0-9]*)" "$d/k.txt" || bad "text report lacks the reruns"
+
 [ $fail -eq 0 ] && echo "cli_price: ok"
 exit $fail

@@ -432,6 +432,82 @@ static int64_t model_steps(const char *path, const char *flags, bool diff, int s
     return ss.screened;
 }
 
+/* moe_context_decode_topk over n_seq 3: prompts of different lengths in
+ * one batch, then decode steps of one token per sequence, then a batch that
+ * wants every token of one sequence's chunk (more rows than the fallback's
+ * group); each row's top k must be the ids and bits of moe_topk over the
+ * full logits of a twin context fed the same batches. diff: differential
+ * mode checks the top k itself (no twin). Returns the rows the screen
+ * answered. */
+static int64_t batch_steps(const char *path, const char *flags, bool diff, int steps) {
+    enum { NS = 3, K = 8 };
+    char err[MOE_ERR_LEN];
+    moe_model *m = NULL;
+    moe_context *a = NULL, *b = NULL;
+    moe_load_params lp = {.flags = flags, .diff = diff};
+    if (moe_model_load(path, &lp, &m, err, sizeof err)) { CHECK_MSG(0, "%s", err); return 0; }
+    moe_context_params cp = {.n_ctx = steps + 16, .n_threads = 2, .n_batch = 32, .n_seq = NS};
+    CHECK(moe_context_new(m, &cp, &a, err, sizeof err) == MOE_OK);
+    if (!diff) CHECK(moe_context_new(m, &cp, &b, err, sizeof err) == MOE_OK);
+    const int V = moe_model_n_vocab(m);
+    float *lg = malloc((size_t)8 * V * sizeof(float)), vals[8 * K], rv[K];
+    int32_t tok[16], seq[16], ids[8 * K], rid[K];
+    bool want[16];
+    int nt = 0, n_rows = NS + 6, seq_row[16] = {0, 1, 2}, next[NS];
+    for (int sq = 0; sq < NS; sq++)                               /* prompts of 1, 3 and 5 tokens */
+        for (int j = 0; j < 1 + 2 * sq; j++) tok[nt] = (int32_t)(7 + 31 * sq + 13 * j), seq[nt] = sq, want[nt] = j == 2 * sq, nt++;
+    {                                                             /* bad requests: refused, nothing run */
+        moe_batch bt = {.n_tokens = nt, .token = tok, .seq = seq, .logits = want};
+        CHECK_EQ_INT(moe_context_decode_topk(a, &bt, 0, ids, vals), MOE_EINVAL);
+        CHECK(strstr(moe_context_error(a), "k 0 must be in 1..") != NULL);
+        CHECK_EQ_INT(moe_context_decode_topk(a, &bt, 65, ids, vals), MOE_EINVAL);
+        CHECK_EQ_INT(moe_context_decode_topk(a, &bt, 2, NULL, vals), MOE_EINVAL);
+        CHECK_EQ_INT(moe_context_seq_len(a, 0), 0);
+    }
+    for (int st = 0; st <= steps; st++) {
+        const bool all = st == steps;                             /* the last batch: every token of sequence 1's chunk */
+        if (all) {
+            nt = 0;
+            for (int j = 0; j < 6; j++) tok[nt] = (int32_t)(3 + 17 * j), seq[nt] = 1, want[nt] = true, nt++;
+        }
+        int rows = 0;
+        for (int i = 0; i < nt; i++) rows += want[i];
+        const int k = st % 2 ? 1 + st / 4 % 2 : st % 4 ? 2 : K;   /* one row alone: k 1 or 2; 3 rows: 8 or 2 */
+        moe_batch bt = {.n_tokens = nt, .token = tok, .seq = seq, .logits = want};
+        int rc = moe_context_decode_topk(a, &bt, k, ids, vals);
+        CHECK_MSG(rc == MOE_OK, "%s: %s", flags, moe_context_error(a));
+        if (rc) break;
+        if (!diff) {
+            CHECK(moe_context_decode(b, &bt, lg) == MOE_OK);
+            for (int r = 0; r < rows; r++) {
+                const int got = moe_topk(lg + (size_t)r * V, V, k, rid, rv);
+                for (int j = 0; j < k; j++) {
+                    const int32_t ei = j < got ? rid[j] : -1;
+                    CHECK_MSG(ids[r * k + j] == ei && (ei < 0 || !memcmp(&vals[r * k + j], &rv[j], 4)),
+                              "%s flags %s batch %d row %d top-%d entry %d: %d %.9g vs %d %.9g", path, flags, st, r, k,
+                              j, ids[r * k + j], (double)vals[r * k + j], ei, (double)rv[j]);
+                }
+            }
+        }
+        if (all) break;
+        for (int r = 0; r < rows; r++) next[seq_row[r]] = ids[r * k];
+        /* next: every sequence its argmax, or (odd steps) one sequence alone,
+         * a row the screen takes whatever the head's format */
+        nt = 0;
+        for (int sq = 0; sq < NS; sq++)
+            if ((st + 1) % 2 == 0 || sq == (st + 1) % NS) tok[nt] = next[sq], seq[nt] = sq, want[nt] = true, seq_row[nt] = sq, nt++;
+        if (st + 1 < steps) n_rows += nt;
+    }
+    moe_screen_stats ss;
+    CHECK(moe_context_screen_stats(a, &ss) == MOE_OK);
+    CHECK_EQ_INT(ss.steps, n_rows);
+    free(lg);
+    moe_context_free(a);
+    moe_context_free(b);
+    moe_model_free(m);
+    return ss.screened;
+}
+
 static void models(void) {
     char dir[] = "/tmp/moefast-test-screen-XXXXXX";
     if (!mkdtemp(dir)) { CHECK(0); return; }
@@ -456,6 +532,11 @@ static void models(void) {
         for (int f = 1; f < 4; f++) screened += model_steps(path, FL[f], false, 4);
         if (t == 2) screened += model_steps(path, "default", true, 3); /* differential mode compares the top k (slow: once) */
         CHECK_EQ_INT(model_steps(path, "-lm_screen", false, 3), 0);
+        /* batches (moe_context_decode_topk): three sequences at a time */
+        const int64_t bs = batch_steps(path, "default", false, 6);
+        CHECK_MSG(bs > 0, "%s: the screen answered no row of a batch", TYPES[t]);
+        if (t == 2) CHECK(batch_steps(path, "default", true, 2) > 0);   /* differential mode: once */
+        CHECK_EQ_INT(batch_steps(path, "-lm_screen", false, 2), 0);
         CHECK_MSG(screened > 0, "%s: the screen answered no step", TYPES[t]);
         unlink(path);
     }

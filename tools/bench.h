@@ -26,6 +26,7 @@ typedef struct {
     bool ab_sibling;     /* --ab-sibling: B on a sibling session even when SPEC could switch the live one */
     int threads, windows, repeat, prompt_len, decode_steps;
     bool json, bandwidth;
+    bool cold;           /* --cold: no warm-up forward; the prefill window is the process's first forward */
     bool phases;         /* --phases: profile the last repeat's windows */
 } bench_opts;
 

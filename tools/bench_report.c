@@ -99,6 +99,7 @@ static json_t *json_config(const bench_run *b) {
     json_object_set_new(jc, "prompt_len", json_integer(b->P));
     json_object_set_new(jc, "decode_steps", json_integer(b->D));
     json_object_set_new(jc, "repeat", json_integer(o->repeat));
+    json_object_set_new(jc, "cold", json_boolean(o->cold));
     json_object_set_new(jc, "prompt_source", json_string(o->trace ? "trace" : "random"));
     json_object_set_new(jc, "trace", o->trace ? json_string(o->trace) : json_null());
     json_object_set_new(jc, "note", b->note[0] ? json_string(b->note) : json_null());

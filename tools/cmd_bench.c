@@ -148,7 +148,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: moefast bench -m FILE [-t N] [--json] [--flags SPEC] [--trace FILE]\n"
             "                     [--window prefill|decode|both] [--repeat R]\n"
-            "                     [--prompt-len P] [--decode-steps D] [--no-bandwidth] [--ab SPEC]\n"
+            "                     [--prompt-len P] [--decode-steps D] [--no-bandwidth] [--ab SPEC] [--cold]\n"
             "                     [--ab-sibling] [--phases]\n"
             "  prefill window: one forward of a P-token prompt (default 512), seconds / P\n"
             "  decode window:  P-token seed prefill + D teacher-forced steps (default 128), seconds / D;\n"
@@ -177,7 +177,10 @@ static void usage(FILE *f) {
             "  --phases: phase profile of the last repeat: per phase of the forward pass\n"
             "           (embed, attn_norm, qkv, attention, wo, ..., lm_head) the calls, ms and\n"
             "           share per decode step, weight MB per step and GB/s; the same for the\n"
-            "           prefill window when it runs. Not with --ab.\n");
+            "           prefill window when it runs. Not with --ab.\n"
+            "  --cold: no untimed warm-up forward before the windows: the prefill window is\n"
+            "           the process's first forward (the first touch of the weights' pages and\n"
+            "           the session's buffers). One repeat, a prefill window, no --ab.\n");
 }
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
@@ -191,6 +194,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         else if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--no-bandwidth")) o->bandwidth = false;
         else if (!strcmp(a, "--phases")) o->phases = true;
+        else if (!strcmp(a, "--cold")) o->cold = true;
         else if (!strcmp(a, "--ab-sibling")) o->ab_sibling = true;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!v) return cli_fail(CMD, "%s needs a file", a), -1;
@@ -236,6 +240,9 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
     if (o->ab && !(o->windows & WIN_DECODE))
         return cli_fail(CMD, "--ab alternates decode steps; --window prefill has none (use decode or both)"), -1;
     /* A profile over alternating A and B steps would describe neither. */
+    /* only the first forward of a process is cold */
+    if (o->cold && (o->repeat > 1 || o->ab || !(o->windows & WIN_PREFILL)))
+        return cli_fail(CMD, "--cold times the process's first forward: one repeat, no --ab, a prefill window"), -1;
     if (o->ab && o->phases)
         return cli_fail(CMD, "--phases with --ab: a profile of alternating A and B steps describes neither; "
                         "profile each flag set in its own run"), -1;
@@ -396,7 +403,9 @@ static int bench_setup(bench_run *b) {
     if (b->o.ab && setup_ab(b)) return 2;
     if (alloc_buffers(b)) return 2;
 
-    if (fwd_top(b, b->s, b->ids, b->P) != MOE_OK) return fwd_fail(b->s);
+    /* --cold: none, so the prefill window pays the first touch of the
+     * weights' pages and the session's buffers */
+    if (!b->o.cold && fwd_top(b, b->s, b->ids, b->P) != MOE_OK) return fwd_fail(b->s);
     if (b->sb && fwd_top(b, b->sb, b->ids, b->P) != MOE_OK) return fwd_fail(b->sb);
     /* Everything is allocated now (decode steps allocate nothing), and the
      * bandwidth measurements map a buffer of their own: read the high-water

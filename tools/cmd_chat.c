@@ -155,6 +155,11 @@ int cmd_chat(int argc, char **argv) {
     moe_session_params sp = {.n_ctx = (int)n_ctx, .n_threads = (int)threads};
     if (moe_session_new(m, &sp, &s, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
     if (moe_sampler_new(&smpp, n_vocab, &smp, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
+    /* greedy or top-k sampling needs only the top logits: the lm head is
+     * screened (lm_screen), the same tokens */
+    const int topn = moe_sampler_topk_need(smp);
+    int32_t top_ids[64];
+    float top_vals[64];
     logits = malloc((size_t)n_vocab * sizeof *logits);
     gen = malloc((size_t)n_max * sizeof *gen);
     if (!logits || !gen || !us) { cli_fail(C, "out of memory"); goto done; }
@@ -163,7 +168,7 @@ int cmd_chat(int argc, char **argv) {
      * at the start of the conversation; it holds no template text */
     if (moe_token_add_bos(m) && moe_token_bos(m) >= 0) {
         int32_t bos = moe_token_bos(m);
-        if (moe_session_forward(s, &bos, 1, logits, false)) { cli_fail(C, "%s", moe_session_error(s)); goto done; }
+        if (moe_session_forward(s, &bos, 1, NULL, false)) { cli_fail(C, "%s", moe_session_error(s)); goto done; }
         if (held_add(&h, "", 0)) { cli_fail(C, "out of memory"); goto done; }
     }
 
@@ -217,7 +222,8 @@ int cmd_chat(int argc, char **argv) {
             if (held_add(&h, p, pl)) { cli_fail(C, "out of memory"); goto done; }
         }
         int n_past0 = moe_session_n_past(s);
-        if (nf && moe_session_forward(s, ids, (int)nf, logits, false)) {
+        if (nf && (topn ? moe_session_forward_topk(s, ids, (int)nf, topn, top_ids, top_vals)
+                        : moe_session_forward(s, ids, (int)nf, logits, false))) {
             fprintf(stderr, "moefast chat: %s\n", moe_session_error(s));
             rc = 2;
             goto done;
@@ -231,14 +237,15 @@ int cmd_chat(int argc, char **argv) {
         bool ended = false;
         g_sigint = 0;
         while (n_gen < n_max && !g_sigint) {
-            int32_t id = moe_sampler_sample(smp, logits);
+            int32_t id = topn ? moe_sampler_sample_topk(smp, top_ids, top_vals, topn) : moe_sampler_sample(smp, logits);
             const char *p; size_t pl;
             if (moe_token_piece(m, id, true, &p, &pl)) { p = ""; pl = 0; }
             bool end = id == eos || moe_token_is_eog(m, id) || (pl && is_end_piece(p, pl));
             if (held_add(&h, p, pl)) { cli_fail(C, "out of memory"); goto done; }
             gen[n_gen++] = id;
             /* the end token is fed too, so the cache holds the closed turn */
-            if (moe_session_forward(s, &id, 1, logits, false)) {
+            if (topn ? moe_session_forward_topk(s, &id, 1, topn, top_ids, top_vals)
+                     : moe_session_forward(s, &id, 1, logits, false)) {
                 fprintf(stderr, "\nmoefast chat: %s (the conversation is over)\n", moe_session_error(s));
                 rc = 2;
                 goto done;

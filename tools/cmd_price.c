@@ -21,12 +21,15 @@
 #include "price_report.h"
 
 #define CMD "price"
+/* the environment gate's bandwidth probe: 128 MB, 3 passes (lab.h) */
+#define PROBE_BYTES ((size_t)128 << 20)
 
 typedef struct {
     const char *model, *a_spec, *b_spec, *trace, *svg, *bin;
     int pairs, threads, resamples, prompt_len, decode_steps;
     long long seed;
-    bool json, csv, noise, no_token_check;
+    bool json, csv, noise, no_token_check, cold;
+    int gate_bw, gate_retries;  /* the environment gate (price_env.c): % tolerance (0: no probe), reruns a pair */
 } price_opts;
 
 static void usage(FILE *f) {
@@ -34,12 +37,17 @@ static void usage(FILE *f) {
             "usage: moefast price -m FILE --a SPEC --b SPEC [--pairs N] [--trace FILE | --no-token-check]\n"
             "                     [--json | --csv] [--svg FILE] [--noise] [-t N] [--bin PATH]\n"
             "                     [--seed S] [--resamples R] [--prompt-len P] [--decode-steps D]\n"
+            "                     [--cold] [--gate-bw PCT] [--gate-retries N]\n"
             "  SPEC: items joined by ';':  flags:SPEC  threads:N  env:NAME=VALUE[,NAME=VALUE]\n"
             "        bin:PATH  default      e.g. --b 'flags:-gemm_batch;threads:1'\n"
             "  --noise: A against A (no --b); reports the noise floor.\n"
             "  Each run is a fresh `bench --json --window both` process; speedup = A time / B time.\n"
             "  windows: prefill, decode (score = decode^0.75 x prefill^0.25), steps (the decode window's\n"
             "  steps without the seed prefill; informational: not in the score, never a rejection)\n"
+            "  --cold: the prefill window without the warm-up forward (each run's first forward)\n"
+            "  environment gate: around each pair the load average, the stolen CPU time and a bandwidth\n"
+            "  probe before and after; a pair whose probes differ by > PCT %% (default 10; 0: no probe)\n"
+            "  or that lost > 10%% of its CPU time to steal is rerun, at most N times (default 2)\n"
             "  exit: 0 accepted, 1 rejected (a changed token, or a prefill or decode median speedup < 0.95), 2 error\n");
 }
 
@@ -162,7 +170,7 @@ static int parse_spec(const char *label, const char *spec, price_side *out) {
 /* ---- arguments ---------------------------------------------------------- */
 
 static int parse_args(int argc, char **argv, price_opts *o) {
-    *o = (price_opts){.pairs = 10, .resamples = 2000, .seed = 20260101};
+    *o = (price_opts){.pairs = 10, .resamples = 2000, .seed = 20260101, .gate_bw = 10, .gate_retries = 2};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -172,6 +180,14 @@ static int parse_args(int argc, char **argv, price_opts *o) {
         else if (!strcmp(a, "--csv")) o->csv = true;
         else if (!strcmp(a, "--noise")) o->noise = true;
         else if (!strcmp(a, "--no-token-check")) o->no_token_check = true;
+        else if (!strcmp(a, "--cold")) o->cold = true;
+        else if (!strcmp(a, "--gate-bw")) {
+            if (cli_parse_int(CMD, a, v, 0, 100, &x)) return -1;
+            o->gate_bw = (int)x; i++;
+        } else if (!strcmp(a, "--gate-retries")) {
+            if (cli_parse_int(CMD, a, v, 0, 20, &x)) return -1;
+            o->gate_retries = (int)x; i++;
+        }
         else if (!strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--a") || !strcmp(a, "--b") ||
                  !strcmp(a, "--trace") || !strcmp(a, "--svg") || !strcmp(a, "--bin")) {
             if (!v) return cli_fail(CMD, "%s needs a value", a), -1;
@@ -256,6 +272,7 @@ static int run_bench(const price_opts *o, const price_side *sd, const char *defa
     av[n++] = "--json";
     av[n++] = "--window"; av[n++] = "both";
     av[n++] = "--no-bandwidth";
+    if (o->cold) av[n++] = "--cold";
     int threads = sd->threads ? sd->threads : o->threads;
     if (threads) { snprintf(tbuf, sizeof tbuf, "%d", threads); av[n++] = "-t"; av[n++] = tbuf; }
     if (sd->flags) { av[n++] = "--flags"; av[n++] = sd->flags; }
@@ -358,6 +375,9 @@ static int run_bench(const price_opts *o, const price_side *sd, const char *defa
     json_t *cfg = json_object_get(root, "config");
     out->prompt_len = (int)json_integer_value(json_object_get(cfg, "prompt_len"));
     out->decode_steps = (int)json_integer_value(json_object_get(cfg, "decode_steps"));
+    if (!rc && o->cold && !json_is_true(json_object_get(cfg, "cold")))
+        rc = cli_fail(CMD, "%s: bench JSON lacks config.cold = true although --cold was given (is %s an older moefast?)",
+                      label, bin);
     json_t *tc = json_object_get(root, "token_check");
     out->tc_present = json_is_object(tc);
     out->tc_ok = out->tc_present && json_is_true(json_object_get(tc, "ok"));
@@ -370,6 +390,16 @@ static int run_bench(const price_opts *o, const price_side *sd, const char *defa
         rc = cli_fail(CMD, "%s: bench JSON has no token_check although --trace was given", label);
     json_decref(root);
     return rc;
+}
+
+/* The gate's probe; MOEFAST_PRICE_TEST_PROBE="BEFORE:AFTER" (tests only)
+ * replaces its figures, so a test can make every pair fail the gate. */
+static double probe(const price_opts *o, bool after) {
+    if (!o->gate_bw) return 0;
+    const char *t = getenv("MOEFAST_PRICE_TEST_PROBE");
+    double v0, v1;
+    if (t && sscanf(t, "%lf:%lf", &v0, &v1) == 2) return after ? v1 : v0;
+    return moe_probe_read_bandwidth(o->threads, PROBE_BYTES);
 }
 
 static int note_fail(price_report *r, const price_run *run, int pair, char side) {
@@ -425,12 +455,14 @@ int cmd_price(int argc, char **argv) {
     price_report r = {.model = o.model, .trace = o.trace, .default_bin = default_bin,
                       .token_check = !o.no_token_check, .noise = o.noise, .n_pairs = o.pairs,
                       .threads = o.threads, .resamples = o.resamples, .seed = (uint64_t)o.seed,
-                      .a = &a, .b = &b};
+                      .a = &a, .b = &b, .cold = o.cold, .gate_bw_pct = o.gate_bw,
+                      .gate_retries = o.gate_retries};
     r.ra = calloc((size_t)o.pairs, sizeof *r.ra);
     r.rb = calloc((size_t)o.pairs, sizeof *r.rb);
     r.b_first = calloc((size_t)o.pairs, sizeof *r.b_first);
+    r.env = calloc((size_t)o.pairs, sizeof *r.env);
     int rc = 2;
-    if (!r.ra || !r.rb || !r.b_first) { cli_fail(CMD, "out of memory"); goto out; }
+    if (!r.ra || !r.rb || !r.b_first || !r.env) { cli_fail(CMD, "out of memory"); goto out; }
 
     if (!o.json && !o.csv && isatty(2)) { /* progress, for people only */
         fprintf(stderr, "moefast price: %d pairs + 1 warm-up each, A = %s, B = %s%s\n", o.pairs, a.text,
@@ -444,11 +476,29 @@ int cmd_price(int argc, char **argv) {
     if (run_bench(&o, &b, default_bin, -1, 'B', &warm) || note_fail(&r, &warm, -1, 'B')) goto out;
     for (int i = 0; i < o.pairs; i++) {
         r.b_first[i] = i % 2 == 1;
-        for (int k = 0; k < 2; k++) {
-            bool do_b = (k == 0) == r.b_first[i];
-            price_run *run = do_b ? &r.rb[i] : &r.ra[i];
-            if (run_bench(&o, do_b ? &b : &a, default_bin, i, do_b ? 'B' : 'A', run)) goto out;
-            if (note_fail(&r, run, i, do_b ? 'B' : 'A')) goto out;
+        price_env *e = &r.env[i];
+        for (int att = 0;; att++) {                   /* the environment gate: rerun a pair that fails it */
+            price_cpu c0, c1;
+            e->load1 = price_load1();
+            e->bw0 = probe(&o, false);
+            price_cpu_read(&c0);
+            for (int k = 0; k < 2; k++) {
+                bool do_b = (k == 0) == r.b_first[i];
+                price_run *run = do_b ? &r.rb[i] : &r.ra[i];
+                if (run_bench(&o, do_b ? &b : &a, default_bin, i, do_b ? 'B' : 'A', run)) goto out;
+                if (note_fail(&r, run, i, do_b ? 'B' : 'A')) goto out;
+            }
+            price_cpu_read(&c1);
+            e->bw1 = probe(&o, true);
+            e->steal = c0.ok && c1.ok && c1.total > c0.total ? (double)(c1.steal - c0.steal) / (double)(c1.total - c0.total)
+                                                             : -1;
+            e->attempts = att + 1;
+            const char *why = price_gate_why(e, o.gate_bw);
+            e->gate_ok = !why;
+            if (!why) break;
+            if (att == o.gate_retries) { r.kept_failing++; break; }   /* bounded: kept, and counted */
+            if (why[0] == 'b') r.rerun_bw++;
+            else r.rerun_steal++;
         }
     }
     r.prompt_len = r.ra[0].prompt_len;
@@ -470,6 +520,7 @@ out:
     free(r.ra);
     free(r.rb);
     free(r.b_first);
+    free(r.env);
     side_free(&a);
     side_free(&b);
     return rc;

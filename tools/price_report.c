@@ -212,6 +212,7 @@ void price_print_text(const price_report *r, FILE *f) {
         for (int w = 0; w < PW_COUNT; w++) fprintf(f, " %10.4f", r->win[w].speedup[i]);
         fputc('\n', f);
     }
+    price_env_text(r, f);
     fprintf(f, "\n  verdict: %s%s%s\n", r->rejected ? "REJECTED" : r->verdict, r->rejected ? ": " : "",
             r->rejected ? r->reasons : "");
     fprintf(f, "  (bootstrap: %d resamples, seed %llu; \"within noise\": the interval contains 1; "
@@ -310,6 +311,7 @@ void price_print_json(const price_report *r, FILE *f) {
     json_object_set_new(root, "verdict", json_string(r->verdict));
     json_object_set_new(root, "rejected", json_boolean(r->rejected));
     json_object_set_new(root, "reasons", json_string(r->reasons));
+    price_env_json(r, root);
 
     json_t *runs = json_array();
     for (int i = 0; i < r->n_pairs; i++) {
@@ -354,6 +356,9 @@ void price_print_csv(const price_report *r, FILE *f) {
                  r->trace);
     for (int w = 0; w < PW_COUNT; w++) fprintf(f, "# %s window: %s\n", WIN_NAME[w], MAP_INSIDE[w]);
     fprintf(f, "# outside every window: %s\n", MAP_OUTSIDE);
+    if (r->env)
+        fprintf(f, "# environment gate: %d reruns (bandwidth changed: %d, steal: %d), %d pairs kept failing; cold: %s\n",
+                r->rerun_bw + r->rerun_steal, r->rerun_bw, r->rerun_steal, r->kept_failing, r->cold ? "yes" : "no");
     fprintf(f, "kind,window,pair,order,a_s_per_token,b_s_per_token,speedup,ci95_lo,ci95_hi,verdict\n");
     for (int w = 0; w < PW_COUNT; w++)
         for (int i = 0; i < r->n_pairs; i++)

@@ -40,6 +40,25 @@ typedef struct price_fail {
     int step, expected, actual;
 } price_fail;
 
+/* The environment of one pair (price's validity gate, price_env.c):
+ * sampled around the pair's two runs; a pair whose memory bandwidth changed
+ * or whose CPU time was stolen is run again (bounded). */
+typedef struct price_env {
+    double load1;           /* 1-minute load average before the pair (/proc/loadavg); -1: unknown */
+    double steal;           /* stolen share of the CPU time during the pair (/proc/stat); -1: unknown */
+    double bw0, bw1;        /* the probe before and after the pair, GB/s (0: not measured) */
+    int attempts;           /* runs of the pair (1 + reruns) */
+    bool gate_ok;           /* the kept attempt passed the gate */
+} price_env;
+
+typedef struct price_cpu { unsigned long long steal, total; bool ok; } price_cpu;
+void price_cpu_read(price_cpu *c);
+double price_load1(void);
+/* Why a pair fails the gate (NULL: it passes): the probe before and after
+ * differing by more than bw_pct % of the larger, or steal above STEAL_MAX. */
+const char *price_gate_why(const price_env *e, double bw_pct);
+#define PRICE_STEAL_MAX 0.10
+
 typedef struct price_window {
     double a_med, b_med;    /* median seconds per token */
     double *speedup;        /* [n_pairs]: A time / B time (> 1: B is faster) */
@@ -62,6 +81,11 @@ typedef struct price_report {
     const char *score_verdict, *verdict;
     bool rejected;
     char reasons[512];
+    /* the environment gate and --cold */
+    bool cold;
+    price_env *env;         /* [n_pairs] */
+    double gate_bw_pct;     /* 0: no bandwidth probe */
+    int gate_retries, rerun_bw, rerun_steal, kept_failing;
 } price_report;
 
 /* Fills win[], score and the verdicts from the runs (bootstrap, seeded).
@@ -73,5 +97,8 @@ void price_print_csv(const price_report *r, FILE *f);
 /* Writes the per-pair speedup plot to f and closes it; -1 (errno set) when
  * writing failed. */
 int price_write_svg(const price_report *r, FILE *f);
+/* The gate's part of the text report, and of the JSON one (root: a json_t *). */
+void price_env_text(const price_report *r, FILE *f);
+void price_env_json(const price_report *r, void *root);
 
 #endif

@@ -173,7 +173,8 @@ int run_batch(const char *C, moe_model *m, const char *file, const run_batch_opt
     moe_context *ctx = NULL;
     int32_t *tok = NULL, *seq = NULL;
     bool *want = NULL;
-    float *logits = NULL;
+    float *logits = NULL, *top_vals = NULL;
+    int32_t *top_ids = NULL;
     moe_grammar_vocab *gvoc = NULL;
     uint8_t *allowed = NULL;
     const int V = moe_model_n_vocab(m);
@@ -199,8 +200,16 @@ int run_batch(const char *C, moe_model *m, const char *file, const run_batch_opt
     tok = malloc(step_max * sizeof *tok);
     seq = malloc(step_max * sizeof *seq);
     want = malloc(step_max * sizeof *want);
-    logits = malloc((size_t)np * (size_t)V * sizeof *logits);
-    if (!tok || !seq || !want || !logits) { cli_fail(C, "out of memory"); goto done; }
+    /* greedy or top-k sampling needs only each row's top logits (the same
+     * sampler for every prompt): the lm head is screened (lm_screen); a
+     * grammar masks the whole vocabulary, so it takes every logit */
+    const int topn = ps[0].con ? 0 : moe_sampler_topk_need(ps[0].smp);
+    if (topn) {
+        top_ids = malloc((size_t)np * (size_t)topn * sizeof *top_ids);
+        top_vals = malloc((size_t)np * (size_t)topn * sizeof *top_vals);
+    } else
+        logits = malloc((size_t)np * (size_t)V * sizeof *logits);
+    if (!tok || !seq || !want || (topn ? !top_ids || !top_vals : !logits)) { cli_fail(C, "out of memory"); goto done; }
     const int32_t eos = moe_token_eos(m);
     double t0 = now_s(), t1 = t0;
     int steps = 0, n_dec = 0;                              /* tokens sampled from decode steps */
@@ -208,17 +217,23 @@ int run_batch(const char *C, moe_model *m, const char *file, const run_batch_opt
         const int nt = fill_step(ps, np, first, tok, seq, want);
         if (nt == 0) break;
         moe_batch b = {.n_tokens = nt, .token = tok, .seq = seq, .logits = want};
-        if (moe_context_decode(ctx, &b, logits)) { cli_fail(C, "%s", moe_context_error(ctx)); goto done; }
+        if (topn ? moe_context_decode_topk(ctx, &b, topn, top_ids, top_vals) : moe_context_decode(ctx, &b, logits)) {
+            cli_fail(C, "%s", moe_context_error(ctx));
+            goto done;
+        }
         if (first) t1 = now_s();
         else steps++;
         for (int i = 0, row = 0; i < np; i++) {            /* logits rows: the unfinished prompts in order */
             if (ps[i].done) continue;
-            const float *lg = logits + (size_t)row++ * V;
+            const size_t r = (size_t)row++;
+            const size_t at = r * (size_t)topn;
             int32_t id = 0;
-            const int gr = ps[i].con ? batch_masked(C, &ps[i], i, lg, allowed, &id) : 0;
+            const int gr = ps[i].con ? batch_masked(C, &ps[i], i, logits + r * V, allowed, &id) : 0;
             if (gr < 0) goto done;
             if (gr > 0) { ps[i].done = true; continue; }   /* the grammar is complete */
-            if (!ps[i].con) id = moe_sampler_sample(ps[i].smp, lg);
+            if (!ps[i].con)
+                id = topn ? moe_sampler_sample_topk(ps[i].smp, top_ids + at, top_vals + at, topn)
+                          : moe_sampler_sample(ps[i].smp, logits + r * V);
             ps[i].ids[ps[i].n_prompt + ps[i].n_gen++] = id;
             n_dec += !first;
             /* a grammar ends at the end token, as run -p's */
@@ -241,6 +256,8 @@ done:
     free(seq);
     free(want);
     free(logits);
+    free(top_ids);
+    free(top_vals);
     moe_context_free(ctx);
     return rc;
 }

@@ -137,6 +137,8 @@ typedef struct srv {
     int *row_slot;
     int32_t *ids;
     float *logits;
+    int32_t *top_ids;          /* [n_slots][64]: a step's top k rows (every row greedy or top-k sampling) */
+    float *top_vals;
     moe_phase_stat *phases;         /* --profile: the profile read after each step */
     int n_phases;
     double prof_bytes;              /* weight bytes of the profile so far */

@@ -54,7 +54,10 @@ int srv_init(srv *s, moe_model *m, const moe_context_params *cp, int chunk, int 
     s->row_slot = malloc((size_t)s->n_slots * sizeof *s->row_slot);
     s->ids = malloc((size_t)s->n_slots * sizeof *s->ids);
     s->logits = malloc((size_t)s->n_slots * (size_t)s->n_vocab * sizeof *s->logits);
-    bool ok = s->queue && s->slots && s->tok && s->seq && s->want && s->row_slot && s->ids && s->logits;
+    s->top_ids = malloc((size_t)s->n_slots * 64 * sizeof *s->top_ids);
+    s->top_vals = malloc((size_t)s->n_slots * 64 * sizeof *s->top_vals);
+    bool ok = s->queue && s->slots && s->tok && s->seq && s->want && s->row_slot && s->ids && s->logits && s->top_ids &&
+              s->top_vals;
     for (int i = 0; ok && i < s->n_slots; i++) ok = (s->slots[i].cache = malloc((size_t)s->n_ctx * sizeof(int32_t))) != NULL;
     if (!ok) {
         snprintf(err, errlen, "out of memory");
@@ -75,6 +78,8 @@ void srv_free(srv *s) {
     free(s->row_slot);
     free(s->ids);
     free(s->logits);
+    free(s->top_ids);
+    free(s->top_vals);
     free(s->phases);
     gcache_free(s);
     moe_grammar_vocab_free(s->gvoc);
@@ -458,13 +463,32 @@ static void grammar_end(srv_req *r, int32_t why, double now) {
     pthread_cond_broadcast(&r->cv);
 }
 
+/* The top logits a step needs: when every row's request samples greedily
+ * or with top-k, and wants neither log-probabilities (the whole
+ * distribution) nor a grammar (a mask over the vocabulary), the largest
+ * count its samplers need; else 0 (full logits). A row's top k are the
+ * same bits whatever k, so sampling from more than a request needs draws
+ * the same token (moe_sampler_sample_topk). */
+static int step_topk(const srv *s, int rows) {
+    int k = 0;
+    for (int j = 0; j < rows; j++) {
+        const srv_req *r = s->slots[s->row_slot[j]].req;
+        const int need = moe_sampler_topk_need(r->smp);
+        if (need == 0 || r->con || r->n_top >= 0) return 0;
+        k = need > k ? need : k;
+    }
+    return k;
+}
+
 static void run_step(srv *s) {
     int rows;
     const int nt = build_step(s, &rows);
     if (nt == 0) return;
     moe_batch b = {.n_tokens = nt, .token = s->tok, .seq = s->seq, .logits = s->want};
+    const int topn = step_topk(s, rows);
     const double t0 = srv_now();
-    const int rc = moe_context_decode(s->ctx, &b, s->logits);
+    const int rc = topn ? moe_context_decode_topk(s->ctx, &b, topn, s->top_ids, s->top_vals)
+                        : moe_context_decode(s->ctx, &b, s->logits);
     const double t1 = srv_now();
     const double wbytes = step_weight_bytes(s);
     /* a decode step: every token gives logits (running requests' next tokens,
@@ -484,8 +508,10 @@ static void run_step(srv *s) {
             const float *l = s->logits + (size_t)k * (size_t)s->n_vocab;
             /* tools under auto: free until the calls begin */
             const bool constrained = r->con && (!r->tools || r->tools->engaged);
+            const size_t o = (size_t)k * (size_t)topn;
             const bool force = r->tools && r->n_gen < r->tools->n_force;                    /* test hook */
-            if (constrained) ids[k] = force ? grammar_force(r, r->tools->force[r->n_gen]) : grammar_sample(r, l);
+            if (topn) ids[k] = moe_sampler_sample_topk(r->smp, s->top_ids + o, s->top_vals + o, topn);
+            else if (constrained) ids[k] = force ? grammar_force(r, r->tools->force[r->n_gen]) : grammar_sample(r, l);
             else ids[k] = moe_sampler_sample(r->smp, l);
             if (!constrained && force) ids[k] = r->tools->force[r->n_gen];
             if (r->n_top >= 0 && r->n_gen < r->max_tokens) token_logprobs(l, s->n_vocab, ids[k], r);

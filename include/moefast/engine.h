@@ -136,6 +136,16 @@ int  moe_context_seq_copy(moe_context *c, int src, int dst, int n);
  * sequence or position, naming the batch index; MOE_ERANGE: a sequence
  * would pass n_ctx) nothing has been run and no sequence changed. */
 int  moe_context_decode(moe_context *c, const moe_batch *b, float *logits);
+/* As moe_context_decode, but for each wanted token only its top k (1..64,
+ * <= n_vocab) logits: ids and vals [n_wanted][k], the wanted tokens in
+ * batch order, each row ordered as moe_topk orders the full logits (value
+ * descending, equal values by ascending id; row[0] is the argmax). The same
+ * ids and bits as the full logits give, whatever the batch holds; with flag
+ * lm_screen each row's lm head is screened and only the rows that can reach
+ * its top k are computed (docs/SCREEN.md). Entries past the count of
+ * non-NaN logits get id -1 and a NaN value. Errors as moe_context_decode's,
+ * and MOE_EINVAL for a bad k or NULL ids/vals. */
+int  moe_context_decode_topk(moe_context *c, const moe_batch *b, int k, int32_t *ids, float *vals);
 const char *moe_context_error(const moe_context *c);
 
 /* ---- sessions (one sequence: a context with n_seq 1) --------------------- */

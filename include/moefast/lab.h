@@ -192,6 +192,10 @@ typedef struct moe_screen_stats {
     bool available;          /* the model has a screen (flag lm_screen at load, a covered head format) */
 } moe_screen_stats;
 int  moe_session_screen_stats(const moe_session *s, moe_screen_stats *out);
+/* The same figures of a context's moe_context_decode_topk steps (steps:
+ * wanted tokens; full_bytes: one pass of the head per step's group of up to
+ * 16 wanted tokens, as a batched full head reads it). */
+int  moe_context_screen_stats(const moe_context *c, moe_screen_stats *out);
 /* After moe_session_forward_topk: the last token's logit of id (the same
  * bits as the full logits give), for reports on ids outside the top k. */
 int  moe_session_last_logit(moe_session *s, int32_t id, float *out);
@@ -234,6 +238,11 @@ int  moe_trace_gate(moe_model *m, const moe_trace *t, const moe_gate_params *p,
 /* Measured memory read bandwidth in GB/s (1e9 bytes/s) with n_threads threads,
  * median of several passes over a buffer far larger than the caches. */
 double moe_measure_read_bandwidth(int n_threads);
+/* A quicker figure of the same kind: the median of 3 passes over a buffer of
+ * `bytes` (1 MB .. 512 MB). Not a machine's peak (the buffer may fit a large
+ * last-level cache): price compares it before and after a pair of runs to
+ * see the memory's state change (docs/MEASUREMENT.md). 0 on failure. */
+double moe_probe_read_bandwidth(int n_threads, size_t bytes);
 
 #ifdef __cplusplus
 }

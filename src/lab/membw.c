@@ -137,11 +137,10 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-double moe_measure_read_bandwidth(int n_threads) {
+/* The median of `passes` (<= MEMBW_PASSES) timed passes over n bytes. */
+static double measure(int n_threads, size_t n, int passes) {
     if (n_threads <= 0) n_threads = moe_cpu_count();
     if (n_threads > 1024) n_threads = 1024;
-    size_t n = MEMBW_MIN_BYTES, llc8 = llc_bytes() * 8;
-    if (llc8 > n) n = llc8;
     n = (n + MEMBW_CHUNK - 1) / MEMBW_CHUNK * MEMBW_CHUNK;
 
     membw_job job = {0};
@@ -164,7 +163,7 @@ double moe_measure_read_bandwidth(int n_threads) {
     moe_pool_run(pool, sum_task, &job);
 
     double secs[MEMBW_PASSES];
-    for (int p = 0; p < MEMBW_PASSES; p++) {
+    for (int p = 0; p < passes; p++) {
         double t0 = moe_now();
         moe_pool_run(pool, sum_task, &job);
         secs[p] = moe_now() - t0;
@@ -172,12 +171,26 @@ double moe_measure_read_bandwidth(int n_threads) {
         for (int t = 0; t < n_threads; t++) s += job.partial[(size_t)t * 8];
         membw_sink += s;
     }
-    qsort(secs, MEMBW_PASSES, sizeof secs[0], cmp_double);
-    double med = secs[MEMBW_PASSES / 2];
+    qsort(secs, (size_t)passes, sizeof secs[0], cmp_double);
+    double med = secs[passes / 2];
     if (med > 0) result = (double)n / med / 1e9;
 done:
     moe_pool_free(pool);
     free(job.partial);
     if (job.buf) munmap(job.buf, n);
     return result;
+}
+
+double moe_measure_read_bandwidth(int n_threads) {
+    size_t n = MEMBW_MIN_BYTES, llc8 = llc_bytes() * 8;
+    if (llc8 > n) n = llc8;
+    return measure(n_threads, n, MEMBW_PASSES);
+}
+
+/* The quick probe: a fixed buffer (a VM may report a host-wide L3 of
+ * hundreds of MB, which would make 8 x LLC gigabytes), 3 passes. */
+double moe_probe_read_bandwidth(int n_threads, size_t bytes) {
+    if (bytes < ((size_t)1 << 20)) bytes = (size_t)1 << 20;
+    if (bytes > MEMBW_MIN_BYTES) bytes = MEMBW_MIN_BYTES;
+    return measure(n_threads, bytes, 3);
 }

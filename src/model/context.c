@@ -221,7 +221,14 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
     if (shadow) s->logits_tmp = xcalloc(B * (size_t)hp->n_vocab, sizeof(float), &al); /* the twin's logits */
     const size_t Vs = (size_t)hp->n_vocab;                /* top-k outputs: the screen's scratch */
     s->scr_s1 = xcalloc(Vs, sizeof(float), &al);
-    s->scr_y = xcalloc(Vs, sizeof(float), &al);
+    /* a batch's top-k rows that fall back run the full head G rows at a
+     * time (one pass over the head for G rows, as moe_context_decode's head) */
+    s->scr_group = n_batch < n_seq ? n_batch : n_seq;
+    if (s->scr_group > 16) s->scr_group = 16;
+    s->scr_y = xcalloc(Vs * (size_t)s->scr_group, sizeof(float), &al);
+    s->scr_rows = xcalloc(B, sizeof(int32_t), &al);
+    if (shadow) s->twin_ids = xcalloc(B * 64, sizeof(int32_t), &al);
+    if (shadow) s->twin_vals = xcalloc(B * 64, sizeof(float), &al);
     s->scr_ids = xcalloc(Vs, sizeof(int32_t), &al);
     s->scr_done = xcalloc(Vs, 1, &al);
     s->scr_xq = xcalloc(E, 1, &al);
@@ -315,7 +322,8 @@ static void context_free(moe_context *c) {
                     c->selw, c->xg, c->eout, c->hg, c->hu, c->scores, c->attn_sum, c->logits_tmp, c->sel, c->ex_slot,
                     c->gather_src, c->expert_rows, c->jobs, c->job_pre, c->xa, c->xga, c->ha, c->seq_len, c->tok_pos,
                     c->tok_seq, c->out_rows, c->blk_tok, c->blk_thr, c->scr_s1, c->scr_y, c->scr_ids,
-                    c->scr_done, c->scr_xq, c->scr_q120, c->scr_tv, c->shard_heads};
+                    c->scr_done, c->scr_xq, c->scr_q120, c->scr_tv, c->scr_rows, c->twin_ids, c->twin_vals,
+                    c->shard_heads};
     _Static_assert(MOE_MAX_ROPES == 2, "context_free lists every rope table");
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) moe_free_aligned(bufs[i]);
     context_free(c->shadow);
@@ -474,9 +482,9 @@ static int run_step(moe_context *c, const int32_t *tokens, int n, float *logits,
     return rc;
 }
 
-int moe_context_decode(moe_context *c, const moe_batch *b, float *logits) {
-    if (!c) return MOE_EINVAL;
-    c->err[0] = 0;
+/* moe_context_decode's steps: the wanted tokens' logits (logits) or their
+ * top k (k > 0: ids, vals; forward.c head_topk), n_batch tokens a step. */
+static int decode_steps(moe_context *c, const moe_batch *b, float *logits, int k, int32_t *ids, float *vals) {
     int rc = check_batch(c, b);
     if (rc) return rc;
     const size_t V = (size_t)c->m->hp.n_vocab;
@@ -486,14 +494,32 @@ int moe_context_decode(moe_context *c, const moe_batch *b, float *logits) {
         for (int t = 0; t < n; t++) {
             const int i = done + t;
             c->tok_seq[t] = b->seq[i];
-            if (logits && (b->logits ? b->logits[i] : i == b->n_tokens - 1)) c->out_rows[n_out++] = t;
+            if ((logits || k > 0) && (b->logits ? b->logits[i] : i == b->n_tokens - 1)) c->out_rows[n_out++] = t;
         }
+        c->topk_k = k, c->topk_ids = ids, c->topk_vals = vals;
         rc = run_step(c, b->token + done, n, logits, n_out);
+        c->topk_k = 0, c->topk_ids = NULL, c->topk_vals = NULL;
         if (rc) return rc;
         if (logits) logits += (size_t)n_out * V;
+        if (k > 0) ids += (size_t)n_out * (size_t)k, vals += (size_t)n_out * (size_t)k;
         done += n;
     }
     return MOE_OK;
+}
+
+int moe_context_decode(moe_context *c, const moe_batch *b, float *logits) {
+    if (!c) return MOE_EINVAL;
+    c->err[0] = 0;
+    return decode_steps(c, b, logits, 0, NULL, NULL);
+}
+
+int moe_context_decode_topk(moe_context *c, const moe_batch *b, int k, int32_t *ids, float *vals) {
+    if (!c) return MOE_EINVAL;
+    c->err[0] = 0;
+    if (!ids || !vals || k < 1 || k > 64 || k > c->m->hp.n_vocab)
+        return moe_errf(c->err, sizeof c->err, MOE_EINVAL, "decode_topk: k %d must be in 1..min(64, n_vocab) with ids "
+                        "and vals", k);
+    return decode_steps(c, b, NULL, k, ids, vals);
 }
 
 /* ---- the one-sequence session (engine.h): a context with n_seq 1 ------------------- */
@@ -600,8 +626,11 @@ int moe_session_last_logit(moe_session *s, int32_t id, float *out) {
 }
 
 int moe_session_screen_stats(const moe_session *s, moe_screen_stats *out) {
-    if (!s || !out) return MOE_EINVAL;
-    const moe_context *c = s->c;
+    return s ? moe_context_screen_stats(s->c, out) : MOE_EINVAL;
+}
+
+int moe_context_screen_stats(const moe_context *c, moe_screen_stats *out) {
+    if (!c || !out) return MOE_EINVAL;
     moe_screen_stats r = {c->scr_steps, c->scr_screened, c->scr_level2, c->scr_exact, c->scr_bytes, c->scr_full_bytes,
                           c->scr_last_exact, c->m->screen != NULL};
     *out = r;

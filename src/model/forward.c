@@ -38,66 +38,93 @@ static void head(moe_context *c, int n_out, float *logits) {
     PROF_MARK(c, MOE_PH_LM_HEAD, (double)m->output.mat_bytes, 0);
 }
 
-/* The top c->topk_k logits of the one wanted token (c->out_rows[0]) into
- * c->topk_ids / c->topk_vals, as moe_topk orders the full logits: by the
- * screen (flag lm_screen) when the model has one and it certifies the step,
- * else from the full head. Either way the same ids and bits. */
-static void head_topk(moe_context *c) {
+/* Row i of the step's wanted tokens (its normed activation at c->xn + i·E)
+ * through the screen: true when the screen certified it (its top k are in
+ * c->topk_ids/vals + i·k), false when the full head must run for it. */
+static bool screen_row(moe_context *c, int i) {
     const moe_model *m = c->m;
-    const int E = m->hp.n_embd, V = m->hp.n_vocab;
-    moe_rms_norm(c->x + (size_t)c->out_rows[0] * E, m->output_norm, c->xn, E, m->hp.rms_eps);
-    int got = 0;
-    moe_screen_step st = {0};
-    c->scr_steps++;
-    c->scr_full_bytes += (double)m->output.mat_bytes;
-    bool try_screen = m->screen && moe_flag_on(c->flags, MOE_FLAG_LM_SCREEN);
+    const int E = m->hp.n_embd, k = c->topk_k;
     /* the governor (speed only): after SCREEN_MISSES fallbacks in a row (flat
-     * logits: too many rows reach the bound) the next SCREEN_SKIP steps run
+     * logits: too many rows reach the bound) the next SCREEN_SKIP rows run
      * the full head without the screen pass, then the screen is tried again */
     enum { SCREEN_MISSES = 4, SCREEN_SKIP = 16 };
-    if (try_screen && c->scr_skip > 0) c->scr_skip--, try_screen = false;
-    if (try_screen) {
-        const moe_screen_scratch scr = {c->scr_s1, c->scr_y, c->scr_ids, c->scr_done, c->scr_xq, c->scr_q120, c->scr_tv};
-        got = moe_screen_topk(m->screen, &m->output, c->kern, c, c->xn, c->topk_k, c->topk_ids, c->topk_vals, &scr,
-                              moe_flag_on(c->flags, MOE_FLAG_TEST_SCREEN_SHRINK), &st);
-        if (got > 0) c->scr_miss = 0;
-        else if (++c->scr_miss >= SCREEN_MISSES) c->scr_miss = 0, c->scr_skip = SCREEN_SKIP;
+    if (c->scr_skip > 0) { c->scr_skip--; return false; }
+    int32_t *ids = c->topk_ids + (size_t)i * (size_t)k;
+    float *vals = c->topk_vals + (size_t)i * (size_t)k;
+    moe_screen_step st = {0};
+    const moe_screen_scratch scr = {c->scr_s1, c->scr_y, c->scr_ids, c->scr_done, c->scr_xq, c->scr_q120, c->scr_tv};
+    const int got = moe_screen_topk(m->screen, &m->output, c->kern, c, c->xn + (size_t)i * E, k, ids, vals, &scr,
+                                    moe_flag_on(c->flags, MOE_FLAG_TEST_SCREEN_SHRINK), &st);
+    c->scr_bytes += st.bytes;                              /* the screen's bytes (and the kernel rows') */
+    if (got == 0) {
+        if (++c->scr_miss >= SCREEN_MISSES) c->scr_miss = 0, c->scr_skip = SCREEN_SKIP;
+        return false;
     }
-    for (int j = got; j < c->topk_k; j++) c->topk_ids[j] = -1, c->topk_vals[j] = NAN;
-    if (got > 0) {
-        c->scr_screened++;
-        c->scr_level2 += st.level2_rows;
-        c->scr_exact += st.exact_rows;
-        c->scr_last_exact = st.exact_rows;
-        c->scr_bytes += st.bytes;                          /* the screen's bytes and the kernel rows' */
-        /* the profile keeps the weight list's figure (bytes per token);
-         * the bytes really read are in moe_session_screen_stats */
-        PROF_MARK(c, MOE_PH_LM_HEAD, (double)m->output.mat_bytes, 0);
-        return;
+    c->scr_miss = 0;
+    for (int j = got; j < k; j++) ids[j] = -1, vals[j] = NAN;
+    c->scr_screened++;
+    c->scr_level2 += st.level2_rows;
+    c->scr_exact += st.exact_rows;
+    c->scr_last_exact = st.exact_rows;
+    return true;
+}
+
+/* The top c->topk_k logits of each wanted token c->out_rows[0 .. n_out)
+ * into c->topk_ids / c->topk_vals (n_out rows of k), as moe_topk orders the
+ * full logits: by the screen (flag lm_screen) for the rows it certifies,
+ * from the full head for the others. Either way the same ids and bits: a
+ * row's kernel logits do not depend on the rows computed with it. The
+ * screen reads its level-1 arrays once per row, a batched full head its
+ * rows once for all: the screen is tried only while the step's rows read
+ * fewer bytes that way (speed only). */
+static void head_topk(moe_context *c, int n_out) {
+    const moe_model *m = c->m;
+    const int E = m->hp.n_embd, V = m->hp.n_vocab, k = c->topk_k, G = c->scr_group;
+    for (int i = 0; i < n_out; i++)
+        moe_rms_norm(c->x + (size_t)c->out_rows[i] * E, m->output_norm, c->xn + (size_t)i * E, E, m->hp.rms_eps);
+    const double head_bytes = (double)m->output.mat_bytes;
+    c->scr_steps += n_out;
+    c->scr_full_bytes += head_bytes * (double)((n_out + G - 1) / G);
+    const bool try_screen = m->screen && moe_flag_on(c->flags, MOE_FLAG_LM_SCREEN) &&
+                            (double)n_out * moe_screen_l1_bytes(m->screen) < head_bytes;
+    int nf = 0;                                            /* rows left for the full head, compacted in xn */
+    for (int i = 0; i < n_out; i++) {
+        if (try_screen && screen_row(c, i)) continue;
+        if (nf != i) memmove(c->xn + (size_t)nf * E, c->xn + (size_t)i * E, sizeof(float) * (size_t)E);
+        c->scr_rows[nf++] = i;
     }
-    moe_matmul(c, &m->output, c->xn, 1, c->scr_y);
-    got = moe_topk(c->scr_y, V, c->topk_k, c->topk_ids, c->topk_vals);
-    for (int j = got; j < c->topk_k; j++) c->topk_ids[j] = -1, c->topk_vals[j] = NAN;
-    c->scr_last_exact = -1;
-    c->scr_bytes += (double)m->output.mat_bytes + st.bytes;
-    PROF_MARK(c, MOE_PH_LM_HEAD, (double)m->output.mat_bytes, 0);
+    for (int g0 = 0; g0 < nf; g0 += G) {
+        const int gn = nf - g0 < G ? nf - g0 : G;
+        moe_matmul(c, &m->output, c->xn + (size_t)g0 * E, gn, c->scr_y);
+        c->scr_bytes += head_bytes;
+        for (int r = 0; r < gn; r++) {
+            const size_t o = (size_t)c->scr_rows[g0 + r] * (size_t)k;
+            const int got = moe_topk(c->scr_y + (size_t)r * V, V, k, c->topk_ids + o, c->topk_vals + o);
+            for (int j = got; j < k; j++) c->topk_ids[o + j] = -1, c->topk_vals[o + j] = NAN;
+        }
+        c->scr_last_exact = -1;
+    }
+    /* the profile keeps the weight list's figure (bytes per token); the
+     * bytes really read are in moe_session_screen_stats */
+    PROF_MARK(c, MOE_PH_LM_HEAD, head_bytes, 0);
 }
 
 /* Differential mode, top-k outputs: the twin's top-k (full head, every
- * speed flag off) must be the same ids and bits. */
-static void diff_topk(moe_context *c) {
+ * speed flag off) must be the same ids and bits, row by row. */
+static void diff_topk(moe_context *c, int n_out) {
     moe_context *r = c->shadow;
     const int k = c->topk_k;
-    int32_t ids[64];
-    float vals[64];
-    r->topk_k = k, r->topk_ids = ids, r->topk_vals = vals;
-    head_topk(r);
-    for (int j = 0; j < k; j++) {
-        if (ids[j] == c->topk_ids[j] && !memcmp(&vals[j], &c->topk_vals[j], 4)) continue;
+    r->topk_k = k, r->topk_ids = r->twin_ids, r->topk_vals = r->twin_vals;
+    head_topk(r, n_out);
+    for (int j = 0; j < n_out * k; j++) {
+        if (r->twin_ids[j] == c->topk_ids[j] && !memcmp(&r->twin_vals[j], &c->topk_vals[j], 4)) continue;
+        const int t = c->out_rows[j / k];
+        char seq[32] = "";
+        if (c->n_seq > 1) snprintf(seq, sizeof seq, " of sequence %d", c->tok_seq[t]);
         moe_errf(c->err, sizeof c->err, MOE_EDIVERGE,
-                 "differential mode: final top-%d entry %d differs at position %d: id %d logit %.9g vs the twin's id %d "
-                 "logit %.9g", k, j, c->tok_pos[c->out_rows[0]], c->topk_ids[j], (double)c->topk_vals[j], ids[j],
-                 (double)vals[j]);
+                 "differential mode: final top-%d entry %d differs at position %d%s: id %d logit %.9g vs the twin's id "
+                 "%d logit %.9g", k, j % k, c->tok_pos[t], seq, c->topk_ids[j], (double)c->topk_vals[j], r->twin_ids[j],
+                 (double)r->twin_vals[j]);
         c->diverged = true;
         return;
     }
@@ -154,9 +181,9 @@ int moe_forward_step(moe_context *c, const int32_t *tokens, int n, float *logits
         PROF_START(c);
     }
     for (int il = 0; il < m->hp.n_layer; il++) m->arch->layer(c, &m->layers[il], il);
-    if (!logits && n_out == 1 && c->topk_k > 0 && !c->diverged) {
-        head_topk(c);
-        if (c->shadow) diff_topk(c);
+    if (!logits && n_out > 0 && c->topk_k > 0 && !c->diverged) {
+        head_topk(c, n_out);
+        if (c->shadow) diff_topk(c, n_out);
     }
     if (logits && n_out > 0 && !c->diverged) {
         head(c, n_out, logits);

@@ -310,6 +310,10 @@ struct moe_context {
     float *scr_tv;
     int64_t scr_steps, scr_screened, scr_level2, scr_exact, scr_last_exact;
     int scr_miss, scr_skip;     /* the governor: fallbacks in a row, steps left to run the full head directly */
+    int scr_group;              /* rows of scr_y: the full head's rows per pass when top-k rows fall back */
+    int32_t *scr_rows;          /* [n_batch] the wanted rows that fall back to the full head */
+    int32_t *twin_ids;          /* differential twin only: [n_batch][64] its top-k of a step */
+    float *twin_vals;
     double scr_bytes, scr_full_bytes;
     char err[MOE_ERR_LEN];
 };

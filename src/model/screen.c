@@ -42,6 +42,10 @@ size_t moe_screen_bytes(const moe_screen *s) {
     return V * half * (s->levels == 2 ? 2 : 1) + V * nb * (s->levels == 2 ? 1 : 2) + V * 3 * sizeof(float);
 }
 
+double moe_screen_l1_bytes(const moe_screen *s) {
+    return s ? (double)s->V * ((double)(s->n / 2) + (double)s->nb * (s->levels == 2 ? 1 : 2) + 4) : 0;
+}
+
 /* Smallest e with 127·2^e >= m (m > 0 finite), clamped to [-120, 100]. */
 static int block_exp(double m) {
     int e = ilogb(m) - 6;
@@ -361,7 +365,7 @@ int moe_screen_topk(const moe_screen *s, const moe_weight *w, const moe_kernels 
     if (c) moe_ctx_par(c, pass_worker, &t);
     else pass_worker(&t, 0, 1);
     const double half = (double)(n / 2);
-    st->bytes = (double)V * (half + (double)s->nb * (s->levels == 2 ? 1 : 2) + 4);
+    st->bytes = moe_screen_l1_bytes(s);
     /* seeds: the kk best screen values; tau = the worst of their exact logits */
     int32_t seed[64];
     float sv[64];

@@ -58,6 +58,8 @@ moe_screen *moe_screen_build(uint32_t type, const uint8_t *data, size_t row_byte
 void moe_screen_free(moe_screen *s);
 /* Bytes of the screen's arrays (memory). */
 size_t moe_screen_bytes(const moe_screen *s);
+/* Bytes the level-1 pass of one step reads (every row's level-1 arrays). */
+double moe_screen_l1_bytes(const moe_screen *s);
 
 /* Upper bound of ||x||_2 (docs/SCREEN.md); +inf when x is not finite. */
 double moe_screen_xnorm(const float *x, int64_t n);
