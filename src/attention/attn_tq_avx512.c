@@ -136,33 +136,64 @@ static inline __m128i hsum4(__m512i a, __m512i b, __m512i c, __m512i d) {
     return _mm_add_epi32(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1));
 }
 
-/* HN (<= 4) heads h0.. against every key: qp holds their permuted queries
- * (stride ql words), Sv their S (kv_tq.h) in lanes 0..HN-1. */
-static inline __attribute__((always_inline)) void scores_heads(const int16_t *qp, int ql, int h0, __m128 Sv,
+/* The int32 sums of HN (<= 4) heads for NK (1 or 2) keys from kj (row
+ * stride rb) into isb[0..NK-1][0..3]: both keys' codes meet each query
+ * vector once. */
+static inline __attribute__((always_inline)) void key_sums(const int16_t *qp, int ql, const uint8_t *kj, size_t rb,
+                                                           int D, const int bits, const __m512i tab, int32_t *isb,
+                                                           const int HN, const int NK) {
+    const int U = unit_dims(bits), NV = U / 32, nu = (D + U - 1) / U;
+    __m512i acc[2][HQ];
+    UNROLL for (int n = 0; n < 2; n++) UNROLL for (int h = 0; h < HQ; h++) acc[n][h] = _mm512_setzero_si512();
+    for (int u = 0; u < nu; u++) {
+        __m512i c[2][4];
+        UNROLL for (int n = 0; n < NK; n++) unit_codes(kj + (size_t)n * rb, D, u, bits, c[n]);
+        UNROLL for (int v = 0; v < NV; v++) {
+            __m512i cv[2];
+            UNROLL for (int n = 0; n < NK; n++) cv[n] = _mm512_permutexvar_epi16(c[n][v], tab);
+            UNROLL for (int h = 0; h < HN; h++) {
+                const __m512i q = _mm512_loadu_si512(qp + (size_t)h * ql + U * u + 32 * v);
+                UNROLL for (int n = 0; n < NK; n++) acc[n][h] = _mm512_dpwssd_epi32(acc[n][h], q, cv[n]);
+            }
+        }
+    }
+    UNROLL for (int n = 0; n < NK; n++)
+        _mm_storeu_si128((__m128i *)(isb + 4 * n), hsum4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]));
+}
+
+/* HN (<= 4) heads h0.. against every key, 16 keys a tile: the int32 sums
+ * land in isb [key][head], then per head one vector of 16 keys takes the
+ * contract's three products (in its order) and one masked store. qp: the
+ * heads' permuted queries (stride ql words), S their S (kv_tq.h). */
+static inline __attribute__((always_inline)) void scores_heads(const int16_t *qp, int ql, int h0, const float *S,
                                                                const uint8_t *k, int nk, int D, const int bits,
                                                                const __m512i tab, float scale, float *sc, size_t scs,
                                                                const int HN) {
     const size_t rb = moe_tq_row_bytes(D, bits);
-    const int U = unit_dims(bits), NV = U / 32, nu = (D + U - 1) / U;
-    const __m128 vs = _mm_set1_ps(scale);
-    for (int j = 0; j < nk; j++) {
-        const uint8_t *kj = k + (size_t)j * rb;
-        __m512i acc[HQ];
-        UNROLL for (int h = 0; h < HQ; h++) acc[h] = _mm512_setzero_si512();
-        for (int u = 0; u < nu; u++) {
-            __m512i c[4];
-            unit_codes(kj, D, u, bits, c);
-            UNROLL for (int v = 0; v < NV; v++) {
-                const __m512i cv = _mm512_permutexvar_epi16(c[v], tab);
-                UNROLL for (int h = 0; h < HN; h++)
-                    acc[h] = _mm512_dpwssd_epi32(acc[h], _mm512_loadu_si512(qp + (size_t)h * ql + U * u + 32 * v), cv);
-            }
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int j0 = 0; j0 < nk; j0 += 16) {
+        const int nb = nk - j0 < 16 ? nk - j0 : 16;
+        _Alignas(64) int32_t isb[16 * 4] = {0};
+        _Alignas(64) float sg[16] = {0};
+        int jj = 0;
+        for (; jj + 2 <= nb; jj += 2)
+            key_sums(qp, ql, k + (size_t)(j0 + jj) * rb, rb, D, bits, tab, isb + 4 * jj, HN, 2);
+        if (jj < nb) key_sums(qp, ql, k + (size_t)(j0 + jj) * rb, rb, D, bits, tab, isb + 4 * jj, HN, 1);
+        for (jj = 0; jj < nb; jj++) sg[jj] = sigma(k + (size_t)(j0 + jj) * rb, D, bits);
+        const __m512 sgv = _mm512_load_ps(sg);
+        const __m512i x0 = _mm512_load_si512(isb), x1 = _mm512_load_si512(isb + 16);
+        const __m512i x2 = _mm512_load_si512(isb + 32), x3 = _mm512_load_si512(isb + 48);
+        const __mmask16 m = (__mmask16)((1u << nb) - 1u);
+        UNROLL for (int h = 0; h < HN; h++) {
+            /* lanes 0..7: isb[4k + h] of x0:x1, lanes 8..15: of x2:x3 */
+            const __m512i idx = _mm512_add_epi32(
+                _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28), _mm512_set1_epi32(h));
+            const __m512i col = _mm512_mask_blend_epi32((__mmask16)0xff00, _mm512_permutex2var_epi32(x0, idx, x1),
+                                                        _mm512_permutex2var_epi32(x2, idx, x3));
+            const __m512 f = _mm512_mul_ps(
+                _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(col), _mm512_set1_ps(S[h])), sgv), vs);
+            _mm512_mask_storeu_ps(sc + (size_t)(h0 + h) * scs + (size_t)j0, m, f);
         }
-        const __m128i is = hsum4(acc[0], acc[1], acc[2], acc[3]);
-        const __m128 f = _mm_mul_ps(_mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(is), Sv), _mm_set1_ps(sigma(kj, D, bits))), vs);
-        float o[4];
-        _mm_storeu_ps(o, f);
-        UNROLL for (int h = 0; h < HN; h++) sc[(size_t)(h0 + h) * scs + (size_t)j] = o[h];
     }
 }
 
@@ -182,11 +213,10 @@ static inline __attribute__((always_inline)) void scores_bits(const float *qr, s
             S[h] = moe_tq_query_q(qr + (size_t)(h0 + h) * qs, D, bits, qi);
             qperm(qi, D, bits, qp + (size_t)h * ql);
         }
-        const __m128 Sv = _mm_loadu_ps(S);
-        if (nh == 4) scores_heads(qp, ql, h0, Sv, k, nk, D, bits, tab, scale, sc, scs, 4);
-        else if (nh == 3) scores_heads(qp, ql, h0, Sv, k, nk, D, bits, tab, scale, sc, scs, 3);
-        else if (nh == 2) scores_heads(qp, ql, h0, Sv, k, nk, D, bits, tab, scale, sc, scs, 2);
-        else scores_heads(qp, ql, h0, Sv, k, nk, D, bits, tab, scale, sc, scs, 1);
+        if (nh == 4) scores_heads(qp, ql, h0, S, k, nk, D, bits, tab, scale, sc, scs, 4);
+        else if (nh == 3) scores_heads(qp, ql, h0, S, k, nk, D, bits, tab, scale, sc, scs, 3);
+        else if (nh == 2) scores_heads(qp, ql, h0, S, k, nk, D, bits, tab, scale, sc, scs, 2);
+        else scores_heads(qp, ql, h0, S, k, nk, D, bits, tab, scale, sc, scs, 1);
     }
 }
 
