@@ -1,9 +1,9 @@
 /* attn_tq_avx2.c — the kv_tq kernels (kv_tq.h) at AVX2: a group of 32 codes
  * unpacks into four vectors of 8 lanes, dims 32g + 0..7, 8..15, 16..23,
- * 24..31; the contract's 16 lanes are two 8-lane accumulators (dims 8..15
- * and 24..31 go to the second). Centroids come from in-register permutes
- * (permutevar8x32, blended on the index's bits 3 and 4 for 16 and 32
- * entries); every fmadd is the scalar reference's fmaf in its order. */
+ * 24..31. Centroids come from in-register permutes (permutevar8x32,
+ * blended on the index's bits 3 and 4 for 16 and 32 entries): float ones
+ * for the value sum, whose every fmadd is the scalar reference's fmaf in
+ * its order; int32 ones for the scores, whose sum is exact (any order). */
 #include <immintrin.h>
 #include <string.h>
 

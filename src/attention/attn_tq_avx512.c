@@ -1,9 +1,9 @@
-/* attn_tq_avx512.c — the kv_tq kernels (kv_tq.h) at AVX-512: a group of 32
- * codes unpacks into two vectors of 16 lanes (lane l = dims 32g + l and
- * 32g + 16 + l, the contract's lane l), the centroids come from one
- * in-register permute (permutexvar: 8 or 16 entries; permutex2var: 32),
- * and every fmadd is the scalar reference's fmaf in its order, so the
- * results are the same bits. */
+/* attn_tq_avx512.c — the kv_tq kernels (kv_tq.h) at AVX-512. Value sum: a
+ * group of 32 codes unpacks into two vectors of 16 lanes (dims 32g + l and
+ * 32g + 16 + l), the float centroids come from one in-register permute
+ * (permutexvar: 8 or 16 entries; permutex2var: 32), and every fmadd is the
+ * scalar reference's fmaf in its order, so the results are the same bits.
+ * Scores: integer (below), exact in any order. */
 #include <immintrin.h>
 #include <string.h>
 
