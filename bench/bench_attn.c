@@ -3,7 +3,7 @@
  *
  * One item is what a decode step does per KV head and layer: the scores of
  * the G query heads against every visible key, the softmax, the weighted sum
- * of the values. Per KV cache format (F32, kv_f16, kv_q8; "f32/ks": the F32
+ * of the values. Per KV cache format (F32, kv_f16, kv_q8, kv_tq; "f32/ks": the F32
  * cache in decode's order, flag key_stream: scores_stream, accum_stream) and ISA level this
  * times the three parts separately (microseconds per item, one thread, the
  * median of 7 repetitions of 400 items) in two shapes: qwen3moe's (G = 4
@@ -13,8 +13,11 @@
  * quantizing the query heads (scores) as the forward pass does; the FP32 and
  * kv_f16 softmax is the forward pass's (max and exp by the kernels, the
  * key-order sums by moe_attn_row_sums), kv_q8's its softmax_q8 kernel.
+ * The kv_tq rows (K5/V4) include rotating the query heads (scores) and
+ * rotating each head's sum back (v sum), as attn_item_tq does.
  * Arguments, if any: the ISA levels to run (scalar, avx2, avx512). */
 #include "attention/attn.h"
+#include "attention/kv_tq.h"
 #include "quant/quant.h"
 #include "base/util.h"
 
@@ -42,8 +45,8 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 /* f32/ks: the FP32 cache by scores_stream and accum_stream (flag key_stream, decode) */
-enum { FMT_F32, FMT_F32S, FMT_F16, FMT_Q8, FMT_COUNT };
-static const char *FMT_NAME[FMT_COUNT] = {"f32", "f32/ks", "kv_f16", "kv_q8"};
+enum { FMT_F32, FMT_F32S, FMT_F16, FMT_Q8, FMT_TQ, FMT_COUNT };
+static const char *FMT_NAME[FMT_COUNT] = {"f32", "f32/ks", "kv_f16", "kv_q8", "kv_tq"};
 
 typedef struct {
     void *k, *v;                 /* per head: f32/f16 [CP][D]; q8: key tiles / value rows */
@@ -54,9 +57,13 @@ typedef struct {
 static int cache_fill(cache *c, int fmt, int nheads, moe_rng *r) {
     const size_t el = fmt == FMT_F32 || fmt == FMT_F32S ? 4 : fmt == FMT_F16 ? 2 : 1;
     c->kbytes = c->vbytes = (size_t)CP * D * el;
+    if (fmt == FMT_TQ) c->kbytes = CP * moe_tq_row_bytes(D, 5), c->vbytes = CP * moe_tq_row_bytes(D, 4);
     /* on cache lines, as a session's buffers */
     c->k = moe_calloc_aligned(c->kbytes, (size_t)nheads, 0);
     c->v = moe_calloc_aligned(c->vbytes, (size_t)nheads, 0);
+    uint64_t sg[D / 64];
+    float tmp[D];
+    moe_tq_signs(0, 0, D, sg);
     c->kd = fmt == FMT_Q8 ? moe_calloc_aligned(sizeof(uint16_t) * (D / 32) * CP, (size_t)nheads, 0) : NULL;
     c->vd = fmt == FMT_Q8 ? moe_calloc_aligned(sizeof(uint16_t) * (D / 32) * CP, (size_t)nheads, 0) : NULL;
     if (!c->k || !c->v || (fmt == FMT_Q8 && (!c->kd || !c->vd))) return -1;
@@ -66,8 +73,10 @@ static int cache_fill(cache *c, int fmt, int nheads, moe_rng *r) {
         for (int j = 0; j < CP; j++)
             for (int kv = 0; kv < 2; kv++) {
                 for (int d = 0; d < D; d++) x[d] = (float)moe_rng_normal(r);
-                uint8_t *base = (uint8_t *)(kv ? c->v : c->k) + (size_t)h * c->kbytes;
+                uint8_t *base = (uint8_t *)(kv ? c->v : c->k) + (size_t)h * (kv ? c->vbytes : c->kbytes);
                 if (fmt == FMT_F32 || fmt == FMT_F32S) memcpy((float *)base + (size_t)j * D, x, sizeof x);
+                else if (fmt == FMT_TQ)
+                    moe_tq_encode(x, sg, D, 5 - kv, tmp, base + (size_t)j * moe_tq_row_bytes(D, 5 - kv));
                 else if (fmt == FMT_F16)
                     for (int d = 0; d < D; d++) ((uint16_t *)base)[(size_t)j * D + d] = moe_f32_to_f16(x[d]);
                 else {
@@ -103,6 +112,8 @@ static float softmax_fwd(const moe_attn_kernels *a, float *sc, size_t stride, in
 static void run(const moe_kernels *k, const moe_attn_kernels *a, int fmt, const cache *c, int nheads, int G, int nk,
                 int items, const float *q, float *sc, float *wb, float *o, uint8_t *qa, double med[3]) {
     const size_t ab = (size_t)moe_act8_row_bytes(D);
+    const moe_tq_kernels *tk = moe_tq_for(a);
+    float qr[8 * D];
     double t[3][REPS];
     volatile float sink = 0;
     for (int rep = 0; rep < REPS; rep++) {
@@ -111,7 +122,12 @@ static void run(const moe_kernels *k, const moe_attn_kernels *a, int fmt, const 
             const int h = it % nheads;
             const uint8_t *kb = (const uint8_t *)c->k + (size_t)h * c->kbytes, *vb = (const uint8_t *)c->v + (size_t)h * c->vbytes;
             double t0 = now_s();
-            if (fmt == FMT_Q8) {
+            if (fmt == FMT_TQ) {
+                uint64_t sg[D / 64];
+                moe_tq_signs(0, 0, D, sg);
+                for (int g = 0; g < G; g++) moe_tq_rotate(q + (size_t)g * D, sg, D, qr + (size_t)g * D);
+                tk->scores_tq(qr, D, G, kb, nk, D, 5, 0.088f, sc, CP);
+            } else if (fmt == FMT_Q8) {
                 for (int g = 0; g < G; g++) k->quantize_act8(q + (size_t)g * D, qa + (size_t)g * ab, D);
                 a->scores_q8(qa, ab, G, (const int8_t *)kb, c->kd + (size_t)h * (D / 32) * CP, CP, 0, nk, D, 0.088f, sc, CP);
             } else if (fmt == FMT_F16) {
@@ -126,7 +142,12 @@ static void run(const moe_kernels *k, const moe_attn_kernels *a, int fmt, const 
             else
                 s = softmax_fwd(a, sc, CP, G, nk);
             double t2 = now_s();
-            if (fmt == FMT_Q8)
+            if (fmt == FMT_TQ) {
+                uint64_t sg[D / 64];
+                moe_tq_signs(0, 0, D, sg);
+                tk->accum_tq(sc, CP, G, vb, nk, D, 4, o, D);
+                for (int g = 0; g < G; g++) moe_tq_unrotate(o + (size_t)g * D, sg, D);
+            } else if (fmt == FMT_Q8)
                 a->accum_q8(sc, CP, G, (const int8_t *)vb, c->vd + (size_t)h * (D / 32) * CP, CP, 0, nk, D, wb, o, D);
             else if (fmt == FMT_F16)
                 a->accum_h(sc, CP, G, (const uint16_t *)vb, D, nk, D, o, D);

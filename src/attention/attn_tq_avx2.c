@@ -1,14 +1,16 @@
 /* attn_tq_avx2.c — the kv_tq kernels (kv_tq.h) at AVX2: a group of 32 codes
  * unpacks into four vectors of 8 lanes, dims 32g + 0..7, 8..15, 16..23,
- * 24..31; the contract's 16 lanes are two 8-lane accumulators (dims 8..15
- * and 24..31 go to the second). Centroids come from in-register permutes
- * (permutevar8x32, blended on the index's bits 3 and 4 for 16 and 32
- * entries); every fmadd is the scalar reference's fmaf in its order. */
+ * 24..31. Centroids come from in-register permutes (permutevar8x32,
+ * blended on the index's bits 3 and 4 for 16 and 32 entries): float ones
+ * for the value sum, whose every fmadd is the scalar reference's fmaf in
+ * its order; int32 ones for the scores, whose sum is exact (any order). */
 #include <immintrin.h>
 #include <string.h>
 
 #include "attention/kv_tq.h"
 #include "base/util.h"
+
+#define UNROLL _Pragma("GCC unroll 16")
 
 typedef struct { __m256 t[4]; int bits; } tq_tab;   /* centroids 0..7, 8..15, 16..23, 24..31 */
 
@@ -52,10 +54,10 @@ static inline __m256i top8(uint32_t top, int k, int add) {
     return _mm256_and_si256(m, _mm256_set1_epi32(add));
 }
 
-/* The centroids of dims 32g + 8i .. 32g + 8i + 7, i = 0..3, in c[i]. */
-static inline void group(const uint8_t *row, int D, const tq_tab *t, int g, __m256 *c) {
+/* The codes of dims 32g + 8i .. 32g + 8i + 7, i = 0..3, in ix[i]. */
+static inline void group_idx(const uint8_t *row, int D, int bits, int g, __m256i *ix) {
     __m256i i0, i1, i2, i3;
-    if (t->bits == 3) {
+    if (bits == 3) {
         const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + 8 * g)));
         const __m256i three = _mm256_set1_epi32(3);
         i0 = _mm256_and_si256(x, three);
@@ -75,7 +77,7 @@ static inline void group(const uint8_t *row, int D, const tq_tab *t, int g, __m2
         i1 = _mm256_and_si256(xb, f);
         i2 = _mm256_srli_epi32(xa, 4);
         i3 = _mm256_srli_epi32(xb, 4);
-        if (t->bits == 5) {
+        if (bits == 5) {
             const uint32_t top = ld32(row + D / 2 + 4 * g);
             i0 = _mm256_or_si256(i0, top8(top, 0, 16));
             i1 = _mm256_or_si256(i1, top8(top, 8, 16));
@@ -83,45 +85,79 @@ static inline void group(const uint8_t *row, int D, const tq_tab *t, int g, __m2
             i3 = _mm256_or_si256(i3, top8(top, 24, 16));
         }
     }
-    c[0] = lut(t, i0);
-    c[1] = lut(t, i1);
-    c[2] = lut(t, i2);
-    c[3] = lut(t, i3);
+    ix[0] = i0;
+    ix[1] = i1;
+    ix[2] = i2;
+    ix[3] = i3;
 }
 
-/* The tree of quant.h over lanes 0..7 (a) and 8..15 (b). */
-static inline float tree16(__m256 a, __m256 b) {
-    const __m256 s8 = _mm256_add_ps(a, b);
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+/* The centroids of dims 32g + 8i .. 32g + 8i + 7, i = 0..3, in c[i]. */
+static inline void group(const uint8_t *row, int D, const tq_tab *t, int g, __m256 *c) {
+    __m256i ix[4];
+    group_idx(row, D, t->bits, g, ix);
+    for (int i = 0; i < 4; i++) c[i] = lut(t, ix[i]);
 }
 
-#define HB 4   /* heads per pass: 8 accumulators */
+/* ---- scores_tq: the integer contract of kv_tq.h ----
+ * Codes unpack as for the value sum, the integer centroids come from the
+ * same permutes (on int32 tables), and each head's int32 lanes take
+ * qi[d] * ck[c] (vpmulld): exact, so lane order and tree change nothing. */
+#define HQ 4   /* heads per pass: one reduction sums four */
+
+static inline __m256i ilut(const __m256i *t, int bits, __m256i i) {
+    const __m256i a = _mm256_permutevar8x32_epi32(t[0], i);
+    if (bits == 3) return a;
+    const __m256 m3 = _mm256_castsi256_ps(_mm256_slli_epi32(i, 28));
+    const __m256i b = _mm256_castps_si256(
+        _mm256_blendv_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(t[1], i)), m3));
+    if (bits == 4) return b;
+    const __m256i c = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(_mm256_permutevar8x32_epi32(t[2], i)),
+                                                           _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(t[3], i)), m3));
+    return _mm256_castps_si256(
+        _mm256_blendv_ps(_mm256_castsi256_ps(b), _mm256_castsi256_ps(c), _mm256_castsi256_ps(_mm256_slli_epi32(i, 27))));
+}
+
+/* The sums of a, b, c, d (int32 lanes) in lanes 0..3: exact, any order. */
+static inline __m128i hsum4(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+    const __m256i cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
+    const __m256i x = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
+    return _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+}
 
 static void scores_tq_avx2(const float *qr, size_t qs, int G, const uint8_t *k, int nk, int D, int bits, float scale,
                            float *sc, size_t scs) {
-    const tq_tab t = tab_for(bits);
     const size_t rb = moe_tq_row_bytes(D, bits);
-    for (int j = 0; j < nk; j++) {
-        const uint8_t *kj = k + (size_t)j * rb;
-        const float sig = sigma(kj, D, bits);
-        for (int h0 = 0; h0 < G; h0 += HB) {
-            const int nh = G - h0 < HB ? G - h0 : HB;
-            __m256 a[HB], b[HB];
-            for (int h = 0; h < nh; h++) a[h] = b[h] = _mm256_setzero_ps();
+    int32_t ck[32] = {0};
+    for (int c = 0; c < 1 << bits; c++) ck[c] = moe_tq_codebook_int(bits)[c];
+    __m256i t[4];
+    for (int i = 0; i < 4; i++) t[i] = _mm256_loadu_si256((const __m256i *)(ck + 8 * i));
+    int16_t qi[HQ * MOE_TQ_MAX_D];
+    const __m128 vs = _mm_set1_ps(scale);
+    for (int h0 = 0; h0 < G; h0 += HQ) {
+        const int nh = G - h0 < HQ ? G - h0 : HQ;
+        float S[4] = {0};
+        for (int h = 0; h < nh; h++) S[h] = moe_tq_query_q(qr + (size_t)(h0 + h) * qs, D, bits, qi + (size_t)h * D);
+        const __m128 Sv = _mm_loadu_ps(S);
+        for (int j = 0; j < nk; j++) {
+            const uint8_t *kj = k + (size_t)j * rb;
+            __m256i acc[HQ];
+            UNROLL for (int h = 0; h < HQ; h++) acc[h] = _mm256_setzero_si256();
             for (int g = 0; g < D / 32; g++) {
-                __m256 c[4];
-                group(kj, D, &t, g, c);
-                for (int h = 0; h < nh; h++) {
-                    const float *q = qr + (size_t)(h0 + h) * qs + 32 * g;
-                    a[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q), c[0], a[h]);
-                    b[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8), c[1], b[h]);
-                    a[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 16), c[2], a[h]);
-                    b[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 24), c[3], b[h]);
-                }
+                __m256i ix[4], c[4];
+                group_idx(kj, D, bits, g, ix);
+                UNROLL for (int i = 0; i < 4; i++) c[i] = ilut(t, bits, ix[i]);
+                for (int h = 0; h < nh; h++)
+                    for (int i = 0; i < 4; i++) {
+                        const __m256i q = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(qi + (size_t)h * D + 32 * g + 8 * i)));
+                        acc[h] = _mm256_add_epi32(acc[h], _mm256_mullo_epi32(q, c[i]));
+                    }
             }
-            for (int h = 0; h < nh; h++) sc[(size_t)(h0 + h) * scs + (size_t)j] = (tree16(a[h], b[h]) * sig) * scale;
+            const __m128i is = hsum4(acc[0], acc[1], acc[2], acc[3]);
+            const __m128 f = _mm_mul_ps(_mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(is), Sv), _mm_set1_ps(sigma(kj, D, bits))), vs);
+            float o[4];
+            _mm_storeu_ps(o, f);
+            for (int h = 0; h < nh; h++) sc[(size_t)(h0 + h) * scs + (size_t)j] = o[h];
         }
     }
 }
@@ -134,20 +170,20 @@ static void accum4_avx2(const float *p, size_t ps, int h0, const uint8_t *v, int
                         size_t rb, float *out, size_t os) {
     for (int g = 0; g < Dv / 32; g++) {
         __m256 acc[4][4];
-        for (int h = 0; h < 4; h++)
-            for (int i = 0; i < 4; i++) acc[h][i] = _mm256_setzero_ps();
+        UNROLL for (int h = 0; h < 4; h++)
+            UNROLL for (int i = 0; i < 4; i++) acc[h][i] = _mm256_setzero_ps();
         for (int j = 0; j < nk; j++) {
             const uint8_t *vj = v + (size_t)j * rb;
             const float sig = sigma(vj, Dv, t->bits);
             __m256 c[4];
             group(vj, Dv, t, g, c);
-            for (int h = 0; h < 4; h++) {
+            UNROLL for (int h = 0; h < 4; h++) {
                 const __m256 w = _mm256_set1_ps(p[(size_t)(h0 + h) * ps + (size_t)j] * sig);
-                for (int i = 0; i < 4; i++) acc[h][i] = _mm256_fmadd_ps(w, c[i], acc[h][i]);
+                UNROLL for (int i = 0; i < 4; i++) acc[h][i] = _mm256_fmadd_ps(w, c[i], acc[h][i]);
             }
         }
-        for (int h = 0; h < 4; h++)
-            for (int i = 0; i < 4; i++) _mm256_storeu_ps(out + (size_t)(h0 + h) * os + 32 * g + 8 * i, acc[h][i]);
+        UNROLL for (int h = 0; h < 4; h++)
+            UNROLL for (int i = 0; i < 4; i++) _mm256_storeu_ps(out + (size_t)(h0 + h) * os + 32 * g + 8 * i, acc[h][i]);
     }
 }
 
@@ -163,17 +199,17 @@ static void accum_tq_avx2(const float *p, size_t ps, int G, const uint8_t *v, in
         for (int g0 = 0; g0 < Dv / 32; g0 += DB) {
             const int ng = Dv / 32 - g0 < DB ? Dv / 32 - g0 : DB;
             __m256 acc[4 * DB];
-            for (int i = 0; i < 4 * ng; i++) acc[i] = _mm256_setzero_ps();
+            UNROLL for (int i = 0; i < 4 * DB; i++) acc[i] = _mm256_setzero_ps();
             for (int j = 0; j < nk; j++) {
                 const uint8_t *vj = v + (size_t)j * rb;
                 const __m256 w = _mm256_set1_ps(ph[j] * sigma(vj, Dv, bits));
-                for (int i = 0; i < ng; i++) {
+                UNROLL for (int i = 0; i < ng; i++) {
                     __m256 c[4];
                     group(vj, Dv, &t, g0 + i, c);
-                    for (int r = 0; r < 4; r++) acc[4 * i + r] = _mm256_fmadd_ps(w, c[r], acc[4 * i + r]);
+                    UNROLL for (int r = 0; r < 4; r++) acc[4 * i + r] = _mm256_fmadd_ps(w, c[r], acc[4 * i + r]);
                 }
             }
-            for (int i = 0; i < 4 * ng; i++) _mm256_storeu_ps(o + 32 * g0 + 8 * i, acc[i]);
+            UNROLL for (int i = 0; i < 4 * ng; i++) _mm256_storeu_ps(o + 32 * g0 + 8 * i, acc[i]);
         }
     }
 }

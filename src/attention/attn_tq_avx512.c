@@ -1,14 +1,16 @@
-/* attn_tq_avx512.c — the kv_tq kernels (kv_tq.h) at AVX-512: a group of 32
- * codes unpacks into two vectors of 16 lanes (lane l = dims 32g + l and
- * 32g + 16 + l, the contract's lane l), the centroids come from one
- * in-register permute (permutexvar: 8 or 16 entries; permutex2var: 32),
- * and every fmadd is the scalar reference's fmaf in its order, so the
- * results are the same bits. */
+/* attn_tq_avx512.c — the kv_tq kernels (kv_tq.h) at AVX-512. Value sum: a
+ * group of 32 codes unpacks into two vectors of 16 lanes (dims 32g + l and
+ * 32g + 16 + l), the float centroids come from one in-register permute
+ * (permutexvar: 8 or 16 entries; permutex2var: 32), and every fmadd is the
+ * scalar reference's fmaf in its order, so the results are the same bits.
+ * Scores: integer (below), exact in any order. */
 #include <immintrin.h>
 #include <string.h>
 
 #include "attention/kv_tq.h"
 #include "base/util.h"
+
+#define UNROLL _Pragma("GCC unroll 16")
 
 typedef struct { __m512 lo, hi; int bits; } tq_tab;   /* centroids 0..15, 16..31 */
 
@@ -64,80 +66,209 @@ static inline void group(const uint8_t *row, int D, const tq_tab *t, int g, __m5
     *c1 = _mm512_permutex2var_ps(t->lo, i1, t->hi);
 }
 
-/* The tree of quant.h: l + 8, + 4, + 2, + 1. */
-static inline float tree16(__m512 a) {
-    const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+/* ---- scores_tq: the integer contract of kv_tq.h ----
+ * A key's codes unpack, a unit of dims at a time (64 at 4 and 5 bits: two
+ * groups; 128 at 3 bits: four), into vectors of 32 16-bit codes in the
+ * order the packing gives them; vpermw looks up the integer centroids and
+ * vpdpwssd multiplies them with the query's integers, which were put into
+ * that same order once per call (qperm). The sum is exact, so the lane
+ * order and the reduction tree change nothing. */
+#define HQ 4   /* heads per pass: one reduction sums four */
+
+static inline int unit_dims(int bits) { return bits == 3 ? 128 : 64; }
+
+/* The dim of word w of vector v of a unit (the unpack order below). */
+static inline int word_dim(int bits, int v, int w) {
+    return bits == 3 ? 32 * (w / 8) + 8 * v + w % 8 : 32 * (w / 16) + 16 * v + w % 16;
 }
 
-#define HB 8   /* heads per pass: 8 accumulators */
+/* qi (D values) in unpack order into qp: per unit, U/32 vectors of 32
+ * words; dims past D (a unit longer than D) are 0. */
+static void qperm(const int16_t *qi, int D, int bits, int16_t *qp) {
+    const int U = unit_dims(bits);
+    for (int u0 = 0; u0 < D; u0 += U)
+        for (int v = 0; v < U / 32; v++)
+            for (int w = 0; w < 32; w++) {
+                const int d = u0 + word_dim(bits, v, w);
+                qp[u0 + 32 * v + w] = d < D ? qi[d] : 0;
+            }
+}
+
+/* The top-bit word of group g, 0 past the row's groups. */
+static inline uint32_t topw(const uint8_t *plane, int g, int ng) { return g < ng ? ld32(plane + 4 * (size_t)g) : 0; }
+
+/* The 16-bit codes of unit u of a row (U/32 vectors into c). */
+static inline __attribute__((always_inline)) void unit_codes(const uint8_t *row, int D, int u, const int bits,
+                                                             __m512i *c) {
+    const int ng = D / 32;
+    if (bits == 3) {
+        const int nb = D / 4 - 32 * u < 32 ? D / 4 - 32 * u : 32;
+        const __m512i x = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8((__mmask32)(0xffffffffu >> (32 - nb)), row + 32 * u));
+        const uint8_t *plane = row + D / 4;
+        uint32_t t[4];
+        for (int k = 0; k < 4; k++) t[k] = topw(plane, 4 * u + k, ng);
+        UNROLL for (int s = 0; s < 4; s++) {
+            uint32_t m = 0;
+            for (int k = 0; k < 4; k++) m |= ((t[k] >> (8 * s)) & 0xffu) << (8 * k);
+            const __m512i i = _mm512_and_si512(_mm512_srli_epi16(x, (unsigned)(2 * s)), _mm512_set1_epi16(3));
+            c[s] = _mm512_mask_add_epi16(i, (__mmask32)m, i, _mm512_set1_epi16(4));
+        }
+        return;
+    }
+    const int nb = D / 2 - 32 * u < 32 ? D / 2 - 32 * u : 32;
+    const __m512i x = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8((__mmask32)(0xffffffffu >> (32 - nb)), row + 32 * u));
+    c[0] = _mm512_and_si512(x, _mm512_set1_epi16(15));
+    c[1] = _mm512_srli_epi16(x, 4);
+    if (bits == 5) {
+        const uint8_t *plane = row + D / 2;
+        const uint32_t t0 = topw(plane, 2 * u, ng), t1 = topw(plane, 2 * u + 1, ng);
+        c[0] = _mm512_mask_add_epi16(c[0], (__mmask32)((t0 & 0xffffu) | t1 << 16), c[0], _mm512_set1_epi16(16));
+        c[1] = _mm512_mask_add_epi16(c[1], (__mmask32)((t0 >> 16) | (t1 & 0xffff0000u)), c[1], _mm512_set1_epi16(16));
+    }
+}
+
+/* The sums of a, b, c, d (int32 lanes) in lanes 0..3: exact, any order. */
+static inline __m128i hsum4(__m512i a, __m512i b, __m512i c, __m512i d) {
+    const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    const __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+    const __m512i x = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+    const __m256i y = _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64(x, 1));
+    return _mm_add_epi32(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1));
+}
+
+/* The int32 sums of HN (<= 4) heads for NK (1 or 2) keys from kj (row
+ * stride rb) into isb[0..NK-1][0..3]: both keys' codes meet each query
+ * vector once. */
+static inline __attribute__((always_inline)) void key_sums(const int16_t *qp, int ql, const uint8_t *kj, size_t rb,
+                                                           int D, const int bits, const __m512i tab, int32_t *isb,
+                                                           const int HN, const int NK) {
+    const int U = unit_dims(bits), NV = U / 32, nu = (D + U - 1) / U;
+    __m512i acc[2][HQ];
+    UNROLL for (int n = 0; n < 2; n++) UNROLL for (int h = 0; h < HQ; h++) acc[n][h] = _mm512_setzero_si512();
+    for (int u = 0; u < nu; u++) {
+        __m512i c[2][4];
+        UNROLL for (int n = 0; n < NK; n++) unit_codes(kj + (size_t)n * rb, D, u, bits, c[n]);
+        UNROLL for (int v = 0; v < NV; v++) {
+            __m512i cv[2];
+            UNROLL for (int n = 0; n < NK; n++) cv[n] = _mm512_permutexvar_epi16(c[n][v], tab);
+            UNROLL for (int h = 0; h < HN; h++) {
+                const __m512i q = _mm512_loadu_si512(qp + (size_t)h * ql + U * u + 32 * v);
+                UNROLL for (int n = 0; n < NK; n++) acc[n][h] = _mm512_dpwssd_epi32(acc[n][h], q, cv[n]);
+            }
+        }
+    }
+    UNROLL for (int n = 0; n < NK; n++)
+        _mm_storeu_si128((__m128i *)(isb + 4 * n), hsum4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]));
+}
+
+/* HN (<= 4) heads h0.. against every key, 16 keys a tile: the int32 sums
+ * land in isb [key][head], then per head one vector of 16 keys takes the
+ * contract's three products (in its order) and one masked store. qp: the
+ * heads' permuted queries (stride ql words), S their S (kv_tq.h). */
+static inline __attribute__((always_inline)) void scores_heads(const int16_t *qp, int ql, int h0, const float *S,
+                                                               const uint8_t *k, int nk, int D, const int bits,
+                                                               const __m512i tab, float scale, float *sc, size_t scs,
+                                                               const int HN) {
+    const size_t rb = moe_tq_row_bytes(D, bits);
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int j0 = 0; j0 < nk; j0 += 16) {
+        const int nb = nk - j0 < 16 ? nk - j0 : 16;
+        _Alignas(64) int32_t isb[16 * 4] = {0};
+        _Alignas(64) float sg[16] = {0};
+        int jj = 0;
+        for (; jj + 2 <= nb; jj += 2)
+            key_sums(qp, ql, k + (size_t)(j0 + jj) * rb, rb, D, bits, tab, isb + 4 * jj, HN, 2);
+        if (jj < nb) key_sums(qp, ql, k + (size_t)(j0 + jj) * rb, rb, D, bits, tab, isb + 4 * jj, HN, 1);
+        for (jj = 0; jj < nb; jj++) sg[jj] = sigma(k + (size_t)(j0 + jj) * rb, D, bits);
+        const __m512 sgv = _mm512_load_ps(sg);
+        const __m512i x0 = _mm512_load_si512(isb), x1 = _mm512_load_si512(isb + 16);
+        const __m512i x2 = _mm512_load_si512(isb + 32), x3 = _mm512_load_si512(isb + 48);
+        const __mmask16 m = (__mmask16)((1u << nb) - 1u);
+        UNROLL for (int h = 0; h < HN; h++) {
+            /* lanes 0..7: isb[4k + h] of x0:x1, lanes 8..15: of x2:x3 */
+            const __m512i idx = _mm512_add_epi32(
+                _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28), _mm512_set1_epi32(h));
+            const __m512i col = _mm512_mask_blend_epi32((__mmask16)0xff00, _mm512_permutex2var_epi32(x0, idx, x1),
+                                                        _mm512_permutex2var_epi32(x2, idx, x3));
+            const __m512 f = _mm512_mul_ps(
+                _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(col), _mm512_set1_ps(S[h])), sgv), vs);
+            _mm512_mask_storeu_ps(sc + (size_t)(h0 + h) * scs + (size_t)j0, m, f);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void scores_bits(const float *qr, size_t qs, int G, const uint8_t *k,
+                                                              int nk, int D, const int bits, float scale, float *sc,
+                                                              size_t scs) {
+    const int U = unit_dims(bits), ql = (D + U - 1) / U * U;
+    int16_t qi[MOE_TQ_MAX_D];
+    _Alignas(64) int16_t qp[HQ * MOE_TQ_MAX_D];
+    int16_t ck[32] = {0};
+    memcpy(ck, moe_tq_codebook_int(bits), sizeof(int16_t) * (size_t)(1 << bits));
+    const __m512i tab = _mm512_loadu_si512(ck);
+    for (int h0 = 0; h0 < G; h0 += HQ) {
+        const int nh = G - h0 < HQ ? G - h0 : HQ;
+        float S[4] = {0};
+        for (int h = 0; h < nh; h++) {
+            S[h] = moe_tq_query_q(qr + (size_t)(h0 + h) * qs, D, bits, qi);
+            qperm(qi, D, bits, qp + (size_t)h * ql);
+        }
+        if (nh == 4) scores_heads(qp, ql, h0, S, k, nk, D, bits, tab, scale, sc, scs, 4);
+        else if (nh == 3) scores_heads(qp, ql, h0, S, k, nk, D, bits, tab, scale, sc, scs, 3);
+        else if (nh == 2) scores_heads(qp, ql, h0, S, k, nk, D, bits, tab, scale, sc, scs, 2);
+        else scores_heads(qp, ql, h0, S, k, nk, D, bits, tab, scale, sc, scs, 1);
+    }
+}
 
 static void scores_tq_avx512(const float *qr, size_t qs, int G, const uint8_t *k, int nk, int D, int bits, float scale,
                              float *sc, size_t scs) {
-    const tq_tab t = tab_for(bits);
-    const size_t rb = moe_tq_row_bytes(D, bits);
-    for (int j = 0; j < nk; j++) {
-        const uint8_t *kj = k + (size_t)j * rb;
-        const float sig = sigma(kj, D, bits);
-        int h4 = 0;
-        for (; h4 + 4 <= G; h4 += 4) {                /* four heads: constant loops, registers */
-            __m512 acc[4];
-            for (int h = 0; h < 4; h++) acc[h] = _mm512_setzero_ps();
-            for (int g = 0; g < D / 32; g++) {
-                __m512 c0, c1;
-                group(kj, D, &t, g, &c0, &c1);
-                for (int h = 0; h < 4; h++) {
-                    const float *q = qr + (size_t)(h4 + h) * qs + 32 * g;
-                    acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q), c0, acc[h]);
-                    acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16), c1, acc[h]);
-                }
-            }
-            for (int h = 0; h < 4; h++) sc[(size_t)(h4 + h) * scs + (size_t)j] = (tree16(acc[h]) * sig) * scale;
-        }
-        for (int h0 = h4; h0 < G; h0 += HB) {
-            const int nh = G - h0 < HB ? G - h0 : HB;
-            __m512 acc[HB];
-            for (int h = 0; h < nh; h++) acc[h] = _mm512_setzero_ps();
-            for (int g = 0; g < D / 32; g++) {
-                __m512 c0, c1;
-                group(kj, D, &t, g, &c0, &c1);
-                for (int h = 0; h < nh; h++) {
-                    const float *q = qr + (size_t)(h0 + h) * qs + 32 * g;
-                    acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q), c0, acc[h]);
-                    acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16), c1, acc[h]);
-                }
-            }
-            for (int h = 0; h < nh; h++) sc[(size_t)(h0 + h) * scs + (size_t)j] = (tree16(acc[h]) * sig) * scale;
-        }
-    }
+    if (bits == 3) scores_bits(qr, qs, G, k, nk, D, 3, scale, sc, scs);
+    else if (bits == 4) scores_bits(qr, qs, G, k, nk, D, 4, scale, sc, scs);
+    else scores_bits(qr, qs, G, k, nk, D, 5, scale, sc, scs);
 }
 
 #define DB 4   /* groups of 32 dims per pass: 8 accumulators */
 
+#define WK 64   /* keys per block of staged weights */
+
 /* Four heads h0 .. h0+3 at once: each value row's codes are unpacked once
- * per pass for the four (16 accumulators: 4 heads x 2 groups x 2 halves). */
-static void accum4_avx512(const float *p, size_t ps, int h0, const uint8_t *v, int nk, int Dv, const tq_tab *t,
-                          size_t rb, float *out, size_t os) {
-    for (int g0 = 0; g0 < Dv / 32; g0 += 2) {     /* Dv >= 64, a power of two: whole pairs */
-        __m512 acc[4][4];
-        for (int h = 0; h < 4; h++)
-            for (int i = 0; i < 4; i++) acc[h][i] = _mm512_setzero_ps();
-        for (int j = 0; j < nk; j++) {
-            const uint8_t *vj = v + (size_t)j * rb;
-            const float sig = sigma(vj, Dv, t->bits);
-            __m512 c[4];
-            group(vj, Dv, t, g0, &c[0], &c[1]);
-            group(vj, Dv, t, g0 + 1, &c[2], &c[3]);
-            for (int h = 0; h < 4; h++) {
-                const __m512 w = _mm512_set1_ps(p[(size_t)(h0 + h) * ps + (size_t)j] * sig);
-                for (int i = 0; i < 4; i++) acc[h][i] = _mm512_fmadd_ps(w, c[i], acc[h][i]);
-            }
+ * per pass for the four (16 accumulators: 4 heads x 2 groups x 2 halves).
+ * The weights p * sigma of a block of WK keys are computed once into wb
+ * (the same product the contract names) and serve every pass; a pass's
+ * accumulators park in out between blocks, so each o[d] still takes its
+ * fmaf in key order. */
+static inline __attribute__((always_inline)) void accum4_avx512(const float *p, size_t ps, int h0, const uint8_t *v,
+                                                                int nk, int Dv, const tq_tab *t0, size_t rb, float *out,
+                                                                size_t os, const int bits) {
+    const tq_tab tt = {t0->lo, t0->hi, bits}, *t = &tt;   /* bits a constant: group() has no branches */
+    float wb[4][WK];
+    for (int j0 = 0; j0 < nk; j0 += WK) {
+        const int nb = nk - j0 < WK ? nk - j0 : WK;
+        for (int jj = 0; jj < nb; jj++) {
+            const float sig = sigma(v + (size_t)(j0 + jj) * rb, Dv, t->bits);
+            UNROLL for (int h = 0; h < 4; h++) wb[h][jj] = p[(size_t)(h0 + h) * ps + (size_t)(j0 + jj)] * sig;
         }
-        for (int h = 0; h < 4; h++)
-            for (int i = 0; i < 4; i++) _mm512_storeu_ps(out + (size_t)(h0 + h) * os + 32 * g0 + 16 * i, acc[h][i]);
+        for (int g0 = 0; g0 < Dv / 32; g0 += 2) {     /* Dv >= 64, a power of two: whole pairs */
+            __m512 acc[4][4];
+            UNROLL for (int h = 0; h < 4; h++)
+                UNROLL for (int i = 0; i < 4; i++)
+                    acc[h][i] = j0 ? _mm512_loadu_ps(out + (size_t)(h0 + h) * os + 32 * g0 + 16 * i) : _mm512_setzero_ps();
+            for (int jj = 0; jj < nb; jj++) {
+                const uint8_t *vj = v + (size_t)(j0 + jj) * rb;
+                __m512 c[4];
+                group(vj, Dv, t, g0, &c[0], &c[1]);
+                group(vj, Dv, t, g0 + 1, &c[2], &c[3]);
+                UNROLL for (int h = 0; h < 4; h++) {
+                    const __m512 w = _mm512_set1_ps(wb[h][jj]);
+                    UNROLL for (int i = 0; i < 4; i++) acc[h][i] = _mm512_fmadd_ps(w, c[i], acc[h][i]);
+                }
+            }
+            UNROLL for (int h = 0; h < 4; h++)
+                UNROLL for (int i = 0; i < 4; i++) _mm512_storeu_ps(out + (size_t)(h0 + h) * os + 32 * g0 + 16 * i, acc[h][i]);
+        }
     }
+    if (nk == 0)
+        UNROLL for (int h = 0; h < 4; h++) memset(out + (size_t)(h0 + h) * os, 0, sizeof(float) * (size_t)Dv);
 }
 
 static void accum_tq_avx512(const float *p, size_t ps, int G, const uint8_t *v, int nk, int Dv, int bits, float *out,
@@ -145,25 +276,29 @@ static void accum_tq_avx512(const float *p, size_t ps, int G, const uint8_t *v, 
     const tq_tab t = tab_for(bits);
     const size_t rb = moe_tq_row_bytes(Dv, bits);
     int h0 = 0;
-    for (; h0 + 4 <= G && Dv >= 64; h0 += 4) accum4_avx512(p, ps, h0, v, nk, Dv, &t, rb, out, os);
+    for (; h0 + 4 <= G && Dv >= 64; h0 += 4) {
+        if (bits == 3) accum4_avx512(p, ps, h0, v, nk, Dv, &t, rb, out, os, 3);
+        else if (bits == 4) accum4_avx512(p, ps, h0, v, nk, Dv, &t, rb, out, os, 4);
+        else accum4_avx512(p, ps, h0, v, nk, Dv, &t, rb, out, os, 5);
+    }
     for (int h = h0; h < G; h++) {
         float *o = out + (size_t)h * os;
         const float *ph = p + (size_t)h * ps;
         for (int g0 = 0; g0 < Dv / 32; g0 += DB) {
             const int ng = Dv / 32 - g0 < DB ? Dv / 32 - g0 : DB;
             __m512 acc[2 * DB];
-            for (int i = 0; i < 2 * ng; i++) acc[i] = _mm512_setzero_ps();
+            UNROLL for (int i = 0; i < 2 * DB; i++) acc[i] = _mm512_setzero_ps();
             for (int j = 0; j < nk; j++) {
                 const uint8_t *vj = v + (size_t)j * rb;
                 const __m512 w = _mm512_set1_ps(ph[j] * sigma(vj, Dv, bits));
-                for (int i = 0; i < ng; i++) {
+                UNROLL for (int i = 0; i < ng; i++) {
                     __m512 c0, c1;
                     group(vj, Dv, &t, g0 + i, &c0, &c1);
                     acc[2 * i] = _mm512_fmadd_ps(w, c0, acc[2 * i]);
                     acc[2 * i + 1] = _mm512_fmadd_ps(w, c1, acc[2 * i + 1]);
                 }
             }
-            for (int i = 0; i < ng; i++) {
+            UNROLL for (int i = 0; i < ng; i++) {
                 _mm512_storeu_ps(o + 32 * (g0 + i), acc[2 * i]);
                 _mm512_storeu_ps(o + 32 * (g0 + i) + 16, acc[2 * i + 1]);
             }

@@ -33,6 +33,41 @@ static const float CB5[32] = {
     1.211804381e+00f, 1.386340340e+00f, 1.576228079e+00f, 1.787233218e+00f,
     2.028728399e+00f, 2.317739404e+00f, 2.691119577e+00f, 3.260732493e+00f};
 
+/* The same centroids as integers for scores_tq: lrint(cb[c] * 1023 / cb[last]),
+ * printed from the float tables above (tests/test_kv_tq.c recomputes them). */
+static const int16_t CI3[8] = {-1023, -639, -359, -117, 117, 359, 639, 1023};
+static const int16_t CI4[16] = {-1023, -775, -606, -470, -353, -246, -145, -48, 48, 145, 246, 353, 470, 606, 775, 1023};
+static const int16_t CI5[32] = {-1023, -844, -727, -636, -561, -495, -435, -380, -329, -281, -234,
+                                -190,  -146, -104, -62,  -21,  21,   62,   104,  146,  190,  234,
+                                281,   329,  380,  435,  495,  561,  636,  727,  844,  1023};
+
+const int16_t *moe_tq_codebook_int(int bits) { return bits == 3 ? CI3 : bits == 4 ? CI4 : bits == 5 ? CI5 : NULL; }
+
+float moe_tq_cscale(int bits) { return moe_tq_codebook(bits)[(1 << bits) - 1] / (float)MOE_TQ_CMAX; }
+
+int moe_tq_qmax(int D) {
+    const int q = (int)((1L << 30) / ((long)MOE_TQ_CMAX * D));
+    return q < 16383 ? q : 16383;
+}
+
+float moe_tq_query_q(const float *qr, int D, int bits, int16_t *qi) {
+    float amax = 0.0f;
+    for (int d = 0; d < D; d++) {
+        const float a = fabsf(qr[d]);
+        amax = a > amax || a != a ? a : amax;        /* a NaN sticks */
+    }
+    memset(qi, 0, (size_t)D * sizeof *qi);
+    if (!isfinite(amax)) return NAN;
+    if (amax == 0.0f) return 0.0f;
+    const int Q = moe_tq_qmax(D);
+    const double inv = (double)Q / (double)amax;     /* double: no overflow for a tiny amax */
+    for (int d = 0; d < D; d++) {
+        const long v = lrint((double)qr[d] * inv);
+        qi[d] = (int16_t)(v > Q ? Q : v < -Q ? -Q : v);
+    }
+    return (amax / (float)Q) * moe_tq_cscale(bits);
+}
+
 const float *moe_tq_codebook(int bits) { return bits == 3 ? CB3 : bits == 4 ? CB4 : bits == 5 ? CB5 : NULL; }
 
 double moe_tq_codebook_mse(int bits) {
@@ -166,19 +201,16 @@ void moe_tq_decode(const uint8_t *row, const uint64_t *s, int D, int bits, float
 
 static void scores_tq_scalar(const float *qr, size_t qs, int G, const uint8_t *k, int nk, int D, int bits, float scale,
                              float *sc, size_t scs) {
-    const float *cb = moe_tq_codebook(bits);
+    const int16_t *ck = moe_tq_codebook_int(bits);
     const size_t rb = moe_tq_row_bytes(D, bits);
-    for (int j = 0; j < nk; j++) {
-        const uint8_t *kj = k + (size_t)j * rb;
-        const float sig = moe_tq_sigma(kj, D, bits);
-        for (int h = 0; h < G; h++) {
-            const float *q = qr + (size_t)h * qs;
-            float acc[16] = {0};
-            for (int d = 0; d < D; d++) acc[d & 15] = fmaf(q[d], cb[moe_tq_code(kj, D, bits, d)], acc[d & 15]);
-            for (int l = 0; l < 8; l++) acc[l] += acc[l + 8];
-            for (int l = 0; l < 4; l++) acc[l] += acc[l + 4];
-            for (int l = 0; l < 2; l++) acc[l] += acc[l + 2];
-            sc[(size_t)h * scs + (size_t)j] = ((acc[0] + acc[1]) * sig) * scale;
+    int16_t qi[MOE_TQ_MAX_D];
+    for (int h = 0; h < G; h++) {
+        const float S = moe_tq_query_q(qr + (size_t)h * qs, D, bits, qi);
+        for (int j = 0; j < nk; j++) {
+            const uint8_t *kj = k + (size_t)j * rb;
+            int32_t isum = 0;
+            for (int d = 0; d < D; d++) isum += (int32_t)qi[d] * ck[moe_tq_code(kj, D, bits, d)];
+            sc[(size_t)h * scs + (size_t)j] = (((float)isum * S) * moe_tq_sigma(kj, D, bits)) * scale;
         }
     }
 }

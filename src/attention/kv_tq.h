@@ -33,10 +33,19 @@
  * Bytes per row: D * bits / 8 + 2 (head dim 128: K5 82 + V4 66 = 148).
  *
  * Kernels (per ISA, bit-identical to the scalar reference):
- * scores_tq, per query head h (its rotated row qr_h) and key j:
- *   acc in 16 lanes: lane l sums d = l, l+16, ... by fmaf(qr_h[d], cb[c_jd],
- *   acc) from +0, then the tree of quant.h (l + 8, + 4, + 2, + 1);
- *   sc[h][j] = (acc * sigma_j) * scale
+ * scores_tq: an integer dot product, so its sum has no order to keep and
+ *   each ISA may put dims or keys in its lanes as suits it. Per query head
+ *   h (its rotated row qr_h; moe_tq_query_q):
+ *     amax = max_d |qr_h[d]|, Q = moe_tq_qmax(D),
+ *     qi_h[d] = lrint(qr_h[d] * (Q / amax)) (in double; |qi| <= Q),
+ *     S_h = (amax / Q) * moe_tq_cscale(bits) (float; NaN when amax is not
+ *     finite, qi = 0; 0 when amax is 0);
+ *   per key j: isum = sum_d qi_h[d] * ck[c_jd] (int32, exact: |isum| <=
+ *   D * Q * MOE_TQ_CMAX <= 2^30), ck = moe_tq_codebook_int(bits), the
+ *   centroids scaled to +-MOE_TQ_CMAX and rounded;
+ *   sc[h][j] = (((float)isum * S_h) * sigma_j) * scale.
+ *   Both roundings are far below the codes' own error (ck: 1/2046 of the
+ *   largest centroid, qi: 1/(2Q) of the largest coordinate).
  * accum_tq, per head h, rotated output o_h:
  *   o_h[d] = +0; for j = 0 .. nk-1 in order: w = p[h][j] * sigma_j,
  *   o_h[d] = fmaf(w, cb[c_jd], o_h[d])
@@ -55,6 +64,15 @@
  * ascending; NULL for other widths. Its MSE per coordinate (for tests). */
 const float *moe_tq_codebook(int bits);
 double moe_tq_codebook_mse(int bits);
+/* The integer centroids of scores_tq: ck[c] = lrint(cb[c] * MOE_TQ_CMAX / cb[last])
+ * (int16, 2^bits entries); their scale cb[last] / MOE_TQ_CMAX (float). */
+#define MOE_TQ_CMAX 1023
+const int16_t *moe_tq_codebook_int(int bits);
+float moe_tq_cscale(int bits);
+/* The query's integer bound at head size D: min(16383, 2^30 / (CMAX * D)). */
+int moe_tq_qmax(int D);
+/* qi = the rotated query row qr as integers (scores_tq above); returns S. */
+float moe_tq_query_q(const float *qr, int D, int bits, int16_t *qi);
 /* Whether D is a head size the codec takes (a power of two in 32 .. 4096). */
 bool moe_tq_dim_ok(int D);
 /* Bytes of one coded vector: the codes and the half scale. */
