@@ -159,7 +159,7 @@ BINDIR     ?= $(PREFIX)/bin
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PCDIR      ?= $(LIBDIR)/pkgconfig
-HEADERS    := include/moefast.h include/moefast/engine.h include/moefast/lab.h
+HEADERS    := include/moefast.h include/moefast/engine.h include/moefast/lab.h include/moefast/shard.h
 D          := $(DESTDIR)
 
 # The .pc file is written on every install: its paths are the final ones
@@ -176,7 +176,7 @@ install: deps
 	ln -sf $(SHLIB) $(D)$(LIBDIR)/libmoefast.so.$(SOVERSION)
 	ln -sf libmoefast.so.$(SOVERSION) $(D)$(LIBDIR)/libmoefast.so
 	install -m 644 include/moefast.h $(D)$(INCLUDEDIR)/moefast.h
-	install -m 644 include/moefast/engine.h include/moefast/lab.h $(D)$(INCLUDEDIR)/moefast/
+	install -m 644 include/moefast/engine.h include/moefast/lab.h include/moefast/shard.h $(D)$(INCLUDEDIR)/moefast/
 	install -m 644 build/moefast.pc $(D)$(PCDIR)/moefast.pc
 
 uninstall:

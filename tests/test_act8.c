@@ -1172,6 +1172,9 @@ int main(void) {
         listed |= t == MOE_T_Q4_1 || t == MOE_T_Q5_0 || t == MOE_T_Q5_1 || t == MOE_T_IQ4_NL;
         /* tested in test_act8_kquant.c */
         listed |= t == MOE_T_Q5_K || t == MOE_T_Q3_K || t == MOE_T_Q2_K || t == MOE_T_IQ4_XS;
+        /* tested in test_act8_iq.c */
+        listed |= t == MOE_T_IQ2_XXS || t == MOE_T_IQ2_XS || t == MOE_T_IQ2_S || t == MOE_T_IQ3_XXS ||
+                  t == MOE_T_IQ3_S || t == MOE_T_IQ1_S || t == MOE_T_IQ1_M;
         if (!listed) CHECK_MSG(!moe_type_has_a8(t), "type %u has act_q8 but is not tested here", t);
     }
     printf("act8 formats:");
