@@ -1,13 +1,43 @@
 /* a8_harness.h — what the act_q8 tests of the later formats share
- * (tests/test_act8_legacy.c, tests/test_act8_kquant.c): given a format's rows
+ * (tests/test_act8_legacy.c, test_act8_kquant.c, test_act8_iq.c): their
+ * random draws and edge values, the activations, and given a format's rows
  * and their act_q8 layout, the check that the reference is the test's own
  * reading of the contract and that every ISA level's kernels give its bits.
- * Header-only: each test includes it once, after check.h. */
+ * Header-only: each test includes it once, after check.h and base/util.h,
+ * and seeds g_rng in main. */
 #ifndef MOE_TEST_A8_HARNESS_H
 #define MOE_TEST_A8_HARNESS_H
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+static moe_rng g_rng;
+static uint32_t rnd32(void) { return (uint32_t)(moe_rng_next(&g_rng) >> 32); }
+static float rndf(void) { return (float)(moe_rng_uniform(&g_rng) * 2.0 - 1.0); }
+
+/* Half scales at the edges: +-0, subnormals, +-max, the smallest normal, +-Inf, NaN. */
+static uint16_t edge_f16(void) {
+    static const uint16_t e[] = {0x0000, 0x8000, 0x0001, 0x83FF, 0x7BFF, 0xFBFF, 0x0400, 0x7C00, 0xFC00, 0x7E00};
+    return e[rnd32() % 10];
+}
+
+/* Activations: a magnitude per 32-value block; with `edges` some blocks all
+ * zero, with da subnormal or near the f16 max, every q at +-127, or an Inf. */
+static void a8_make_x(float *x, int64_t n, bool edges) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        float *xb = x + b * 32;
+        const float mag = powf(10.0f, (float)(int)(rnd32() % 5) - 2.0f);
+        for (int k = 0; k < 32; k++) xb[k] = rndf() * mag;
+        if (!edges) continue;
+        const uint32_t r = rnd32() % 100;
+        if (r < 4) memset(xb, 0, 32 * sizeof(float));
+        else if (r < 7) for (int k = 0; k < 32; k++) xb[k] *= 1e-5f;   /* da subnormal */
+        else if (r < 10) for (int k = 0; k < 32; k++) xb[k] *= 8.3e6f; /* da near the f16 max */
+        else if (r < 13) for (int k = 0; k < 32; k++) xb[k] = k % 2 ? -mag : mag; /* every q at +-127 */
+        else if (r < 14) xb[rnd32() % 32] = INFINITY;                  /* da = Inf */
+    }
+}
 
 static uint32_t bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static bool same(float a, float b) { return bits(a) == bits(b) || (isnan(a) && isnan(b)); }
@@ -59,6 +89,30 @@ static void a8_check_levels(uint32_t t, const uint8_t *plain, size_t rb0, const 
                       moe_type_get(t)->name, K->name, (long long)n, (long long)nrows, bad);
         }
     }
+}
+
+/* A plain row of format t (n values), made by the test. */
+typedef void (*a8_make_row_fn)(uint32_t t, uint8_t *row, int64_t n, bool edges);
+/* Extra checks of one row and its repacked copy (the layout), or NULL. */
+typedef void (*a8_row_check_fn)(uint32_t t, const uint8_t *plain, const uint8_t *rep, int64_t n);
+
+/* One shape: nrows rows of n values, ntok tokens; variant bit 0 pads the
+ * repacked rows' stride, bit 1 the activations'. */
+static void a8_check_shape(uint32_t t, int64_t n, int64_t nrows, int64_t ntok, bool edges, int variant, double tol,
+                           a8_make_row_fn make_row, a8_row_check_fn row_check, a8_contract_fn contract) {
+    const size_t rb0 = (size_t)moe_row_bytes(t, (uint64_t)n), rb = rb0 + (variant & 1 ? 5 : 0);
+    const size_t ab = (size_t)moe_act8_row_bytes(n), xs = ab + (variant & 2 ? 68 : 0);
+    uint8_t *plain = malloc(rb0 * (size_t)nrows), *wa = malloc(rb * (size_t)(nrows - 1) + rb0);
+    uint8_t *xa = malloc(xs * (size_t)(ntok - 1) + ab);
+    float *x = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)(nrows * ntok));
+    float *got = malloc(sizeof(float) * (size_t)(nrows * ntok + 1)), *w = malloc(sizeof(float) * (size_t)n);
+    for (int64_t r = 0; r < nrows; r++) {
+        make_row(t, plain + r * rb0, n, edges);
+        moe_repack_a8(t, plain + r * rb0, wa + r * rb, 1, n);
+        if (row_check) row_check(t, plain + r * rb0, wa + r * rb, n);
+    }
+    a8_check_levels(t, plain, rb0, wa, rb, xa, xs, x, w, want, got, n, nrows, ntok, edges, tol, contract, a8_make_x);
+    free(plain); free(wa); free(xa); free(x); free(want); free(got); free(w);
 }
 
 #endif

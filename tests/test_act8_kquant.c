@@ -23,9 +23,6 @@
 
 static const uint32_t FORMATS[] = {MOE_T_Q5_K, MOE_T_Q3_K, MOE_T_Q2_K, MOE_T_IQ4_XS};
 #define NF 4
-static moe_rng g_rng;
-static uint32_t rnd32(void) { return (uint32_t)(moe_rng_next(&g_rng) >> 32); }
-static float rndf(void) { return (float)(moe_rng_uniform(&g_rng) * 2.0 - 1.0); }
 static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
 static float f16(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return moe_f16_to_f32(h); }
 static size_t qb(uint32_t t) { return moe_type_get(t)->block_bytes; }
@@ -118,11 +115,6 @@ static float contract(uint32_t t, const uint8_t *row, const uint8_t *xa, int64_t
     return (c4[0] + c4[2]) + (c4[1] + c4[3]);
 }
 
-static uint16_t edge_f16(void) {
-    static const uint16_t e[] = {0x0000, 0x8000, 0x0001, 0x83FF, 0x7BFF, 0xFBFF, 0x0400, 0x7C00, 0xFC00, 0x7E00};
-    return e[rnd32() % 10];
-}
-
 /* A plain row: quantized random values (a magnitude per super-block), with
  * `edges`: crafted d / dmin (some poison a whole row), random bytes, every
  * bit set (the largest codes and scales) or clear. */
@@ -152,35 +144,6 @@ static void make_row(uint32_t t, uint8_t *row, int64_t n, bool edges) {
     }
 }
 
-static void make_x(float *x, int64_t n, bool edges) {
-    for (int64_t b = 0; b < n / 32; b++) {
-        float *xb = x + b * 32;
-        const float mag = powf(10.0f, (float)(int)(rnd32() % 5) - 2.0f);
-        for (int k = 0; k < 32; k++) xb[k] = rndf() * mag;
-        if (!edges) continue;
-        const uint32_t r = rnd32() % 100;
-        if (r < 4) memset(xb, 0, 32 * sizeof(float));
-        else if (r < 7) for (int k = 0; k < 32; k++) xb[k] *= 1e-5f;   /* da subnormal */
-        else if (r < 10) for (int k = 0; k < 32; k++) xb[k] *= 8.3e6f; /* da near the f16 max */
-        else if (r < 13) for (int k = 0; k < 32; k++) xb[k] = k % 2 ? -mag : mag; /* every q at +-127 */
-        else if (r < 14) xb[rnd32() % 32] = INFINITY;                  /* da = Inf */
-    }
-}
-
-static void check_shape(uint32_t t, int64_t n, int64_t nrows, int64_t ntok, bool edges, int variant) {
-    const size_t rb0 = (size_t)moe_row_bytes(t, (uint64_t)n), rb = rb0 + (variant & 1 ? 5 : 0);
-    const size_t ab = (size_t)moe_act8_row_bytes(n), xs = ab + (variant & 2 ? 68 : 0);
-    uint8_t *plain = malloc(rb0 * (size_t)nrows), *wa = malloc(rb * (size_t)(nrows - 1) + rb0);
-    uint8_t *xa = malloc(xs * (size_t)(ntok - 1) + ab);
-    float *x = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)(nrows * ntok));
-    float *got = malloc(sizeof(float) * (size_t)(nrows * ntok + 1)), *w = malloc(sizeof(float) * (size_t)n);
-    for (int64_t r = 0; r < nrows; r++) {
-        make_row(t, plain + r * rb0, n, edges);
-        moe_repack_a8(t, plain + r * rb0, wa + r * rb, 1, n);
-    }
-    a8_check_levels(t, plain, rb0, wa, rb, xa, xs, x, w, want, got, n, nrows, ntok, edges, 0.03, contract, make_x);
-    free(plain); free(wa); free(xa); free(x); free(want); free(got); free(w);
-}
 
 int main(void) {
     moe_rng_seed(&g_rng, 0xa8c0);
@@ -201,7 +164,7 @@ int main(void) {
             for (size_t ri = 0; ri < sizeof ROWS / sizeof ROWS[0]; ri++)
                 for (size_t ti = 0; ti < sizeof TOKS / sizeof TOKS[0]; ti++) {
                     if (NS[ni] > 768 && (ri + ti) % 3) continue;  /* the scalar reference is slow */
-                    check_shape(t, NS[ni], ROWS[ri], TOKS[ti], (ri + ti) % 2, (int)(ni + ri));
+                    a8_check_shape(t, NS[ni], ROWS[ri], TOKS[ti], (ri + ti) % 2, (int)(ni + ri), 0.03, make_row, NULL, contract);
                     shapes++;
                 }
         printf("%s: a8 kernels at %d levels equal the reference on %d shapes\n", moe_type_get(t)->name, levels, shapes);
