@@ -5,7 +5,8 @@ MOEFAST_SERVE_TEST_TOOL_TEXT='Let me check.<tool_call>' (auto requests write
 that first); the others with --chat-format deepseek3 / harmony. Prints one
 line per failure; exits 1 on any. Prompts are kept short: under ASan a
 prefill runs at ~150 tokens/s."""
-import json, struct, subprocess, sys, threading, time, urllib.request, urllib.error
+import json, subprocess, sys, threading, time, urllib.request, urllib.error
+from gguf_meta import gguf_template
 
 PORT, MODEL, REL, TMP = sys.argv[1:5]
 OTHER = list(zip(("deepseek3", "harmony"), sys.argv[5:7]))     # servers with --chat-format
@@ -254,23 +255,6 @@ r = chat("multi-turn", {**base, "messages": turn, "tool_choice": "required", "ma
 if r: check_calls("multi-turn", r["choices"][0]["message"].get("tool_calls"))
 
 
-def gguf_template(path):
-    """tokenizer.chat_template from the GGUF header (a minimal reader)."""
-    f = open(path, "rb")
-    magic, ver, nt, nkv = struct.unpack("<4sIQQ", f.read(24))
-    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-    def rstr(): return f.read(struct.unpack("<Q", f.read(8))[0]).decode()
-    def skip(t):
-        if t == 8: rstr()
-        elif t == 9:
-            et, n = struct.unpack("<IQ", f.read(12))
-            for _ in range(n): skip(et)
-        else: f.read(sizes[t])
-    for _ in range(nkv):
-        k = rstr(); t = struct.unpack("<I", f.read(4))[0]
-        if k == "tokenizer.chat_template": return rstr()
-        skip(t)
-    return None
 
 
 try:

@@ -11,7 +11,8 @@ family (llama3, mistral, deepseek3, glm4) on a random-weight model written by
   a conversation with calls and results sent back: the prompt's tokens equal
     the gen'd template rendered by jinja2 (when installed), and a call follows.
 Prints one line per failure; exits 1 on any."""
-import json, struct, subprocess, sys, time, urllib.request, urllib.error
+import json, os, subprocess, sys, time, urllib.request, urllib.error
+from gguf_meta import gguf_template
 
 FAM, PORT, MODEL, REL, LOG = sys.argv[1:6]
 fails = 0
@@ -19,15 +20,6 @@ def bad(name, why):
     global fails
     fails += 1
     print(f"FAIL: {FAM} {name}: {why}")
-
-def post(body):
-    req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 def post_to(path, body):
     req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/{path}", data=json.dumps(body).encode(),
@@ -37,6 +29,8 @@ def post_to(path, body):
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
+
+def post(body): return post_to("chat/completions", body)
 
 def chat(name, body):
     st, txt = post(body)
@@ -70,23 +64,6 @@ def tok(text):
     out = subprocess.run([REL, "tokenize", "-m", MODEL, "-f", "-", "--json"], input=text.encode(), capture_output=True, check=True).stdout
     return json.loads(out)
 
-def gguf_template(path):
-    """tokenizer.chat_template from the GGUF header (a minimal reader)."""
-    f = open(path, "rb")
-    _, _, _, nkv = struct.unpack("<4sIQQ", f.read(24))
-    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-    def rstr(): return f.read(struct.unpack("<Q", f.read(8))[0]).decode()
-    def skip(t):
-        if t == 8: rstr()
-        elif t == 9:
-            et, n = struct.unpack("<IQ", f.read(12))
-            for _ in range(n): skip(et)
-        else: f.read(sizes[t])
-    for _ in range(nkv):
-        k = rstr(); t = struct.unpack("<I", f.read(4))[0]
-        if k == "tokenizer.chat_template": return rstr()
-        skip(t)
-    return None
 
 US, DS = "\u2581", lambda x: "<\uff5c" + x + "\uff5c>"
 START = {"llama3": '{"name": "', "mistral": '[TOOL_CALLS] [{"name": "',
@@ -118,7 +95,6 @@ def glm_same(name, raw, calls):
     want = "\n".join(glm_text(c["function"]) for c in calls)
     if raw != want: bad(name + "-kv", f"raw {raw!r} != the calls written back {want!r}")
 
-import os
 if os.environ.get("GLM_ESCAPE"):
     # the server's hook wrote a whole GLM call whose raw string value holds a
     # quote and a backslash: arguments must be JSON with that string exactly
