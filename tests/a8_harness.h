@@ -115,4 +115,28 @@ static void a8_check_shape(uint32_t t, int64_t n, int64_t nrows, int64_t ntok, b
     free(plain); free(wa); free(xa); free(x); free(want); free(got); free(w);
 }
 
+/* Every shape of NS x ROWS x TOKS (row lengths past big_n only on a third
+ * of the row/token pairs: the scalar reference is slow) for format t, after
+ * checking that it has act_q8 kernels at every level; prints one line. */
+static void a8_check_format(uint32_t t, const int64_t *NS, int n_ns, int64_t big_n, double tol, a8_make_row_fn make_row,
+                            a8_row_check_fn row_check, a8_contract_fn contract) {
+    static const int64_t ROWS[] = {1, 2, 3, 5, 8};
+    static const int64_t TOKS[] = {1, 2, 3, 5};
+    int levels = 0, shapes = 0;
+    CHECK(moe_type_has_a8(t));
+    for (int l = 0; l < MOE_ISA_COUNT; l++) {
+        const moe_kernels *K = moe_kernels_for((moe_isa)l);
+        levels += K != NULL;
+        if (K) CHECK_MSG(K->gemv_a8[t] && K->gemm_a8[t], "%s %s: no a8 kernel", moe_type_get(t)->name, K->name);
+    }
+    for (int ni = 0; ni < n_ns; ni++)
+        for (int ri = 0; ri < (int)(sizeof ROWS / sizeof ROWS[0]); ri++)
+            for (int ti = 0; ti < (int)(sizeof TOKS / sizeof TOKS[0]); ti++) {
+                if (NS[ni] > big_n && (ri + ti) % 3) continue;
+                a8_check_shape(t, NS[ni], ROWS[ri], TOKS[ti], (ri + ti) % 2, ni + ri, tol, make_row, row_check, contract);
+                shapes++;
+            }
+    printf("%s: a8 kernels at %d levels equal the reference on %d shapes\n", moe_type_get(t)->name, levels, shapes);
+}
+
 #endif

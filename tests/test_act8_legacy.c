@@ -117,26 +117,8 @@ static void check_layout(uint32_t t, const uint8_t *plain, const uint8_t *rep, i
 int main(void) {
     moe_rng_seed(&g_rng, 0xa8a8);
     static const int64_t NS[] = {32, 64, 96, 128, 256, 288, 480, 512, 544, 800, 1024, 2048};
-    static const int64_t ROWS[] = {1, 2, 3, 5, 8};
-    static const int64_t TOKS[] = {1, 2, 3, 5};
-    int levels = 0;
-    for (int l = 0; l < MOE_ISA_COUNT; l++) levels += moe_kernels_for((moe_isa)l) != NULL;
     for (int f = 0; f < NF; f++) {
-        const uint32_t t = FORMATS[f];
-        CHECK(moe_type_has_a8(t));
-        for (int l = 0; l < MOE_ISA_COUNT; l++) {
-            const moe_kernels *K = moe_kernels_for((moe_isa)l);
-            if (K) CHECK_MSG(K->gemv_a8[t] && K->gemm_a8[t], "%s %s: no a8 kernel", moe_type_get(t)->name, K->name);
-        }
-        int shapes = 0;
-        for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++)
-            for (size_t ri = 0; ri < sizeof ROWS / sizeof ROWS[0]; ri++)
-                for (size_t ti = 0; ti < sizeof TOKS / sizeof TOKS[0]; ti++) {
-                    if (NS[ni] > 800 && (ri + ti) % 3) continue;  /* the scalar reference is slow */
-                    a8_check_shape(t, NS[ni], ROWS[ri], TOKS[ti], (ri + ti) % 2, (int)(ni + ri), 0.02, make_row, check_layout, contract);
-                    shapes++;
-                }
-        printf("%s: a8 kernels at %d levels equal the reference on %d shapes\n", moe_type_get(t)->name, levels, shapes);
+        a8_check_format(FORMATS[f], NS, (int)(sizeof NS / sizeof NS[0]), 800, 0.02, make_row, check_layout, contract);
     }
     return check_report("test_act8_legacy");
 }
