@@ -112,7 +112,7 @@ $(B)/tests/%: tests/%.c $(wildcard tests/*.h) $(B)/libmoefast.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(B)/libmoefast.a $(LDSAN) $(LIBS)
 
-$(B)/bench/%: bench/%.c $(B)/libmoefast.a
+$(B)/bench/%: bench/%.c $(wildcard bench/*.h) $(B)/libmoefast.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(B)/libmoefast.a $(LIBS)
 

@@ -26,18 +26,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "bench_util.h"
 
 #define REPS 7
 #define ITEMS 400
 #define D 128
 #define CP 640      /* positions per head (a multiple of 16) */
 #define NHEADS 256  /* heads cycled in the "memory" rows: 256 x 2 x 82..328 KB */
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int cmp_d(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;

@@ -19,13 +19,9 @@
 #include <string.h>
 
 #include "moefast.h"
+#include "bench_util.h"
 
 #define CHUNK 128
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* log-softmax normaliser of logits l[V]: max + log(sum exp(l - max)), in double */
 static double log_norm(const float *l, int V) {

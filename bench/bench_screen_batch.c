@@ -19,19 +19,9 @@
 #include <time.h>
 
 #include "moefast.h"
+#include "bench_util.h"
 
 enum { MAX_SEQ = 8 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* mode 0: decode_topk, 1: decode + argmax. out [steps][ns] tokens; returns
  * the median step ms (or -1), *ratio the screen's bytes / the full head's. */
