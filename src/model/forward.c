@@ -44,23 +44,36 @@ static void head(moe_context *c, int n_out, float *logits) {
 static bool screen_row(moe_context *c, int i) {
     const moe_model *m = c->m;
     const int E = m->hp.n_embd, k = c->topk_k;
-    /* the governor (speed only): after SCREEN_MISSES fallbacks in a row (flat
-     * logits: too many rows reach the bound) the next SCREEN_SKIP rows run
-     * the full head without the screen pass, then the screen is tried again */
-    enum { SCREEN_MISSES = 4, SCREEN_SKIP = 16 };
-    if (c->scr_skip > 0) { c->scr_skip--; return false; }
+    /* the governor (speed only, the bits are the same either way): a row the
+     * screen could not certify (flat logits: too many rows reach the bound),
+     * or certified slower than the full head computes a row (its time
+     * measured on the context's first row and on every full-head row since:
+     * where the screen's kernels are compute-bound it can read fewer bytes
+     * and still lose), is a miss;
+     * after SCREEN_MISSES misses in a row the next rows run the full head
+     * without the screen pass — SCREEN_SKIP of them, twice as many after each
+     * further run of misses (up to SCREEN_SKIP_MAX: a model whose logits stay
+     * flat pays the screen on ~1 % of its steps), back to SCREEN_SKIP once a
+     * row's screen pays for itself */
+    enum { SCREEN_MISSES = 2, SCREEN_SKIP = 16, SCREEN_SKIP_MAX = 1024 };
+    if (c->scr_skip > 0 || c->scr_t_full <= 0) { c->scr_skip -= c->scr_skip > 0; return false; }
     int32_t *ids = c->topk_ids + (size_t)i * (size_t)k;
     float *vals = c->topk_vals + (size_t)i * (size_t)k;
     moe_screen_step st = {0};
     const moe_screen_scratch scr = {c->scr_s1, c->scr_y, c->scr_ids, c->scr_done, c->scr_xq, c->scr_q120, c->scr_tv};
+    const double t0 = moe_now();
     const int got = moe_screen_topk(m->screen, &m->output, c->kern, c, c->xn + (size_t)i * E, k, ids, vals, &scr,
                                     moe_flag_on(c->flags, MOE_FLAG_TEST_SCREEN_SHRINK), &st);
+    const double dt = moe_now() - t0;
     c->scr_bytes += st.bytes;                              /* the screen's bytes (and the kernel rows') */
-    if (got == 0) {
-        if (++c->scr_miss >= SCREEN_MISSES) c->scr_miss = 0, c->scr_skip = SCREEN_SKIP;
-        return false;
+    const bool paid = got > 0 && dt < 0.9 * c->scr_t_full;
+    if (!paid && ++c->scr_miss >= SCREEN_MISSES) {
+        c->scr_miss = 0;
+        c->scr_skip = c->scr_backoff > SCREEN_SKIP ? c->scr_backoff : SCREEN_SKIP;
+        c->scr_backoff = c->scr_skip * 2 < SCREEN_SKIP_MAX ? c->scr_skip * 2 : SCREEN_SKIP_MAX;
     }
-    c->scr_miss = 0;
+    if (paid) c->scr_miss = 0, c->scr_backoff = 0;
+    if (got == 0) return false;
     for (int j = got; j < k; j++) ids[j] = -1, vals[j] = NAN;
     c->scr_screened++;
     c->scr_level2 += st.level2_rows;
@@ -95,6 +108,7 @@ static void head_topk(moe_context *c, int n_out) {
     }
     for (int g0 = 0; g0 < nf; g0 += G) {
         const int gn = nf - g0 < G ? nf - g0 : G;
+        const double t0 = moe_now();
         moe_matmul(c, &m->output, c->xn + (size_t)g0 * E, gn, c->scr_y);
         c->scr_bytes += head_bytes;
         for (int r = 0; r < gn; r++) {
@@ -103,6 +117,9 @@ static void head_topk(moe_context *c, int n_out) {
             for (int j = got; j < k; j++) c->topk_ids[o + j] = -1, c->topk_vals[o + j] = NAN;
         }
         c->scr_last_exact = -1;
+        /* the governor's yardstick: a full-head row's time, smoothed */
+        const double per_row = (moe_now() - t0) / gn;
+        c->scr_t_full = c->scr_t_full > 0 ? 0.75 * c->scr_t_full + 0.25 * per_row : per_row;
     }
     /* the profile keeps the weight list's figure (bytes per token); the
      * bytes really read are in moe_session_screen_stats */

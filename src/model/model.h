@@ -309,7 +309,9 @@ struct moe_context {
     int32_t *scr_q120;
     float *scr_tv;
     int64_t scr_steps, scr_screened, scr_level2, scr_exact, scr_last_exact;
-    int scr_miss, scr_skip;     /* the governor: fallbacks in a row, steps left to run the full head directly */
+    int scr_miss, scr_skip;     /* the governor: misses in a row, steps left to run the full head directly */
+    int scr_backoff;            /* the governor: the next skip after a run of misses (0: SCREEN_SKIP) */
+    double scr_t_full;          /* the governor: seconds per row of the full head (smoothed; 0: not yet measured) */
     int scr_group;              /* rows of scr_y: the full head's rows per pass when top-k rows fall back */
     int32_t *scr_rows;          /* [n_batch] the wanted rows that fall back to the full head */
     int32_t *twin_ids;          /* differential twin only: [n_batch][64] its top-k of a step */
