@@ -39,6 +39,19 @@ static void a8_make_x(float *x, int64_t n, bool edges) {
     }
 }
 
+/* A plain row of format t: n random values (a magnitude per 32, and with
+ * `offset` a random offset in half the blocks) quantized by the format's own
+ * quantizer; the tests then craft their edges into it. */
+static void a8_random_row(uint32_t t, uint8_t *row, int64_t n, bool offset) {
+    static float x[2048];
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float mag = powf(10.0f, (float)(int)(rnd32() % 5) - 2.0f);
+        const float off = offset && rnd32() % 2 ? rndf() * mag : 0.0f;
+        for (int k = 0; k < 32; k++) x[b * 32 + k] = rndf() * mag + off;
+    }
+    moe_quantize_row(t, x, row, n);
+}
+
 static uint32_t bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static bool same(float a, float b) { return bits(a) == bits(b) || (isnan(a) && isnan(b)); }
 

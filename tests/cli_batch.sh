@@ -16,19 +16,24 @@ M=$T/q.gguf
 printf 'The quick brown fox\n\nOnce upon a time\nHi\nA much longer prompt that goes on and on for quite a while longer\n' >"$T/p.txt"
 
 ids() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ".join(",".join(map(str,p["tokens"])) for p in d["prompts"]) if "prompts" in d else ",".join(map(str,d["tokens"])))'; }
-for opts in "-t 1" "-t 2 --batch-size 3" "-t 3 --temp 0.9 --seed 7" "-t 2 --flags +kv_q8" "-t 2 --flags +act_q8,+kv_f16"; do
+# same_as_alone N OPTS: the prompts of p.txt run as one batch give each the
+# tokens it gets run alone (-p) with the same options
+same_as_alone() {
   # shellcheck disable=SC2086
-  b=$("$BIN" run -m "$M" --batch "$T/p.txt" -n 10 $opts --json 2>"$T/err" | ids) || fail "run --batch $opts: $(cat "$T/err")"
+  b=$("$BIN" run -m "$M" --batch "$T/p.txt" -n "$1" $2 --json 2>"$T/err" | ids) || fail "run --batch $2: $(cat "$T/err")"
   alone=""
   while IFS= read -r p; do
     [ -n "$p" ] || continue
     # shellcheck disable=SC2086
-    a=$("$REL" run -m "$M" -p "$p" -n 10 $opts --json 2>"$T/err" | ids) || fail "run -p '$p' $opts: $(cat "$T/err")"
+    a=$("$REL" run -m "$M" -p "$p" -n "$1" $2 --json 2>"$T/err" | ids) || fail "run -p '$p' $2: $(cat "$T/err")"
     alone="$alone${alone:+ }$a"
   done <"$T/p.txt"
-  [ -n "$b" ] && [ "$b" = "$alone" ] || fail "run --batch $opts: tokens differ from the prompts run alone:
+  [ -n "$b" ] && [ "$b" = "$alone" ] || { fail "run --batch $2: tokens differ from the prompts run alone:
   batch: $b
-  alone: $alone"
+  alone: $alone"; return 1; }
+}
+for opts in "-t 1" "-t 2 --batch-size 3" "-t 3 --temp 0.9 --seed 7" "-t 2 --flags +kv_q8" "-t 2 --flags +act_q8,+kv_f16"; do
+  same_as_alone 10 "$opts" &&
   echo "ok --batch $opts: 4 prompts, the same tokens as alone"
 done
 # --grammar / --json-schema: each prompt constrained by its own constraint of
@@ -37,18 +42,7 @@ done
 printf 'root ::= "{\\"n\\": " [1-9] [0-9]{0,6} ", \\"w\\": \\"" [a-z ]{1,9} "\\"}"\n' >"$T/g.gbnf"
 printf '{"type": "object", "required": ["k"], "properties": {"k": {"enum": ["a", "bb"]}, "v": {"type": "integer", "maximum": 99}}}' >"$T/s.json"
 for opts in "-t 2 --grammar $T/g.gbnf" "-t 3 --temp 0.9 --seed 7 --grammar $T/g.gbnf" "-t 2 --temp 1.2 --seed 3 --json-schema $T/s.json"; do
-  # shellcheck disable=SC2086
-  b=$("$BIN" run -m "$M" --batch "$T/p.txt" -n 24 $opts --json 2>"$T/err" | ids) || fail "run --batch $opts: $(cat "$T/err")"
-  alone=""
-  while IFS= read -r p; do
-    [ -n "$p" ] || continue
-    # shellcheck disable=SC2086
-    a=$("$REL" run -m "$M" -p "$p" -n 24 $opts --json 2>"$T/err" | ids) || fail "run -p '$p' $opts: $(cat "$T/err")"
-    alone="$alone${alone:+ }$a"
-  done <"$T/p.txt"
-  [ -n "$b" ] && [ "$b" = "$alone" ] || fail "run --batch $opts: tokens differ from the prompts run alone:
-  batch: $b
-  alone: $alone"
+  same_as_alone 24 "$opts" &&
   echo "ok --batch $opts: the same tokens as alone"
 done
 "$BIN" run -m "$M" --batch "$T/p.txt" -n 40 --grammar "$T/g.gbnf" >"$T/out" 2>"$T/err" || fail "grammar batch text: $(cat "$T/err")"

@@ -77,12 +77,7 @@ static float contract(uint32_t t, const uint8_t *row, const uint8_t *xa, int64_t
  * `edges`: random bytes, every bit set or clear (a sane d kept or not),
  * crafted d. */
 static void make_row(uint32_t t, uint8_t *row, int64_t n, bool edges) {
-    static float x[2048];
-    for (int64_t b = 0; b < n / 32; b++) {
-        const float mag = powf(10.0f, (float)(int)(rnd32() % 5) - 2.0f);
-        for (int k = 0; k < 32; k++) x[b * 32 + k] = rndf() * mag;
-    }
-    moe_quantize_row(t, x, row, n);
+    a8_random_row(t, row, n, false);
     if (!edges) return;
     for (int64_t s = 0; s < n / 256; s++) {
         uint8_t *blk = row + (size_t)s * qb(t);
