@@ -53,6 +53,7 @@ make_model() {
   case $mm_kind in
     q8_0) "$BIN" gen --arch "$mm_arch" --preset bench --type Q8_0 -o "$MODELS/$1.gguf" ;;
     bf16-nvfp4) "$BIN" gen --arch "$mm_arch" --preset bench --type BF16 --type-experts NVFP4 -o "$MODELS/$1.gguf" ;;
+    bf16-mxfp4) "$BIN" gen --arch "$mm_arch" --preset bench --type BF16 --type-experts MXFP4 -o "$MODELS/$1.gguf" ;;
     q4_k_m|q5_k_m|q3_k_m|iq4_xs|q2_k)
       mm_out=$MODELS/$1.gguf; mm_type=$(echo "$mm_kind" | tr a-z A-Z)
       make_model "$mm_arch-bench-q8_0" &&
