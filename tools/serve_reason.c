@@ -1,0 +1,77 @@
+/* serve_reason.c — a thinking model's reasoning returned apart from its
+ * answer (docs/SERVE.md, "Reasoning"): `<think>R</think>C` (Qwen3,
+ * DeepSeek-R1, GLM-4.5) becomes reasoning_content R and content C, as
+ * llama.cpp's server (--reasoning-format deepseek) and DeepSeek's API give
+ * them.
+ *
+ * Only the presentation changes: the generated text (and so the tokens) is
+ * the same whatever the format; the split is a function of the text so far,
+ * so a stream's pieces, joined, are exactly the non-streamed answer's: a tail
+ * that may still become a marker, and whitespace that may still be trimmed,
+ * are held back until the text decides them. */
+#include <string.h>
+
+#include "serve.h"
+
+static const char OPEN[] = "<think>", CLOSE[] = "</think>";
+
+static bool space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* Whether t[0..n) is a prefix of lit (n may be 0). */
+static bool prefix_of(const char *t, size_t n, const char *lit) {
+    return n <= strlen(lit) && !memcmp(t, lit, n);
+}
+
+void reason_split(const char *t, size_t n, bool open_at_start, bool final, reason_span *o) {
+    size_t p = 0;
+    *o = (reason_span){0};
+    if (!open_at_start) {
+        while (p < n && space(t[p])) p++;
+        if (!final && prefix_of(t + p, n - p, OPEN) && n - p < sizeof OPEN - 1) {
+            o->held = true;                        /* may still open a think block */
+            return;
+        }
+        if (n - p < sizeof OPEN - 1 || memcmp(t + p, OPEN, sizeof OPEN - 1)) {
+            o->c_to = n;                           /* no reasoning: all of it is content */
+            return;
+        }
+        p += sizeof OPEN - 1;
+    }
+    o->has = true;
+    while (p < n && space(t[p])) p++;
+    o->r_from = o->r_to = p;
+    const char *close = memmem(t + p, n - p, CLOSE, sizeof CLOSE - 1);
+    size_t end = close ? (size_t)(close - t) : n;
+    if (!close && !final)                          /* a tail that may become </think> */
+        for (size_t h = sizeof CLOSE - 2; h > 0; h--)
+            if (h <= n - p && !memcmp(t + n - h, CLOSE, h)) { end = n - h; break; }
+    while (end > p && space(t[end - 1])) end--;    /* trailing space: trimmed, or held until text follows */
+    o->r_to = end;
+    o->open = !close;
+    if (!close) { o->c_from = o->c_to = n; return; }
+    o->close_end = (size_t)(close - t) + sizeof CLOSE - 1;
+    size_t c = o->close_end;
+    while (c < n && space(t[c])) c++;
+    o->c_from = c;
+    o->c_to = n;
+}
+
+bool reason_prompt_open(const char *prompt) {
+    size_t n = strlen(prompt);
+    while (n > 0 && space(prompt[n - 1])) n--;
+    return n >= sizeof OPEN - 1 && !memcmp(prompt + n - (sizeof OPEN - 1), OPEN, sizeof OPEN - 1);
+}
+
+bool reason_history_folds(const srv *s) {
+    const char *f = s->chat_format, *t = moe_model_chat_template(s->m);
+    if (f) return !strcmp(f, "qwen3") || !strcmp(f, "glm45");
+    return t && ((strstr(t, "<|im_start|>") && strstr(t, "</think>")) || (strstr(t, "[gMASK]<sop>") && strstr(t, "<arg_key>")));
+}
+
+const char *reason_visible(const char *content) {
+    const char *last = NULL;
+    for (const char *p = content; (p = strstr(p, CLOSE)); p += sizeof CLOSE - 1) last = p;
+    if (!last) return content;
+    for (content = last + sizeof CLOSE - 1; *content == '\n'; content++) {}
+    return content;
+}
