@@ -13,8 +13,10 @@
 #   reasoning_content sent back: a string or 400; Qwen3 (--chat-format qwen3)
 #     renders it as its template does (the prompt's token count against the
 #     shared Qwen3 template rendered by jinja2), plain ChatML drops it;
-#   harmony (--chat-format harmony): the tools' namespace, calls, results and
-#     the analysis before a call, against the cookbook's rendering.
+#   harmony (--chat-format harmony): the analysis channel returned as
+#     reasoning_content (plain, streamed, inline, cut); the tools' namespace,
+#     calls, results and the analysis before a call, against the cookbook's
+#     rendering.
 set -u
 BIN=${MOEFAST_BIN:-build/asan/moefast}
 REL=${MOEFAST_BIN_REL:-build/rel/moefast}
@@ -42,7 +44,7 @@ start() { # log flags [env...]: sets PORT
 HOOK=$(printf '<think>\nI could write <tool_call> here.\n</think>\n\nLet me check.<tool_call>')
 start "$T/log1" "" MOEFAST_SERVE_TEST_TOOL_TEXT="$HOOK"; P1=$PORT
 start "$T/log2" "--chat-format qwen3 --reasoning-format none" MOEFAST_SERVE_TEST_TOOL_TEXT="$HOOK"; P2=$PORT
-start "$T/log3" "--chat-format harmony" A=1; P3=$PORT
+start "$T/log3" "--chat-format harmony" MOEFAST_SERVE_TEST_TOOL_TEXT='<|channel|>analysis<|message|>Think first.<|end|><|start|>assistant<|channel|>final<|message|>Hi'; P3=$PORT
 python3 tests/serve/reason_check.py "$P1" "$P2" "$P3" "$M" "$REL"
 rc=$?
 for p in $PIDS; do kill -TERM "$p"; wait "$p" || { echo "FAIL: server $p exit $?"; rc=1; }; done

@@ -128,6 +128,7 @@ int cmd_serve(int argc, char **argv) {
     s.api_key = o.api_key;
     s.chat_format = o.format;
     s.reason_extract = !o.reason_none;
+    s.harmony = reason_harmony(&s);
     s.max_body = (size_t)o.max_body;
     /* tests only: slows each step so that queues fill and clients can leave mid-request */
     const char *delay = getenv("MOEFAST_SERVE_STEP_DELAY_MS");

@@ -55,6 +55,7 @@ typedef struct srv_req {
     struct srv_tools *tools;        /* `tools` (serve_tools.c): NULL without, or under tool_choice none */
     bool reason;                    /* chat: <think> reasoning returned as reasoning_content (serve_reason.c) */
     bool think_open;                /* the prompt ends inside a think block (the reasoning starts at once) */
+    bool harmony;                   /* gpt-oss chat: control tokens spelled in the text, channels split */
     moe_utf8_stream *utf8;          /* engine thread only */
     double t_arrive;
     char *model_name;               /* echoed in the response */
@@ -115,6 +116,7 @@ typedef struct srv {
     int n_vocab, n_ctx, n_slots, chunk, queue_cap;
     const char *model_name, *api_key, *chat_format;
     bool reason_extract;            /* --reasoning-format deepseek (the default): requests split reasoning off */
+    bool harmony;                   /* the chat format is harmony (reason_harmony, at start) */
     moe_grammar_vocab *gvoc;        /* the token trie of constrained requests (built at init) */
     struct srv_gcache *gcache;      /* compiled grammars reused across requests (serve_gcache.c) */
     size_t max_body;
@@ -288,6 +290,10 @@ typedef struct reason_span { size_t r_from, r_to, c_from, c_to, close_end; bool 
 void reason_split(const char *t, size_t n, bool open_at_start, bool final, reason_span *o);
 /* The rendered prompt ends with <think> (and space): the template opened the block. */
 bool reason_prompt_open(const char *prompt);
+/* r's split: harmony's channels (r->harmony) or the think block. */
+void reason_split_req(const srv_req *r, const char *t, size_t n, bool final, reason_span *o);
+/* The chat format is harmony (gpt-oss): the answer's control tokens are spelled. */
+bool reason_harmony(const srv *s);
 /* The template writes an assistant turn's reasoning from <think>R</think> in
  * its content (Qwen3, GLM-4.5): reasoning_content sent back is folded there. */
 bool reason_history_folds(const srv *s);

@@ -230,6 +230,7 @@ static int chat_prompt(srv *s, json_t *o, srv_req *r, json_t *tools, api_err *e)
         else { memcpy(t2 + tl, forced, fl + 1); text = t2; }
     }
     if (rc == 0) r->think_open = reason_prompt_open(text);   /* the template opened the think block */
+    r->harmony = s->harmony;
     if (rc == 0) rc = tokenize_text(s, r, text, strlen(text), "messages", e);
     free(text);
     free(tm);
@@ -581,7 +582,7 @@ char *api_final_json(srv *s, srv_req *r, int *status) {
         json_object_set_new(msg, "role", json_string("assistant"));
         const bool calls = r->tools && r->finish && !strcmp(r->finish, "tool_calls");   /* complete calls only */
         reason_span sp = {.c_to = r->len};
-        if (r->reason) reason_split(r->text, r->len, r->think_open, true, &sp);
+        if (r->reason) reason_split_req(r, r->text, r->len, true, &sp);
         const size_t clen = sp.c_to - sp.c_from;
         /* with tool calls and no text before them, content is null (as OpenAI) */
         json_object_set_new(msg, "content", calls && clen == 0 ? json_null() : json_stringn(r->text + sp.c_from, clen));

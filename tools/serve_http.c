@@ -170,7 +170,7 @@ static bool st_refill(stream *st) {
     size_t rf = 0, rt = 0, cf = st->c_sent, ct = r->emit;
     if (r->reason) {
         reason_span sp;
-        reason_split(r->text, r->emit, r->think_open, done, &sp);
+        reason_split_req(r, r->text, r->emit, done, &sp);
         rf = sp.r_from > st->r_sent ? sp.r_from : st->r_sent;
         rt = sp.r_to > rf ? sp.r_to : rf;
         cf = sp.c_from > st->c_sent ? sp.c_from : st->c_sent;

@@ -56,6 +56,54 @@ void reason_split(const char *t, size_t n, bool open_at_start, bool final, reaso
     o->c_to = n;
 }
 
+/* gpt-oss (harmony): the answer's text has its control tokens spelled (the
+ * engine writes them for harmony chats), so the channels show:
+ * <|channel|>analysis<|message|>R<|end|><|start|>assistant<|channel|>final<|message|>C.
+ * R is the analysis message's body as written (not trimmed), C what follows
+ * the final channel's header; the headers between are neither. An answer
+ * that does not open a channel is all content. */
+static const char H_ANALYSIS[] = "<|channel|>analysis<|message|>", H_FINAL[] = "<|channel|>final<|message|>", H_END[] = "<|end|>";
+
+static void harmony_split(const char *t, size_t n, bool final, reason_span *o) {
+    const size_t la = sizeof H_ANALYSIS - 1, lf = sizeof H_FINAL - 1, le = sizeof H_END - 1;
+    *o = (reason_span){0};
+    if (!final && ((n < la && prefix_of(t, n, H_ANALYSIS)) || (n < lf && prefix_of(t, n, H_FINAL)))) { o->held = true; return; }
+    size_t from = 0;
+    if (n >= la && !memcmp(t, H_ANALYSIS, la)) {
+        o->has = true;
+        o->r_from = la;
+        const char *end = memmem(t + la, n - la, H_END, le);
+        size_t e = end ? (size_t)(end - t) : n;
+        if (!end && !final)                        /* a tail that may become <|end|> */
+            for (size_t h = le - 1; h > 0; h--)
+                if (h <= n - la && !memcmp(t + n - h, H_END, h)) { e = n - h; break; }
+        o->r_to = e;
+        o->open = !end;
+        o->c_from = o->c_to = n;
+        if (!end) return;
+        o->close_end = e + le;
+        const char *f = memmem(t + o->close_end, n - o->close_end, H_FINAL, lf);
+        if (!f) return;                            /* a header (or a call's) so far: not content */
+        from = (size_t)(f - t) + lf;
+    } else if (n >= lf && !memcmp(t, H_FINAL, lf))
+        from = lf;
+    o->c_from = from;
+    o->c_to = n;
+}
+
+void reason_split_req(const srv_req *r, const char *t, size_t n, bool final, reason_span *o) {
+    if (r->harmony) harmony_split(t, n, final, o);
+    else reason_split(t, n, r->think_open, final, o);
+}
+
+bool reason_harmony(const srv *s) {
+    const char *f = s->chat_format, *t = moe_model_chat_template(s->m);
+    if (f) return !strcmp(f, "harmony");
+    /* as chat.c recognises it: the earlier families' markers first */
+    return t && !strstr(t, "<|im_start|>") && !strstr(t, "</assistant>") && !strstr(t, "[gMASK]<sop>") &&
+           !strstr(t, "<\xef\xbd\x9cUser\xef\xbd\x9c>") && strstr(t, "<|start|>") && strstr(t, "<|message|>");
+}
+
 bool reason_prompt_open(const char *prompt) {
     size_t n = strlen(prompt);
     while (n > 0 && space(prompt[n - 1])) n--;

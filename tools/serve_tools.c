@@ -707,8 +707,8 @@ size_t tools_after_token(srv *s, srv_req *r, int32_t id) {
     /* the model's reasoning (<think>...</think>) may mention the trigger:
      * not a call (whatever the answer's reasoning format: the tokens never
      * depend on the presentation); the calls begin after it */
-    reason_span sp;
-    reason_split(t->raw ? t->raw : "", t->raw_len, r->think_open, false, &sp);
+    reason_span sp = {0};
+    if (!r->harmony) reason_split(t->raw ? t->raw : "", t->raw_len, r->think_open, false, &sp);
     if (sp.has && sp.open) return r->len;
     const size_t think_end = sp.has ? sp.close_end : 0;
     const char *tr = t->syn->trigger;

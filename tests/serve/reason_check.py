@@ -3,7 +3,7 @@
 tests/cli_serve_reason.sh (see there). PORT: the default --reasoning-format
 (deepseek), chatml template, the hook writing HOOK; PORT_QWEN3: --chat-format
 qwen3 --reasoning-format none, the same hook; PORT_HARMONY: --chat-format
-harmony. Prints one line per failure; exits 1 on any."""
+harmony, the hook writing HHOOK. Prints one line per failure; exits 1 on any."""
 import json, subprocess, sys, urllib.request, urllib.error
 from gguf_meta import gguf_template
 
@@ -192,6 +192,26 @@ for name, msgs, ff in (("harmony-loop", HIST, False),
     r = chat(name, {**hb, "messages": msgs}, PH)
     if r and r["usage"]["prompt_tokens"] != want:
         bad(name, f"prompt {r['usage']['prompt_tokens']} tokens, the harmony rendering gives {want}:\n{harmony(msgs, ff)}")
+# ---- harmony's analysis channel returned as reasoning_content (the hook writes
+# HHOOK there): the final channel's text is the content, the headers neither
+HHOOK = "<|channel|>analysis<|message|>Think first.<|end|><|start|>assistant<|channel|>final<|message|>Hi"
+hq = {"messages": MSGS, "tools": TOOLS, "tool_choice": "auto", "temperature": 0, "return_tokens": True,
+      "max_tokens": tokens_of(HHOOK) + 3}
+r = chat("harmony-split", hq, PH)
+if r:
+    p = plain(r)
+    if p[0] != "Think first." or not p[1].startswith("Hi"): bad("harmony-split", f"reasoning {p[0]!r} content {p[1]!r}")
+    s = stream("harmony-split-stream", hq, PH)
+    if s and (s[:4] != p[:4] or s[4] != p[4]): bad("harmony-split-stream", f"streamed {s[:4]} != {p[:4]}")
+    n = chat("harmony-inline", {**hq, "reasoning_format": "none"}, PH)
+    if n and (plain(n)[4] != p[4] or not plain(n)[1].startswith(HHOOK)): bad("harmony-inline", f"{plain(n)[:2]}")
+hc = {**hq, "max_tokens": tokens_of("<|channel|>analysis<|message|>Think")}
+r = chat("harmony-cut", hc, PH)
+if r:
+    p = plain(r)
+    if p[:4] != ("Think", "", [], "length"): bad("harmony-cut", f"{p[:4]}")
+    s = stream("harmony-cut-stream", hc, PH)
+    if s and s[:4] != p[:4]: bad("harmony-cut-stream", f"streamed {s[:4]} != {p[:4]}")
 st, txt = post({**hb, "messages": HIST[:4] + [{"role": "tool", "tool_call_id": "x", "content": "?"}]}, PH)
 if st != 400: bad("harmony-orphan-result", f"status {st}: {txt[:200]}")
 
