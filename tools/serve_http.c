@@ -151,6 +151,22 @@ static bool st_add(stream *st, char *ev) {
     return true;
 }
 
+/* The text not sent yet (under srv.mu): the new reasoning [rf, rt) and
+ * content [cf, ct) of text[0..emit) (without reasoning: all content). */
+static void new_spans(const stream *st, bool done, size_t *rf, size_t *rt, size_t *cf, size_t *ct) {
+    const srv_req *r = st->r;
+    *rf = *rt = 0;
+    *cf = st->c_sent;
+    *ct = r->emit;
+    if (!r->reason) return;
+    reason_span sp;
+    reason_split_req(r, r->text, r->emit, done, &sp);
+    *rf = sp.r_from > st->r_sent ? sp.r_from : st->r_sent;
+    *rt = sp.r_to > *rf ? sp.r_to : *rf;
+    *cf = sp.c_from > st->c_sent ? sp.c_from : st->c_sent;
+    *ct = sp.c_to > *cf ? sp.c_to : *cf;
+}
+
 /* The next events: new text, or the end (finish chunk, usage, [DONE]). */
 static bool st_refill(stream *st) {
     srv *s = st->s;
@@ -166,16 +182,8 @@ static bool st_refill(stream *st) {
     const size_t avail = r->emit - st->sent;
     const bool done = r->done && r->emit == r->len;
     const bool failed = r->err_status != 0;
-    /* the new reasoning [rf, rt) and content [cf, ct) of the text so far */
-    size_t rf = 0, rt = 0, cf = st->c_sent, ct = r->emit;
-    if (r->reason) {
-        reason_span sp;
-        reason_split_req(r, r->text, r->emit, done, &sp);
-        rf = sp.r_from > st->r_sent ? sp.r_from : st->r_sent;
-        rt = sp.r_to > rf ? sp.r_to : rf;
-        cf = sp.c_from > st->c_sent ? sp.c_from : st->c_sent;
-        ct = sp.c_to > cf ? sp.c_to : cf;
-    }
+    size_t rf, rt, cf, ct;
+    new_spans(st, done, &rf, &rt, &cf, &ct);
     char *reason = rt > rf ? malloc(rt - rf) : NULL, *text = ct > cf ? malloc(ct - cf) : NULL;
     if (reason) memcpy(reason, r->text + rf, rt - rf);
     if (text) memcpy(text, r->text + cf, ct - cf);
