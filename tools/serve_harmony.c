@@ -53,7 +53,11 @@ static bool listed(json_t *arr, const char *name) {
     return false;
 }
 
-/* gpt-oss's render_typescript_type: a parameter's type in TypeScript words. */
+/* gpt-oss's render_typescript_type: a parameter's type in TypeScript words.
+ * The template's whitespace under transformers' jinja2 settings (trim_blocks,
+ * lstrip_blocks) is kept: a nested object's member types follow ": " on a
+ * new line indented 16 spaces, oneOf variants are joined by " | \n" and a
+ * variant's default comes after 20 spaces, as the template renders them. */
 static void ts_type(hbuf *b, json_t *spec, int depth) {
     json_t *ty = json_object_get(spec, "type"), *one = json_object_get(spec, "oneOf");
     const bool nullable = json_is_true(json_object_get(spec, "nullable"));
@@ -85,7 +89,8 @@ static void ts_type(hbuf *b, json_t *spec, int depth) {
             json_t *v = json_array_get(one, i), *d = json_object_get(v, "description");
             ts_type(b, v, depth + 1);
             if (json_is_string(d)) { hb_add(b, "// "); hb_add(b, json_string_value(d)); }
-            if (i + 1 < json_array_size(one)) hb_add(b, " | ");
+            if (json_object_get(v, "default")) { hb_add(b, "                    // default: "); hb_json(b, json_object_get(v, "default")); }
+            if (i + 1 < json_array_size(one)) hb_add(b, " | \n");
         }
     } else if (type_is(spec, "string")) {
         json_t *en = json_object_get(spec, "enum");
@@ -112,7 +117,7 @@ static void ts_type(hbuf *b, json_t *spec, int depth) {
         json_object_foreach(props, name, ps) {
             hb_add(b, name);
             if (!listed(req, name)) hb_add(b, "?");
-            hb_add(b, ": ");
+            hb_add(b, ": \n                ");
             ts_type(b, ps, depth + 1);
             if (++k < json_object_size(props)) hb_add(b, ", ");
         }

@@ -80,7 +80,10 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
     "type": "object", "properties": {"city": {"type": "string", "maxLength": 12, "description": "A city."},
                                      "days": {"type": "integer", "minimum": 1, "maximum": 7},
                                      "unit": {"type": "string", "enum": ["c", "f"]},
-                                     "tags": {"type": "array", "items": {"type": "string"}}},
+                                     "tags": {"type": "array", "items": {"type": "string"}},
+                                     "where": {"type": "object", "properties": {"lat": {"type": "number"},
+                                                                                "tag": {"type": "string"}},
+                                               "required": ["lat"]}},
     "required": ["city", "days"]}}}]
 MSGS = [{"role": "user", "content": "Weather in Paris?"}]
 BASE = {"messages": MSGS, "tools": TOOLS, "tool_choice": "auto", "temperature": 0, "max_tokens": 160, "return_tokens": True}
@@ -175,7 +178,8 @@ if jinja2:
 def harmony(msgs, final_follows=False):
     dev = ("<|start|>developer<|message|># Instructions\n\nBe terse.\n\n# Tools\n\n## functions\n\nnamespace functions {\n\n"
            "// The weather.\ntype get_weather = (_: {\n// A city.\ncity: string,\ndays: number,\nunit?: \"c\" | \"f\",\n"
-           "tags?: string[],\n}) => any;\n\n} // namespace functions<|end|>")
+           "tags?: string[],\nwhere?: {\nlat: \n                number, tag?: \n                string},\n}) => any;\n\n"
+           "} // namespace functions<|end|>")
     t = dev + "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>final<|message|>Hello.<|end|>"
     t += "<|start|>user<|message|>Weather in Paris?<|end|>"
     if not final_follows: t += "<|start|>assistant<|channel|>analysis<|message|>Need the tool.<|end|>"
