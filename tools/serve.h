@@ -297,6 +297,8 @@ bool reason_harmony(const srv *s);
 /* The template writes an assistant turn's reasoning from <think>R</think> in
  * its content (Qwen3, GLM-4.5): reasoning_content sent back is folded there. */
 bool reason_history_folds(const srv *s);
+/* The chat format is Qwen3's template (qwen3: ChatML with its think handling). */
+bool reason_qwen3(const srv *s);
 /* What such a template keeps as the content: after the last </think>, '\n's stripped ahead. */
 const char *reason_visible(const char *content);
 

@@ -182,6 +182,29 @@ static int history_reasoning(srv *s, json_t *m, size_t i, bool assistant, const 
     return 0;
 }
 
+static int append_text(char **text, const char *add, api_err *e) {
+    const size_t tl = strlen(*text), al = strlen(add);
+    char *t2 = realloc(*text, tl + al + 1);
+    if (!t2) return api_fail(e, 500, NULL, NULL, "out of memory");
+    memcpy(t2 + tl, add, al + 1);
+    *text = t2;
+    return 0;
+}
+
+/* chat_template_kwargs.enable_thinking (llama.cpp's and vLLM's field for
+ * Qwen3's template variable): a boolean; other templates ignore it. */
+static int get_enable_thinking(json_t *o, bool *think, api_err *e) {
+    json_t *k = json_object_get(o, "chat_template_kwargs");
+    if (!k || json_is_null(k)) return 0;
+    if (!json_is_object(k)) return api_fail(e, 400, "chat_template_kwargs", "invalid_type", "'chat_template_kwargs' must be an object");
+    json_t *x = json_object_get(k, "enable_thinking");
+    if (!x || json_is_null(x)) return 0;
+    if (!json_is_boolean(x))
+        return api_fail(e, 400, "chat_template_kwargs", "invalid_type", "'chat_template_kwargs.enable_thinking' must be a boolean");
+    *think = json_is_true(x);
+    return 0;
+}
+
 static int chat_prompt(srv *s, json_t *o, srv_req *r, json_t *tools, api_err *e) {
     json_t *ms = json_object_get(o, "messages");
     if (!ms) return api_fail(e, 400, "messages", "missing_required_parameter", "'messages' is required");
@@ -222,13 +245,12 @@ static int chat_prompt(srv *s, json_t *o, srv_req *r, json_t *tools, api_err *e)
         rc = tools_messages(s, ms, msgs, n, tools, &tm, &tn, &towned, &tn_owned, e);
     if (rc == 0 && moe_chat_render(s->m, s->chat_format, tm ? tm : msgs, tm ? tn : n, true, &text, err, sizeof err))
         rc = api_fail(e, 500, NULL, NULL, "%s", err);
+    bool think = true;
+    if (rc == 0) rc = get_enable_thinking(o, &think, e);
+    /* Qwen3's template with enable_thinking false: an empty think block, then the answer */
+    if (rc == 0 && !think && reason_qwen3(s)) rc = append_text(&text, "<think>\n\n</think>\n\n", e);
     const char *forced = tools_forced_text(r);     /* required / named: the calls begin after the prompt */
-    if (rc == 0 && forced) {
-        const size_t tl = strlen(text), fl = strlen(forced);
-        char *t2 = realloc(text, tl + fl + 1);
-        if (!t2) rc = api_fail(e, 500, NULL, NULL, "out of memory");
-        else { memcpy(t2 + tl, forced, fl + 1); text = t2; }
-    }
+    if (rc == 0 && forced) rc = append_text(&text, forced, e);
     if (rc == 0) r->think_open = reason_prompt_open(text);   /* the template opened the think block */
     r->harmony = s->harmony;
     if (rc == 0) rc = tokenize_text(s, r, text, strlen(text), "messages", e);

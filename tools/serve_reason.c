@@ -110,10 +110,17 @@ bool reason_prompt_open(const char *prompt) {
     return n >= sizeof OPEN - 1 && !memcmp(prompt + n - (sizeof OPEN - 1), OPEN, sizeof OPEN - 1);
 }
 
+bool reason_qwen3(const srv *s) {
+    const char *f = s->chat_format, *t = moe_model_chat_template(s->m);
+    if (f) return !strcmp(f, "qwen3");
+    return t && strstr(t, "<|im_start|>") && strstr(t, "</think>");
+}
+
 bool reason_history_folds(const srv *s) {
     const char *f = s->chat_format, *t = moe_model_chat_template(s->m);
-    if (f) return !strcmp(f, "qwen3") || !strcmp(f, "glm45");
-    return t && ((strstr(t, "<|im_start|>") && strstr(t, "</think>")) || (strstr(t, "[gMASK]<sop>") && strstr(t, "<arg_key>")));
+    if (reason_qwen3(s)) return true;
+    if (f) return !strcmp(f, "glm45");
+    return t && strstr(t, "[gMASK]<sop>") && strstr(t, "<arg_key>");
 }
 
 const char *reason_visible(const char *content) {

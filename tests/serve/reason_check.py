@@ -135,6 +135,8 @@ if r and plain(r)[0] != REASON: bad("server-none-field", f"{plain(r)[:2]}")
 # ---- bad types: 400 naming the field
 for name, body, param in (("format-type", {**free, "reasoning_format": 5}, "reasoning_format"),
                           ("format-value", {**free, "reasoning_format": "xml"}, "reasoning_format"),
+                          ("kwargs-type", {**free, "chat_template_kwargs": []}, "chat_template_kwargs"),
+                          ("thinking-type", {**free, "chat_template_kwargs": {"enable_thinking": "no"}}, "chat_template_kwargs"),
                           ("history-type", {**free, "messages": [{"role": "user", "content": "Hi"},
                                                                  {"role": "assistant", "content": "A", "reasoning_content": 5},
                                                                  {"role": "user", "content": "Q"}]}, "messages")):
@@ -165,9 +167,10 @@ if jinja2:
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson"] = lambda x: json.dumps(x, ensure_ascii=False)
     tmpl = env.from_string(gguf_template(QWEN3))
-    for name, msgs in (("history-qwen3", HIST), ("history-qwen3-bare", NO_R), ("history-qwen3-early", HIST[:4])):
-        want = tokens_of(tmpl.render(messages=msgs, tools=TOOLS, add_generation_prompt=True))
-        r = chat(name, {**hb, "messages": msgs}, PQ)
+    for name, msgs, kw in (("history-qwen3", HIST, {}), ("history-qwen3-bare", NO_R, {}), ("history-qwen3-early", HIST[:4], {}),
+                           ("history-qwen3-nothink", HIST, {"enable_thinking": False})):
+        want = tokens_of(tmpl.render(messages=msgs, tools=TOOLS, add_generation_prompt=True, **kw))
+        r = chat(name, {**hb, "messages": msgs, "chat_template_kwargs": kw}, PQ)
         if r and r["usage"]["prompt_tokens"] != want:
             bad(name, f"prompt {r['usage']['prompt_tokens']} tokens, Qwen3's template gives {want}")
 
