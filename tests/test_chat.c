@@ -142,8 +142,38 @@ static void test_llama3_mistral(void) {
     expect_render("<|im_start|>", "mistral", CONV + 1, 1, false, "[INST]Hello![/INST]");
 }
 
+/* Qwen3's <think> handling, messages as serve writes them (reasoning_content
+ * folded into the content as <think>R</think>, calls in the content, results
+ * as a user turn); the text wanted is Qwen3's chat_template.jinja (the shared
+ * qwen3-vocab.gguf's) rendered by jinja2 for the same conversation:
+ * reasoning dropped before the last user query, kept after it (the agent
+ * loop), an empty block for a last turn without reasoning. */
+static void test_qwen3_think(void) {
+    static const moe_chat_msg M[] = {
+        {"system", "S"},
+        {"user", "Q1"},
+        {"assistant", "<think>R1</think>A1"},
+        {"user", "Q2"},
+        {"assistant", "<think>\nR2\n</think>Let me call.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>"},
+        {"user", "<tool_response>\nok\n</tool_response>"},
+        {"assistant", "<think>\nR3\n</think>\n\nDone."},
+        {"assistant", "plain"},
+    };
+    expect_render("<|im_start|>{% if '</think>' in c %}{% endif %}", NULL, M, 8, true,
+                  "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ1<|im_end|>\n"
+                  "<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
+                  "<|im_start|>assistant\n<think>\nR2\n</think>\n\nLet me call.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call><|im_end|>\n"
+                  "<|im_start|>user\n<tool_response>\nok\n</tool_response><|im_end|>\n"
+                  "<|im_start|>assistant\n<think>\nR3\n</think>\n\nDone.<|im_end|>\n"
+                  "<|im_start|>assistant\n<think>\n\n</think>\n\nplain<|im_end|>\n<|im_start|>assistant\n");
+    /* plain ChatML keeps the content as given */
+    expect_render("<|im_start|>", NULL, M + 2, 1, false, "<|im_start|>assistant\n<think>R1</think>A1<|im_end|>\n");
+    CHECK(strstr(moe_chat_formats(), "qwen3") != NULL);
+}
+
 int main(void) {
     test_llama3_mistral();
+    test_qwen3_think();
     char *qwen3 = template_of("vocab/qwen3-vocab.gguf");
     char *synth_q = template_of("oracle/qwen3moe-tiny-q8_0.gguf"); /* the F32 files' templates */
     char *synth_l = template_of("oracle/laguna-tiny-q8_0.gguf");
@@ -153,7 +183,7 @@ int main(void) {
     }
 
     /* recognition */
-    CHECK(moe_chat_detect(qwen3) && !strcmp(moe_chat_detect(qwen3), "chatml"));
+    CHECK(moe_chat_detect(qwen3) && !strcmp(moe_chat_detect(qwen3), "qwen3"));
     CHECK(moe_chat_detect(synth_q) && !strcmp(moe_chat_detect(synth_q), "chatml"));
     CHECK(moe_chat_detect(synth_l) && !strcmp(moe_chat_detect(synth_l), "chatml"));
     CHECK(moe_chat_detect("{{ '<user>' + m + '</user><assistant>' }}{{ '</assistant>' }}") &&
@@ -198,6 +228,27 @@ int main(void) {
                   "<|start|>assistant<|channel|>final<|message|>Hi.<|end|>"
                   "<|start|>user<|message|>Bye<|end|><|start|>assistant");
     expect_render("<|start|>x<|message|>", NULL, CONV + 1, 1, false, "<|start|>user<|message|>Hello!<|end|>");
+    /* an agent loop's history in serve's pseudo-roles: the developer message
+     * as given, the analysis before the call, the call with its recipient in
+     * the commentary channel, the result from functions.NAME (the harmony
+     * cookbook's rendering) */
+    static const moe_chat_msg HL[] = {
+        {"developer", "# Tools\n\n## functions\n\nnamespace functions {\n\n} // namespace functions"},
+        {"user", "Weather?"},
+        {"analysis", "Need the tool."},
+        {"to=functions.get_weather", "{\"city\": \"Paris\"}"},
+        {"functions.get_weather", "sunny"},
+        {"commentary", "Checking."},
+        {"assistant", "Sunny."},
+    };
+    expect_render("<|start|>x<|message|>", NULL, HL, 7, true,
+                  "<|start|>developer<|message|># Tools\n\n## functions\n\nnamespace functions {\n\n} // namespace functions<|end|>"
+                  "<|start|>user<|message|>Weather?<|end|>"
+                  "<|start|>assistant<|channel|>analysis<|message|>Need the tool.<|end|>"
+                  "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>"
+                  "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>sunny<|end|>"
+                  "<|start|>assistant<|channel|>commentary<|message|>Checking.<|end|>"
+                  "<|start|>assistant<|channel|>final<|message|>Sunny.<|end|><|start|>assistant");
     /* an unknown template works once a format is named */
     expect_render("[INST]", "chatml", CONV + 1, 1, true, "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
 

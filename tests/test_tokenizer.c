@@ -497,6 +497,38 @@ static void test_eog_fallback(const char *pre) {
     free(b.p);
 }
 
+/* gpt-oss's vocabulary (<|return|> and <|call|> beside <|end|>): <|end|>
+ * ends a message, not the generation, even declared as the eot id; without
+ * <|call|> it still ends generation (the fallback list) */
+static void test_eog_harmony(bool with_call) {
+    static const char *const toks[] = {"a", "b", "ab", "<|end|>", "<|return|>", "<|call|>", "<|start|>"};
+    static const char *const merges[] = {"a b"};
+    static const int32_t types[] = {1, 1, 1, 3, 3, 3, 3};
+    mbuf b = {0};
+    mb_put(&b, "GGUF", 4); mb_u32(&b, 3); mb_u64(&b, 0); mb_u64(&b, 7);
+    mb_key(&b, "tokenizer.ggml.model", GGUF_STRING); mb_str(&b, "gpt2");
+    mb_key(&b, "tokenizer.ggml.pre", GGUF_STRING); mb_str(&b, "qwen2");
+    mb_strarr(&b, "tokenizer.ggml.tokens", toks, with_call ? 7 : 5);
+    mb_i32arr(&b, "tokenizer.ggml.token_type", types, with_call ? 7 : 5);
+    mb_strarr(&b, "tokenizer.ggml.merges", merges, 1);
+    mb_key(&b, "tokenizer.ggml.eos_token_id", GGUF_U32); mb_u32(&b, 4);
+    mb_key(&b, "tokenizer.ggml.eot_token_id", GGUF_U32); mb_u32(&b, 3);
+    gguf_file *f = NULL;
+    moe_tokenizer *t = NULL;
+    int rc = gguf_open_memory(b.p, b.n, "synthetic.gguf", &f, g_err, sizeof g_err);
+    if (rc == MOE_OK) rc = moe_tokenizer_load(f, &t, g_err, sizeof g_err);
+    CHECK_MSG(rc == MOE_OK, "%s", g_err);
+    if (t) {
+        CHECK(moe_tokenizer_is_eog(t, 3) == !with_call);
+        CHECK(moe_tokenizer_is_eog(t, 4));
+        CHECK(!with_call || moe_tokenizer_is_eog(t, 5));
+        CHECK(!moe_tokenizer_is_eog(t, 2));
+    }
+    moe_tokenizer_free(t);
+    gguf_close(f);
+    free(b.p);
+}
+
 /* ---- merge paths: heap, bucket queue and the naive O(n^2) scan agree ---- */
 
 static int32_t *enc_with(const moe_tokenizer *t, int merge, const char *s, size_t n, size_t *nout, size_t *fallbacks) {
@@ -753,6 +785,8 @@ int main(void) {
     test_malformed();
     test_eog_fallback("laguna");
     test_eog_fallback("glm4");
+    test_eog_harmony(true);
+    test_eog_harmony(false);
     test_merge_paths("vocab/qwen3-vocab.gguf", 11);
     test_merge_paths("vocab/ggml-vocab-gpt-2.gguf", 12);
     test_merge_paths("vocab/ggml-vocab-llama-spm.gguf", 13);

@@ -21,7 +21,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: moefast serve -m FILE [--host ADDR] [--port N] [--slots N] [--ctx N] [--queue N]\n"
             "                     [--api-key KEY] [-t N] [--flags SPEC] [--chunk N] [--alias NAME]\n"
-            "                     [--chat-format NAME] [--max-body BYTES] [--shutdown-timeout S] [--profile]\n"
+            "                     [--chat-format NAME] [--reasoning-format F] [--max-body BYTES]\n"
+            "                     [--shutdown-timeout S] [--profile]\n"
             "  --host ADDR     address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)\n"
             "  --port N        TCP port (default 8080; 0: any free port, printed at startup)\n"
             "  --slots N       requests generated together, one KV cache each (default 4)\n"
@@ -30,6 +31,8 @@ static void usage(FILE *f) {
             "  --api-key KEY   require 'Authorization: Bearer KEY' on /v1/* (also MOEFAST_API_KEY)\n"
             "  --chunk N       most prompt tokens per step, so decoding never stalls (default 64)\n"
             "  --alias NAME    the model's name in the API (default: the file name)\n"
+            "  --reasoning-format F  deepseek (default): a thinking model's <think> text is\n"
+            "                  returned as reasoning_content; none: left in the content\n"
             "  --max-body B    largest request body (default 4194304)\n"
             "  --shutdown-timeout S  on SIGTERM, how long running requests may finish (default 10)\n"
             "  --profile       measure: weight bytes per step and the memory bandwidth in /metrics\n"
@@ -41,7 +44,7 @@ static void usage(FILE *f) {
 typedef struct serve_opts {
     const char *path, *host, *api_key, *flags, *alias, *format;
     long port, slots, n_ctx, queue, threads, chunk, max_body, grace;
-    bool profile;
+    bool profile, reason_none;
 } serve_opts;
 
 static int parse_args(int argc, char **argv, serve_opts *o) {
@@ -64,6 +67,11 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--api-key")) { if (!v || !*v) return cli_fail(C, "--api-key needs a key"); o->api_key = v; }
         else if (!strcmp(a, "--alias")) { if (!v || !*v) return cli_fail(C, "--alias needs a name"); o->alias = v; }
         else if (!strcmp(a, "--chat-format")) { if (!v) return cli_fail(C, "--chat-format needs a name"); o->format = v; }
+        else if (!strcmp(a, "--reasoning-format")) {
+            if (!v || (strcmp(v, "none") && strcmp(v, "deepseek") && strcmp(v, "auto")))
+                return cli_fail(C, "--reasoning-format needs none, deepseek or auto");
+            o->reason_none = !strcmp(v, "none");
+        }
         else if (!strcmp(a, "--flags")) { if (!v) return cli_fail(C, "--flags needs a spec"); o->flags = v; }
         else if (!strncmp(a, "--flags=", 8)) { o->flags = a + 8; used = 0; }
         else if (!strcmp(a, "--profile")) { o->profile = true; used = 0; }
@@ -119,6 +127,8 @@ int cmd_serve(int argc, char **argv) {
     s.model_name = name;
     s.api_key = o.api_key;
     s.chat_format = o.format;
+    s.reason_extract = !o.reason_none;
+    s.harmony = reason_harmony(&s);
     s.max_body = (size_t)o.max_body;
     /* tests only: slows each step so that queues fill and clients can leave mid-request */
     const char *delay = getenv("MOEFAST_SERVE_STEP_DELAY_MS");

@@ -53,6 +53,9 @@ typedef struct srv_req {
     struct srv_gcache *gcache;
     uint8_t *allowed;
     struct srv_tools *tools;        /* `tools` (serve_tools.c): NULL without, or under tool_choice none */
+    bool reason;                    /* chat: <think> reasoning returned as reasoning_content (serve_reason.c) */
+    bool think_open;                /* the prompt ends inside a think block (the reasoning starts at once) */
+    bool harmony;                   /* gpt-oss chat: control tokens spelled in the text, channels split */
     moe_utf8_stream *utf8;          /* engine thread only */
     double t_arrive;
     char *model_name;               /* echoed in the response */
@@ -112,6 +115,8 @@ typedef struct srv {
     moe_context *ctx;
     int n_vocab, n_ctx, n_slots, chunk, queue_cap;
     const char *model_name, *api_key, *chat_format;
+    bool reason_extract;            /* --reasoning-format deepseek (the default): requests split reasoning off */
+    bool harmony;                   /* the chat format is harmony (reason_harmony, at start) */
     moe_grammar_vocab *gvoc;        /* the token trie of constrained requests (built at init) */
     struct srv_gcache *gcache;      /* compiled grammars reused across requests (serve_gcache.c) */
     size_t max_body;
@@ -185,6 +190,9 @@ char *api_final_json(srv *s, srv_req *r, int *status);
 typedef struct api_lp_span { int from, to; size_t text_len; } api_lp_span;
 /* lp: NULL or an empty span for "logprobs": null. */
 char *api_chunk(srv *s, srv_req *r, const char *text, size_t len, bool role, const char *finish, const api_lp_span *lp);
+/* The same with the text in delta.FIELD ("content" or "reasoning_content"). */
+char *api_chunk_field(srv *s, srv_req *r, const char *field, const char *text, size_t len, bool role, const char *finish,
+                      const api_lp_span *lp);
 char *api_usage_chunk(srv *s, srv_req *r);
 /* A chunk with the given delta (taken over) and no finish_reason. */
 char *api_delta_chunk(srv *s, srv_req *r, json_t *delta);
@@ -241,6 +249,11 @@ int  tools_parse(srv *s, json_t *o, srv_req *r, bool *forced, json_t **tools_jso
  * them. *out and every string in *owned (count *n_owned) are malloc'd. */
 int  tools_messages(srv *s, json_t *ms, const moe_chat_msg *msgs, size_t n, json_t *tools,
                     moe_chat_msg **out, size_t *n_out, char ***owned, size_t *n_owned, api_err *e);
+/* serve_harmony.c: tools_messages for gpt-oss (harmony): the tools'
+ * namespace in the developer message, calls and results in chat.c's
+ * harmony pseudo-roles. *out (n + 2 entries) may be reallocated. */
+int  harmony_messages(json_t *ms, const moe_chat_msg *msgs, size_t n, json_t *tools, moe_chat_msg **out, size_t *n_out,
+                      char ***owned, size_t *n_owned, api_err *e);
 /* The trigger text to put after the prompt (required / named), or NULL. */
 const char *tools_forced_text(const srv_req *r);
 /* Engine side (under srv.mu): token id of r was generated with raw bytes
@@ -265,6 +278,29 @@ json_t *tools_calls_json(const srv_req *r);
 char *api_tool_chunks(srv *s, srv_req *r, int *call, bool *head_sent, size_t *args_sent);
 /* The raw generated text as a JSON string (invalid UTF-8 repaired), malloc'd. */
 char *tools_raw_json(const srv_req *r);
+
+/* serve_reason.c — <think>R</think>C split into reasoning R and content C.
+ * Spans of t[0..n): the reasoning [r_from, r_to) (trimmed), the content
+ * [c_from, c_to). Before `final`, a tail that may still become a marker or
+ * trimmed space is in neither span (held), so the spans of a prefix are
+ * prefixes of the spans of the whole. has: a think block began; open: it
+ * has not ended; close_end: just after </think> (has && !open). held: the
+ * text may still open a think block (nothing to send yet). */
+typedef struct reason_span { size_t r_from, r_to, c_from, c_to, close_end; bool has, open, held; } reason_span;
+void reason_split(const char *t, size_t n, bool open_at_start, bool final, reason_span *o);
+/* The rendered prompt ends with <think> (and space): the template opened the block. */
+bool reason_prompt_open(const char *prompt);
+/* r's split: harmony's channels (r->harmony) or the think block. */
+void reason_split_req(const srv_req *r, const char *t, size_t n, bool final, reason_span *o);
+/* The chat format is harmony (gpt-oss): the answer's control tokens are spelled. */
+bool reason_harmony(const srv *s);
+/* The template writes an assistant turn's reasoning from <think>R</think> in
+ * its content (Qwen3, GLM-4.5): reasoning_content sent back is folded there. */
+bool reason_history_folds(const srv *s);
+/* The chat format is Qwen3's template (qwen3: ChatML with its think handling). */
+bool reason_qwen3(const srv *s);
+/* What such a template keeps as the content: after the last </think>, '\n's stripped ahead. */
+const char *reason_visible(const char *content);
 
 /* serve_http.c */
 struct MHD_Daemon;

@@ -163,6 +163,48 @@ static bool has_tool_turns(json_t *ms) {
     return false;
 }
 
+/* An assistant message's reasoning_content (DeepSeek's API, llama.cpp's
+ * server): a string or null. A template that writes reasoning back (Qwen3,
+ * GLM-4.5) finds it as <think>R</think> before the content, the form it
+ * splits itself; the others drop it, as their templates do. */
+static int history_reasoning(srv *s, json_t *m, size_t i, bool assistant, const char **content, char **owned, api_err *e) {
+    json_t *x = json_object_get(m, "reasoning_content");
+    if (!x || json_is_null(x)) return 0;
+    if (!json_is_string(x))
+        return api_fail(e, 400, "messages", "invalid_type", "'messages[%zu].reasoning_content' must be a string or null", i);
+    if (!assistant || json_string_length(x) == 0 || !reason_history_folds(s)) return 0;
+    const size_t rl = json_string_length(x), cl = strlen(*content);
+    char *b = malloc(rl + cl + 16);
+    if (!b) return api_fail(e, 500, NULL, NULL, "out of memory");
+    snprintf(b, rl + cl + 16, "<think>%s</think>%s", json_string_value(x), *content);
+    free(*owned);
+    *content = *owned = b;
+    return 0;
+}
+
+static int append_text(char **text, const char *add, api_err *e) {
+    const size_t tl = strlen(*text), al = strlen(add);
+    char *t2 = realloc(*text, tl + al + 1);
+    if (!t2) return api_fail(e, 500, NULL, NULL, "out of memory");
+    memcpy(t2 + tl, add, al + 1);
+    *text = t2;
+    return 0;
+}
+
+/* chat_template_kwargs.enable_thinking (llama.cpp's and vLLM's field for
+ * Qwen3's template variable): a boolean; other templates ignore it. */
+static int get_enable_thinking(json_t *o, bool *think, api_err *e) {
+    json_t *k = json_object_get(o, "chat_template_kwargs");
+    if (!k || json_is_null(k)) return 0;
+    if (!json_is_object(k)) return api_fail(e, 400, "chat_template_kwargs", "invalid_type", "'chat_template_kwargs' must be an object");
+    json_t *x = json_object_get(k, "enable_thinking");
+    if (!x || json_is_null(x)) return 0;
+    if (!json_is_boolean(x))
+        return api_fail(e, 400, "chat_template_kwargs", "invalid_type", "'chat_template_kwargs.enable_thinking' must be a boolean");
+    *think = json_is_true(x);
+    return 0;
+}
+
 static int chat_prompt(srv *s, json_t *o, srv_req *r, json_t *tools, api_err *e) {
     json_t *ms = json_object_get(o, "messages");
     if (!ms) return api_fail(e, 400, "messages", "missing_required_parameter", "'messages' is required");
@@ -193,6 +235,7 @@ static int chat_prompt(srv *s, json_t *o, srv_req *r, json_t *tools, api_err *e)
         }
         msgs[i].role = k == 1 ? "system" : ROLES[k];  /* "developer" is the newer name of "system" */
         rc = message_content(c, i, &msgs[i].content, &owned[i], e);
+        if (rc == 0) rc = history_reasoning(s, m, i, k == 3, &msgs[i].content, &owned[i], e);
     }
     char *text = NULL, err[MOE_ERR_LEN];
     moe_chat_msg *tm = NULL;                       /* with tools: the messages rewritten (serve_tools.c) */
@@ -202,13 +245,14 @@ static int chat_prompt(srv *s, json_t *o, srv_req *r, json_t *tools, api_err *e)
         rc = tools_messages(s, ms, msgs, n, tools, &tm, &tn, &towned, &tn_owned, e);
     if (rc == 0 && moe_chat_render(s->m, s->chat_format, tm ? tm : msgs, tm ? tn : n, true, &text, err, sizeof err))
         rc = api_fail(e, 500, NULL, NULL, "%s", err);
+    bool think = true;
+    if (rc == 0) rc = get_enable_thinking(o, &think, e);
+    /* Qwen3's template with enable_thinking false: an empty think block, then the answer */
+    if (rc == 0 && !think && reason_qwen3(s)) rc = append_text(&text, "<think>\n\n</think>\n\n", e);
     const char *forced = tools_forced_text(r);     /* required / named: the calls begin after the prompt */
-    if (rc == 0 && forced) {
-        const size_t tl = strlen(text), fl = strlen(forced);
-        char *t2 = realloc(text, tl + fl + 1);
-        if (!t2) rc = api_fail(e, 500, NULL, NULL, "out of memory");
-        else { memcpy(t2 + tl, forced, fl + 1); text = t2; }
-    }
+    if (rc == 0 && forced) rc = append_text(&text, forced, e);
+    if (rc == 0) r->think_open = reason_prompt_open(text);   /* the template opened the think block */
+    r->harmony = s->harmony;
     if (rc == 0) rc = tokenize_text(s, r, text, strlen(text), "messages", e);
     free(text);
     free(tm);
@@ -308,6 +352,21 @@ static int get_logprobs(json_t *o, int kind, srv_req *r, api_err *e) {
     return 0;
 }
 
+/* "reasoning_format" (llama.cpp's server's field): "deepseek" (or "auto")
+ * returns <think> reasoning as reasoning_content, "none" leaves it in the
+ * content; absent: the server's --reasoning-format. */
+static int get_reasoning_format(srv *s, json_t *o, srv_req *r, api_err *e) {
+    json_t *x = json_object_get(o, "reasoning_format");
+    r->reason = s->reason_extract;
+    if (!x || json_is_null(x)) return 0;
+    if (!json_is_string(x)) return api_fail(e, 400, "reasoning_format", "invalid_type", "'reasoning_format' must be a string");
+    const char *v = json_string_value(x);
+    if (!strcmp(v, "none")) r->reason = false;
+    else if (!strcmp(v, "deepseek") || !strcmp(v, "auto")) r->reason = true;
+    else return api_fail(e, 400, "reasoning_format", "invalid_value", "'reasoning_format' must be 'none', 'deepseek' or 'auto', got '%.40s'", v);
+    return 0;
+}
+
 /* `grammar` (GBNF text) and `response_format` ({"type": "text" |
  * "json_object" | "json_schema", "json_schema": {"schema": {...}}}): a
  * constraint for the request; a bad grammar or schema is a 400 naming the
@@ -376,7 +435,7 @@ int api_parse(srv *s, int kind, const char *body, size_t n, srv_req **out, api_e
         if (!json_is_object(so)) api_fail(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object");
         goto done;
     }
-    if (get_stop(o, r, e)) goto done;
+    if (get_stop(o, r, e) || (kind == SRV_CHAT && get_reasoning_format(s, o, r, e))) goto done;
     bool forced = false;
     json_t *tools = NULL;
     if (kind == SRV_CHAT && tools_parse(s, o, r, &forced, &tools, e)) goto done;
@@ -544,8 +603,12 @@ char *api_final_json(srv *s, srv_req *r, int *status) {
         json_t *msg = json_object();
         json_object_set_new(msg, "role", json_string("assistant"));
         const bool calls = r->tools && r->finish && !strcmp(r->finish, "tool_calls");   /* complete calls only */
+        reason_span sp = {.c_to = r->len};
+        if (r->reason) reason_split_req(r, r->text, r->len, true, &sp);
+        const size_t clen = sp.c_to - sp.c_from;
         /* with tool calls and no text before them, content is null (as OpenAI) */
-        json_object_set_new(msg, "content", calls && r->len == 0 ? json_null() : json_stringn(r->text, r->len));
+        json_object_set_new(msg, "content", calls && clen == 0 ? json_null() : json_stringn(r->text + sp.c_from, clen));
+        if (sp.r_to > sp.r_from) json_object_set_new(msg, "reasoning_content", json_stringn(r->text + sp.r_from, sp.r_to - sp.r_from));
         json_object_set_new(msg, "refusal", json_null());
         if (calls) json_object_set_new(msg, "tool_calls", tools_calls_json(r));
         json_object_set_new(ch, "message", msg);
@@ -574,12 +637,17 @@ char *api_error_chunk(srv *s, srv_req *r) {
 }
 
 char *api_chunk(srv *s, srv_req *r, const char *text, size_t len, bool role, const char *finish, const api_lp_span *lp) {
+    return api_chunk_field(s, r, "content", text, len, role, finish, lp);
+}
+
+char *api_chunk_field(srv *s, srv_req *r, const char *field, const char *text, size_t len, bool role, const char *finish,
+                      const api_lp_span *lp) {
     json_t *o = head_json(r, true), *ch = json_object(), *arr = json_array();
     json_object_set_new(ch, "index", json_integer(0));
     if (r->kind == SRV_CHAT) {
         json_t *d = json_object();
         if (role) json_object_set_new(d, "role", json_string("assistant"));
-        if (role || len) json_object_set_new(d, "content", json_stringn(text, len));
+        if (role || len) json_object_set_new(d, field, json_stringn(text, len));
         json_object_set_new(ch, "delta", d);
     } else
         json_object_set_new(ch, "text", json_stringn(text, len));

@@ -351,7 +351,8 @@ static void take_token(srv *s, int i, int32_t id, double now) {
     else if (!calls) {
         const char *piece;
         size_t plen;
-        if (moe_token_piece(s->m, id, false, &piece, &plen) != MOE_OK) plen = 0;
+        /* harmony: the channels' control tokens stay in the text (split there) */
+        if (moe_token_piece(s->m, id, r->harmony, &piece, &plen) != MOE_OK) plen = 0;
         for (size_t off = 0; off < plen; off += 256) {
             const size_t part = plen - off < 256 ? plen - off : 256;
             oom |= !text_add(r, buf, moe_utf8_stream_push(r->utf8, piece + off, part, buf, sizeof buf));

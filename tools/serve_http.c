@@ -124,6 +124,7 @@ typedef struct stream {
     char *buf;                      /* events not yet written */
     size_t n, off, cap;
     size_t sent;                    /* text bytes already turned into events */
+    size_t r_sent, c_sent;          /* with reasoning: where the reasoning / content sent so far end in the text */
     int lp_sent;                    /* generated tokens whose logprobs were sent */
     bool finished;
     /* tool calls: the one being sent, its head sent, its argument bytes sent, the version seen */
@@ -150,6 +151,22 @@ static bool st_add(stream *st, char *ev) {
     return true;
 }
 
+/* The text not sent yet (under srv.mu): the new reasoning [rf, rt) and
+ * content [cf, ct) of text[0..emit) (without reasoning: all content). */
+static void new_spans(const stream *st, bool done, size_t *rf, size_t *rt, size_t *cf, size_t *ct) {
+    const srv_req *r = st->r;
+    *rf = *rt = 0;
+    *cf = st->c_sent;
+    *ct = r->emit;
+    if (!r->reason) return;
+    reason_span sp;
+    reason_split_req(r, r->text, r->emit, done, &sp);
+    *rf = sp.r_from > st->r_sent ? sp.r_from : st->r_sent;
+    *rt = sp.r_to > *rf ? sp.r_to : *rf;
+    *cf = sp.c_from > st->c_sent ? sp.c_from : st->c_sent;
+    *ct = sp.c_to > *cf ? sp.c_to : *cf;
+}
+
 /* The next events: new text, or the end (finish chunk, usage, [DONE]). */
 static bool st_refill(stream *st) {
     srv *s = st->s;
@@ -163,25 +180,39 @@ static bool st_refill(stream *st) {
         calls = api_tool_chunks(s, r, &st->tc_call, &st->tc_head, &st->tc_args);
     }
     const size_t avail = r->emit - st->sent;
-    char *text = avail ? malloc(avail) : NULL;
-    if (text) memcpy(text, r->text + st->sent, avail);
     const bool done = r->done && r->emit == r->len;
     const bool failed = r->err_status != 0;
+    size_t rf, rt, cf, ct;
+    new_spans(st, done, &rf, &rt, &cf, &ct);
+    char *reason = rt > rf ? malloc(rt - rf) : NULL, *text = ct > cf ? malloc(ct - cf) : NULL;
+    if (reason) memcpy(reason, r->text + rf, rt - rf);
+    if (text) memcpy(text, r->text + cf, ct - cf);
     /* a chunk carries the logprobs of the tokens whose text it completes;
      * the last one those of the rest (an end token, a stop string's) */
     api_lp_span lp = {st->lp_sent, st->lp_sent, r->len};
     if (r->n_top >= 0)
         while (lp.to < r->n_gen && (done || r->tok_end[lp.to] <= r->emit)) lp.to++;
     pthread_mutex_unlock(&s->mu);
-    if ((avail && !text) || (r->tools && !r->err_status && !calls)) { free(text); free(calls); return false; }
+    if ((ct > cf && !text) || (rt > rf && !reason) || (r->tools && !r->err_status && !calls)) {
+        free(text); free(reason); free(calls);
+        return false;
+    }
     st->sent += avail;
     bool ok = true;
-    /* r's fields read below without the lock are final once done */
-    if (avail && !failed) {
-        ok = st_add(st, api_chunk(s, r, text, avail, false, NULL, &lp));
+    /* r's fields read below without the lock are final once done; the
+     * reasoning goes before the content, the logprobs with the last chunk */
+    if (rt > rf && !failed) {
+        ok = st_add(st, api_chunk_field(s, r, "reasoning_content", reason, rt - rf, false, NULL, ct > cf ? NULL : &lp));
+        if (ct <= cf) st->lp_sent = lp.from = lp.to;
+        st->r_sent = rt;
+    }
+    if (ok && ct > cf && !failed) {
+        ok = st_add(st, api_chunk(s, r, text, ct - cf, false, NULL, &lp));
         st->lp_sent = lp.from = lp.to;
+        st->c_sent = ct;
     }
     free(text);
+    free(reason);
     if (calls && ok) ok = *calls ? st_add(st, calls) : (free(calls), true);
     else free(calls);
     if (ok && done && st->sent == r->len) {

@@ -626,6 +626,7 @@ int tools_messages(srv *s, json_t *ms, const moe_chat_msg *msgs, size_t n, json_
     if (!o) return api_fail(e, 500, NULL, NULL, "out of memory");
     if (!strcmp(sy->family, "llama3")) return llama3_messages(sy, ms, msgs, n, tools, out, o, n_out, owned, n_owned, e);
     if (!strcmp(sy->family, "mistral")) return mistral_messages(ms, msgs, n, tools, o, n_out, owned, n_owned, e);
+    if (!strcmp(sy->family, "harmony")) return harmony_messages(ms, msgs, n, tools, out, n_out, owned, n_owned, e);
     if (sy->kv_args) return kv_messages(ms, msgs, n, tools, o, n_out, owned, n_owned, e);
     if (tools) {                                   /* the system prompt gets the tools */
         tbuf b = {0};
@@ -654,7 +655,9 @@ int tools_messages(srv *s, json_t *ms, const moe_chat_msg *msgs, size_t n, json_
             if (!json_is_array(tc)) return api_fail(e, 400, "messages", "invalid_type", "'messages[%zu].tool_calls' must be an array", i);
             tbuf b = {0};
             tb_add(&b, msgs[i].content);
-            if (*msgs[i].content && json_array_size(tc)) tb_add(&b, "\n");
+            /* Qwen3's template tests the content without its reasoning */
+            const char *vis = reason_history_folds(s) ? reason_visible(msgs[i].content) : msgs[i].content;
+            if (*vis && json_array_size(tc)) tb_add(&b, "\n");
             if (assistant_calls(&b, sy, tc, i, e)) { free(b.p); return -1; }
             if (keep(owned, n_owned, &b, e)) return -1;
             o[k++] = (moe_chat_msg){"assistant", (*owned)[*n_owned - 1]};
@@ -701,9 +704,17 @@ size_t tools_after_token(srv *s, srv_req *r, int32_t id) {
     size_t n = 0;
     if (!moe_token_is_eog(s->m, id) && moe_token_piece(s->m, id, true, &piece, &n) == MOE_OK && !raw_add(t, piece, n)) n = 0;
     if (t->engaged) return r->len;
+    /* the model's reasoning (<think>...</think>) may mention the trigger:
+     * not a call (whatever the answer's reasoning format: the tokens never
+     * depend on the presentation); the calls begin after it */
+    reason_span sp = {0};
+    if (!r->harmony) reason_split(t->raw ? t->raw : "", t->raw_len, r->think_open, false, &sp);
+    if (sp.has && sp.open) return r->len;
+    const size_t think_end = sp.has ? sp.close_end : 0;
     const char *tr = t->syn->trigger;
     const size_t tl = strlen(tr), before = t->raw_len - n;
-    const size_t from = before >= tl ? before - tl + 1 : 0;
+    size_t from = before >= tl ? before - tl + 1 : 0;
+    if (from < think_end) from = think_end;
     const char *hit = t->raw_len >= tl ? memmem(t->raw + from, t->raw_len - from, tr, tl) : NULL;
     if (hit) {
         /* the calls begin: the grammar takes the trigger and what followed
@@ -722,7 +733,7 @@ size_t tools_after_token(srv *s, srv_req *r, int32_t id) {
     }
     /* hold back text that may be the start of the trigger */
     for (size_t h = tl - 1; h > 0; h--)
-        if (h <= t->raw_len && !memcmp(t->raw + t->raw_len - h, tr, h)) return t->txt_at[token_at(r, t->raw_len - h)];
+        if (h + think_end <= t->raw_len && !memcmp(t->raw + t->raw_len - h, tr, h)) return t->txt_at[token_at(r, t->raw_len - h)];
     return r->len;
 }
 

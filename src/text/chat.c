@@ -4,10 +4,14 @@
  * hand-written renderer and anything else is an error naming the formats.
  *
  *  chatml  <|im_start|>ROLE\nCONTENT<|im_end|>\n ... then <|im_start|>assistant\n
- *          (Qwen3's template and the synthetic qwen3moe/laguna templates).
- *          Qwen3's <think> handling (dropping earlier turns' reasoning, the
- *          enable_thinking=false empty think block) is not applied: plain
- *          ChatML, as the messages give it.
+ *          (the synthetic qwen3moe/laguna templates, Qwen2.5, Hermes).
+ *          Plain ChatML, as the messages give it (Qwen3's own template
+ *          is the qwen3 format).
+ *  qwen3   Qwen3's template (ChatML; recognised by <|im_start|> and </think>):
+ *          an assistant turn's <think>R</think> is split off its content and
+ *          R written back as <think>\nR\n</think>\n\n only in the turns after
+ *          the last user query that is not a tool response (an agent loop's
+ *          calls), else dropped; enable_thinking=false is not applied.
  *  laguna  <system>\nCONTENT\n</system>\n<user>\nCONTENT\n</user>\n
  *          <assistant>\nCONTENT\n</assistant>\n ... then <assistant>\n
  *          (poolside Laguna's own role tags; reconstructed from public
@@ -36,8 +40,16 @@
  *          <|start|>assistant (OpenAI's harmony format of gpt-oss). A system
  *          message becomes the developer message "# Instructions\n\nCONTENT"
  *          as gpt-oss's template writes it; the template's own system
- *          message (model identity, reasoning effort, channels) and tool
- *          sections are not generated.
+ *          message (model identity, reasoning effort, channels) is not
+ *          generated. Pseudo-roles for an agent loop's history (serve writes
+ *          them; OpenAI's harmony format, the cookbook's rendering):
+ *          "developer" the developer message as given (instructions and
+ *          the tools' namespace); "analysis" / "commentary" an assistant
+ *          message on that channel; "to=functions.NAME" a call, content the
+ *          arguments: <|start|>assistant<|channel|>commentary to=functions.NAME
+ *          <|constrain|>json<|message|>ARGS<|call|>; "functions.NAME" its
+ *          result: <|start|>functions.NAME to=assistant<|channel|>commentary
+ *          <|message|>RESULT<|end|>.
  *  llama3  <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|> ... then
  *          <|start_header_id|>assistant<|end_header_id|>\n\n (Llama 3.x, as
  *          llama.cpp's built-in llama3 rendering; role tool is written as
@@ -73,12 +85,63 @@ static void sb_add(sbuf *b, const char *s) {
     b->n += l;
 }
 
+static void sb_addn(sbuf *b, const char *s, const char *e) {
+    char *t = strndup(s, (size_t)(e - s));
+    if (!t) { b->oom = true; return; }
+    sb_add(b, t);
+    free(t);
+}
+
 typedef void (*render_fn)(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen);
 
 static void render_chatml(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
     for (size_t i = 0; i < n; i++) {
         sb_add(b, "<|im_start|>"); sb_add(b, msgs[i].role); sb_add(b, "\n");
         sb_add(b, msgs[i].content); sb_add(b, "<|im_end|>\n");
+    }
+    if (gen) sb_add(b, "<|im_start|>assistant\n");
+}
+
+/* The text after the last </think> of c, '\n's stripped ahead (Qwen3's
+ * content.split('</think>')[-1].lstrip('\n')); c itself without one. */
+static const char *after_think(const char *c) {
+    const char *last = NULL;
+    for (const char *p = c; (p = strstr(p, "</think>")); p += 8) last = p;
+    if (!last) return c;
+    for (c = last + 8; *c == '\n'; c++) {}
+    return c;
+}
+
+/* Qwen3's template: ChatML, with an assistant turn's <think>R</think> split
+ * off its content; R is kept (as <think>\nR\n</think>\n\n) only in the turns
+ * after the last user query (a user turn that is not only a tool response:
+ * the calls and results of the current agent loop), and dropped before. */
+static void render_qwen3(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
+    size_t last_query = n ? n - 1 : 0;
+    for (size_t i = n; i-- > 0;) {
+        const char *c = msgs[i].content, *ce = c + strlen(c);
+        const bool response = !strncmp(c, "<tool_response>", 15) && ce - c >= 16 && !strcmp(ce - 16, "</tool_response>");
+        if (!strcmp(msgs[i].role, "user") && !response) { last_query = i; break; }
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *c = msgs[i].content;
+        if (strcmp(msgs[i].role, "assistant")) { render_chatml(b, msgs + i, 1, false); continue; }
+        const char *close = strstr(c, "</think>"), *r = c, *re = c, *content = after_think(c);
+        if (close) {                               /* .split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') */
+            for (re = close; re > c && re[-1] == '\n'; re--) {}
+            for (const char *p = c; (p = strstr(p, "<think>")) && p + 7 <= re; p += 7) r = p + 7;
+            while (r < re && *r == '\n') r++;
+        }
+        sb_add(b, "<|im_start|>assistant\n");
+        if (i > last_query && (i + 1 == n || r < re)) {
+            while (r < re && *r == '\n') r++;    /* reasoning_content.strip('\n') */
+            while (re > r && re[-1] == '\n') re--;
+            sb_add(b, "<think>\n");
+            sb_addn(b, r, re);
+            sb_add(b, "\n</think>\n\n");
+            while (*content == '\n') content++;
+        }
+        sb_add(b, content); sb_add(b, "<|im_end|>\n");
     }
     if (gen) sb_add(b, "<|im_start|>assistant\n");
 }
@@ -125,13 +188,6 @@ static const char *py_strip(const char **a, const char *e) {
     return e;
 }
 
-static void sb_addn(sbuf *b, const char *s, const char *e) {
-    char *t = strndup(s, (size_t)(e - s));
-    if (!t) { b->oom = true; return; }
-    sb_add(b, t);
-    free(t);
-}
-
 /* One GLM-4.5 assistant turn: the template splits <think>R</think> off the
  * content and keeps R only after the last user turn. */
 static void glm45_assistant(sbuf *b, const char *c, bool keep_reasoning) {
@@ -174,12 +230,25 @@ static void render_glm45(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) 
 
 static void render_harmony(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
     for (size_t i = 0; i < n; i++) {
-        const bool sys = !strcmp(msgs[i].role, "system");
-        sb_add(b, "<|start|>"); sb_add(b, sys ? "developer" : msgs[i].role);
-        if (!strcmp(msgs[i].role, "assistant")) sb_add(b, "<|channel|>final");
+        const char *r = msgs[i].role, *c = msgs[i].content;
+        const bool sys = !strcmp(r, "system");
+        if (!strncmp(r, "to=", 3)) {               /* a call: the recipient in the channel, as the model writes it */
+            sb_add(b, "<|start|>assistant<|channel|>commentary "); sb_add(b, r);
+            sb_add(b, " <|constrain|>json<|message|>"); sb_add(b, c); sb_add(b, "<|call|>");
+            continue;
+        }
+        if (!strncmp(r, "functions.", 10)) {       /* a tool's result, addressed back to the assistant */
+            sb_add(b, "<|start|>"); sb_add(b, r); sb_add(b, " to=assistant<|channel|>commentary<|message|>");
+            sb_add(b, c); sb_add(b, "<|end|>");
+            continue;
+        }
+        const bool channel = !strcmp(r, "analysis") || !strcmp(r, "commentary");
+        sb_add(b, "<|start|>"); sb_add(b, sys ? "developer" : channel ? "assistant" : r);
+        if (!strcmp(r, "assistant")) sb_add(b, "<|channel|>final");
+        if (channel) { sb_add(b, "<|channel|>"); sb_add(b, r); }
         sb_add(b, "<|message|>");
         if (sys) sb_add(b, "# Instructions\n\n");
-        sb_add(b, msgs[i].content); sb_add(b, "<|end|>");
+        sb_add(b, c); sb_add(b, "<|end|>");
     }
     if (gen) sb_add(b, "<|start|>assistant");
 }
@@ -207,6 +276,7 @@ static void render_mistral(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen
 
 static const struct { const char *name; render_fn fn; } FORMATS[] = {
     {"chatml", render_chatml},
+    {"qwen3", render_qwen3},
     {"laguna", render_laguna},
     {"deepseek3", render_deepseek3},
     {"glm4", render_glm4},
@@ -216,10 +286,12 @@ static const struct { const char *name; render_fn fn; } FORMATS[] = {
     {"mistral", render_mistral},
 };
 
-const char *moe_chat_formats(void) { return "chatml, laguna, deepseek3, glm4, glm45, harmony, llama3, mistral"; }
+const char *moe_chat_formats(void) { return "chatml, laguna, deepseek3, glm4, glm45, harmony, llama3, mistral, qwen3"; }
 
 const char *moe_chat_detect(const char *tmpl) {
     if (!tmpl) return NULL;
+    /* Qwen3's template splits <think> reasoning off assistant turns */
+    if (strstr(tmpl, "<|im_start|>") && strstr(tmpl, "</think>")) return "qwen3";
     if (strstr(tmpl, "<|im_start|>")) return "chatml";
     /* Laguna's template closes assistant turns with </assistant> (its EOT
      * token) and is published as laguna_glm_thinking_*; either marks it */

@@ -526,6 +526,11 @@ int moe_tokenizer_load(const gguf_file *f, moe_tokenizer **out, char *err, size_
     if (t->eos >= 0) t->eog[t->eos] = 1;
     if (eot >= 0) t->eog[eot] = 1;
     if (eom >= 0) t->eog[eom] = 1;
+    /* gpt-oss (harmony): <|end|> closes every message, the analysis one
+     * before the answer included; its turns end with <|return|> or <|call|>.
+     * A vocabulary with both keeps <|end|> out of the set (as llama.cpp's) */
+    const int32_t h_end = text_lookup(t, "<|end|>", 7);
+    if (h_end >= 0 && text_lookup(t, "<|return|>", 10) >= 0 && text_lookup(t, "<|call|>", 8) >= 0) t->eog[h_end] = 0;
 
     /* byte tokens */
     for (int b = 0; b < 256; b++) {
