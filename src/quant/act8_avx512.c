@@ -586,6 +586,9 @@ ALWAYS_INLINE void panel_tokens_kq(const kq *P, int64_t ng, int64_t nb, const ui
 #define A8P_R 4        /* rows per panel */
 #define A8P_TB 64      /* tokens per block: their activations (48 KB at n = 2048) stay in L2 */
 #define A8P_MAXG 16    /* groups per row in the panel buffer (n <= 8192; 36 KB of stack) */
+/* Fewer tokens than this (decode's experts: 1 token each) keep tile_4bit: a
+ * panel unpacked for them costs more than unpacking in registers. */
+#define A8P_MIN_TOK 4
 
 /* Q4_K / Q6_K rows of n <= 32 * A8_G * A8P_MAXG (every group 16 or 8 blocks). */
 ALWAYS_INLINE void panel_gemm_kq(const uint8_t *W, size_t rb, int64_t nrows, const uint8_t *X, size_t xs, int64_t ntok,
@@ -641,7 +644,7 @@ ALWAYS_INLINE void panel_gemm_kq(const uint8_t *W, size_t rb, int64_t nrows, con
     void moe_gemm_a8_##name##_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,     \
                                      int64_t ntok, float *y, size_t ys, int64_t n) {                         \
         const uint8_t *W = w, *X = xa;                                                                       \
-        if ((FMT == FMT_Q4_K || FMT == FMT_Q6_K) && n <= (int64_t)A8P_MAXG * A8_G * 32) {                    \
+        if ((FMT == FMT_Q4_K || FMT == FMT_Q6_K) && n <= (int64_t)A8P_MAXG * A8_G * 32 && ntok >= A8P_MIN_TOK) { \
             panel_gemm_kq(W, rb, nrows, X, xs, ntok, y, ys, n, FMT);                                         \
             return;                                                                                          \
         }                                                                                                    \

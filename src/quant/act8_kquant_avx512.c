@@ -378,8 +378,12 @@ ALWAYS_INLINE void panel_gemm(const uint8_t *W, size_t rb, int64_t nrows, const 
     }
 }
 
+/* Fewer tokens than this (decode's experts: 1 token each) take the tiled
+ * driver: a panel unpacked for them costs more than unpacking in registers. */
+#define A8P_MIN_TOK 4
+
 /* gemv: quant_internal.h's tiled driver; gemm: the panel GEMM, or that
- * driver's gemm for rows too long for the panel buffer. */
+ * driver's gemm for rows too long for the panel buffer or few tokens. */
 #define A8K_KERNELS(name, F)                                                                                 \
     MOE_A8_TILED_KERNELS(name##_tiles, avx512, tile_k, F) /* quant_internal.h */                             \
     void moe_gemv_a8_##name##_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, float *y,      \
@@ -388,7 +392,7 @@ ALWAYS_INLINE void panel_gemm(const uint8_t *W, size_t rb, int64_t nrows, const 
     }                                                                                                        \
     void moe_gemm_a8_##name##_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,     \
                                      int64_t ntok, float *y, size_t ys, int64_t n) {                         \
-        if (n > (int64_t)A8P_MAXG * A8_G * 32)                                                               \
+        if (n > (int64_t)A8P_MAXG * A8_G * 32 || ntok < A8P_MIN_TOK)                                         \
             moe_gemm_a8_##name##_tiles_avx512(w, rb, nrows, xa, xs, ntok, y, ys, n);                         \
         else panel_gemm(w, rb, nrows, xa, xs, ntok, y, ys, n, F);                                            \
     }
