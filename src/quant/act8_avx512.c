@@ -585,7 +585,7 @@ ALWAYS_INLINE void panel_tokens_kq(const kq *P, int64_t ng, int64_t nb, const ui
 
 #define A8P_R 4        /* rows per panel */
 #define A8P_TB 64      /* tokens per block: their activations (48 KB at n = 2048) stay in L2 */
-#define A8P_MAXG 16    /* groups per row in the panel buffer (n <= 8192; 36 KB of stack) */
+#define A8P_MAXG 16    /* groups per row in the panel buffer (n <= 8192; 40 KB of stack) */
 /* Fewer tokens than this (decode's experts: 1 token each) keep tile_4bit: a
  * panel unpacked for them costs more than unpacking in registers. */
 #define A8P_MIN_TOK 4
