@@ -667,6 +667,17 @@ static void test_kernels_match(void) {
                         check_shape(type, NS[ni], ROWS[ri], TOKS[ti], mode, ni + ri + ti + mode);
                         shapes++;
                     }
+        /* Q4_K / Q6_K's panel GEMM (act8_avx512.c): panels of 4 rows and
+         * their tails, token tiles of 3 and their tails inside blocks of 64
+         * tokens, a block's tail, one-super-block groups */
+        static const struct { int64_t n, rows, tok; } PANEL[] = {
+            {768, 4, 6}, {2048, 7, 7}, {512, 6, 67}, {1280, 9, 130}, {256, 3, 64}};
+        if (type == MOE_T_Q4_K || type == MOE_T_Q6_K)
+            for (int i = 0; i < COUNT(PANEL); i++)
+                for (int mode = 0; mode < 8; mode += 3) {
+                    check_shape(type, PANEL[i].n, PANEL[i].rows, PANEL[i].tok, mode, i + mode);
+                    shapes++;
+                }
         check_scale_bytes(type);
         if (type == MOE_T_Q4_K) check_q4k_scales();
         if (type == MOE_T_Q6_K) check_q6k_scales();

@@ -7,7 +7,8 @@
  *    them) on moe_repack_a8's rows equals moe_a8_dot_ref bit for bit over
  *    rows of 1..8 super-blocks (odd counts end in a one-super-block group),
  *    1..8 rows, 1..5 tokens (the gemm tiles: 4 rows x 2 tokens and their
- *    tails), odd strides, random and worst-case codes (every code the
+ *    tails) and the panel GEMMs' shapes (up to 9 rows, 130 tokens, n 8448),
+ *    odd strides, random and worst-case codes (every code the
  *    largest or smallest, every scale the extreme), and crafted scales:
  *    zero, -0, subnormal, f16 max, Inf / NaN, huge and tiny activations;
  *  - the result is close to the FP32 path's dot product (a sanity bound). */
@@ -146,5 +147,14 @@ int main(void) {
     for (int f = 0; f < NF; f++) {
         a8_check_format(FORMATS[f], NS, (int)(sizeof NS / sizeof NS[0]), 768, 0.03, make_row, NULL, contract);
     }
+    /* The panel GEMMs (act8_kquant_avx512.c / _avx2.c): panels of 4 rows
+     * and their tails, token tiles of 3 (2 for Q3_K / Q2_K) and their tails
+     * inside blocks of 64 tokens, a block's tail, one-super-block groups,
+     * and rows past the panel buffer (n > 8192: the tiled driver). */
+    static const struct { int64_t n, rows, tok; } PANEL[] = {
+        {768, 4, 6}, {2048, 7, 7}, {512, 6, 67}, {1280, 9, 130}, {256, 3, 64}, {8192, 5, 4}, {8448, 2, 3}};
+    for (int f = 0; f < NF; f++)
+        for (int i = 0; i < (int)(sizeof PANEL / sizeof PANEL[0]); i++)
+            a8_check_shape(FORMATS[f], PANEL[i].n, PANEL[i].rows, PANEL[i].tok, i % 2, i, 0.03, make_row, NULL, contract);
     return check_report("test_act8_kquant");
 }

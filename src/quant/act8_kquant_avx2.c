@@ -207,7 +207,172 @@ ALWAYS_INLINE void tile_k(const uint8_t *w, size_t rb, const uint8_t *xa, size_t
         y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[0][r][t], acc[1][r][t]);
 }
 
-#define A8K_KERNELS(name, F) MOE_A8_TILED_KERNELS(name, avx2, tile_k, F)  /* quant_internal.h */
+/* ---- prefill: the panel GEMM (act8_kquant_avx512.c says why) -------------
+ * A panel of 4 rows is unpacked once per block of A8P_TB tokens into khalf
+ * records (per row, group and lane half: the 8 u slabs and the lane scales
+ * group_k computes), then the block's tokens run over it 2 x 2 at a time,
+ * lane half 0 over all groups, then half 1 (each lane's FMAs stay in group
+ * order; a one-super-block group has no half 1). The integer sums are the
+ * same exact int32 (group_k's vpmaddubsw / even-odd vpmaddwd steps), the
+ * float steps group_k's in its order, so the bits are its bits. */
+typedef struct { __m256i u[8]; __m256 fs, fm; __m256i s0, s1, m0, m1; } khalf;
+
+/* Lane half L of row G's group (gn blocks) unpacked into k. */
+ALWAYS_INLINE void unpack_k(const uint8_t *G, int gn, int L, khalf *k, const int F) {
+    const __m256i hrun = F == KF_Q5_K ? ld(G + A8K_Q5_HI(gn) + 32 * L)
+                         : F == KF_Q3_K ? ld(G + A8K_Q3_HB(gn) + 32 * L) : _mm256_setzero_si256();
+    const kscales ks = row_scales(G, gn, L, F);
+    k->fs = ks.fs; k->fm = ks.fm; k->s0 = ks.s0; k->s1 = ks.s1; k->m0 = ks.m0; k->m1 = ks.m1;
+    if (KF_HALVES(F)) {
+        UNROLL for (int h = 0; h < 2; h++) {
+            const __m256i z = ld(G + (F == KF_Q3_K ? A8K_Q3_C2(gn) : A8K_Q2_C2(gn)) + 4 * gn * h + 32 * L);
+            UNROLL for (int s = 0; s < 4; s++) k->u[4 * h + s] = slab_u(z, hrun, 4 * h + s, F);
+        }
+    } else {
+        UNROLL for (int p = 0; p < 4; p++) {
+            const __m256i z = ld(G + (F == KF_Q5_K ? A8K_Q5_LO(gn) : A8K_IQ4_LO(gn)) + 4 * gn * p + 32 * L);
+            k->u[2 * p] = slab_u(z, hrun, 2 * p, F);
+            k->u[2 * p + 1] = slab_u(z, hrun, 2 * p + 1, F);
+        }
+    }
+}
+
+/* R rows (row r's record at K + r*ks) x T tokens of lane half L of one group. */
+ALWAYS_INLINE void group_p(const khalf *K, int64_t ks, const uint8_t *A, size_t xs, int L, __m256 acc[4][4],
+                           const int R, const int T, const int F) {
+    const int NP = KF_HALVES(F) ? 2 : 1;
+    __m256i is[4][4], tot[4][4];
+    UNROLL for (int h = 0; h < NP; h++) {
+        UNROLL for (int t = 0; t < T; t++) {
+            const uint8_t *At = A + (size_t)t * xs + 32 * L;
+            const __m256i s = F == KF_IQ4_XS ? ld(At + 512)
+                              : F == KF_Q3_K ? _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ld(At + 640 + 64 * h), 2))
+                                             : _mm256_setzero_si256();
+            UNROLL for (int r = 0; r < R; r++) is[r][t] = s;
+        }
+        if (NP == 2) {
+            UNROLL for (int t = 0; t < T; t++) {
+                const uint8_t *At = A + (size_t)t * xs + 256 * h + 32 * L;
+                const __m256i a0 = ld(At), a1 = ld(At + 64), a2 = ld(At + 128), a3 = ld(At + 192);
+                UNROLL for (int r = 0; r < R; r++) {
+                    const __m256i *u = &K[r * ks].u[4 * h];
+                    __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(u[0], a0), _mm256_maddubs_epi16(u[1], a1));
+                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u[2], a2));
+                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u[3], a3));
+                    is[r][t] = _mm256_add_epi32(is[r][t], widen(s16));
+                }
+            }
+            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) {
+                const __m256i w = _mm256_mullo_epi32(is[r][t], h ? K[r * ks].s1 : K[r * ks].s0);
+                tot[r][t] = h ? _mm256_add_epi32(tot[r][t], w) : w;
+            }
+        } else {
+            UNROLL for (int p = 0; p < 4; p++) {
+                UNROLL for (int t = 0; t < T; t++) {
+                    const uint8_t *At = A + (size_t)t * xs + 128 * p + 32 * L;
+                    const __m256i a0 = ld(At), a1 = ld(At + 64);
+                    UNROLL for (int r = 0; r < R; r++) {
+                        const __m256i u0 = K[r * ks].u[2 * p], u1 = K[r * ks].u[2 * p + 1];
+                        if (F == KF_IQ4_XS) {
+                            is[r][t] = dot4(is[r][t], u0, a0);
+                            is[r][t] = dot4(is[r][t], u1, a1);
+                        } else {
+                            is[r][t] = _mm256_add_epi32(is[r][t], widen(_mm256_add_epi16(_mm256_maddubs_epi16(u0, a0),
+                                                                                       _mm256_maddubs_epi16(u1, a1))));
+                        }
+                    }
+                }
+            }
+            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) tot[r][t] = is[r][t];
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) {
+        const uint8_t *At = A + (size_t)t * xs;
+        const __m256 da = _mm256_loadu_ps((const float *)(At + 576 + 32 * L));
+        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot[r][t]), _mm256_mul_ps(K[r * ks].fs, da), acc[r][t]);
+        if (F == KF_Q5_K || F == KF_Q2_K) {
+            const __m256i h0 = ld(At + 640 + 32 * L), h1 = ld(At + 704 + 32 * L);
+            const __m256i ms = F == KF_Q5_K ? _mm256_add_epi32(h0, h1)
+                                            : _mm256_add_epi32(_mm256_mullo_epi32(K[r * ks].m0, h0),
+                                                               _mm256_mullo_epi32(K[r * ks].m1, h1));
+            acc[r][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(K[r * ks].fm, da), acc[r][t]);
+        }
+    }
+}
+
+/* R rows of the panel (records [row][group][half], ng groups) x T tokens -> y[t*ys + r]. */
+ALWAYS_INLINE void tile_p(const khalf *P, int64_t ng, int64_t nb, const uint8_t *xa, size_t xs, float *y, size_t ys,
+                          const int R, const int T, const int F) {
+    __m256 acc[2][4][4];
+    UNROLL for (int L = 0; L < 2; L++) {
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[L][r][t] = _mm256_setzero_ps();
+        for (int64_t g = 0; g < ng; g++) {
+            if (L == 1 && nb - A8_G * g < A8_G) break;   /* one super-block: no half 1 */
+            group_p(P + 2 * g + L, 2 * ng, xa + (size_t)g * A8_GROUP_BYTES, xs, L, acc[L], R, T, F);
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
+        y[(size_t)t * ys + (size_t)r] = hsum16(acc[0][r][t], acc[1][r][t]);
+}
+
+ALWAYS_INLINE void panel_tokens_r(const khalf *P, int64_t ng, int64_t nb, const uint8_t *xa, size_t xs, int64_t nt,
+                                  float *y, size_t ys, const int R, const int F) {
+    int64_t t = 0;
+    for (; t + 2 <= nt; t += 2) tile_p(P, ng, nb, xa + (size_t)t * xs, xs, y + (size_t)t * ys, ys, R, 2, F);
+    for (; t < nt; t++) tile_p(P, ng, nb, xa + (size_t)t * xs, xs, y + (size_t)t * ys, ys, R, 1, F);
+}
+
+#define A8P_R 4        /* rows per panel */
+#define A8P_TB 64      /* tokens per block */
+#define A8P_MAXG 16    /* groups per row in the panel buffer (n <= 8192; 56 KB of stack) */
+
+/* A panel's rows, 2 at a time (the 16 ymm registers hold a 2 x 2 tile). */
+ALWAYS_INLINE void panel_gemm(const uint8_t *W, size_t rb, int64_t nrows, const uint8_t *X, size_t xs, int64_t ntok,
+                              float *y, size_t ys, int64_t n, const int F) {
+    const int64_t nb = n / 32, ng = (nb + A8_G - 1) / A8_G;
+    _Alignas(32) khalf P[A8P_R * A8P_MAXG * 2];
+    for (int64_t t0 = 0; t0 < ntok; t0 += A8P_TB) {
+        const int64_t nt = ntok - t0 < A8P_TB ? ntok - t0 : A8P_TB;
+        for (int64_t r = 0; r < nrows; r += A8P_R) {
+            const int R = nrows - r < A8P_R ? (int)(nrows - r) : A8P_R;
+            for (int rr = 0; rr < R; rr++)
+                for (int64_t g = 0; g < ng; g++) {
+                    const uint8_t *G = W + (size_t)(r + rr) * rb + (size_t)(g * 2) * KF_QB(F);
+                    khalf *k = &P[(rr * ng + g) * 2];
+                    if (nb - A8_G * g >= A8_G) {
+                        unpack_k(G, A8_G, 0, k, F);
+                        unpack_k(G, A8_G, 1, k + 1, F);
+                    } else {
+                        unpack_k(G, 8, 0, k, F);
+                    }
+                }
+            const uint8_t *Xt = X + (size_t)t0 * xs;
+            float *yt = y + (size_t)t0 * ys + r;
+            int rr = 0;
+            for (; rr + 2 <= R; rr += 2) panel_tokens_r(P + rr * ng * 2, ng, nb, Xt, xs, nt, yt + rr, ys, 2, F);
+            if (rr < R) panel_tokens_r(P + rr * ng * 2, ng, nb, Xt, xs, nt, yt + rr, ys, 1, F);
+        }
+    }
+}
+
+/* Fewer tokens than this (decode's experts: 1 token each) take the tiled
+ * driver: a panel unpacked for them costs more than unpacking in registers. */
+#define A8P_MIN_TOK 4
+
+/* gemv: quant_internal.h's tiled driver; gemm: the panel GEMM, or that
+ * driver's gemm for rows too long for the panel buffer or few tokens. */
+#define A8K_KERNELS(name, F)                                                                                 \
+    MOE_A8_TILED_KERNELS(name##_tiles, avx2, tile_k, F) /* quant_internal.h */                               \
+    void moe_gemv_a8_##name##_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, float *y,        \
+                                   int64_t n) {                                                              \
+        moe_gemv_a8_##name##_tiles_avx2(w, rb, nrows, xa, y, n);                                             \
+    }                                                                                                        \
+    void moe_gemm_a8_##name##_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,       \
+                                   int64_t ntok, float *y, size_t ys, int64_t n) {                           \
+        if (n > (int64_t)A8P_MAXG * A8_G * 32 || ntok < A8P_MIN_TOK)                                         \
+            moe_gemm_a8_##name##_tiles_avx2(w, rb, nrows, xa, xs, ntok, y, ys, n);                           \
+        else panel_gemm(w, rb, nrows, xa, xs, ntok, y, ys, n, F);                                            \
+    }
 A8K_KERNELS(q5_k, KF_Q5_K)
 A8K_KERNELS(q3_k, KF_Q3_K)
 A8K_KERNELS(q2_k, KF_Q2_K)

@@ -253,7 +253,149 @@ ALWAYS_INLINE void tile_k(const uint8_t *w, size_t rb, const uint8_t *xa, size_t
         y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t]);
 }
 
-#define A8K_KERNELS(name, F) MOE_A8_TILED_KERNELS(name, avx512, tile_k, F)  /* quant_internal.h */
+/* ---- prefill: the panel GEMM ------------------------------------------------
+ * group_k unpacks a tile's codes again for every 2 tokens, which costs more
+ * than the vpdpbusd it feeds. The panel GEMM unpacks a panel of 4 rows once
+ * per block of A8P_TB tokens into kgroup records (per row and group: the 8
+ * u slabs vpdpbusd takes and the lane scales, exactly what group_k computes
+ * in registers), then runs the block's tokens over the panel A8P_T at a
+ * time from L1. Per (row, token) the integer sums are the same exact int32
+ * and the float steps the same operations in the same order (group by
+ * group, part by part, masked to lanes 0..7 in a one-super-block group), so
+ * the bits are group_k's (tests/test_act8_kquant.c). */
+typedef struct { __m512i u[8]; __m512 fs, fm; __m512i s0, s1, m0, m1; } kgroup;
+
+/* Row G's group in mode M (M_FULL or M_HALF) unpacked into k. */
+ALWAYS_INLINE void unpack_k(const uint8_t *G, kgroup *k, const int F, const int M) {
+    const int gn = M == M_FULL ? 16 : 8, jb = M == M_FULL ? 8 : 0;
+    const int oh = F == KF_Q5_K ? A8K_Q5_HI(gn) : A8K_Q3_HB(gn);
+    const __m512i hrun = F == KF_Q5_K || F == KF_Q3_K ? ld_run(G + oh, G + oh, M) : _mm512_setzero_si512();
+    const kscales ks = row_scales(G, 0, G, jb, gn, F);
+    k->fs = ks.fs; k->fm = ks.fm; k->s0 = ks.s0; k->s1 = ks.s1; k->m0 = ks.m0; k->m1 = ks.m1;
+    if (KF_HALVES(F)) {
+        UNROLL for (int h = 0; h < 2; h++) {
+            const int o = (F == KF_Q3_K ? A8K_Q3_C2(gn) : A8K_Q2_C2(gn)) + 4 * gn * h;
+            const __m512i z = ld_run(G + o, G + o, M);
+            UNROLL for (int s = 0; s < 4; s++) k->u[4 * h + s] = slab_u(z, hrun, 4 * h + s, F);
+        }
+    } else {
+        UNROLL for (int p = 0; p < 4; p++) {
+            const int o = (F == KF_Q5_K ? A8K_Q5_LO(gn) : A8K_IQ4_LO(gn)) + 4 * gn * p;
+            const __m512i z = ld_run(G + o, G + o, M);
+            k->u[2 * p] = slab_u(z, hrun, 2 * p, F);
+            k->u[2 * p + 1] = slab_u(z, hrun, 2 * p + 1, F);
+        }
+    }
+}
+
+/* R rows (row r's group at K + r*ks) x T tokens of one unpacked group, lanes ml. */
+ALWAYS_INLINE void group_p(const kgroup *K, int64_t ks, const uint8_t *A, size_t xs, __mmask16 ml, __m512 acc[4][4],
+                           const int R, const int T, const int F) {
+    const int NP = KF_HALVES(F) ? 2 : 1, SPP = 8 / NP;
+    __m512i is[4][4], tot[4][4];
+    UNROLL for (int h = 0; h < NP; h++) {
+        UNROLL for (int t = 0; t < T; t++) {
+            const __m512i s = part_start(A + (size_t)t * xs, h, F, M_FULL);
+            UNROLL for (int r = 0; r < R; r++) is[r][t] = s;
+        }
+        UNROLL for (int s = 0; s < SPP; s++) {
+            __m512i a[4];
+            UNROLL for (int t = 0; t < T; t++) a[t] = _mm512_loadu_si512(A + (size_t)t * xs + 64 * (SPP * h + s));
+            UNROLL for (int r = 0; r < R; r++) {
+                const __m512i u = _mm512_load_si512(&K[r * ks].u[SPP * h + s]);
+                UNROLL for (int t = 0; t < T; t++) is[r][t] = _mm512_dpbusd_epi32(is[r][t], u, a[t]);
+            }
+        }
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) {
+            if (NP == 1) { tot[r][t] = is[r][t]; continue; }
+            const __m512i w = _mm512_mullo_epi32(is[r][t], h ? K[r * ks].s1 : K[r * ks].s0);
+            tot[r][t] = h ? _mm512_add_epi32(tot[r][t], w) : w;
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) {
+        const __m512 fs = K[r * ks].fs;
+        UNROLL for (int t = 0; t < T; t++) {
+            const uint8_t *At = A + (size_t)t * xs;
+            const __m512 da = _mm512_loadu_ps((const float *)(At + 576));
+            acc[r][t] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(tot[r][t]), _mm512_mul_ps(fs, da), acc[r][t], ml);
+            if (F == KF_Q5_K || F == KF_Q2_K) {
+                const __m512i h0 = _mm512_loadu_si512(At + 640), h1 = _mm512_loadu_si512(At + 704);
+                const __m512i ms = F == KF_Q5_K ? _mm512_add_epi32(h0, h1)
+                                                : _mm512_add_epi32(_mm512_mullo_epi32(K[r * ks].m0, h0),
+                                                                   _mm512_mullo_epi32(K[r * ks].m1, h1));
+                acc[r][t] = _mm512_mask3_fnmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(K[r * ks].fm, da), acc[r][t], ml);
+            }
+        }
+    }
+}
+
+/* R rows of the panel (ng groups per row) x T tokens -> y[t*ys + r]. */
+ALWAYS_INLINE void tile_p(const kgroup *P, int64_t ng, int64_t nb, const uint8_t *xa, size_t xs, float *y, size_t ys,
+                          const int R, const int T, const int F) {
+    __m512 acc[4][4];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        const __mmask16 ml = nb - A8_G * g >= A8_G ? 0xFFFF : 0x00FF;
+        group_p(P + g, ng, xa + (size_t)g * A8_GROUP_BYTES, xs, ml, acc, R, T, F);
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) y[(size_t)t * ys + (size_t)r] = hsum16(acc[r][t]);
+}
+
+/* All nt tokens against the R unpacked rows of the panel, A8P_T at a time. */
+ALWAYS_INLINE void panel_tokens_r(const kgroup *P, int64_t ng, int64_t nb, const uint8_t *xa, size_t xs, int64_t nt,
+                                  float *y, size_t ys, const int R, const int F) {
+    const int TT = KF_HALVES(F) ? 2 : 3; /* halves also keep tot[R][T] live: 4 x 3 would spill */
+    int64_t t = 0;
+    for (; t + TT <= nt; t += TT) tile_p(P, ng, nb, xa + (size_t)t * xs, xs, y + (size_t)t * ys, ys, R, TT, F);
+    for (; t < nt; t++) tile_p(P, ng, nb, xa + (size_t)t * xs, xs, y + (size_t)t * ys, ys, R, 1, F);
+}
+
+#define A8P_R 4        /* rows per panel */
+#define A8P_TB 64      /* tokens per block: their activations (48 KB at n = 2048) stay in L2 */
+#define A8P_MAXG 16    /* groups per row in the panel buffer (n <= 8192; 56 KB of stack) */
+
+ALWAYS_INLINE void panel_gemm(const uint8_t *W, size_t rb, int64_t nrows, const uint8_t *X, size_t xs, int64_t ntok,
+                              float *y, size_t ys, int64_t n, const int F) {
+    const int64_t nb = n / 32, ng = (nb + A8_G - 1) / A8_G;
+    _Alignas(64) kgroup P[A8P_R * A8P_MAXG];
+    for (int64_t t0 = 0; t0 < ntok; t0 += A8P_TB) {
+        const int64_t nt = ntok - t0 < A8P_TB ? ntok - t0 : A8P_TB;
+        for (int64_t r = 0; r < nrows; r += A8P_R) {
+            const int R = nrows - r < A8P_R ? (int)(nrows - r) : A8P_R;
+            for (int rr = 0; rr < R; rr++)
+                for (int64_t g = 0; g < ng; g++) {
+                    const uint8_t *G = W + (size_t)(r + rr) * rb + (size_t)(g * 2) * KF_QB(F);
+                    if (nb - A8_G * g >= A8_G) unpack_k(G, &P[rr * ng + g], F, M_FULL);
+                    else unpack_k(G, &P[rr * ng + g], F, M_HALF);
+                }
+            const uint8_t *Xt = X + (size_t)t0 * xs;
+            float *yt = y + (size_t)t0 * ys + r;
+            if (R == 4) panel_tokens_r(P, ng, nb, Xt, xs, nt, yt, ys, 4, F);
+            else if (R == 3) panel_tokens_r(P, ng, nb, Xt, xs, nt, yt, ys, 3, F);
+            else if (R == 2) panel_tokens_r(P, ng, nb, Xt, xs, nt, yt, ys, 2, F);
+            else panel_tokens_r(P, ng, nb, Xt, xs, nt, yt, ys, 1, F);
+        }
+    }
+}
+
+/* Fewer tokens than this (decode's experts: 1 token each) take the tiled
+ * driver: a panel unpacked for them costs more than unpacking in registers. */
+#define A8P_MIN_TOK 4
+
+/* gemv: quant_internal.h's tiled driver; gemm: the panel GEMM, or that
+ * driver's gemm for rows too long for the panel buffer or few tokens. */
+#define A8K_KERNELS(name, F)                                                                                 \
+    MOE_A8_TILED_KERNELS(name##_tiles, avx512, tile_k, F) /* quant_internal.h */                             \
+    void moe_gemv_a8_##name##_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, float *y,      \
+                                     int64_t n) {                                                            \
+        moe_gemv_a8_##name##_tiles_avx512(w, rb, nrows, xa, y, n);                                           \
+    }                                                                                                        \
+    void moe_gemm_a8_##name##_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,     \
+                                     int64_t ntok, float *y, size_t ys, int64_t n) {                         \
+        if (n > (int64_t)A8P_MAXG * A8_G * 32 || ntok < A8P_MIN_TOK)                                         \
+            moe_gemm_a8_##name##_tiles_avx512(w, rb, nrows, xa, xs, ntok, y, ys, n);                         \
+        else panel_gemm(w, rb, nrows, xa, xs, ntok, y, ys, n, F);                                            \
+    }
 A8K_KERNELS(q5_k, KF_Q5_K)
 A8K_KERNELS(q3_k, KF_Q3_K)
 A8K_KERNELS(q2_k, KF_Q2_K)
