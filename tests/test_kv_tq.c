@@ -394,6 +394,25 @@ static void check_e2e(const char *path, const char *name, const char *num, const
     free(ref);
 }
 
+/* kv_tq_k / kv_tq_v (one half coded, the other FP32): each differs from the
+ * full format of its bits (the exact half is really exact) and from the
+ * other half's run (the coded half is really coded). */
+static void check_halves(const char *path, const char *name, const float *tq, const float *small, size_t n) {
+    static const char *const nums[] = {"none,+kv_tq,+kv_tq_k", "none,+kv_tq,+kv_tq_v", "none,+kv_tq_small,+kv_tq_k",
+                                       "none,+kv_tq_small,+kv_tq_v"};
+    char err[MOE_ERR_LEN];
+    float *x[4];
+    for (int i = 0; i < 4; i++) {
+        x[i] = run(path, nums[i], 1, 512, false, NULL, err, sizeof err);
+        CHECK_MSG(x[i] != NULL, "%s %s: %s", name, nums[i], err);
+    }
+    for (int i = 0; i < 4 && tq && small; i++)
+        if (x[i]) CHECK_MSG(n_differ(x[i], i < 2 ? tq : small, n) > n / 2, "%s %s: the full format's logits", name, nums[i]);
+    for (int i = 0; i < 4; i += 2)
+        if (x[i] && x[i + 1]) CHECK_MSG(n_differ(x[i], x[i + 1], n) > n / 2, "%s %s = %s", name, nums[i], nums[i + 1]);
+    for (int i = 0; i < 4; i++) free(x[i]);
+}
+
 static void test_e2e(void) {
     char dir[] = "/tmp/moefast-test-kv-tq-XXXXXX", path[512], err[MOE_ERR_LEN];
     CHECK_MSG(mkdtemp(dir) != NULL, "mkdtemp");
@@ -416,10 +435,13 @@ static void test_e2e(void) {
         float *tq = run(path, "none,+kv_tq", 1, 512, false, NULL, err, sizeof err);
         float *small = run(path, "none,+kv_tq_small", 1, 512, false, NULL, err, sizeof err);
         if (tq && small) CHECK_MSG(n_differ(tq, small, n) > n / 2, "%s: kv_tq and kv_tq_small agree", gens[g].arch);
+        check_halves(path, gens[g].arch, tq, small, n);
         free(tq);
         free(small);
         check_e2e(path, gens[g].arch, "+kv_tq", fp32, n);
         check_e2e(path, gens[g].arch, "+kv_tq_small", fp32, n);
+        check_e2e(path, gens[g].arch, "+kv_tq,+kv_tq_k", fp32, n);
+        check_e2e(path, gens[g].arch, "+kv_tq_small,+kv_tq_v", fp32, n);
         free(fp32);
         remove(path);
     }
@@ -438,6 +460,15 @@ static void test_e2e(void) {
     for (int i = 0; i < 3; i++) {
         x = run(path, pairs[i], 1, 512, false, NULL, err, sizeof err);
         CHECK_MSG(x == NULL && strstr(err, "choose the KV cache format"), "%s not refused: %s", pairs[i], err);
+        free(x);
+    }
+    static const struct { const char *spec, *msg; } halves[] = {
+        {"+kv_tq_k", "only modifies kv_tq"}, {"+kv_q8,+kv_tq_v", "only modifies kv_tq"},
+        {"+kv_tq,+kv_tq_k,+kv_tq_v", "keep one half exact"},
+    };
+    for (int i = 0; i < 3; i++) {
+        x = run(path, halves[i].spec, 1, 512, false, NULL, err, sizeof err);
+        CHECK_MSG(x == NULL && strstr(err, halves[i].msg), "%s not refused: %s", halves[i].spec, err);
         free(x);
     }
     remove(path);
