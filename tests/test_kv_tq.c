@@ -396,8 +396,13 @@ static void check_e2e(const char *path, const char *name, const char *num, const
 
 /* kv_tq_k / kv_tq_v (one half coded, the other FP32): each differs from the
  * full format of its bits (the exact half is really exact) and from the
- * other half's run (the coded half is really coded). */
-static void check_halves(const char *path, const char *name, const float *tq, const float *small, size_t n) {
+ * other half's run (the coded half is really coded). At position 0 the one
+ * key has weight exactly 1 whatever its score, so there the logits are the
+ * values' alone: kv_tq_k's are the FP32 cache's bits, kv_tq_v's the full
+ * format's. */
+static void check_halves(const char *path, const char *name, const float *fp32, const float *tq, const float *small,
+                         size_t n) {
+    const size_t V = n / NTOK;
     static const char *const nums[] = {"none,+kv_tq,+kv_tq_k", "none,+kv_tq,+kv_tq_v", "none,+kv_tq_small,+kv_tq_k",
                                        "none,+kv_tq_small,+kv_tq_v"};
     char err[MOE_ERR_LEN];
@@ -410,6 +415,11 @@ static void check_halves(const char *path, const char *name, const float *tq, co
         if (x[i]) CHECK_MSG(n_differ(x[i], i < 2 ? tq : small, n) > n / 2, "%s %s: the full format's logits", name, nums[i]);
     for (int i = 0; i < 4; i += 2)
         if (x[i] && x[i + 1]) CHECK_MSG(n_differ(x[i], x[i + 1], n) > n / 2, "%s %s = %s", name, nums[i], nums[i + 1]);
+    for (int i = 0; i < 4 && tq && small; i++) {
+        const float *want = i % 2 ? (i < 2 ? tq : small) : fp32;    /* _v: the full format's values; _k: FP32's */
+        if (x[i]) CHECK_MSG(n_differ(x[i], want, V) == 0, "%s %s: position 0 is not the %s values'", name, nums[i],
+                            i % 2 ? "coded" : "FP32");
+    }
     for (int i = 0; i < 4; i++) free(x[i]);
 }
 
@@ -435,7 +445,7 @@ static void test_e2e(void) {
         float *tq = run(path, "none,+kv_tq", 1, 512, false, NULL, err, sizeof err);
         float *small = run(path, "none,+kv_tq_small", 1, 512, false, NULL, err, sizeof err);
         if (tq && small) CHECK_MSG(n_differ(tq, small, n) > n / 2, "%s: kv_tq and kv_tq_small agree", gens[g].arch);
-        check_halves(path, gens[g].arch, tq, small, n);
+        check_halves(path, gens[g].arch, fp32, tq, small, n);
         free(tq);
         free(small);
         check_e2e(path, gens[g].arch, "+kv_tq", fp32, n);
