@@ -90,14 +90,33 @@ void moe_tq_signs(int layer, int head, int D, uint64_t *s) {
 
 static inline bool neg(const uint64_t *s, int d) { return (s[d >> 6] >> (d & 63)) & 1u; }
 
+/* The butterflies of stage h with the pair (t[j], t[j + h]) for 16 j from j0:
+ * through local copies, so the compiler knows the halves apart and runs the
+ * 16 in vector lanes (the same operations, so the same bits). */
+static inline void butterfly16(float *t, int j0, int h) {
+    float a[16], b[16];
+    memcpy(a, t + j0, sizeof a);
+    memcpy(b, t + j0 + h, sizeof b);
+    for (int k = 0; k < 16; k++) t[j0 + k] = a[k] + b[k];
+    for (int k = 0; k < 16; k++) t[j0 + h + k] = a[k] - b[k];
+}
+
+/* Stages h = 1 .. 8 mix each 16-value block only within itself, so a block
+ * runs them all before the next block; the larger stages run in 16-wide
+ * strips. Every butterfly has the operands the plain stage-by-stage order
+ * gives it (kv_tq.h), so the result is the same bits. */
 void moe_tq_fwht(float *t, int D) {
-    for (int h = 1; h < D; h *= 2)
+    for (int i = 0; i < D; i += 16)
+        for (int h = 1; h < 16; h *= 2)
+            for (int k = i; k < i + 16; k += 2 * h)
+                for (int j = k; j < k + h; j++) {
+                    const float a = t[j], b = t[j + h];
+                    t[j] = a + b;
+                    t[j + h] = a - b;
+                }
+    for (int h = 16; h < D; h *= 2)
         for (int i = 0; i < D; i += 2 * h)
-            for (int j = i; j < i + h; j++) {
-                const float a = t[j], b = t[j + h];
-                t[j] = a + b;
-                t[j + h] = a - b;
-            }
+            for (int j = i; j < i + h; j += 16) butterfly16(t, j, h);
 }
 
 static float inv_sqrt_d(int D) { return (float)(1.0 / sqrt((double)D)); }
@@ -158,13 +177,15 @@ static void put_sigma(uint8_t *row, int D, int bits, uint16_t h) {
 #define TQ_MARK 0x7E00u   /* a quiet half NaN: the row held a non-finite value */
 
 /* The number of thresholds (midpoints of adjacent centroids) below u: the
- * nearest centroid, ties to the lower one; a NaN gives 0. */
-static int nearest(const float *cb, int L, float u) {
-    int lo = 0, hi = L - 1;
-    while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (u > (cb[mid] + cb[mid + 1]) * 0.5f) lo = mid + 1;
-        else hi = mid;
+ * nearest centroid, ties to the lower one; a NaN gives 0. A search without
+ * branches (2^bits - 1 thresholds: bits halving steps, each a compare and a
+ * select), as data-dependent branches on near-Gaussian u mispredict about
+ * every other step; the same count as any search, so the same codes. */
+static inline int nearest(const float *cb, int bits, float u) {
+    int lo = 0;
+    for (int s = 1 << (bits - 1); s > 0; s >>= 1) {
+        const int i = lo + s - 1;                   /* threshold i lies between centroids i and i + 1 */
+        lo += u > (cb[i] + cb[i + 1]) * 0.5f ? s : 0;
     }
     return lo;
 }
@@ -183,7 +204,7 @@ void moe_tq_encode(const float *x, const uint64_t *s, int D, int bits, float *tm
     const float inv = (float)(1.0 / n), *cb = moe_tq_codebook(bits);
     double r2 = 0;
     for (int d = 0; d < D; d++) {
-        const int c = nearest(cb, 1 << bits, tmp[d] * inv);
+        const int c = nearest(cb, bits, tmp[d] * inv);
         put_code(row, D, bits, d, c);
         r2 += (double)cb[c] * (double)cb[c];
     }
