@@ -320,6 +320,25 @@ static void test_kernels(void) {
                     }
                     free(rows); free(x); free(q); free(p); free(s0); free(s1); free(o0); free(o1);
                 }
+    /* fwht: every head size, random and special values (a NaN, infinities, -0) */
+    for (int D = 32; D <= MOE_TQ_MAX_D; D *= 2) {
+        float *t0 = malloc(sizeof(float) * (size_t)D), *t1 = malloc(sizeof(float) * (size_t)D);
+        for (int d = 0; d < D; d++) t0[d] = (float)moe_rng_normal(&r) * (d % 7 == 0 ? 1e30f : 1.0f);
+        if (D == 64) t0[3] = NAN, t0[17] = INFINITY, t0[40] = -0.0f;
+        for (size_t ii = 0; ii < 2; ii++) {
+            if (!moe_kernels_for(isas[ii])) continue;
+            const moe_tq_kernels *k = moe_tq_for(moe_isa_table_for(isas[ii])->attn);
+            memcpy(t1, t0, sizeof(float) * (size_t)D);
+            k->fwht(t1, D);
+            float *ref = malloc(sizeof(float) * (size_t)D);
+            memcpy(ref, t0, sizeof(float) * (size_t)D);
+            moe_tq_fwht(ref, D);
+            CHECK_MSG(!memcmp(ref, t1, sizeof(float) * (size_t)D), "fwht differs: isa %d D %d", (int)isas[ii], D);
+            free(ref);
+            compared++;
+        }
+        free(t0), free(t1);
+    }
     printf("  kernels: %d ISA comparisons\n", compared);
     CHECK(compared > 0);
 }

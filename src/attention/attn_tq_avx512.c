@@ -331,4 +331,30 @@ static void accum_tq_avx512(const float *p, size_t ps, int G, const uint8_t *v, 
     }
 }
 
-const moe_tq_kernels moe_tq_avx512 = {scores_tq_avx512, accum_tq_avx512};
+/* moe_tq_fwht at AVX-512 (D a multiple of 32): stages h = 1, 2, 4, 8 inside
+ * each 16-lane vector, lane l paired with lane l ^ h by a permute: a lane
+ * with bit h clear takes a + b (itself + partner), one with it set a - b
+ * (partner - itself), the scalar butterfly's operands; the larger stages
+ * between vectors. A vector runs its four small stages before the next one
+ * (they mix only its own lanes): the same bits as moe_tq_fwht. */
+static void fwht_avx512(float *t, int D) {
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    static const __mmask16 upper[4] = {0xAAAA, 0xCCCC, 0xF0F0, 0xFF00};
+    for (int i = 0; i < D; i += 16) {
+        __m512 x = _mm512_loadu_ps(t + i);
+        for (int s = 0; s < 4; s++) {
+            const __m512 y = _mm512_permutexvar_ps(_mm512_xor_si512(iota, _mm512_set1_epi32(1 << s)), x);
+            x = _mm512_mask_sub_ps(_mm512_add_ps(x, y), upper[s], y, x);
+        }
+        _mm512_storeu_ps(t + i, x);
+    }
+    for (int h = 16; h < D; h *= 2)
+        for (int i = 0; i < D; i += 2 * h)
+            for (int j = i; j < i + h; j += 16) {
+                const __m512 a = _mm512_loadu_ps(t + j), b = _mm512_loadu_ps(t + j + h);
+                _mm512_storeu_ps(t + j, _mm512_add_ps(a, b));
+                _mm512_storeu_ps(t + j + h, _mm512_sub_ps(a, b));
+            }
+}
+
+const moe_tq_kernels moe_tq_avx512 = {scores_tq_avx512, accum_tq_avx512, fwht_avx512};

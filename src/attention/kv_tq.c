@@ -121,15 +121,19 @@ void moe_tq_fwht(float *t, int D) {
 
 static float inv_sqrt_d(int D) { return (float)(1.0 / sqrt((double)D)); }
 
-void moe_tq_rotate(const float *x, const uint64_t *s, int D, float *y) {
+void moe_tq_rotate(const float *x, const uint64_t *s, int D, float *y) { moe_tq_rotate_k(&moe_tq_scalar, x, s, D, y); }
+
+void moe_tq_rotate_k(const moe_tq_kernels *k, const float *x, const uint64_t *s, int D, float *y) {
     for (int d = 0; d < D; d++) y[d] = neg(s, d) ? -x[d] : x[d];
-    moe_tq_fwht(y, D);
+    k->fwht(y, D);
     const float isd = inv_sqrt_d(D);
     for (int d = 0; d < D; d++) y[d] *= isd;
 }
 
-void moe_tq_unrotate(float *y, const uint64_t *s, int D) {
-    moe_tq_fwht(y, D);
+void moe_tq_unrotate(float *y, const uint64_t *s, int D) { moe_tq_unrotate_k(&moe_tq_scalar, y, s, D); }
+
+void moe_tq_unrotate_k(const moe_tq_kernels *k, float *y, const uint64_t *s, int D) {
+    k->fwht(y, D);
     const float isd = inv_sqrt_d(D);
     for (int d = 0; d < D; d++) {
         const float v = y[d] * isd;
@@ -191,6 +195,11 @@ static inline int nearest(const float *cb, int bits, float u) {
 }
 
 void moe_tq_encode(const float *x, const uint64_t *s, int D, int bits, float *tmp, uint8_t *row) {
+    moe_tq_encode_k(&moe_tq_scalar, x, s, D, bits, tmp, row);
+}
+
+void moe_tq_encode_k(const moe_tq_kernels *k, const float *x, const uint64_t *s, int D, int bits, float *tmp,
+                     uint8_t *row) {
     memset(row, 0, moe_tq_row_bytes(D, bits));
     double n2 = 0;
     for (int d = 0; d < D; d++) {
@@ -200,7 +209,7 @@ void moe_tq_encode(const float *x, const uint64_t *s, int D, int bits, float *tm
     if (n2 == 0) return;                            /* exact zeros: sigma +0 */
     const double n = sqrt(n2);
     for (int d = 0; d < D; d++) tmp[d] = neg(s, d) ? -x[d] : x[d];
-    moe_tq_fwht(tmp, D);                            /* ||t|| = sqrt(D) n: t_d / n ~ N(0, 1) */
+    k->fwht(tmp, D);                                /* ||t|| = sqrt(D) n: t_d / n ~ N(0, 1) */
     const float inv = (float)(1.0 / n), *cb = moe_tq_codebook(bits);
     double r2 = 0;
     for (int d = 0; d < D; d++) {
@@ -251,7 +260,7 @@ static void accum_tq_scalar(const float *p, size_t ps, int G, const uint8_t *v, 
     }
 }
 
-const moe_tq_kernels moe_tq_scalar = {scores_tq_scalar, accum_tq_scalar};
+const moe_tq_kernels moe_tq_scalar = {scores_tq_scalar, accum_tq_scalar, moe_tq_fwht};
 
 const moe_tq_kernels *moe_tq_for(const struct moe_attn_kernels *a) {
     return a == &moe_attn_avx512 ? &moe_tq_avx512 : a == &moe_attn_avx2 ? &moe_tq_avx2 : &moe_tq_scalar;

@@ -57,13 +57,14 @@ static void attn_prep(moe_context *c, const moe_attn_desc *d, int il, int t, int
         float *tmp = c->tq_buf + (size_t)ith * c->tq_stride + (size_t)hp->n_head_max * Dm;
         const size_t C = (size_t)c->n_ctx, row = blk * C + (size_t)pos;
         uint8_t *kr = (uint8_t *)c->k_cache + row * c->tq_krow, *vr = (uint8_t *)c->v_cache + row * c->tq_vrow;
+        const moe_tq_kernels *tk = moe_tq_for(c->attn);
         if (c->tq_kbits) {
             moe_tq_signs(il, g, D, s);
-            moe_tq_encode(k, s, D, c->tq_kbits, tmp, kr);
+            moe_tq_encode_k(tk, k, s, D, c->tq_kbits, tmp, kr);
         } else memcpy(kr, k, (size_t)D * sizeof(float));         /* kv_tq_v: exact keys */
         if (c->tq_vbits) {
             moe_tq_signs(il, g, Dv, s);
-            moe_tq_encode(v, s, Dv, c->tq_vbits, tmp, vr);
+            moe_tq_encode_k(tk, v, s, Dv, c->tq_vbits, tmp, vr);
         } else memcpy(vr, v, (size_t)Dv * sizeof(float));        /* kv_tq_k: exact values */
         return;
     }
@@ -141,7 +142,7 @@ static void attn_item_tq(moe_context *c, int il, int g, size_t blk, int G, const
     if (c->tq_kbits) {
         float *qr = c->tq_buf + (size_t)ith * c->tq_stride;
         moe_tq_signs(il, g, D, s);
-        for (int h = 0; h < G; h++) moe_tq_rotate(q + (size_t)h * D, s, D, qr + (size_t)h * D);
+        for (int h = 0; h < G; h++) moe_tq_rotate_k(tk, q + (size_t)h * D, s, D, qr + (size_t)h * D);
         tk->scores_tq(qr, (size_t)D, G, kr, nk, D, c->tq_kbits, kq_scale, sc, C);
     } else ak->scores(q, (size_t)D, G, (const float *)(const void *)kr, (size_t)D, nk, D, kq_scale, sc, C);
     for (int h = 0; h < G; h++) {                                 /* as the FP32 cache's softmax */
@@ -157,7 +158,7 @@ static void attn_item_tq(moe_context *c, int il, int g, size_t blk, int G, const
     if (c->tq_vbits) {
         tk->accum_tq(sc, C, G, vr, nk, Dv, c->tq_vbits, o, (size_t)Dv);
         moe_tq_signs(il, g, Dv, s);
-        for (int h = 0; h < G; h++) moe_tq_unrotate(o + (size_t)h * Dv, s, Dv);   /* once per head and step */
+        for (int h = 0; h < G; h++) moe_tq_unrotate_k(tk, o + (size_t)h * Dv, s, Dv);   /* once per head and step */
     } else ak->accum(sc, C, G, (const float *)(const void *)vr, (size_t)Dv, nk, Dv, o, (size_t)Dv);
     for (int h = 0; h < G; h++) {
         float *oh = o + (size_t)h * Dv;
