@@ -15,7 +15,10 @@
  * key-order sums by moe_attn_row_sums), kv_q8's its softmax_q8 kernel.
  * The kv_tq rows (K5/V4) include rotating the query heads (scores) and
  * rotating each head's sum back (v sum), as attn_item_tq does.
- * Arguments, if any: the ISA levels to run (scalar, avx2, avx512). */
+ * Arguments, if any: the ISA levels to run (scalar, avx2, avx512).
+ * --keys N (first): instead, decode at depth N: qwen3moe-bench's items (G = 4,
+ * head size 128) over N keys, cycled over 64 heads (its 16 layers x 4 KV
+ * heads: one decode step's items, all from memory), 40 items a repetition. */
 #include "attention/attn.h"
 #include "attention/kv_tq.h"
 #include "quant/quant.h"
@@ -29,10 +32,10 @@
 #include "bench_util.h"
 
 #define REPS 7
-#define ITEMS 400
 #define D 128
-#define CP 640      /* positions per head (a multiple of 16) */
-#define NHEADS 256  /* heads cycled in the "memory" rows: 256 x 2 x 82..328 KB */
+static int ITEMS = 400;
+static int CP = 640;      /* positions per head (a multiple of 16) */
+static int NHEADS = 256;  /* heads cycled in the "memory" rows: 256 x 2 x 82..328 KB */
 
 static int cmp_d(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -164,13 +167,24 @@ static void run(const moe_kernels *k, const moe_attn_kernels *a, int fmt, const 
 }
 
 int main(int argc, char **argv) {
-    static const struct { const char *name; int G, nk; } shapes[] = {{"qwen3moe G=4 576 keys", 4, 576},
-                                                                        {"laguna SWA G=6 512 keys", 6, 512}};
+    static struct { const char *name; int G, nk; } shapes[] = {{"qwen3moe G=4 576 keys", 4, 576},
+                                                                  {"laguna SWA G=6 512 keys", 6, 512}};
+    size_t n_shapes = 2;
+    char deep[48];
+    const bool keys_mode = argc > 2 && !strcmp(argv[1], "--keys");
+    if (keys_mode) {                                       /* one decode step's items at depth N */
+        const int nk = atoi(argv[2]);
+        if (nk < 16 || nk > 1 << 20) { fprintf(stderr, "bench_attn: --keys N: 16 .. 1048576\n"); return 2; }
+        snprintf(deep, sizeof deep, "qwen3moe G=4 %d keys", nk);
+        shapes[0].name = deep, shapes[0].nk = nk, n_shapes = 1;
+        CP = (nk + 15) / 16 * 16, NHEADS = 64, ITEMS = 40;
+        argc -= 2, argv += 2;
+    }
     const char *isa_names[MOE_ISA_COUNT] = {"scalar", "avx2", "avx512"};
     moe_rng r;
     moe_rng_seed(&r, 11);
-    float *q = moe_calloc_aligned(sizeof(float), 8 * D, 0), *sc = moe_calloc_aligned(8 * CP, sizeof(float), 0);
-    float *wb = moe_calloc_aligned(sizeof(float), 8 * (D / 32) * CP, 0), *o = moe_calloc_aligned(sizeof(float), 8 * D, 0);
+    float *q = moe_calloc_aligned(sizeof(float), 8 * D, 0), *sc = moe_calloc_aligned(8 * (size_t)CP, sizeof(float), 0);
+    float *wb = moe_calloc_aligned(sizeof(float), 8 * (D / 32) * (size_t)CP, 0), *o = moe_calloc_aligned(sizeof(float), 8 * D, 0);
     uint8_t *qa = moe_calloc_aligned((size_t)moe_act8_row_bytes(D), 8, 0);
     if (!q || !sc || !wb || !o || !qa) { fprintf(stderr, "bench_attn: out of memory\n"); return 1; }
     for (int i = 0; i < 8 * D; i++) q[i] = (float)moe_rng_normal(&r);
@@ -180,7 +194,7 @@ int main(int argc, char **argv) {
            "total");
     for (int fmt = 0; fmt < FMT_COUNT; fmt++) {
         cache c1 = {0}, cm = {0};
-        if (cache_fill(&c1, fmt, 1, &r) || cache_fill(&cm, fmt, NHEADS, &r)) {
+        if ((!keys_mode && cache_fill(&c1, fmt, 1, &r)) || cache_fill(&cm, fmt, NHEADS, &r)) {
             fprintf(stderr, "bench_attn: out of memory\n");
             return 1;
         }
@@ -193,8 +207,8 @@ int main(int argc, char **argv) {
                 if (!want) continue;
             }
             const moe_attn_kernels *a = moe_isa_table_for((moe_isa)isa)->attn; /* the level's pair */
-            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-                for (int mem = 0; mem < 2; mem++) {
+            for (size_t si = 0; si < n_shapes; si++)
+                for (int mem = keys_mode; mem < 2; mem++) {
                     double med[3];
                     /* the scalar kernels are ~50x slower: fewer items, the same medians */
                     run(k, a, fmt, mem ? &cm : &c1, mem ? NHEADS : 1, shapes[si].G, shapes[si].nk,

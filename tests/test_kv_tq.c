@@ -320,6 +320,25 @@ static void test_kernels(void) {
                     }
                     free(rows); free(x); free(q); free(p); free(s0); free(s1); free(o0); free(o1);
                 }
+    /* fwht: every head size, random and special values (a NaN, infinities, -0) */
+    for (int D = 32; D <= MOE_TQ_MAX_D; D *= 2) {
+        float *t0 = malloc(sizeof(float) * (size_t)D), *t1 = malloc(sizeof(float) * (size_t)D);
+        for (int d = 0; d < D; d++) t0[d] = (float)moe_rng_normal(&r) * (d % 7 == 0 ? 1e30f : 1.0f);
+        if (D == 64) t0[3] = NAN, t0[17] = INFINITY, t0[40] = -0.0f;
+        for (size_t ii = 0; ii < 2; ii++) {
+            if (!moe_kernels_for(isas[ii])) continue;
+            const moe_tq_kernels *k = moe_tq_for(moe_isa_table_for(isas[ii])->attn);
+            memcpy(t1, t0, sizeof(float) * (size_t)D);
+            k->fwht(t1, D);
+            float *ref = malloc(sizeof(float) * (size_t)D);
+            memcpy(ref, t0, sizeof(float) * (size_t)D);
+            moe_tq_fwht(ref, D);
+            CHECK_MSG(!memcmp(ref, t1, sizeof(float) * (size_t)D), "fwht differs: isa %d D %d", (int)isas[ii], D);
+            free(ref);
+            compared++;
+        }
+        free(t0), free(t1);
+    }
     printf("  kernels: %d ISA comparisons\n", compared);
     CHECK(compared > 0);
 }
@@ -394,6 +413,35 @@ static void check_e2e(const char *path, const char *name, const char *num, const
     free(ref);
 }
 
+/* kv_tq_k / kv_tq_v (one half coded, the other FP32): each differs from the
+ * full format of its bits (the exact half is really exact) and from the
+ * other half's run (the coded half is really coded). At position 0 the one
+ * key has weight exactly 1 whatever its score, so there the logits are the
+ * values' alone: kv_tq_k's are the FP32 cache's bits, kv_tq_v's the full
+ * format's. */
+static void check_halves(const char *path, const char *name, const float *fp32, const float *tq, const float *small,
+                         size_t n) {
+    const size_t V = n / NTOK;
+    static const char *const nums[] = {"none,+kv_tq,+kv_tq_k", "none,+kv_tq,+kv_tq_v", "none,+kv_tq_small,+kv_tq_k",
+                                       "none,+kv_tq_small,+kv_tq_v"};
+    char err[MOE_ERR_LEN];
+    float *x[4];
+    for (int i = 0; i < 4; i++) {
+        x[i] = run(path, nums[i], 1, 512, false, NULL, err, sizeof err);
+        CHECK_MSG(x[i] != NULL, "%s %s: %s", name, nums[i], err);
+    }
+    for (int i = 0; i < 4 && tq && small; i++)
+        if (x[i]) CHECK_MSG(n_differ(x[i], i < 2 ? tq : small, n) > n / 2, "%s %s: the full format's logits", name, nums[i]);
+    for (int i = 0; i < 4; i += 2)
+        if (x[i] && x[i + 1]) CHECK_MSG(n_differ(x[i], x[i + 1], n) > n / 2, "%s %s = %s", name, nums[i], nums[i + 1]);
+    for (int i = 0; i < 4 && tq && small; i++) {
+        const float *want = i % 2 ? (i < 2 ? tq : small) : fp32;    /* _v: the full format's values; _k: FP32's */
+        if (x[i]) CHECK_MSG(n_differ(x[i], want, V) == 0, "%s %s: position 0 is not the %s values'", name, nums[i],
+                            i % 2 ? "coded" : "FP32");
+    }
+    for (int i = 0; i < 4; i++) free(x[i]);
+}
+
 static void test_e2e(void) {
     char dir[] = "/tmp/moefast-test-kv-tq-XXXXXX", path[512], err[MOE_ERR_LEN];
     CHECK_MSG(mkdtemp(dir) != NULL, "mkdtemp");
@@ -416,10 +464,13 @@ static void test_e2e(void) {
         float *tq = run(path, "none,+kv_tq", 1, 512, false, NULL, err, sizeof err);
         float *small = run(path, "none,+kv_tq_small", 1, 512, false, NULL, err, sizeof err);
         if (tq && small) CHECK_MSG(n_differ(tq, small, n) > n / 2, "%s: kv_tq and kv_tq_small agree", gens[g].arch);
+        check_halves(path, gens[g].arch, fp32, tq, small, n);
         free(tq);
         free(small);
         check_e2e(path, gens[g].arch, "+kv_tq", fp32, n);
         check_e2e(path, gens[g].arch, "+kv_tq_small", fp32, n);
+        check_e2e(path, gens[g].arch, "+kv_tq,+kv_tq_k", fp32, n);
+        check_e2e(path, gens[g].arch, "+kv_tq_small,+kv_tq_v", fp32, n);
         free(fp32);
         remove(path);
     }
@@ -438,6 +489,15 @@ static void test_e2e(void) {
     for (int i = 0; i < 3; i++) {
         x = run(path, pairs[i], 1, 512, false, NULL, err, sizeof err);
         CHECK_MSG(x == NULL && strstr(err, "choose the KV cache format"), "%s not refused: %s", pairs[i], err);
+        free(x);
+    }
+    static const struct { const char *spec, *msg; } halves[] = {
+        {"+kv_tq_k", "only modifies kv_tq"}, {"+kv_q8,+kv_tq_v", "only modifies kv_tq"},
+        {"+kv_tq,+kv_tq_k,+kv_tq_v", "keep one half exact"},
+    };
+    for (int i = 0; i < 3; i++) {
+        x = run(path, halves[i].spec, 1, 512, false, NULL, err, sizeof err);
+        CHECK_MSG(x == NULL && strstr(err, halves[i].msg), "%s not refused: %s", halves[i].spec, err);
         free(x);
     }
     remove(path);

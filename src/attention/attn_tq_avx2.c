@@ -214,4 +214,4 @@ static void accum_tq_avx2(const float *p, size_t ps, int G, const uint8_t *v, in
     }
 }
 
-const moe_tq_kernels moe_tq_avx2 = {scores_tq_avx2, accum_tq_avx2};
+const moe_tq_kernels moe_tq_avx2 = {scores_tq_avx2, accum_tq_avx2, moe_tq_fwht};

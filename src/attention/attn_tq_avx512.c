@@ -197,6 +197,31 @@ static inline __attribute__((always_inline)) void scores_heads(const int16_t *qp
     }
 }
 
+/* moe_tq_query_q at AVX-512, the same integers: amax is an exact max (a NaN,
+ * an Inf or a zero row goes to the scalar function, which owns those
+ * cases), the products are the same doubles, and cvtpd_epi64 rounds in the
+ * current mode as lrint does; the clamp to +-Q as there. */
+static float query_q(const float *qr, int D, int bits, int16_t *qi) {
+    __m512 mx = _mm512_setzero_ps();
+    __mmask16 nan = 0;
+    for (int d = 0; d < D; d += 16) {
+        const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(qr + d));
+        nan |= _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+        mx = _mm512_max_ps(mx, a);
+    }
+    const float amax = _mm512_reduce_max_ps(mx);
+    if (nan || amax == 0.0f || amax > 3.4028235e38f) return moe_tq_query_q(qr, D, bits, qi);
+    const int Q = moe_tq_qmax(D);
+    const __m512d inv = _mm512_set1_pd((double)Q / (double)amax);
+    const __m512i hi = _mm512_set1_epi64(Q), lo = _mm512_set1_epi64(-Q);
+    for (int d = 0; d < D; d += 8) {
+        const __m512d x = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(qr + d)), inv);
+        const __m512i v = _mm512_min_epi64(_mm512_max_epi64(_mm512_cvtpd_epi64(x), lo), hi);
+        _mm_storeu_si128((__m128i *)(void *)(qi + d), _mm512_cvtepi64_epi16(v));
+    }
+    return (amax / (float)Q) * moe_tq_cscale(bits);
+}
+
 static inline __attribute__((always_inline)) void scores_bits(const float *qr, size_t qs, int G, const uint8_t *k,
                                                               int nk, int D, const int bits, float scale, float *sc,
                                                               size_t scs) {
@@ -210,7 +235,7 @@ static inline __attribute__((always_inline)) void scores_bits(const float *qr, s
         const int nh = G - h0 < HQ ? G - h0 : HQ;
         float S[4] = {0};
         for (int h = 0; h < nh; h++) {
-            S[h] = moe_tq_query_q(qr + (size_t)(h0 + h) * qs, D, bits, qi);
+            S[h] = query_q(qr + (size_t)(h0 + h) * qs, D, bits, qi);
             qperm(qi, D, bits, qp + (size_t)h * ql);
         }
         if (nh == 4) scores_heads(qp, ql, h0, S, k, nk, D, bits, tab, scale, sc, scs, 4);
@@ -306,4 +331,30 @@ static void accum_tq_avx512(const float *p, size_t ps, int G, const uint8_t *v, 
     }
 }
 
-const moe_tq_kernels moe_tq_avx512 = {scores_tq_avx512, accum_tq_avx512};
+/* moe_tq_fwht at AVX-512 (D a multiple of 32): stages h = 1, 2, 4, 8 inside
+ * each 16-lane vector, lane l paired with lane l ^ h by a permute: a lane
+ * with bit h clear takes a + b (itself + partner), one with it set a - b
+ * (partner - itself), the scalar butterfly's operands; the larger stages
+ * between vectors. A vector runs its four small stages before the next one
+ * (they mix only its own lanes): the same bits as moe_tq_fwht. */
+static void fwht_avx512(float *t, int D) {
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    static const __mmask16 upper[4] = {0xAAAA, 0xCCCC, 0xF0F0, 0xFF00};
+    for (int i = 0; i < D; i += 16) {
+        __m512 x = _mm512_loadu_ps(t + i);
+        for (int s = 0; s < 4; s++) {
+            const __m512 y = _mm512_permutexvar_ps(_mm512_xor_si512(iota, _mm512_set1_epi32(1 << s)), x);
+            x = _mm512_mask_sub_ps(_mm512_add_ps(x, y), upper[s], y, x);
+        }
+        _mm512_storeu_ps(t + i, x);
+    }
+    for (int h = 16; h < D; h *= 2)
+        for (int i = 0; i < D; i += 2 * h)
+            for (int j = i; j < i + h; j += 16) {
+                const __m512 a = _mm512_loadu_ps(t + j), b = _mm512_loadu_ps(t + j + h);
+                _mm512_storeu_ps(t + j, _mm512_add_ps(a, b));
+                _mm512_storeu_ps(t + j + h, _mm512_sub_ps(a, b));
+            }
+}
+
+const moe_tq_kernels moe_tq_avx512 = {scores_tq_avx512, accum_tq_avx512, fwht_avx512};

@@ -90,27 +90,50 @@ void moe_tq_signs(int layer, int head, int D, uint64_t *s) {
 
 static inline bool neg(const uint64_t *s, int d) { return (s[d >> 6] >> (d & 63)) & 1u; }
 
+/* The butterflies of stage h with the pair (t[j], t[j + h]) for 16 j from j0:
+ * through local copies, so the compiler knows the halves apart and runs the
+ * 16 in vector lanes (the same operations, so the same bits). */
+static inline void butterfly16(float *t, int j0, int h) {
+    float a[16], b[16];
+    memcpy(a, t + j0, sizeof a);
+    memcpy(b, t + j0 + h, sizeof b);
+    for (int k = 0; k < 16; k++) t[j0 + k] = a[k] + b[k];
+    for (int k = 0; k < 16; k++) t[j0 + h + k] = a[k] - b[k];
+}
+
+/* Stages h = 1 .. 8 mix each 16-value block only within itself, so a block
+ * runs them all before the next block; the larger stages run in 16-wide
+ * strips. Every butterfly has the operands the plain stage-by-stage order
+ * gives it (kv_tq.h), so the result is the same bits. */
 void moe_tq_fwht(float *t, int D) {
-    for (int h = 1; h < D; h *= 2)
+    for (int i = 0; i < D; i += 16)
+        for (int h = 1; h < 16; h *= 2)
+            for (int k = i; k < i + 16; k += 2 * h)
+                for (int j = k; j < k + h; j++) {
+                    const float a = t[j], b = t[j + h];
+                    t[j] = a + b;
+                    t[j + h] = a - b;
+                }
+    for (int h = 16; h < D; h *= 2)
         for (int i = 0; i < D; i += 2 * h)
-            for (int j = i; j < i + h; j++) {
-                const float a = t[j], b = t[j + h];
-                t[j] = a + b;
-                t[j + h] = a - b;
-            }
+            for (int j = i; j < i + h; j += 16) butterfly16(t, j, h);
 }
 
 static float inv_sqrt_d(int D) { return (float)(1.0 / sqrt((double)D)); }
 
-void moe_tq_rotate(const float *x, const uint64_t *s, int D, float *y) {
+void moe_tq_rotate(const float *x, const uint64_t *s, int D, float *y) { moe_tq_rotate_k(&moe_tq_scalar, x, s, D, y); }
+
+void moe_tq_rotate_k(const moe_tq_kernels *k, const float *x, const uint64_t *s, int D, float *y) {
     for (int d = 0; d < D; d++) y[d] = neg(s, d) ? -x[d] : x[d];
-    moe_tq_fwht(y, D);
+    k->fwht(y, D);
     const float isd = inv_sqrt_d(D);
     for (int d = 0; d < D; d++) y[d] *= isd;
 }
 
-void moe_tq_unrotate(float *y, const uint64_t *s, int D) {
-    moe_tq_fwht(y, D);
+void moe_tq_unrotate(float *y, const uint64_t *s, int D) { moe_tq_unrotate_k(&moe_tq_scalar, y, s, D); }
+
+void moe_tq_unrotate_k(const moe_tq_kernels *k, float *y, const uint64_t *s, int D) {
+    k->fwht(y, D);
     const float isd = inv_sqrt_d(D);
     for (int d = 0; d < D; d++) {
         const float v = y[d] * isd;
@@ -158,18 +181,25 @@ static void put_sigma(uint8_t *row, int D, int bits, uint16_t h) {
 #define TQ_MARK 0x7E00u   /* a quiet half NaN: the row held a non-finite value */
 
 /* The number of thresholds (midpoints of adjacent centroids) below u: the
- * nearest centroid, ties to the lower one; a NaN gives 0. */
-static int nearest(const float *cb, int L, float u) {
-    int lo = 0, hi = L - 1;
-    while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (u > (cb[mid] + cb[mid + 1]) * 0.5f) lo = mid + 1;
-        else hi = mid;
+ * nearest centroid, ties to the lower one; a NaN gives 0. A search without
+ * branches (2^bits - 1 thresholds: bits halving steps, each a compare and a
+ * select), as data-dependent branches on near-Gaussian u mispredict about
+ * every other step; the same count as any search, so the same codes. */
+static inline int nearest(const float *cb, int bits, float u) {
+    int lo = 0;
+    for (int s = 1 << (bits - 1); s > 0; s >>= 1) {
+        const int i = lo + s - 1;                   /* threshold i lies between centroids i and i + 1 */
+        lo += u > (cb[i] + cb[i + 1]) * 0.5f ? s : 0;
     }
     return lo;
 }
 
 void moe_tq_encode(const float *x, const uint64_t *s, int D, int bits, float *tmp, uint8_t *row) {
+    moe_tq_encode_k(&moe_tq_scalar, x, s, D, bits, tmp, row);
+}
+
+void moe_tq_encode_k(const moe_tq_kernels *k, const float *x, const uint64_t *s, int D, int bits, float *tmp,
+                     uint8_t *row) {
     memset(row, 0, moe_tq_row_bytes(D, bits));
     double n2 = 0;
     for (int d = 0; d < D; d++) {
@@ -179,11 +209,11 @@ void moe_tq_encode(const float *x, const uint64_t *s, int D, int bits, float *tm
     if (n2 == 0) return;                            /* exact zeros: sigma +0 */
     const double n = sqrt(n2);
     for (int d = 0; d < D; d++) tmp[d] = neg(s, d) ? -x[d] : x[d];
-    moe_tq_fwht(tmp, D);                            /* ||t|| = sqrt(D) n: t_d / n ~ N(0, 1) */
+    k->fwht(tmp, D);                                /* ||t|| = sqrt(D) n: t_d / n ~ N(0, 1) */
     const float inv = (float)(1.0 / n), *cb = moe_tq_codebook(bits);
     double r2 = 0;
     for (int d = 0; d < D; d++) {
-        const int c = nearest(cb, 1 << bits, tmp[d] * inv);
+        const int c = nearest(cb, bits, tmp[d] * inv);
         put_code(row, D, bits, d, c);
         r2 += (double)cb[c] * (double)cb[c];
     }
@@ -230,7 +260,7 @@ static void accum_tq_scalar(const float *p, size_t ps, int G, const uint8_t *v, 
     }
 }
 
-const moe_tq_kernels moe_tq_scalar = {scores_tq_scalar, accum_tq_scalar};
+const moe_tq_kernels moe_tq_scalar = {scores_tq_scalar, accum_tq_scalar, moe_tq_fwht};
 
 const moe_tq_kernels *moe_tq_for(const struct moe_attn_kernels *a) {
     return a == &moe_attn_avx512 ? &moe_tq_avx512 : a == &moe_attn_avx2 ? &moe_tq_avx2 : &moe_tq_scalar;

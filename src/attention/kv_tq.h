@@ -102,9 +102,17 @@ typedef struct moe_tq_kernels {
                       float *sc, size_t sc_stride);
     void (*accum_tq)(const float *p, size_t p_stride, int G, const uint8_t *v, int nk, int Dv, int bits, float *out,
                      size_t out_stride);
+    /* moe_tq_fwht: every butterfly with its operands, so the same bits */
+    void (*fwht)(float *t, int D);
 } moe_tq_kernels;
 
 extern const moe_tq_kernels moe_tq_scalar, moe_tq_avx2, moe_tq_avx512;
+/* moe_tq_rotate, moe_tq_unrotate and moe_tq_encode with k's fwht (the same
+ * bits as those, which use the scalar one) */
+void moe_tq_rotate_k(const moe_tq_kernels *k, const float *x, const uint64_t *s, int D, float *y);
+void moe_tq_unrotate_k(const moe_tq_kernels *k, float *y, const uint64_t *s, int D);
+void moe_tq_encode_k(const moe_tq_kernels *k, const float *x, const uint64_t *s, int D, int bits, float *tmp,
+                     uint8_t *row);
 /* The table of the ISA level whose attention table is a (attn.h). */
 struct moe_attn_kernels;
 const moe_tq_kernels *moe_tq_for(const struct moe_attn_kernels *a);

@@ -10,6 +10,8 @@
  *                     named earlier in the spec: "none,+gemm_batch") and toggle.
  * Test-only flags (perturb, slow) deliberately change results or timing;
  * they exist to prove the instruments can fail and are never on by default.
+ * kv_tq_k and kv_tq_v are test-only and numerics: they split kv_tq's error
+ * into its keys' and its values' part for a measurement (docs/KV_TQ.md).
  * Numerics flags (act_q8, kv_f16, kv_q8, kv_tq, kv_tq_small) select a different arithmetic, so they change the
  * logits on purpose: never on by default, not part of "all", and kept by the
  * differential twin (which checks the speed flags *within* a numerics). A
@@ -40,6 +42,8 @@ typedef enum moe_flag {
     MOE_FLAG_KV_Q8,           /* NUMERICS: KV cache stored as 8-bit blocks, integer scores (attn.h) */
     MOE_FLAG_KV_TQ,           /* NUMERICS: KV cache rotated, Lloyd-Max coded: keys 5 bits, values 4 (kv_tq.h) */
     MOE_FLAG_KV_TQ_SMALL,     /* NUMERICS: the same, keys 4 bits, values 3 */
+    MOE_FLAG_KV_TQ_K,         /* MEASUREMENT, NUMERICS: with kv_tq(_small), only the keys coded, values FP32 */
+    MOE_FLAG_KV_TQ_V,         /* MEASUREMENT, NUMERICS: with kv_tq(_small), only the values coded, keys FP32 */
     MOE_FLAG_TEST_PERTURB,    /* TEST ONLY: from position 20 on, reverse the last layer's expert weights */
     MOE_FLAG_TEST_SLOW,       /* TEST ONLY: sleep 2 ms per token forwarded */
     MOE_FLAG_TEST_SCREEN_SHRINK, /* TEST ONLY: the lm-head screen's bounds divided by 4 (unsound) */

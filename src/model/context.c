@@ -129,6 +129,14 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
                 return moe_errf(err, errlen, MOE_EINVAL, "%s: flag %s has no layout for the latent (MLA) cache; use kv_f16",
                                 m->path, fl);
     }
+    /* kv_tq_k / kv_tq_v: one half of kv_tq(_small) exact, to measure the other's share */
+    const bool tq_k = moe_flag_on(flags, MOE_FLAG_KV_TQ_K), tq_v = moe_flag_on(flags, MOE_FLAG_KV_TQ_V);
+    if ((tq_k || tq_v) && !(tq || tq_small))
+        return moe_errf(err, errlen, MOE_EINVAL, "%s: flag %s only modifies kv_tq or kv_tq_small; add one", m->path,
+                        tq_k ? "kv_tq_k" : "kv_tq_v");
+    if (tq_k && tq_v)
+        return moe_errf(err, errlen, MOE_EINVAL, "%s: flags kv_tq_k and kv_tq_v each keep one half exact; use one",
+                        m->path);
     /* V rows: none when every layer reads its values from its keys (MLA's
      * latent cache: kv_lora + rope values per token and layer, F32 4 bytes
      * each, kv_f16 2), else for every layer */
@@ -168,12 +176,15 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
     s->kv_half = moe_flag_on(flags, MOE_FLAG_KV_F16);
     s->kv_q8 = moe_flag_on(flags, MOE_FLAG_KV_Q8);
     s->ctx_pad = (n_ctx + 15) / 16 * 16;
-    s->tq_kbits = moe_flag_on(flags, MOE_FLAG_KV_TQ) ? 5 : moe_flag_on(flags, MOE_FLAG_KV_TQ_SMALL) ? 4 : 0;
-    s->tq_vbits = s->tq_kbits ? s->tq_kbits - 1 : 0;
-    if (s->tq_kbits) {                                /* rows of packed codes and a half scale (kv_tq.h) */
+    s->kv_tq = tq || tq_small;
+    s->tq_kbits = !s->kv_tq || tq_v ? 0 : tq ? 5 : 4;
+    s->tq_vbits = !s->kv_tq || tq_k ? 0 : tq ? 4 : 3;
+    s->tq_krow = s->tq_kbits ? moe_tq_row_bytes((int)D, s->tq_kbits) : D * sizeof(float);
+    s->tq_vrow = s->tq_vbits ? moe_tq_row_bytes((int)Dv, s->tq_vbits) : Dv * sizeof(float);
+    if (s->kv_tq) {                                   /* rows of packed codes and a half scale (kv_tq.h) */
         const size_t Dm = D > Dv ? D : Dv;
-        s->k_cache = xcalloc(L * Hkv * C, moe_tq_row_bytes((int)D, s->tq_kbits), &al);
-        s->v_cache = xcalloc(L * Hkv * C, moe_tq_row_bytes((int)Dv, s->tq_vbits), &al);
+        s->k_cache = xcalloc(L * Hkv * C, s->tq_krow, &al);
+        s->v_cache = xcalloc(L * Hkv * C, s->tq_vrow, &al);
         s->tq_stride = (Hm + 1) * Dm;
         s->tq_buf = xcalloc((size_t)n_threads * s->tq_stride, sizeof(float), &al);
     } else if (s->kv_q8) {                            /* layouts: attn.h; L counts layers of every sequence */
@@ -390,8 +401,8 @@ static void copy_cache(moe_context *c, int src, int dst, int n) {
     const size_t D = (size_t)hp->head_dim, Dv = (size_t)hp->head_dim_v;
     const size_t blocks = (size_t)hp->n_layer * (size_t)hp->n_head_kv;   /* per sequence */
     const size_t s0 = (size_t)src * blocks, d0 = (size_t)dst * blocks;
-    if (c->tq_kbits) {                                /* kv_tq: n rows of each block */
-        const size_t rk = moe_tq_row_bytes((int)D, c->tq_kbits), rv = moe_tq_row_bytes((int)Dv, c->tq_vbits);
+    if (c->kv_tq) {                                   /* kv_tq: n rows of each block */
+        const size_t rk = c->tq_krow, rv = c->tq_vrow;
         const size_t C = (size_t)c->n_ctx;
         for (size_t b = 0; b < blocks; b++) {
             memcpy((uint8_t *)c->k_cache + (d0 + b) * C * rk, (uint8_t *)c->k_cache + (s0 + b) * C * rk, (size_t)n * rk);

@@ -266,9 +266,13 @@ struct moe_context {
     uint8_t *kv_a8;             /* kv_q8: [n_threads] one A8 row: the key or value being stored */
     size_t a8_row;              /* kv_q8: moe_act8_row_bytes(max(head_dim, head_dim_v)) */
     float *attn_w;              /* kv_q8: [n_threads][n_head_max * head_dim_v/32 * n_ctx] accum_q8 scratch */
-    /* kv_tq / kv_tq_small (kv_tq.h): code bits of keys and values (0: off);
-     * the caches hold rows of moe_tq_row_bytes, [seq][layer][kv head][n_ctx] */
-    int tq_kbits, tq_vbits;
+    /* kv_tq / kv_tq_small (kv_tq.h): code bits of keys and values; the
+     * caches hold rows of moe_tq_row_bytes, [seq][layer][kv head][n_ctx].
+     * kv_tq_k / kv_tq_v (measurement): the other half's bits are 0 and its
+     * rows FP32 (D floats), scored or summed by the FP32 cache's kernels */
+    bool kv_tq;                 /* kv_tq or kv_tq_small: attn_item_tq's path */
+    int tq_kbits, tq_vbits;     /* 0: that half FP32 */
+    size_t tq_krow, tq_vrow;    /* bytes of one cached key / value row */
     float *tq_buf;              /* kv_tq: [n_threads][tq_stride]: rotated query heads, then D encode scratch */
     size_t tq_stride;           /* kv_tq: (n_head_max + 1) * max(head_dim, head_dim_v) */
     float *rope_tab[MOE_MAX_ROPES]; /* [n_ctx][n_rot/2][2] cos, sin per model rope */

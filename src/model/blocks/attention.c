@@ -51,15 +51,21 @@ static void attn_prep(moe_context *c, const moe_attn_desc *d, int il, int t, int
     moe_rope_apply(k, cs, n_rot, adj);
     const float *v = c->v + ((size_t)t * Hkv + g) * Dv;
     const size_t blk = cache_block(c, c->tok_seq[t], il, g);
-    if (c->tq_kbits) {                                            /* kv_tq: rotated, Lloyd-Max coded rows */
+    if (c->kv_tq) {                                               /* kv_tq: rotated, Lloyd-Max coded rows */
         uint64_t s[MOE_TQ_MAX_D / 64];
         const size_t Dm = (size_t)(D > Dv ? D : Dv);                 /* after the G rotated query heads */
         float *tmp = c->tq_buf + (size_t)ith * c->tq_stride + (size_t)hp->n_head_max * Dm;
         const size_t C = (size_t)c->n_ctx, row = blk * C + (size_t)pos;
-        moe_tq_signs(il, g, D, s);
-        moe_tq_encode(k, s, D, c->tq_kbits, tmp, (uint8_t *)c->k_cache + row * moe_tq_row_bytes(D, c->tq_kbits));
-        moe_tq_signs(il, g, Dv, s);
-        moe_tq_encode(v, s, Dv, c->tq_vbits, tmp, (uint8_t *)c->v_cache + row * moe_tq_row_bytes(Dv, c->tq_vbits));
+        uint8_t *kr = (uint8_t *)c->k_cache + row * c->tq_krow, *vr = (uint8_t *)c->v_cache + row * c->tq_vrow;
+        const moe_tq_kernels *tk = moe_tq_for(c->attn);
+        if (c->tq_kbits) {
+            moe_tq_signs(il, g, D, s);
+            moe_tq_encode_k(tk, k, s, D, c->tq_kbits, tmp, kr);
+        } else memcpy(kr, k, (size_t)D * sizeof(float));         /* kv_tq_v: exact keys */
+        if (c->tq_vbits) {
+            moe_tq_signs(il, g, Dv, s);
+            moe_tq_encode_k(tk, v, s, Dv, c->tq_vbits, tmp, vr);
+        } else memcpy(vr, v, (size_t)Dv * sizeof(float));        /* kv_tq_k: exact values */
         return;
     }
     if (c->kv_q8) {                                               /* kv_q8: 8-bit blocks (attn.h) */
@@ -120,7 +126,9 @@ static void attn_item_q8(moe_context *c, size_t blk, int G, const float *q, int 
 /* kv_tq (kv_tq.h): one item's scores, softmax and weighted sum. The G query
  * heads are rotated once (the keys stay coded: scores_tq reads the codes),
  * the softmax is the FP32 cache's, the values are summed in the rotated
- * domain and each head's sum rotated back once. Scores at sc[h][j - j0]. */
+ * domain and each head's sum rotated back once. Scores at sc[h][j - j0].
+ * kv_tq_v (exact keys) scores with the FP32 cache's kernel, kv_tq_k (exact
+ * values) sums with it: the other half's steps are unchanged. */
 static void attn_item_tq(moe_context *c, int il, int g, size_t blk, int G, const float *q, int j0, int nk,
                          float kq_scale, int ith, const float *sinks, float *sc, float *sums, float *sink_w, float *o) {
     const moe_hparams *hp = &c->m->hp;
@@ -129,11 +137,14 @@ static void attn_item_tq(moe_context *c, int il, int g, size_t blk, int G, const
     const moe_attn_kernels *ak = c->attn;
     const moe_tq_kernels *tk = moe_tq_for(ak);
     uint64_t s[MOE_TQ_MAX_D / 64];
-    float *qr = c->tq_buf + (size_t)ith * c->tq_stride;
-    moe_tq_signs(il, g, D, s);
-    for (int h = 0; h < G; h++) moe_tq_rotate(q + (size_t)h * D, s, D, qr + (size_t)h * D);
-    tk->scores_tq(qr, (size_t)D, G, (const uint8_t *)c->k_cache + (blk * C + (size_t)j0) * moe_tq_row_bytes(D, c->tq_kbits),
-                  nk, D, c->tq_kbits, kq_scale, sc, C);
+    const uint8_t *kr = (const uint8_t *)c->k_cache + (blk * C + (size_t)j0) * c->tq_krow;
+    const uint8_t *vr = (const uint8_t *)c->v_cache + (blk * C + (size_t)j0) * c->tq_vrow;
+    if (c->tq_kbits) {
+        float *qr = c->tq_buf + (size_t)ith * c->tq_stride;
+        moe_tq_signs(il, g, D, s);
+        for (int h = 0; h < G; h++) moe_tq_rotate_k(tk, q + (size_t)h * D, s, D, qr + (size_t)h * D);
+        tk->scores_tq(qr, (size_t)D, G, kr, nk, D, c->tq_kbits, kq_scale, sc, C);
+    } else ak->scores(q, (size_t)D, G, (const float *)(const void *)kr, (size_t)D, nk, D, kq_scale, sc, C);
     for (int h = 0; h < G; h++) {                                 /* as the FP32 cache's softmax */
         float *r = sc + (size_t)h * C;
         float mx = ak->max_f32(r, nk);
@@ -144,12 +155,13 @@ static void attn_item_tq(moe_context *c, int il, int g, size_t blk, int G, const
     moe_attn_row_sums(sc, C, G, nk, sums);
     if (sinks)
         for (int h = 0; h < G; h++) sums[h] += sink_w[h];
-    tk->accum_tq(sc, C, G, (const uint8_t *)c->v_cache + (blk * C + (size_t)j0) * moe_tq_row_bytes(Dv, c->tq_vbits), nk,
-                 Dv, c->tq_vbits, o, (size_t)Dv);
-    moe_tq_signs(il, g, Dv, s);
+    if (c->tq_vbits) {
+        tk->accum_tq(sc, C, G, vr, nk, Dv, c->tq_vbits, o, (size_t)Dv);
+        moe_tq_signs(il, g, Dv, s);
+        for (int h = 0; h < G; h++) moe_tq_unrotate_k(tk, o + (size_t)h * Dv, s, Dv);   /* once per head and step */
+    } else ak->accum(sc, C, G, (const float *)(const void *)vr, (size_t)Dv, nk, Dv, o, (size_t)Dv);
     for (int h = 0; h < G; h++) {
         float *oh = o + (size_t)h * Dv;
-        moe_tq_unrotate(oh, s, Dv);                               /* once per head and step */
         const float inv = 1.0f / sums[h];
         for (int d = 0; d < Dv; d++) oh[d] *= inv;
     }
@@ -234,7 +246,7 @@ static void attn_worker(void *arg, int ith, int nth) {
         const float *q = c->q + ((size_t)t * H + (size_t)g * G) * D;      /* heads g*G .. g*G+G-1 */
         float *o = c->att + ((size_t)t * H + (size_t)g * G) * Dv;
         const float *sinks = d->sinks ? d->sinks + (size_t)g * G : NULL;  /* the group's G sinks */
-        if (c->tq_kbits) {                        /* kv_tq: the codes, queries rotated (kv_tq.h) */
+        if (c->kv_tq) {                           /* kv_tq: the codes, queries rotated (kv_tq.h) */
             attn_item_tq(c, at->il, g, blk, G, q, j0, nk, kq_scale, ith, sinks, sc, sums, sink_w, o);
         } else if (c->kv_q8) {                    /* the same steps on 8-bit blocks, keys indexed absolutely */
             attn_item_q8(c, blk, G, q, j0, nk, kq_scale, ith, c->n_tok == 1, sinks, sc, sums, o);
@@ -268,9 +280,8 @@ static void attn_worker(void *arg, int ith, int nth) {
 double moe_attn_kv_bytes(const moe_context *c, const moe_attn_desc *d, int pos) {
     const moe_hparams *hp = &c->m->hp;
     const double keys = pos - first_visible(d, pos) + 1;
-    if (c->tq_kbits)                                              /* kv_tq: packed codes + a half per vector */
-        return keys * hp->n_head_kv *
-               (double)(moe_tq_row_bytes(hp->head_dim, c->tq_kbits) + moe_tq_row_bytes(hp->head_dim_v, c->tq_vbits));
+    if (c->kv_tq)                                                 /* kv_tq: packed codes + a half per vector */
+        return keys * hp->n_head_kv * (double)(c->tq_krow + c->tq_vrow);
     const double elem = c->kv_q8 ? 34.0 / 32.0 : c->kv_half ? 2.0 : 4.0;   /* kv_q8: a code + a half per 32 */
     return keys * hp->n_head_kv * (double)(hp->head_dim + (d->v_from_k ? 0 : hp->head_dim_v)) * elem;
 }
