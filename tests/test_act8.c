@@ -6,7 +6,8 @@
  *      matched by a NaN, whose payload is not part of the contract: see
  *      same_out), over row lengths with partial last groups of 1..15 blocks
  *      (NVFP4: 2..14; K-quants: 8, one super-block), whole groups and whole
- *      groups + a partial one, 1..8 rows, 1..5 tokens, odd strides, with
+ *      groups + a partial one, 1..8 rows, 1..5 tokens (Q4_K / Q6_K also
+ *      their panel GEMMs' shapes: up to 9 rows, 130 tokens, n 8448), odd strides, with
  *      random weights from moe_quantize_row plus crafted blocks (Q8_0: qw =
  *      -128; 4-bit: all 16 codes, the extreme codes +-12 / 0 / 15
  *      everywhere, code 8 = "-0"; Q6_K: codes 0, 63, 32, all 64; zero
@@ -42,7 +43,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define NMAX 3072  /* the longest row tested (2912) rounded up to whole groups of 512 */
+#define NMAX 8704  /* the longest row tested (8448, past the panel buffer) rounded up to whole groups of 512 */
 #define GB A8_GROUP_BYTES
 
 static moe_rng g_rng;
@@ -667,11 +668,13 @@ static void test_kernels_match(void) {
                         check_shape(type, NS[ni], ROWS[ri], TOKS[ti], mode, ni + ri + ti + mode);
                         shapes++;
                     }
-        /* Q4_K / Q6_K's panel GEMM (act8_avx512.c): panels of 4 rows and
-         * their tails, token tiles of 3 and their tails inside blocks of 64
-         * tokens, a block's tail, one-super-block groups */
+        /* Q4_K / Q6_K's panel GEMM (act8_avx512.c, act8_avx2.c): panels of 4
+         * rows and their tails (AVX2: pairs of rows and a single one), token
+         * tiles of 3 (AVX2: 2) and their tails inside blocks of 64 tokens, a
+         * block's tail, one-super-block groups, the longest rows the panel
+         * buffer holds and rows past it (n > 8192: the tiled driver) */
         static const struct { int64_t n, rows, tok; } PANEL[] = {
-            {768, 4, 6}, {2048, 7, 7}, {512, 6, 67}, {1280, 9, 130}, {256, 3, 64}};
+            {768, 4, 6}, {2048, 7, 7}, {512, 6, 67}, {1280, 9, 130}, {256, 3, 64}, {8192, 5, 4}, {8448, 5, 5}};
         if (type == MOE_T_Q4_K || type == MOE_T_Q6_K)
             for (int i = 0; i < COUNT(PANEL); i++)
                 for (int mode = 0; mode < 8; mode += 3) {

@@ -510,6 +510,166 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rs, const uint8_t *xa, siz
         y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t][0], acc[r][t][1]);
 }
 
+/* ---- Q4_K / Q6_K prefill: the panel GEMM (act8_kquant_avx512.c says why) --
+ * As act8_kquant_avx2.c's panel_gemm: a panel of 4 rows is unpacked once per
+ * block of A8P_TB tokens into kq records (per row, group and lane half L =
+ * super-block L: the 8 u slabs group4 / group_q6k make, Q4_K's d1 and m1 or
+ * Q6_K's halves' d * sc), then the block's tokens run over it 4 x 2 at a
+ * time, lane half 0 over all groups, then half 1 (each lane's FMAs stay in
+ * group order). A row's last, partial group of these formats is one
+ * super-block (gn = 8): tile_4bit reads it with plain loads, its half 0 has
+ * every lane live and it has no half 1, so no blend is needed here. The
+ * integer sums are the same exact int32 (vpmaddubsw into int16, widened by
+ * vpmaddwd), the float steps the tile's in its order: its bits. */
+typedef struct { __m256i u[8]; __m256 sc[2]; } kq;
+
+/* Lane half L of row G's group (gn = 16, or 8 in a row's last) into k. */
+ALWAYS_INLINE void unpack_kq(const uint8_t *G, int gn, int L, kq *k, const int FMT) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (FMT == FMT_Q4_K) {
+        const uint8_t *C = G + 2 * gn;
+        UNROLL for (int p = 0; p < 4; p++) {
+            const __m256i z = _mm256_loadu_si256((const __m256i *)(C + 4 * gn * p + 32 * L));
+            k->u[2 * p] = _mm256_and_si256(z, m4);
+            k->u[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
+        }
+        q4k_scales8(_mm_loadu_si128((const __m128i *)(G + 16 * L)), &k->sc[0], &k->sc[1]);
+        return;
+    }
+    const uint8_t *C = G + 18 * (gn / 8), *HI = C + 16 * gn;
+    UNROLL for (int h = 0; h < 2; h++) {
+        const __m256i H = _mm256_loadu_si256((const __m256i *)(HI + 4 * gn * h + 32 * L));
+        UNROLL for (int i = 0; i < 2; i++) {
+            const int s0 = 4 * h + 2 * i;
+            const __m256i z = _mm256_loadu_si256((const __m256i *)(C + 2 * gn * s0 + 32 * L));
+            k->u[s0] = q6k_u8(z, H, 2 * i);
+            k->u[s0 + 1] = q6k_u8(_mm256_srli_epi16(z, 4), H, 2 * i + 1);
+        }
+        k->sc[h] = q6k_scales8(G, gn, h, L);
+    }
+}
+
+/* R rows (row r's record at K + r*ks) x T tokens of lane half L of one group. */
+ALWAYS_INLINE void group_kq(const kq *K, int64_t ks, const uint8_t *A, size_t xs, int L, __m256 acc[4][4],
+                            const int R, const int T, const int FMT) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (FMT == FMT_Q4_K) {
+        __m256i p16[4][4];        /* all 8 slabs in int16, as group4 */
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) p16[r][t] = _mm256_setzero_si256();
+        UNROLL for (int s = 0; s < 8; s++) {
+            __m256i a[4];
+            UNROLL for (int t = 0; t < T; t++) a[t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 64 * s + 32 * L));
+            UNROLL for (int r = 0; r < R; r++) {
+                const __m256i u = _mm256_load_si256(&K[r * ks].u[s]);
+                UNROLL for (int t = 0; t < T; t++) {
+                    p16[r][t] = _mm256_add_epi16(p16[r][t], _mm256_maddubs_epi16(u, a[t]));
+                    KEEP(p16[r][t]);
+                }
+            }
+        }
+        UNROLL for (int t = 0; t < T; t++) {
+            const uint8_t *At = A + (size_t)t * xs;
+            const __m256 da = _mm256_loadu_ps((const float *)(At + 576 + 32 * L));
+            const __m256 qs = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(At + 640 + 32 * L)),
+                                                                  _mm256_loadu_si256((const __m256i *)(At + 704 + 32 * L))));
+            UNROLL for (int r = 0; r < R; r++) {
+                const __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p16[r][t], ones)),
+                                                 _mm256_mul_ps(K[r * ks].sc[0], da), acc[r][t]);
+                acc[r][t] = _mm256_fnmadd_ps(qs, _mm256_mul_ps(K[r * ks].sc[1], da), v);
+            }
+        }
+        return;
+    }
+    UNROLL for (int h = 0; h < 2; h++) {
+        __m256i is[4][4];
+        UNROLL for (int t = 0; t < T; t++) {
+            const __m256i hs = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 640 + 64 * h + 32 * L));
+            const __m256i c = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(hs, 5)); /* -32 hsum */
+            UNROLL for (int r = 0; r < R; r++) is[r][t] = c;
+        }
+        UNROLL for (int i = 0; i < 2; i++) {
+            const int s0 = 4 * h + 2 * i;
+            __m256i a0[4], a1[4];
+            UNROLL for (int t = 0; t < T; t++) {
+                a0[t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 64 * s0 + 32 * L));
+                a1[t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 64 * s0 + 64 + 32 * L));
+            }
+            UNROLL for (int r = 0; r < R; r++) {
+                const __m256i u0 = _mm256_load_si256(&K[r * ks].u[s0]), u1 = _mm256_load_si256(&K[r * ks].u[s0 + 1]);
+                UNROLL for (int t = 0; t < T; t++) {
+                    const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(u0, a0[t]), _mm256_maddubs_epi16(u1, a1[t]));
+                    is[r][t] = _mm256_add_epi32(is[r][t], _mm256_madd_epi16(p16, ones));
+                    KEEP(is[r][t]);
+                }
+            }
+        }
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
+            acc[r][t] = fold4(acc[r][t], is[r][t], K[r * ks].sc[h], A + (size_t)t * xs, L, _mm256_setzero_si256(), 0);
+    }
+}
+
+/* R rows of the panel (records [row][group][half], ng groups) x T tokens -> y[t*ys + r]. */
+ALWAYS_INLINE void tile_kq(const kq *P, int64_t ng, int64_t nb, const uint8_t *xa, size_t xs, float *y, size_t ys,
+                           const int R, const int T, const int FMT) {
+    __m256 acc[2][4][4];
+    UNROLL for (int L = 0; L < 2; L++) {
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[L][r][t] = _mm256_setzero_ps();
+        for (int64_t g = 0; g < ng; g++) {
+            if (L == 1 && nb - A8_G * g < A8_G) break;   /* one super-block: no half 1 */
+            group_kq(P + 2 * g + L, 2 * ng, xa + (size_t)g * A8_GROUP_BYTES, xs, L, acc[L], R, T, FMT);
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
+        y[(size_t)t * ys + (size_t)r] = hsum16(acc[0][r][t], acc[1][r][t]);
+}
+
+ALWAYS_INLINE void panel_tokens_kq(const kq *P, int64_t ng, int64_t nb, const uint8_t *xa, size_t xs, int64_t nt,
+                                   float *y, size_t ys, const int R, const int FMT) {
+    int64_t t = 0;
+    for (; t + 2 <= nt; t += 2) tile_kq(P, ng, nb, xa + (size_t)t * xs, xs, y + (size_t)t * ys, ys, R, 2, FMT);
+    for (; t < nt; t++) tile_kq(P, ng, nb, xa + (size_t)t * xs, xs, y + (size_t)t * ys, ys, R, 1, FMT);
+}
+
+#define A8P_R 4        /* rows per panel */
+#define A8P_TB 64      /* tokens per block */
+#define A8P_MAXG 16    /* groups per row in the panel buffer (n <= 8192; 40 KB of stack) */
+/* Fewer tokens than this (decode's experts: 1 token each) keep tile_4bit: a
+ * panel unpacked for them costs more than unpacking in registers. */
+#define A8P_MIN_TOK 4
+
+/* Q4_K / Q6_K rows of n <= 32 * A8_G * A8P_MAXG; all 4 rows of a panel x 2
+ * tokens per tile: the accumulators leave registers once per group, and a
+ * tile of 2 rows (act8_kquant_avx2.c's) ran slower in bench_quant here. */
+ALWAYS_INLINE void panel_gemm_kq(const uint8_t *W, size_t rb, int64_t nrows, const uint8_t *X, size_t xs, int64_t ntok,
+                                 float *y, size_t ys, int64_t n, const int FMT) {
+    const int64_t nb = n / 32, ng = (nb + A8_G - 1) / A8_G;
+    const size_t QB = FMT == FMT_Q6_K ? QB_Q6_K : QB_Q4_K;
+    _Alignas(32) kq P[A8P_R * A8P_MAXG * 2];
+    for (int64_t t0 = 0; t0 < ntok; t0 += A8P_TB) {
+        const int64_t nt = ntok - t0 < A8P_TB ? ntok - t0 : A8P_TB;
+        for (int64_t r = 0; r < nrows; r += A8P_R) {
+            const int R = nrows - r < A8P_R ? (int)(nrows - r) : A8P_R;
+            for (int rr = 0; rr < R; rr++)
+                for (int64_t g = 0; g < ng; g++) {
+                    const uint8_t *G = W + (size_t)(r + rr) * rb + (size_t)(g * 2) * QB;
+                    kq *k = &P[(rr * ng + g) * 2];
+                    if (nb - A8_G * g >= A8_G) {
+                        unpack_kq(G, A8_G, 0, k, FMT);
+                        unpack_kq(G, A8_G, 1, k + 1, FMT);
+                    } else {
+                        unpack_kq(G, 8, 0, k, FMT);
+                    }
+                }
+            const uint8_t *Xt = X + (size_t)t0 * xs;
+            float *yt = y + (size_t)t0 * ys + r;
+            if (R == 4) panel_tokens_kq(P, ng, nb, Xt, xs, nt, yt, ys, 4, FMT);
+            else if (R == 3) panel_tokens_kq(P, ng, nb, Xt, xs, nt, yt, ys, 3, FMT);
+            else if (R == 2) panel_tokens_kq(P, ng, nb, Xt, xs, nt, yt, ys, 2, FMT);
+            else panel_tokens_kq(P, ng, nb, Xt, xs, nt, yt, ys, 1, FMT);
+        }
+    }
+}
+
 /* gemv (rows r and r + nrows/2 paired, as for Q8_0) and gemm (4 rows x 2
  * tokens) of each 4-bit format. The gemm tile, measured (bench_quant, AVX2, 512x2048 x 512 tokens, 2
  * threads, GOP/s, Q4_0 / NVFP4 / MXFP4): 4x2 323 / 235 / 252, 3x2 297 / 220
@@ -529,6 +689,10 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rs, const uint8_t *xa, siz
     void moe_gemm_a8_##name##_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,       \
                                    int64_t ntok, float *y, size_t ys, int64_t n) {                           \
         const uint8_t *W = w, *X = xa;                                                                       \
+        if ((FMT == FMT_Q4_K || FMT == FMT_Q6_K) && n <= (int64_t)A8P_MAXG * A8_G * 32 && ntok >= A8P_MIN_TOK) { \
+            panel_gemm_kq(W, rb, nrows, X, xs, ntok, y, ys, n, FMT);                                         \
+            return;                                                                                          \
+        }                                                                                                    \
         int64_t r = 0;                                                                                       \
         for (; r + GEMM_R <= nrows; r += GEMM_R) {                                                                     \
             int64_t t = 0;                                                                                   \
