@@ -12,6 +12,7 @@
 #     (running requests finish or are cancelled after --shutdown-timeout,
 #     queued ones get 503, exit 0, ASan clean).
 set -u
+. tests/lib.sh   # serve_port
 BIN=${MOEFAST_BIN:-build/asan/moefast}
 REL=${MOEFAST_BIN_REL:-build/rel/moefast}
 [ -x "$REL" ] || REL=$BIN
@@ -32,12 +33,7 @@ start_server() {
   "$BIN" serve -m "$M" --port 0 "$@" 2>"$log" &
   SPID=$!
   PIDS="$PIDS $SPID"
-  for _ in $(seq 1 300); do
-    PORT=$(sed -n 's/^moefast serve: listening on http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$log")
-    [ -n "$PORT" ] && return 0
-    kill -0 "$SPID" 2>/dev/null || break
-    sleep 0.1
-  done
+  PORT=$(serve_port "$log" "$SPID") && return 0
   echo "server did not start: $(cat "$log")"
   exit 1
 }

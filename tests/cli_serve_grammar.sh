@@ -5,6 +5,7 @@
 # join to the same text); a bad grammar or schema, both fields at once, or an
 # unknown format type is a 400 naming the field and the place.
 set -u
+. tests/lib.sh   # serve_port
 BIN=${MOEFAST_BIN:-build/asan/moefast}
 REL=${MOEFAST_BIN_REL:-build/rel/moefast}
 [ -x "$REL" ] || REL=$BIN
@@ -18,14 +19,7 @@ M=$T/q.gguf
 "$REL" gen --arch qwen3moe --preset tiny --type Q8_0 -o "$M" >/dev/null || { echo "gen failed"; exit 1; }
 "$BIN" serve -m "$M" --port 0 --slots 2 2>"$T/log" &
 SPID=$!
-PORT=""
-for _ in $(seq 1 300); do
-  PORT=$(sed -n 's/^moefast serve: listening on http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$T/log")
-  [ -n "$PORT" ] && break
-  kill -0 "$SPID" 2>/dev/null || break
-  sleep 0.1
-done
-[ -n "$PORT" ] || { echo "server did not start: $(cat "$T/log")"; exit 1; }
+PORT=$(serve_port "$T/log" "$SPID") || { echo "server did not start: $(cat "$T/log")"; exit 1; }
 post() { curl -s -o "$T/$1" -w '%{http_code}' -H 'Content-Type: application/json' \
   "http://127.0.0.1:$PORT/v1/$2" -d "$3"; }
 

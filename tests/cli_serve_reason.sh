@@ -18,6 +18,7 @@
 #     calls, results and the analysis before a call, against the cookbook's
 #     rendering.
 set -u
+. tests/lib.sh   # serve_port
 BIN=${MOEFAST_BIN:-build/asan/moefast}
 REL=${MOEFAST_BIN_REL:-build/rel/moefast}
 [ -x "$REL" ] || REL=$BIN
@@ -33,11 +34,7 @@ start() { # log flags [env...]: sets PORT
   log=$1; fl=$2; shift 2; : >"$log"
   env "$@" "$BIN" serve -m "$M" --port 0 --slots 2 $fl >/dev/null 2>"$log" &
   PIDS="$PIDS $!"
-  for _ in $(seq 1 300); do
-    PORT=$(sed -n 's/^moefast serve: listening on http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$log")
-    [ -n "$PORT" ] && return 0
-    sleep 0.1
-  done
+  PORT=$(serve_port "$log" $!) && return 0
   echo "server did not start: $(cat "$log")"
   exit 1
 }

@@ -11,6 +11,7 @@
 #     exit 1;
 #   bad command lines and an unreachable URL exit 2 with one line.
 set -u
+. tests/lib.sh   # serve_port
 BIN=${MOEFAST_BIN:-build/asan/moefast}
 REL=${MOEFAST_BIN_REL:-build/rel/moefast}
 [ -x "$REL" ] || REL=$BIN
@@ -40,13 +41,7 @@ M=$T/q.gguf
 "$REL" gen --arch qwen3moe --preset tiny --type Q8_0 -o "$M" >/dev/null || { echo "gen failed"; exit 1; }
 "$REL" serve -m "$M" --port 0 --slots 4 >/dev/null 2>"$T/log" &
 PIDS="$PIDS $!"
-PORT=""
-for _ in $(seq 1 300); do
-  PORT=$(sed -n 's/^moefast serve: listening on http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$T/log")
-  [ -n "$PORT" ] && break
-  sleep 0.1
-done
-[ -n "$PORT" ] || { echo "server did not start: $(cat "$T/log")"; exit 1; }
+PORT=$(serve_port "$T/log" $!) || { echo "server did not start: $(cat "$T/log")"; exit 1; }
 "$BIN" toolcheck "http://127.0.0.1:$PORT/v1/" --json "$T/ok.json" --csv "$T/ok.csv" >"$T/ok.out" 2>&1 ||
   fail "toolcheck against moefast serve: $(grep -v '^ok' "$T/ok.out")"
 grep -q "structural \([0-9]*\)/\1 passed" "$T/ok.out" || fail "not every structural scenario passed: $(tail -1 "$T/ok.out")"
@@ -61,12 +56,7 @@ for fs in llama3:42 mistral:2 deepseek3:12 glm4:11; do
   "$REL" gen --arch qwen3moe --preset tiny --type Q8_0 --chat-template "$fam-tools" --seed "${fs#*:}" -o "$T/$fam.gguf" >/dev/null || { echo "gen $fam failed"; exit 1; }
   "$REL" serve -m "$T/$fam.gguf" --port 0 --slots 4 --ctx 8192 >/dev/null 2>"$T/log-$fam" &
   FPID=$!
-  FPORT=""
-  for _ in $(seq 1 300); do
-    FPORT=$(sed -n 's/^moefast serve: listening on http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$T/log-$fam")
-    [ -n "$FPORT" ] && break
-    sleep 0.1
-  done
+  FPORT=$(serve_port "$T/log-$fam" $FPID) || fail "$fam: the server did not start: $(cat "$T/log-$fam")"
   "$BIN" toolcheck "http://127.0.0.1:$FPORT/v1" >"$T/$fam.out" 2>&1
   grep -q "structural \([0-9]*\)/\1 passed" "$T/$fam.out" || fail "$fam: not every structural scenario passed: $(grep '^FAIL' "$T/$fam.out"; tail -1 "$T/$fam.out")"
   kill -TERM $FPID; wait $FPID 2>/dev/null

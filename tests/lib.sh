@@ -33,3 +33,15 @@ tiny_f32() {
   echo "note: qwen3moe-tiny-f32.gguf not at hand: generated one of its shape" >&2
   echo "$1/qwen3moe-tiny-f32.gguf"
 }
+# serve_port LOG [PID]: waits up to 30 s for `moefast serve`'s listening line
+# in LOG (it binds --port 0 and prints the port it got) and prints that port;
+# returns 1 when the line never came or, with PID, the server died first.
+serve_port() {
+  for _ in $(seq 1 300); do
+    sp=$(sed -n 's/^moefast serve: listening on http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$1")
+    [ -n "$sp" ] && { echo "$sp"; return 0; }
+    [ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null && return 1
+    sleep 0.1
+  done
+  return 1
+}

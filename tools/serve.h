@@ -242,6 +242,11 @@ void gcache_free(srv *s);
 int  gcache_build(srv *s, srv_req *r, char kind, const char *text, size_t len, char *err, size_t errlen);
 void gcache_give(srv_req *r);
 void gcache_stats(srv *s, uint64_t *hits, uint64_t *misses);
+/* A growing string (serve_tools.c): appends after an allocation failure are
+ * dropped and oom stays set, so a caller checks once at the end. */
+typedef struct tbuf { char *p; size_t n, cap; bool oom; } tbuf;
+void tb_addn(tbuf *b, const char *s, size_t l);
+void tb_add(tbuf *b, const char *s);
 int  tools_parse(srv *s, json_t *o, srv_req *r, bool *forced, json_t **tools_json, api_err *e);
 /* The chat messages (n, already checked: roles and contents) rewritten for
  * the template: tools rendered into the system prompt, assistant tool_calls

@@ -12,34 +12,16 @@
 
 #include "serve.h"
 
-typedef struct hbuf { char *p; size_t n, cap; bool oom; } hbuf;
-
-static void hb_addn(hbuf *b, const char *s, size_t l) {
-    if (b->oom) return;
-    if (b->n + l + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->n + l + 1) nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) { b->oom = true; return; }
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, l);
-    b->n += l;
-    b->p[b->n] = 0;
-}
-static void hb_add(hbuf *b, const char *s) { if (s) hb_addn(b, s, strlen(s)); }
-
-static void hb_json(hbuf *b, json_t *v) {                  /* Jinja's tojson: ", " and ": " */
+static void tb_json(tbuf *b, json_t *v) {                  /* Jinja's tojson: ", " and ": " */
     char *d = json_dumps(v, JSON_ENCODE_ANY);
-    if (d) hb_add(b, d); else b->oom = true;
+    if (d) tb_add(b, d); else b->oom = true;
     free(d);
 }
 
 /* A JSON value as Jinja's `~`/`+` writes it into text: a string as is. */
-static void hb_text(hbuf *b, json_t *v) {
-    if (json_is_string(v)) hb_add(b, json_string_value(v));
-    else hb_json(b, v);
+static void tb_text(tbuf *b, json_t *v) {
+    if (json_is_string(v)) tb_add(b, json_string_value(v));
+    else tb_json(b, v);
 }
 
 static bool type_is(json_t *spec, const char *t) {
@@ -58,109 +40,109 @@ static bool listed(json_t *arr, const char *name) {
  * lstrip_blocks) is kept: a nested object's member types follow ": " on a
  * new line indented 16 spaces, oneOf variants are joined by " | \n" and a
  * variant's default comes after 20 spaces, as the template renders them. */
-static void ts_type(hbuf *b, json_t *spec, int depth) {
+static void ts_type(tbuf *b, json_t *spec, int depth) {
     json_t *ty = json_object_get(spec, "type"), *one = json_object_get(spec, "oneOf");
     const bool nullable = json_is_true(json_object_get(spec, "nullable"));
-    if (depth > 16) { hb_add(b, "any"); return; }
+    if (depth > 16) { tb_add(b, "any"); return; }
     if (type_is(spec, "array")) {
         json_t *it = json_object_get(spec, "items");
-        if (!json_is_object(it)) hb_add(b, "any[]");
-        else if (type_is(it, "string")) hb_add(b, "string[]");
-        else if (type_is(it, "number") || type_is(it, "integer")) hb_add(b, "number[]");
-        else if (type_is(it, "boolean")) hb_add(b, "boolean[]");
+        if (!json_is_object(it)) tb_add(b, "any[]");
+        else if (type_is(it, "string")) tb_add(b, "string[]");
+        else if (type_is(it, "number") || type_is(it, "integer")) tb_add(b, "number[]");
+        else if (type_is(it, "boolean")) tb_add(b, "boolean[]");
         else {
-            hbuf in = {0};
+            tbuf in = {0};
             ts_type(&in, it, depth + 1);
-            if (in.oom || !in.p || !strcmp(in.p, "object | object") || in.n > 50) hb_add(b, "any[]");
-            else { hb_add(b, in.p); hb_add(b, "[]"); }
+            if (in.oom || !in.p || !strcmp(in.p, "object | object") || in.n > 50) tb_add(b, "any[]");
+            else { tb_add(b, in.p); tb_add(b, "[]"); }
             free(in.p);
         }
-        if (nullable) hb_add(b, " | null");
+        if (nullable) tb_add(b, " | null");
     } else if (json_is_array(ty) && json_array_size(ty) > 0) {
         for (size_t i = 0; i < json_array_size(ty); i++) {
-            if (i) hb_add(b, " | ");
-            hb_text(b, json_array_get(ty, i));
+            if (i) tb_add(b, " | ");
+            tb_text(b, json_array_get(ty, i));
         }
     } else if (json_is_array(one) && json_array_size(one) > 0) {
         bool objects = false;
         for (size_t i = 0; i < json_array_size(one); i++) objects |= type_is(json_array_get(one, i), "object");
-        if (objects && json_array_size(one) > 1) { hb_add(b, "any"); return; }
+        if (objects && json_array_size(one) > 1) { tb_add(b, "any"); return; }
         for (size_t i = 0; i < json_array_size(one); i++) {
             json_t *v = json_array_get(one, i), *d = json_object_get(v, "description");
             ts_type(b, v, depth + 1);
-            if (json_is_string(d)) { hb_add(b, "// "); hb_add(b, json_string_value(d)); }
-            if (json_object_get(v, "default")) { hb_add(b, "                    // default: "); hb_json(b, json_object_get(v, "default")); }
-            if (i + 1 < json_array_size(one)) hb_add(b, " | \n");
+            if (json_is_string(d)) { tb_add(b, "// "); tb_add(b, json_string_value(d)); }
+            if (json_object_get(v, "default")) { tb_add(b, "                    // default: "); tb_json(b, json_object_get(v, "default")); }
+            if (i + 1 < json_array_size(one)) tb_add(b, " | \n");
         }
     } else if (type_is(spec, "string")) {
         json_t *en = json_object_get(spec, "enum");
         if (json_is_array(en) && json_array_size(en)) {
-            hb_add(b, "\"");
+            tb_add(b, "\"");
             for (size_t i = 0; i < json_array_size(en); i++) {
-                if (i) hb_add(b, "\" | \"");
-                hb_text(b, json_array_get(en, i));
+                if (i) tb_add(b, "\" | \"");
+                tb_text(b, json_array_get(en, i));
             }
-            hb_add(b, "\"");
+            tb_add(b, "\"");
         } else {
-            hb_add(b, "string");
-            if (nullable) hb_add(b, " | null");
+            tb_add(b, "string");
+            if (nullable) tb_add(b, " | null");
         }
-    } else if (type_is(spec, "number") || type_is(spec, "integer")) hb_add(b, "number");
-    else if (type_is(spec, "boolean")) hb_add(b, "boolean");
+    } else if (type_is(spec, "number") || type_is(spec, "integer")) tb_add(b, "number");
+    else if (type_is(spec, "boolean")) tb_add(b, "boolean");
     else if (type_is(spec, "object")) {
         json_t *props = json_object_get(spec, "properties"), *req = json_object_get(spec, "required");
-        if (!json_is_object(props) || !json_object_size(props)) { hb_add(b, "object"); return; }
-        hb_add(b, "{\n");
+        if (!json_is_object(props) || !json_object_size(props)) { tb_add(b, "object"); return; }
+        tb_add(b, "{\n");
         size_t k = 0;
         const char *name;
         json_t *ps;
         json_object_foreach(props, name, ps) {
-            hb_add(b, name);
-            if (!listed(req, name)) hb_add(b, "?");
-            hb_add(b, ": \n                ");
+            tb_add(b, name);
+            if (!listed(req, name)) tb_add(b, "?");
+            tb_add(b, ": \n                ");
             ts_type(b, ps, depth + 1);
-            if (++k < json_object_size(props)) hb_add(b, ", ");
+            if (++k < json_object_size(props)) tb_add(b, ", ");
         }
-        hb_add(b, "}");
+        tb_add(b, "}");
     } else
-        hb_add(b, "any");
+        tb_add(b, "any");
 }
 
 /* The developer message: the instructions (the first system message) and
  * the tools as gpt-oss's template declares them. */
-static void developer_text(hbuf *b, const char *instructions, json_t *tools) {
-    if (instructions) { hb_add(b, "# Instructions\n\n"); hb_add(b, instructions); hb_add(b, "\n\n"); }
+static void developer_text(tbuf *b, const char *instructions, json_t *tools) {
+    if (instructions) { tb_add(b, "# Instructions\n\n"); tb_add(b, instructions); tb_add(b, "\n\n"); }
     if (!tools) return;
-    hb_add(b, "# Tools\n\n## functions\n\nnamespace functions {\n\n");
+    tb_add(b, "# Tools\n\n## functions\n\nnamespace functions {\n\n");
     for (size_t i = 0; i < json_array_size(tools); i++) {
         json_t *fn = json_object_get(json_array_get(tools, i), "function"), *d = json_object_get(fn, "description");
         json_t *pa = json_object_get(fn, "parameters"), *props = json_object_get(pa, "properties"), *req = json_object_get(pa, "required");
-        if (json_is_string(d)) { hb_add(b, "// "); hb_add(b, json_string_value(d)); hb_add(b, "\n"); }
-        hb_add(b, "type ");
-        hb_add(b, json_string_value(json_object_get(fn, "name")));
-        hb_add(b, " = ");
-        if (!json_is_object(props) || !json_object_size(props)) { hb_add(b, "() => any;\n\n"); continue; }
-        hb_add(b, "(_: {\n");
+        if (json_is_string(d)) { tb_add(b, "// "); tb_add(b, json_string_value(d)); tb_add(b, "\n"); }
+        tb_add(b, "type ");
+        tb_add(b, json_string_value(json_object_get(fn, "name")));
+        tb_add(b, " = ");
+        if (!json_is_object(props) || !json_object_size(props)) { tb_add(b, "() => any;\n\n"); continue; }
+        tb_add(b, "(_: {\n");
         const char *name;
         json_t *ps;
         json_object_foreach(props, name, ps) {
             json_t *pd = json_object_get(ps, "description"), *def = json_object_get(ps, "default");
-            if (json_is_string(pd)) { hb_add(b, "// "); hb_add(b, json_string_value(pd)); hb_add(b, "\n"); }
-            hb_add(b, name);
-            if (!listed(req, name)) hb_add(b, "?");
-            hb_add(b, ": ");
+            if (json_is_string(pd)) { tb_add(b, "// "); tb_add(b, json_string_value(pd)); tb_add(b, "\n"); }
+            tb_add(b, name);
+            if (!listed(req, name)) tb_add(b, "?");
+            tb_add(b, ": ");
             ts_type(b, ps, 0);
-            if (def && json_object_get(ps, "enum")) { hb_add(b, ", // default: "); hb_text(b, def); }
-            else if (def && json_object_get(ps, "oneOf")) { hb_add(b, "// default: "); hb_text(b, def); }
-            else if (def) { hb_add(b, ", // default: "); hb_json(b, def); }
-            hb_add(b, ",\n");
+            if (def && json_object_get(ps, "enum")) { tb_add(b, ", // default: "); tb_text(b, def); }
+            else if (def && json_object_get(ps, "oneOf")) { tb_add(b, "// default: "); tb_text(b, def); }
+            else if (def) { tb_add(b, ", // default: "); tb_json(b, def); }
+            tb_add(b, ",\n");
         }
-        hb_add(b, "}) => any;\n\n");
+        tb_add(b, "}) => any;\n\n");
     }
-    hb_add(b, "} // namespace functions");
+    tb_add(b, "} // namespace functions");
 }
 
-static int keep(char ***owned, size_t *n_owned, hbuf *b, api_err *e) {
+static int keep(char ***owned, size_t *n_owned, tbuf *b, api_err *e) {
     char **no = b->oom ? NULL : realloc(*owned, (*n_owned + 1) * sizeof *no);
     if (!no) { free(b->p); return api_fail(e, 500, NULL, NULL, "out of memory"); }
     *owned = no;
@@ -170,9 +152,9 @@ static int keep(char ***owned, size_t *n_owned, hbuf *b, api_err *e) {
 
 /* A string kept for the request's life: "PREFIX" + s. */
 static const char *kept(char ***owned, size_t *n_owned, const char *prefix, const char *s, api_err *e) {
-    hbuf b = {0};
-    hb_add(&b, prefix);
-    hb_add(&b, s);
+    tbuf b = {0};
+    tb_add(&b, prefix);
+    tb_add(&b, s);
     return keep(owned, n_owned, &b, e) ? NULL : (*owned)[*n_owned - 1];
 }
 
@@ -223,9 +205,9 @@ static int assistant_turn(json_t *ms, const moe_chat_msg *msgs, size_t n, size_t
         if (!json_is_string(nm) || !call_name_ok(json_string_value(nm)) || !(json_is_string(ar) || json_is_object(ar)))
             return api_fail(e, 400, "messages", "invalid_value",
                             "'messages[%zu].tool_calls[%zu]' must be {\"id\", \"type\": \"function\", \"function\": {\"name\": 1-64 of a-zA-Z0-9_-, \"arguments\": string}}", i, c);
-        hbuf a = {0};
-        hb_add(&a, "");
-        if (json_is_object(ar)) hb_json(&a, ar); else hb_add(&a, json_string_value(ar));
+        tbuf a = {0};
+        tb_add(&a, "");
+        if (json_is_object(ar)) tb_json(&a, ar); else tb_add(&a, json_string_value(ar));
         if (keep(owned, n_owned, &a, e)) return -1;
         const char *args = (*owned)[*n_owned - 1], *role = kept(owned, n_owned, "to=functions.", json_string_value(nm), e);
         if (!role) return -1;
@@ -243,8 +225,8 @@ int harmony_messages(json_t *ms, const moe_chat_msg *msgs, size_t n, json_t *too
     *out = o;
     size_t k = 0, i = 0;
     if (tools) {                                   /* the developer message declares them */
-        hbuf b = {0};
-        hb_add(&b, "");
+        tbuf b = {0};
+        tb_add(&b, "");
         if (n && !strcmp(msgs[0].role, "system")) { developer_text(&b, msgs[0].content, tools); i = 1; }
         else developer_text(&b, NULL, tools);
         if (keep(owned, n_owned, &b, e)) return -1;

@@ -88,9 +88,7 @@ static const tool_syntax *syntax_of(srv *s) {
 
 /* ---- growing strings ---------------------------------------------------------- */
 
-typedef struct tbuf { char *p; size_t n, cap; bool oom; } tbuf;
-
-static void tb_addn(tbuf *b, const char *s, size_t l) {
+void tb_addn(tbuf *b, const char *s, size_t l) {
     if (b->oom) return;
     if (b->n + l + 1 > b->cap) {
         size_t nc = b->cap ? b->cap : 256;
@@ -104,7 +102,7 @@ static void tb_addn(tbuf *b, const char *s, size_t l) {
     b->n += l;
     b->p[b->n] = 0;
 }
-static void tb_add(tbuf *b, const char *s) { if (s) tb_addn(b, s, strlen(s)); }
+void tb_add(tbuf *b, const char *s) { if (s) tb_addn(b, s, strlen(s)); }
 
 /* A GBNF literal ("" never written: the parser wants something to match). */
 static void tb_lit(tbuf *b, const char *s) {
