@@ -4,8 +4,9 @@ tests/cli_serve_reason.sh (see there). PORT: the default --reasoning-format
 (deepseek), chatml template, the hook writing HOOK; PORT_QWEN3: --chat-format
 qwen3 --reasoning-format none, the same hook; PORT_HARMONY: --chat-format
 harmony, the hook writing HHOOK. Prints one line per failure; exits 1 on any."""
-import json, subprocess, sys, urllib.request, urllib.error
+import json, subprocess, sys
 from gguf_meta import gguf_template
+from http_post import post_json
 
 PORT, PQ, PH, MODEL, REL = sys.argv[1:6]
 REASON = "I could write <tool_call> here."
@@ -20,13 +21,7 @@ def bad(name, why):
 
 
 def post(body, port):
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+    return post_json(port, "chat/completions", body)
 
 
 def chat(name, body, port=PORT, want=200):

@@ -5,7 +5,8 @@ MOEFAST_SERVE_TEST_TOOL_TEXT='Let me check.<tool_call>' (auto requests write
 that first); the others with --chat-format deepseek3 / harmony. Prints one
 line per failure; exits 1 on any. Prompts are kept short: under ASan a
 prefill runs at ~150 tokens/s."""
-import json, subprocess, sys, threading, time, urllib.request, urllib.error
+import json, subprocess, sys, threading, time
+from http_post import post_json
 from gguf_meta import gguf_template
 
 PORT, MODEL, REL, TMP = sys.argv[1:5]
@@ -21,14 +22,7 @@ def bad(name, why):
 
 
 def post(body, port=PORT, raw=None):
-    data = raw if raw is not None else json.dumps(body).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=data,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+    return post_json(port, "chat/completions", body, raw)
 
 
 WEATHER = {"type": "object", "properties": {

@@ -11,8 +11,9 @@ family (llama3, mistral, deepseek3, glm4) on a random-weight model written by
   a conversation with calls and results sent back: the prompt's tokens equal
     the gen'd template rendered by jinja2 (when installed), and a call follows.
 Prints one line per failure; exits 1 on any."""
-import json, os, subprocess, sys, time, urllib.request, urllib.error
+import json, os, subprocess, sys, time, urllib.request
 from gguf_meta import gguf_template
+from http_post import post_json
 
 FAM, PORT, MODEL, REL, LOG = sys.argv[1:6]
 fails = 0
@@ -21,14 +22,7 @@ def bad(name, why):
     fails += 1
     print(f"FAIL: {FAM} {name}: {why}")
 
-def post_to(path, body):
-    req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+def post_to(path, body): return post_json(PORT, path, body)
 
 def post(body): return post_to("chat/completions", body)
 
