@@ -18,7 +18,7 @@
 #     calls, results and the analysis before a call, against the cookbook's
 #     rendering.
 set -u
-. tests/lib.sh   # serve_port
+. tests/lib.sh   # serve_start
 BIN=${MOEFAST_BIN:-build/asan/moefast}
 REL=${MOEFAST_BIN_REL:-build/rel/moefast}
 [ -x "$REL" ] || REL=$BIN
@@ -30,13 +30,8 @@ trap cleanup EXIT
 M=$T/q.gguf
 "$REL" gen --arch qwen3moe --preset tiny --type Q8_0 --chat-template qwen3-tools -o "$M" >/dev/null || { echo "gen failed"; exit 1; }
 
-start() { # log flags [env...]: sets PORT
-  log=$1; fl=$2; shift 2; : >"$log"
-  env "$@" "$BIN" serve -m "$M" --port 0 --slots 2 $fl >/dev/null 2>"$log" &
-  PIDS="$PIDS $!"
-  PORT=$(serve_port "$log" $!) && return 0
-  echo "server did not start: $(cat "$log")"
-  exit 1
+start() { # log flags [env...]: sets PORT (tests/lib.sh)
+  st_log=$1; st_flags=$2; shift 2; serve_start "$st_log" "--slots 2 $st_flags" "$@"
 }
 HOOK=$(printf '<think>\nI could write <tool_call> here.\n</think>\n\nLet me check.<tool_call>')
 start "$T/log1" "" MOEFAST_SERVE_TEST_TOOL_TEXT="$HOOK"; P1=$PORT

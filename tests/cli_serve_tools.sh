@@ -23,7 +23,7 @@
 #   bad tools / tool_choice / parallel_tool_calls / tool messages give 400s
 #     naming the field (a bad parameter schema: the JSON path).
 set -u
-. tests/lib.sh   # serve_port
+. tests/lib.sh   # serve_start
 BIN=${MOEFAST_BIN:-build/asan/moefast}
 REL=${MOEFAST_BIN_REL:-build/rel/moefast}
 [ -x "$REL" ] || REL=$BIN
@@ -35,13 +35,8 @@ trap cleanup EXIT
 M=$T/q.gguf
 "$REL" gen --arch qwen3moe --preset tiny --type Q8_0 --chat-template qwen3-tools -o "$M" >/dev/null || { echo "gen failed"; exit 1; }
 
-start() { # log format [env...]: sets PORT
-  log=$1; fmt=$2; shift 2; : >"$log"
-  env "$@" "$BIN" serve -m "$M" --port 0 --slots 4 $fmt >/dev/null 2>"$log" &
-  PIDS="$PIDS $!"
-  PORT=$(serve_port "$log" $!) && return 0
-  echo "server did not start: $(cat "$log")"
-  exit 1
+start() { # log flags [env...]: sets PORT (tests/lib.sh)
+  st_log=$1; st_flags=$2; shift 2; serve_start "$st_log" "--slots 4 $st_flags" "$@"
 }
 # auto requests first write this (the hook), so the random model writes the trigger
 start "$T/log1" "" MOEFAST_SERVE_TEST_TOOL_TEXT='Let me check.<tool_call>'; P1=$PORT

@@ -45,3 +45,16 @@ serve_port() {
   done
   return 1
 }
+# serve_start LOG "FLAGS" [NAME=VALUE...]: starts `$BIN serve -m $M --port 0
+# FLAGS` (FLAGS split on spaces) with those variables in its environment, its
+# stderr in LOG; adds its pid to PIDS and sets PORT; exits the test when it
+# does not start.
+serve_start() {
+  ss_log=$1; ss_flags=$2; shift 2; : >"$ss_log"
+  # shellcheck disable=SC2086
+  env "$@" "$BIN" serve -m "$M" --port 0 $ss_flags >/dev/null 2>"$ss_log" &
+  PIDS="$PIDS $!"
+  PORT=$(serve_port "$ss_log" $!) && return 0
+  echo "server did not start: $(cat "$ss_log")"
+  exit 1
+}
