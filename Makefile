@@ -74,7 +74,10 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 
 .PHONY: all deps deps-test run test bench clean lib tests-build install uninstall
-all: deps $(B)/moefast
+# deps first, then the build in a fresh make (under -j the two would race,
+# and pkg-config's flags are read when make starts)
+all: deps
+	@$(MAKE) --no-print-directory $(B)/moefast
 
 deps:
 	@sh scripts/deps.sh
