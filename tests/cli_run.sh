@@ -45,6 +45,17 @@ for seed in 1 1 2; do
 done
 [ "$(sed -n 1p "$d/seeds")" = "$(sed -n 2p "$d/seeds")" ] || bad "same seed, different tokens"
 [ "$(sed -n 1p "$d/seeds")" != "$(sed -n 3p "$d/seeds")" ] || bad "seeds 1 and 2 gave identical samples"
+# penalties: a frequency penalty of 2 on a greedy run changes nothing until a
+# token repeats; on this model (its greedy answer repeats tokens) 2 and 2
+# repeat less than the plain run; the same flags give the same tokens
+"$BIN" run -m "$M" --tokens 588,418 -n 32 --json 2>/dev/null | sed 's/.*"tokens":\[\([0-9,]*\)\].*/\1/' >"$d/pen0"
+for i in 1 2; do
+  "$BIN" run -m "$M" --tokens 588,418 -n 32 --frequency-penalty 2 --presence-penalty 2 --json 2>/dev/null |
+    sed 's/.*"tokens":\[\([0-9,]*\)\].*/\1/' >"$d/pen$i"
+done
+cmp -s "$d/pen1" "$d/pen2" || bad "penalties: the same flags gave different tokens"
+maxrep() { tr ',' '\n' <"$1" | sort | uniq -c | sort -rn | awk 'NR == 1 { print $1 }'; }
+[ "$(maxrep "$d/pen1")" -lt "$(maxrep "$d/pen0")" ] || bad "penalties: no less repetition than without ($(cat "$d/pen0") / $(cat "$d/pen1"))"
 
 # errors: exit 2, one line naming the command
 expect_err() {
@@ -61,6 +72,8 @@ expect_err run -m "$M" --tokens 1,x
 expect_err run -m "$M" --tokens 1 -n -4
 expect_err run -m "$M" --tokens 1 --temp nan
 expect_err run -m "$M" --tokens 1 --top-p 2
+expect_err run -m "$M" --tokens 1 --presence-penalty 2.5
+expect_err run -m "$M" --tokens 1 --frequency-penalty x
 expect_err run -m "$M" --tokens 1 --ctx 4 -n 8
 expect_err run -m "$M" --tokens 1 --flags +nosuch
 expect_err run -m "$M" --tokens 1 --bogus

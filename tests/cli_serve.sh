@@ -139,6 +139,13 @@ bad "stop a number" 400 stop POST $CH "{$MSG,\"stop\":5}"
 bad "stop 5 strings" 400 stop POST $CH "{$MSG,\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}"
 bad "stop empty" 400 stop POST $CH "{$MSG,\"stop\":\"\"}"
 bad "stream a string" 400 stream POST $CH "{$MSG,\"stream\":\"yes\"}"
+bad "presence_penalty 3" 400 presence_penalty POST $CH "{$MSG,\"presence_penalty\":3}" "[-2, 2]"
+bad "frequency_penalty a string" 400 frequency_penalty POST $CH "{$MSG,\"frequency_penalty\":\"x\"}"
+bad "logit_bias a list" 400 logit_bias POST $CH "{$MSG,\"logit_bias\":[1]}"
+bad "logit_bias key not an id" 400 logit_bias POST $CH "{$MSG,\"logit_bias\":{\"abc\":1}}" "'abc' is not a token id"
+bad "logit_bias id out of range" 400 logit_bias POST $CH "{$MSG,\"logit_bias\":{\"999999\":1}}" "999999"
+bad "logit_bias 101" 400 logit_bias POST $CH "{$MSG,\"logit_bias\":{\"5\":101}}" "[-100, 100]"
+bad "logit_bias a string value" 400 logit_bias POST $CH "{$MSG,\"logit_bias\":{\"5\":\"up\"}}"
 bad "logprobs a number (chat)" 400 logprobs POST $CH "{$MSG,\"logprobs\":3}"
 bad "top_logprobs without logprobs" 400 top_logprobs POST $CH "{$MSG,\"top_logprobs\":2}" "needs 'logprobs': true"
 bad "top_logprobs 21" 400 top_logprobs POST $CH "{$MSG,\"logprobs\":true,\"top_logprobs\":21}"
@@ -162,6 +169,29 @@ call POST /v1/completions '{"prompt":[1,2,3,4,5,6,7,8,9,10],"max_tokens":247}'
 call POST /v1/completions '{"prompt":[1,2,3,4,5,6,7,8,9,10],"max_tokens":246,"temperature":0}'
 [ "$ST" = 200 ] || fail "prompt + max_tokens = context: $ST $(cat "$T/body")"
 echo "ok prompt + max_tokens over the context: 400 naming 10, 247 and 256; 246 fits"
+# logit_bias and the penalties (engine.h's formula): +100 on token 300 makes
+# greedy take it every step, also under a presence penalty (a fixed 2); a
+# frequency penalty of 2 takes 2 more from it per use, so within 80 tokens it
+# must give way (100 - 2c falls below the other logits) yet hold the first 40;
+# streamed == plain with both set
+pen_req() { echo "{\"prompt\":[1,2,3],\"max_tokens\":$1,\"temperature\":0,\"logit_bias\":{\"300\":100},\"logprobs\":0$2}"; }
+call POST /v1/completions "$(pen_req 8 '')"; cp "$T/body" "$T/bias.json"
+call POST /v1/completions "$(pen_req 8 ',"presence_penalty":2')"; cp "$T/body" "$T/pres.json"
+call POST /v1/completions "$(pen_req 80 ',"frequency_penalty":2')"; cp "$T/body" "$T/freq.json"
+curl -sN -H "Authorization: Bearer $KEY" -d "$(pen_req 80 ',"frequency_penalty":2,"stream":true')" "$(URL /v1/completions)" >"$T/freq.sse"
+python3 - "$T/bias.json" "$T/pres.json" "$T/freq.json" "$T/freq.sse" <<'EOF2' || fail "logit_bias and penalties"
+import json, sys
+toks = lambda f: json.load(open(f))["choices"][0]["logprobs"]["tokens"]
+b, p, f = toks(sys.argv[1]), toks(sys.argv[2]), toks(sys.argv[3])
+assert len(b) == 8 and len(set(b)) == 1, ("bias +100: not one token every step", b)
+assert p == b, ("presence 2 under bias +100 should not move it", p)
+x = b[0]
+n = sum(t == x for t in f)
+assert f[:40] == [x] * 40 and n < len(f), ("frequency 2: the biased token should hold 40 steps and then give way", n, len(f))
+text = "".join(json.loads(l[6:])["choices"][0]["text"] for l in open(sys.argv[4]) if l.startswith("data: {"))
+assert text == json.load(open(sys.argv[3]))["choices"][0]["text"], "streamed != plain with penalties"
+print("ok logit_bias +100 holds every step (presence 2 too); frequency 2: %d of %d, then others; streamed == plain" % (n, len(f)))
+EOF2
 bad "body over --max-body" 413 null POST $CH "{\"x\":\"$(head -c 70000 /dev/zero | tr '\0' a)\"}" "65536"
 # a chunked body has no Content-Length: refused once it passes the limit
 head -c 70000 /dev/zero | tr '\0' a | curl -s -o "$T/body" -w '%{http_code}' -H "Authorization: Bearer $KEY" \

@@ -139,6 +139,72 @@ static void test_sampler(void) {
     CHECK(moe_sampler_new(&p, 0, &s, err, sizeof err) == MOE_EINVAL);
 }
 
+/* Penalties and logit bias: OpenAI's formula on hand-computed logits, greedy
+ * and seeded paths, the top-k path falling back to full logits, bad values. */
+static void test_sampler_penalties(void) {
+    char err[256];
+    const float lg[6] = {0.0f, 3.0f, 2.5f, -1.0f, 0.5f, 2.9f};
+    moe_sampler *s = NULL;
+    moe_sampler_params g = {0};
+    CHECK(moe_sampler_new(&g, 6, &s, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_topk_need(s) == 1);
+    /* presence 0.2: token 1 (3.0) drops to 2.8 < 2.9 once it was generated */
+    CHECK(moe_sampler_set_penalties(s, 0.2f, 0.0f, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_topk_need(s) == 0);
+    CHECK(moe_sampler_sample(s, lg) == 1);
+    moe_sampler_accept(s, 1);
+    CHECK(moe_sampler_sample(s, lg) == 5);
+    moe_sampler_accept(s, 5);                 /* 5: 2.7, 1: 2.8 -> 1 again */
+    CHECK(moe_sampler_sample(s, lg) == 1);
+    /* frequency 0.3 (presence 0): 1 after one use: 2.7 < 2.9 -> 5; after 5 once: 2.6 vs 2.7 -> 1 */
+    CHECK(moe_sampler_set_penalties(s, 0.0f, 0.3f, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_sample(s, lg) == 1);   /* counts so far: 1 once, 5 once: 2.7 vs 2.6 */
+    moe_sampler_accept(s, 1);                 /* 1 twice: 2.4; 5: 2.6; 2: 2.5 */
+    CHECK(moe_sampler_sample(s, lg) == 5);
+    /* the mask sees the adjusted logits too */
+    const uint8_t allow[6] = {1, 1, 1, 0, 0, 0};
+    CHECK(moe_sampler_sample_masked(s, lg, allow) == 2);
+    /* the top-k path with the penalties set: the given candidates re-ranked */
+    const int32_t ids[3] = {1, 5, 2};
+    const float vals[3] = {3.0f, 2.9f, 2.5f};
+    CHECK(moe_sampler_sample_topk(s, ids, vals, 3) == 5);
+    /* a logit bias: -100 bans the best, +5 lifts the worst */
+    const int32_t bi[2] = {5, 3};
+    const float bv[2] = {-100.0f, 5.0f};
+    CHECK(moe_sampler_set_logit_bias(s, bi, bv, 2, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_sample(s, lg) == 3);
+    CHECK(moe_sampler_set_logit_bias(s, NULL, NULL, 0, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_set_penalties(s, 0.0f, 0.0f, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_topk_need(s) == 1 && moe_sampler_sample(s, lg) == 1);
+    /* bad values: refused with the value named, nothing changed */
+    CHECK(moe_sampler_set_penalties(s, 2.5f, 0.0f, err, sizeof err) == MOE_EINVAL && strstr(err, "2.5"));
+    CHECK(moe_sampler_set_penalties(s, 0.0f, NAN, err, sizeof err) == MOE_EINVAL);
+    const int32_t oob[1] = {6};
+    const float one[1] = {1.0f}, big[1] = {101.0f};
+    CHECK(moe_sampler_set_logit_bias(s, oob, one, 1, err, sizeof err) == MOE_EINVAL && strstr(err, "token id 6"));
+    CHECK(moe_sampler_set_logit_bias(s, bi, big, 1, err, sizeof err) == MOE_EINVAL);
+    CHECK(moe_sampler_topk_need(s) == 1);
+    moe_sampler_free(s);
+    /* seeded sampling: the same seed and the same accepted tokens draw the same */
+    moe_sampler_params t1 = {.temp = 1.0f, .top_p = 1.0f, .seed = 9};
+    moe_sampler *a = NULL, *b = NULL;
+    CHECK(moe_sampler_new(&t1, 6, &a, err, sizeof err) == MOE_OK && moe_sampler_new(&t1, 6, &b, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_set_penalties(a, 1.5f, 0.5f, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_set_penalties(b, 1.5f, 0.5f, err, sizeof err) == MOE_OK);
+    int seen[6] = {0};
+    for (int i = 0; i < 50; i++) {
+        const int x = moe_sampler_sample(a, lg), y = moe_sampler_sample(b, lg);
+        CHECK(x == y && x >= 0 && x < 6);
+        if (x >= 0 && x < 6) seen[x]++;
+        moe_sampler_accept(a, x);
+        moe_sampler_accept(b, y);
+    }
+    /* strong penalties spread the draws: the best logit cannot take them all */
+    CHECK(seen[1] < 40);
+    moe_sampler_free(a);
+    moe_sampler_free(b);
+}
+
 /* moe_calloc_aligned: the asked placement past a 64-byte boundary, zeroed,
  * every byte writable (ASan checks the bounds), NULL on overflow. */
 static void test_aligned_alloc(void) {
@@ -171,5 +237,6 @@ int main(void) {
     test_split();
     test_flags();
     test_sampler();
+    test_sampler_penalties();
     return check_report("test_util");
 }

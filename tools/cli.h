@@ -30,15 +30,21 @@ int cli_parse_float(const char *cmd, const char *opt, const char *s, double lo, 
 /* "1,2,3" -> ids (malloc'd into *ids); -1 with a message on error. */
 int cli_parse_ids(const char *cmd, const char *s, int **ids, int *n);
 /* The sampling options shared by run and chat (--temp, --top-k, --top-p,
- * --min-p, --seed): 1 when a was one of them (its value v parsed into *sp),
- * 0 when it was not, -1 after printing an error. */
-struct moe_sampler_params;
-int cli_sampling_arg(const char *cmd, const char *a, const char *v, struct moe_sampler_params *sp);
+ * --min-p, --seed, --presence-penalty, --frequency-penalty): 1 when a was one
+ * of them (its value v parsed into *cs), 0 when it was not, -1 after printing
+ * an error. cli_sampler_new makes the sampler they describe (-1 after
+ * printing an error). */
+typedef struct cli_sampling {
+    moe_sampler_params p;
+    float presence, frequency;
+} cli_sampling;
+int cli_sampling_arg(const char *cmd, const char *a, const char *v, cli_sampling *cs);
+int cli_sampler_new(const char *cmd, const cli_sampling *cs, int n_vocab, moe_sampler **out);
 /* `moefast run --batch FILE` (tools/run_batch.c): the prompts of FILE (one
  * per line, "-" for stdin) generated together in one context. */
 typedef struct run_batch_opts {
     long n_gen, threads, n_ctx, n_batch;
-    struct moe_sampler_params sampling;
+    cli_sampling sampling;
     bool json, stop_eos;
     const struct moe_grammar *grammar;   /* --grammar / --json-schema: every prompt constrained (NULL: none) */
 } run_batch_opts;

@@ -121,10 +121,14 @@ int cli_parse_ids(const char *cmd, const char *s, int **ids, int *n) {
     return 0;
 }
 
-int cli_sampling_arg(const char *cmd, const char *a, const char *v, moe_sampler_params *sp) {
+int cli_sampling_arg(const char *cmd, const char *a, const char *v, cli_sampling *cs) {
+    moe_sampler_params *sp = &cs->p;
     long l;
     double d;
-    if (!strcmp(a, "--temp")) {
+    if (!strcmp(a, "--presence-penalty") || !strcmp(a, "--frequency-penalty")) {
+        if (cli_parse_float(cmd, a, v, -2, 2, &d)) return -1;
+        *(a[2] == 'p' ? &cs->presence : &cs->frequency) = (float)d;
+    } else if (!strcmp(a, "--temp")) {
         if (cli_parse_float(cmd, a, v, 0, 100, &d)) return -1;
         sp->temp = (float)d;
     } else if (!strcmp(a, "--top-k")) {
@@ -143,6 +147,18 @@ int cli_sampling_arg(const char *cmd, const char *a, const char *v, moe_sampler_
         return 0;
     }
     return 1;
+}
+
+int cli_sampler_new(const char *cmd, const cli_sampling *cs, int n_vocab, moe_sampler **out) {
+    char err[MOE_ERR_LEN];
+    if (moe_sampler_new(&cs->p, n_vocab, out, err, sizeof err) ||
+        ((cs->presence != 0.0f || cs->frequency != 0.0f) &&
+         moe_sampler_set_penalties(*out, cs->presence, cs->frequency, err, sizeof err))) {
+        moe_sampler_free(*out);
+        *out = NULL;
+        return cli_fail(cmd, "%s", err);
+    }
+    return 0;
 }
 
 const char *cli_numerics(const struct moe_model *m, char *buf, size_t len) {

@@ -37,6 +37,7 @@ static void usage(FILE *f) {
             "  --chat-format NAME  chatml | laguna | harmony (default: recognised from the model's template)\n"
             "  -n MAX              most tokens per reply (default 256)\n"
             "  -v                  per-turn token counts on stderr\n"
+            "  --presence-penalty P, --frequency-penalty P  in [-2, 2], over the tokens generated so far\n"
             "  Ctrl-C stops the current reply; at the prompt (or end of input) it exits\n");
 }
 
@@ -104,7 +105,7 @@ static bool is_end_piece(const char *p, size_t n) {
 int cmd_chat(int argc, char **argv) {
     const char *C = "chat", *path = NULL, *system_msg = NULL, *format = NULL, *flags = NULL;
     long n_max = 256, threads = 0, n_ctx = 0;
-    moe_sampler_params smpp = {.temp = 0.0f, .top_p = 1.0f}; /* greedy unless --temp */
+    cli_sampling smpp = {.p = {.temp = 0.0f, .top_p = 1.0f}}; /* greedy unless --temp */
     int sr;
     int verbose = 0;
     for (int i = 1; i < argc; i++) {
@@ -154,7 +155,7 @@ int cmd_chat(int argc, char **argv) {
     if (n_ctx) cli_check_ctx(C, m, n_ctx);
     moe_session_params sp = {.n_ctx = (int)n_ctx, .n_threads = (int)threads};
     if (moe_session_new(m, &sp, &s, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
-    if (moe_sampler_new(&smpp, n_vocab, &smp, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
+    if (cli_sampler_new(C, &smpp, n_vocab, &smp)) goto done;
     /* greedy or top-k sampling needs only the top logits: the lm head is
      * screened (lm_screen), the same tokens */
     const int topn = moe_sampler_topk_need(smp);
@@ -242,6 +243,7 @@ int cmd_chat(int argc, char **argv) {
             if (moe_token_piece(m, id, true, &p, &pl)) { p = ""; pl = 0; }
             bool end = id == eos || moe_token_is_eog(m, id) || (pl && is_end_piece(p, pl));
             if (held_add(&h, p, pl)) { cli_fail(C, "out of memory"); goto done; }
+            moe_sampler_accept(smp, id);
             gen[n_gen++] = id;
             /* the end token is fed too, so the cache holds the closed turn */
             if (topn ? moe_session_forward_topk(s, &id, 1, topn, top_ids, top_vals)

@@ -28,6 +28,8 @@ static void usage(FILE *f) {
             "  --grammar FILE      constrain the output to the GBNF grammar of FILE (llama.cpp's\n"
             "                      format; docs/GRAMMAR.md); generation stops where it must end\n"
             "  --json-schema FILE  constrain the output to JSON valid for the JSON Schema of FILE\n"
+            "  --presence-penalty P, --frequency-penalty P  in [-2, 2]: OpenAI's penalties over the\n"
+            "               generated tokens (logit - count x frequency - (count > 0) x presence)\n"
             "  sampling is greedy unless --temp > 0\n");
 }
 
@@ -63,7 +65,7 @@ int cmd_run(int argc, char **argv) {
     const char *C = "run", *path = NULL, *prompt = NULL, *pfile = NULL, *ids_s = NULL, *flags = NULL;
     const char *batch_file = NULL, *check = NULL, *gfile = NULL, *sfile = NULL;
     long n_gen = 32, threads = 0, n_ctx = 0, n_batch = 0;
-    moe_sampler_params smpp = {.temp = 0.0f, .top_p = 1.0f}; /* greedy unless --temp */
+    cli_sampling smpp = {.p = {.temp = 0.0f, .top_p = 1.0f}}; /* greedy unless --temp */
     int sr;
     int json = 0, stop_eos = 0;
     for (int i = 1; i < argc; i++) {
@@ -172,7 +174,7 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     if (moe_session_new(m, &sp, &s, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
-    if (moe_sampler_new(&smpp, n_vocab, &smp, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
+    if (cli_sampler_new(C, &smpp, n_vocab, &smp)) goto done;
     toks = malloc((size_t)n_prompt * sizeof *toks);
     out_ids = malloc(((size_t)n_gen + 1) * sizeof *out_ids);
     logits = malloc((size_t)n_vocab * sizeof *logits);
@@ -217,6 +219,7 @@ int cmd_run(int argc, char **argv) {
         } else {
             id = topn ? moe_sampler_sample_topk(smp, top_ids, top_vals, topn) : moe_sampler_sample(smp, logits);
         }
+        moe_sampler_accept(smp, id);
         out_ids[n_out++] = id;
         if (!json) {
             const char *piece; size_t plen;

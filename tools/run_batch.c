@@ -183,7 +183,7 @@ int run_batch(const char *C, moe_model *m, const char *file, const run_batch_opt
         if (tokenize_prompt(C, m, &ps[i], i, o->n_gen)) goto done;
         n_in += ps[i].n_prompt;
         if (ps[i].n_prompt > longest) longest = ps[i].n_prompt;
-        if (moe_sampler_new(&o->sampling, V, &ps[i].smp, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
+        if (cli_sampler_new(C, &o->sampling, V, &ps[i].smp)) goto done;
     }
     if (o->grammar && batch_constraints(C, m, ps, np, o->grammar, &gvoc, &allowed)) goto done;
     moe_context_params cp = {.n_ctx = (int)o->n_ctx, .n_threads = (int)o->threads, .n_batch = (int)o->n_batch, .n_seq = np};
@@ -234,6 +234,7 @@ int run_batch(const char *C, moe_model *m, const char *file, const run_batch_opt
             if (!ps[i].con)
                 id = topn ? moe_sampler_sample_topk(ps[i].smp, top_ids + at, top_vals + at, topn)
                           : moe_sampler_sample(ps[i].smp, logits + r * V);
+            moe_sampler_accept(ps[i].smp, id);
             ps[i].ids[ps[i].n_prompt + ps[i].n_gen++] = id;
             n_dec += !first;
             /* a grammar ends at the end token, as run -p's */

@@ -5,6 +5,7 @@
  * are ignored, as OpenAI's own SDKs send fields newer than any server. The
  * response shapes follow the OpenAI API reference: chat.completion,
  * chat.completion.chunk, text_completion, list of models. */
+#include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -291,6 +292,58 @@ static int completion_prompt(srv *s, json_t *o, srv_req *r, api_err *e) {
 
 /* ---- the whole request ---------------------------------------------------- */
 
+/* logit_bias: {"token id": bias, ...} (OpenAI's shape: ids as decimal
+ * strings, biases in [-100, 100]). */
+static int parse_logit_bias(srv *s, json_t *o, srv_req *r, api_err *e) {
+    json_t *b = json_object_get(o, "logit_bias");
+    if (!b || json_is_null(b)) return 0;
+    if (!json_is_object(b)) return api_fail(e, 400, "logit_bias", "invalid_type", "'logit_bias' must be an object of token id -> bias");
+    const size_t n = json_object_size(b);
+    if (n == 0) return 0;
+    if (n > (size_t)s->n_vocab)
+        return api_fail(e, 400, "logit_bias", "invalid_value", "'logit_bias' has %zu entries, more than the vocabulary's %d tokens", n, s->n_vocab);
+    int32_t *ids = malloc(n * sizeof *ids);
+    float *vals = malloc(n * sizeof *vals);
+    int rc = 0, k = 0;
+    if (!ids || !vals) rc = api_fail(e, 500, NULL, NULL, "out of memory");
+    const char *key;
+    json_t *v;
+    json_object_foreach(b, key, v) {
+        if (rc) break;
+        char *end;
+        errno = 0;
+        const long id = strtol(key, &end, 10);
+        if (!*key || *end || errno || id < 0 || id >= s->n_vocab) {
+            rc = api_fail(e, 400, "logit_bias", "invalid_value", "'logit_bias': key '%.40s' is not a token id (0..%d)", key, s->n_vocab - 1);
+            break;
+        }
+        if (!json_is_number(v)) { rc = api_fail(e, 400, "logit_bias", "invalid_type", "'logit_bias[\"%.40s\"]' must be a number", key); break; }
+        const double d = json_number_value(v);
+        if (!(d >= -100.0 && d <= 100.0)) {
+            rc = api_fail(e, 400, "logit_bias", "invalid_value", "'logit_bias[\"%.40s\"]' must be in [-100, 100], got %g", key, d);
+            break;
+        }
+        ids[k] = (int32_t)id;
+        vals[k++] = (float)d;
+    }
+    char err[MOE_ERR_LEN];
+    if (!rc && moe_sampler_set_logit_bias(r->smp, ids, vals, k, err, sizeof err)) rc = api_fail(e, 400, "logit_bias", "invalid_value", "%s", err);
+    free(ids);
+    free(vals);
+    return rc;
+}
+
+/* presence_penalty, frequency_penalty ([-2, 2], OpenAI's formula over the
+ * completion's tokens: engine.h) and logit_bias. */
+static int parse_penalties(srv *s, json_t *o, srv_req *r, api_err *e) {
+    double pres = 0.0, freq = 0.0;
+    if (get_num(o, "presence_penalty", -2, 2, &pres, NULL, e) || get_num(o, "frequency_penalty", -2, 2, &freq, NULL, e)) return -1;
+    char err[MOE_ERR_LEN];
+    if ((pres != 0.0 || freq != 0.0) && moe_sampler_set_penalties(r->smp, (float)pres, (float)freq, err, sizeof err))
+        return api_fail(e, 400, "presence_penalty", "invalid_value", "%s", err);
+    return parse_logit_bias(s, o, r, e);
+}
+
 static int parse_sampling(srv *s, json_t *o, srv_req *r, api_err *e) {
     double temp = 1.0, top_p = 1.0, min_p = 0.0;
     long long top_k = 0, seed = 0;
@@ -305,7 +358,7 @@ static int parse_sampling(srv *s, json_t *o, srv_req *r, api_err *e) {
     moe_sampler_params sp = {.temp = (float)temp, .top_k = (int)top_k, .top_p = (float)top_p, .min_p = (float)min_p, .seed = sd};
     char err[MOE_ERR_LEN];
     if (moe_sampler_new(&sp, s->n_vocab, &r->smp, err, sizeof err)) return api_fail(e, 400, NULL, "invalid_value", "%s", err);
-    return 0;
+    return parse_penalties(s, o, r, e);
 }
 
 static int parse_limits(srv *s, json_t *o, int kind, srv_req *r, api_err *e) {

@@ -515,6 +515,7 @@ static void run_step(srv *s) {
             else if (constrained) ids[k] = force ? grammar_force(r, r->tools->force[r->n_gen]) : grammar_sample(r, l);
             else ids[k] = moe_sampler_sample(r->smp, l);
             if (!constrained && force) ids[k] = r->tools->force[r->n_gen];
+            if (ids[k] >= 0) moe_sampler_accept(r->smp, ids[k]);   /* the penalties' counts */
             if (r->n_top >= 0 && r->n_gen < r->max_tokens) token_logprobs(l, s->n_vocab, ids[k], r);
         }
     pthread_mutex_lock(&s->mu);

@@ -204,6 +204,23 @@ int32_t moe_argmax(const float *logits, int n);
 int  moe_sampler_topk_need(const moe_sampler *s);
 int32_t moe_sampler_sample_topk(moe_sampler *s, const int32_t *ids, const float *vals, int k);
 
+/* Penalties and biases (OpenAI's presence_penalty, frequency_penalty and
+ * logit_bias). Before each draw, token j's logit becomes
+ *   logit[j] + bias[j] - c[j] * frequency - (c[j] > 0 ? presence : 0)
+ * (in that order, in float), where c[j] counts j among the tokens passed to
+ * moe_sampler_accept — the caller accepts each generated token, so forced
+ * or prompt tokens count only if the caller says so. Greedy then takes the
+ * argmax of the adjusted logits. With either set, moe_sampler_topk_need
+ * returns 0: a penalty or a bias can lift a token from outside any top k, so
+ * the full logits are needed. presence and frequency: [-2, 2], both 0: off.
+ * The bias (ids[i] gets bias[i], a later id's entry replacing an earlier
+ * one's; each in [-100, 100]; n 0 clears it) replaces any earlier bias.
+ * The buffers are allocated here, never while sampling. */
+int  moe_sampler_set_penalties(moe_sampler *s, float presence, float frequency, char *err, size_t errlen);
+int  moe_sampler_set_logit_bias(moe_sampler *s, const int32_t *ids, const float *bias, int n, char *err,
+                                size_t errlen);
+void moe_sampler_accept(moe_sampler *s, int32_t token);
+
 /* ---- runtime configuration -------------------------------------------- */
 
 /* Name of the SIMD level in use ("scalar", "avx2", "avx512"). */

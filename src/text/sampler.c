@@ -3,8 +3,9 @@
  * Greedy (temp <= 0) is argmax with ties to the lowest id. Otherwise the
  * chain is llama.cpp's order: top-k -> top-p -> min-p -> temperature ->
  * draw. Candidates are ordered by (logit desc, id asc), so the result is a
- * pure function of the logits and the seeded generator. All buffers are
- * allocated when the sampler is created. */
+ * pure function of the logits and the seeded generator. Penalties and a
+ * logit bias (engine.h) adjust a copy of the logits before the chain. All
+ * buffers are allocated when the sampler is created or configured. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,13 @@ struct moe_sampler {
     int n_vocab;
     cand *c;
     moe_rng rng;
+    float presence, frequency;   /* penalties; both 0: off */
+    int32_t *count;              /* accepted tokens per id (with penalties) */
+    float *bias;                 /* logit bias per id, or NULL */
+    float *adj;                  /* the adjusted logits (with either) */
 };
+
+static bool adjusting(const moe_sampler *s) { return s->bias || s->presence != 0.0f || s->frequency != 0.0f; }
 
 int32_t moe_argmax(const float *logits, int n) {
     int32_t best = 0;
@@ -54,7 +61,70 @@ int moe_sampler_new(const moe_sampler_params *p, int n_vocab, moe_sampler **out,
 void moe_sampler_free(moe_sampler *s) {
     if (!s) return;
     free(s->c);
+    free(s->count);
+    free(s->bias);
+    free(s->adj);
     free(s);
+}
+
+/* The adjusted-logits buffer, once either adjustment is set. */
+static int need_adj(moe_sampler *s, char *err, size_t errlen) {
+    if (!s->adj && !(s->adj = malloc((size_t)s->n_vocab * sizeof *s->adj)))
+        return moe_errf(err, errlen, MOE_ENOMEM, "sampler: out of memory");
+    return MOE_OK;
+}
+
+int moe_sampler_set_penalties(moe_sampler *s, float presence, float frequency, char *err, size_t errlen) {
+    if (!s) return moe_errf(err, errlen, MOE_EINVAL, "sampler: NULL");
+    if (!(presence >= -2.0f && presence <= 2.0f))
+        return moe_errf(err, errlen, MOE_EINVAL, "sampler: presence penalty %g must be in [-2, 2]", (double)presence);
+    if (!(frequency >= -2.0f && frequency <= 2.0f))
+        return moe_errf(err, errlen, MOE_EINVAL, "sampler: frequency penalty %g must be in [-2, 2]", (double)frequency);
+    if ((presence != 0.0f || frequency != 0.0f) && !s->count) {
+        if (!(s->count = calloc((size_t)s->n_vocab, sizeof *s->count)))
+            return moe_errf(err, errlen, MOE_ENOMEM, "sampler: out of memory");
+    }
+    if (need_adj(s, err, errlen)) return MOE_ENOMEM;
+    s->presence = presence;
+    s->frequency = frequency;
+    return MOE_OK;
+}
+
+int moe_sampler_set_logit_bias(moe_sampler *s, const int32_t *ids, const float *bias, int n, char *err, size_t errlen) {
+    if (!s) return moe_errf(err, errlen, MOE_EINVAL, "sampler: NULL");
+    if (n < 0 || (n > 0 && (!ids || !bias))) return moe_errf(err, errlen, MOE_EINVAL, "sampler: bad logit bias list");
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= s->n_vocab)
+            return moe_errf(err, errlen, MOE_EINVAL, "sampler: logit bias entry %d: token id %d is outside the vocabulary (0..%d)",
+                            i, ids[i], s->n_vocab - 1);
+        if (!(bias[i] >= -100.0f && bias[i] <= 100.0f))
+            return moe_errf(err, errlen, MOE_EINVAL, "sampler: logit bias entry %d: %g must be in [-100, 100]", i, (double)bias[i]);
+    }
+    if (n == 0) { free(s->bias); s->bias = NULL; return MOE_OK; }
+    if (!s->bias && !(s->bias = malloc((size_t)s->n_vocab * sizeof *s->bias)))
+        return moe_errf(err, errlen, MOE_ENOMEM, "sampler: out of memory");
+    if (need_adj(s, err, errlen)) return MOE_ENOMEM;
+    memset(s->bias, 0, (size_t)s->n_vocab * sizeof *s->bias);
+    for (int i = 0; i < n; i++) s->bias[ids[i]] = bias[i];
+    return MOE_OK;
+}
+
+void moe_sampler_accept(moe_sampler *s, int32_t token) {
+    if (s && s->count && token >= 0 && token < s->n_vocab && s->count[token] < INT32_MAX) s->count[token]++;
+}
+
+/* One logit after the bias and the penalties, in engine.h's order. */
+static float adjust_one(const moe_sampler *s, int32_t id, float l) {
+    if (s->bias) l += s->bias[id];
+    if (s->count && s->count[id] > 0) l -= (float)s->count[id] * s->frequency + s->presence;
+    return l;
+}
+
+/* The logits the chain reads: the caller's, or their adjusted copy. */
+static const float *adjusted(moe_sampler *s, const float *logits) {
+    if (!adjusting(s)) return logits;
+    for (int i = 0; i < s->n_vocab; i++) s->adj[i] = adjust_one(s, i, logits[i]);
+    return s->adj;
 }
 
 /* true when a sorts before b: larger logit first, NaN last, ties by id */
@@ -107,6 +177,7 @@ int32_t moe_sampler_sample(moe_sampler *s, const float *logits) {
  * they are, so greedy is the argmax over them and every probability is
  * renormalised over them (a grammar never shifts a logit). */
 int32_t moe_sampler_sample_masked(moe_sampler *s, const float *logits, const uint8_t *allowed) {
+    logits = adjusted(s, logits);
     if (!allowed && s->p.temp <= 0.0f) return moe_argmax(logits, s->n_vocab);
     if (s->p.temp <= 0.0f) {
         int32_t best = -1;
@@ -127,13 +198,22 @@ int32_t moe_sampler_sample_masked(moe_sampler *s, const float *logits, const uin
 
 int moe_sampler_topk_need(const moe_sampler *s) {
     if (!s) return 0;
+    if (adjusting(s)) return 0;
     if (s->p.temp <= 0.0f) return 1;
     return s->p.top_k >= 1 && s->p.top_k <= 64 && s->p.top_k <= s->n_vocab ? s->p.top_k : 0;
 }
 
 /* ids/vals: moe_topk's order (logit descending, ties by id), which is the
- * candidates' sort order, so the chain sees the same list. */
+ * candidates' sort order, so the chain sees the same list. (With penalties
+ * or a bias, topk_need is 0 and callers pass full logits; a caller that
+ * still comes here gets the k candidates adjusted and re-sorted.) */
 int32_t moe_sampler_sample_topk(moe_sampler *s, const int32_t *ids, const float *vals, int k) {
+    if (k > 0 && adjusting(s)) {
+        for (int i = 0; i < k; i++) { s->c[i].id = ids[i]; s->c[i].logit = adjust_one(s, ids[i], vals[i]); }
+        sort_cands(s->c, k);
+        if (s->p.temp <= 0.0f) return s->c[0].id;
+        return sample_chain(s, k < s->p.top_k || s->p.top_k == 0 ? k : s->p.top_k);
+    }
     if (s->p.temp <= 0.0f || k <= 0) return k > 0 ? ids[0] : 0;
     const int n = k < s->p.top_k ? k : s->p.top_k;
     for (int i = 0; i < n; i++) { s->c[i].logit = vals[i]; s->c[i].id = ids[i]; }
