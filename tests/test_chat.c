@@ -219,20 +219,38 @@ int main(void) {
     expect_render(synth_q, "glm4", CONV + 1, 1, false, "[gMASK]<sop><|user|>\nHello!");
     CHECK(strstr(moe_chat_formats(), "glm4") != NULL);
     test_glm45();
-    /* harmony (gpt-oss): recognised by its headers; system -> developer instructions */
+    /* harmony (gpt-oss): recognised by its headers; the template's system
+     * message first (its settings from the pseudo-roles: date, effort,
+     * functions), system -> developer instructions ending in a blank line */
+#define H_SYS(effort, tools) "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n" \
+    "Knowledge cutoff: 2024-06\nCurrent date: 2026-01-31\n\nReasoning: " effort "\n\n" \
+    "# Valid channels: analysis, commentary, final. Channel must be included for every message." tools "<|end|>"
     CHECK(moe_chat_detect("{{- '<|start|>' + role + '<|message|>' }}") &&
           !strcmp(moe_chat_detect("<|start|>user<|message|>"), "harmony"));
-    expect_render(synth_q, "harmony", CONV, 4, true,
-                  "<|start|>developer<|message|># Instructions\n\nYou are terse.<|end|>"
+    static const moe_chat_msg HC[] = {
+        {"current_date", "2026-01-31"}, {"system", "You are terse."}, {"user", "Hello!"}, {"assistant", "Hi."}, {"user", "Bye"},
+    };
+    expect_render(synth_q, "harmony", HC, 5, true,
+                  H_SYS("medium", "")
+                  "<|start|>developer<|message|># Instructions\n\nYou are terse.\n\n<|end|>"
                   "<|start|>user<|message|>Hello!<|end|>"
                   "<|start|>assistant<|channel|>final<|message|>Hi.<|end|>"
                   "<|start|>user<|message|>Bye<|end|><|start|>assistant");
-    expect_render("<|start|>x<|message|>", NULL, CONV + 1, 1, false, "<|start|>user<|message|>Hello!<|end|>");
+    static const moe_chat_msg HE[] = {{"reasoning_effort", "high"}, {"current_date", "2026-01-31"}, {"user", "Hello!"}};
+    expect_render("<|start|>x<|message|>", NULL, HE, 3, false, H_SYS("high", "") "<|start|>user<|message|>Hello!<|end|>");
+    /* no date given: today's, in the template's %Y-%m-%d */
+    char *today = NULL, terr[MOE_ERR_LEN];
+    CHECK(moe_chat_render_tmpl("<|start|>x<|message|>", NULL, CONV + 1, 1, false, &today, terr, sizeof terr) == MOE_OK);
+    const char *cd = today ? strstr(today, "Current date: ") : NULL;
+    CHECK(cd && strlen(cd) > 24 && cd[18] == '-' && cd[21] == '-' && cd[24] == '\n' && !strncmp(cd + 14, "20", 2));
+    free(today);
     /* an agent loop's history in serve's pseudo-roles: the developer message
      * as given, the analysis before the call, the call with its recipient in
      * the commentary channel, the result from functions.NAME (the harmony
-     * cookbook's rendering) */
+     * cookbook's rendering); "functions" adds the system message's tools line */
     static const moe_chat_msg HL[] = {
+        {"current_date", "2026-01-31"},
+        {"functions", ""},
         {"developer", "# Tools\n\n## functions\n\nnamespace functions {\n\n} // namespace functions"},
         {"user", "Weather?"},
         {"analysis", "Need the tool."},
@@ -241,7 +259,8 @@ int main(void) {
         {"commentary", "Checking."},
         {"assistant", "Sunny."},
     };
-    expect_render("<|start|>x<|message|>", NULL, HL, 7, true,
+    expect_render("<|start|>x<|message|>", NULL, HL, 9, true,
+                  H_SYS("medium", "\nCalls to these tools must go to the commentary channel: 'functions'.")
                   "<|start|>developer<|message|># Tools\n\n## functions\n\nnamespace functions {\n\n} // namespace functions<|end|>"
                   "<|start|>user<|message|>Weather?<|end|>"
                   "<|start|>assistant<|channel|>analysis<|message|>Need the tool.<|end|>"
@@ -249,6 +268,7 @@ int main(void) {
                   "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>sunny<|end|>"
                   "<|start|>assistant<|channel|>commentary<|message|>Checking.<|end|>"
                   "<|start|>assistant<|channel|>final<|message|>Sunny.<|end|><|start|>assistant");
+#undef H_SYS
     /* an unknown template works once a format is named */
     expect_render("[INST]", "chatml", CONV + 1, 1, true, "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
 

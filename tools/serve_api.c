@@ -206,6 +206,36 @@ static int get_enable_thinking(json_t *o, bool *think, api_err *e) {
     return 0;
 }
 
+/* reasoning_effort (OpenAI's field; llama.cpp also takes it in
+ * chat_template_kwargs): "low", "medium" or "high", the levels gpt-oss's
+ * system message knows; *effort stays NULL when absent. Checked for every
+ * model; only the harmony format uses it. */
+static int get_reasoning_effort(json_t *o, const char **effort, api_err *e) {
+    json_t *x = json_object_get(o, "reasoning_effort");
+    const char *field = "reasoning_effort";
+    json_t *k = json_object_get(o, "chat_template_kwargs");
+    if ((!x || json_is_null(x)) && json_is_object(k)) { x = json_object_get(k, "reasoning_effort"); field = "chat_template_kwargs"; }
+    if (!x || json_is_null(x)) return 0;
+    static const char *const LEVELS[] = {"low", "medium", "high"};
+    for (int i = 0; i < 3 && json_is_string(x); i++)
+        if (!strcmp(json_string_value(x), LEVELS[i])) { *effort = LEVELS[i]; return 0; }
+    return api_fail(e, 400, field, json_is_string(x) ? "invalid_value" : "invalid_type",
+                    "'%s' must be \"low\", \"medium\" or \"high\"", !strcmp(field, "reasoning_effort") ? field : "chat_template_kwargs.reasoning_effort");
+}
+
+/* harmony: the settings of gpt-oss's system message as chat.c's
+ * pseudo-roles before the messages (*out malloc'd). */
+static int harmony_settings(const moe_chat_msg *msgs, size_t n, const char *effort, bool tools, moe_chat_msg **out, api_err *e) {
+    moe_chat_msg *m = malloc((n + 2) * sizeof *m);
+    if (!m) return api_fail(e, 500, NULL, NULL, "out of memory");
+    size_t k = 0;
+    if (effort) m[k++] = (moe_chat_msg){"reasoning_effort", effort};
+    if (tools) m[k++] = (moe_chat_msg){"functions", ""};
+    memcpy(m + k, msgs, n * sizeof *m);
+    *out = m;
+    return 0;
+}
+
 static int chat_prompt(srv *s, json_t *o, srv_req *r, json_t *tools, api_err *e) {
     json_t *ms = json_object_get(o, "messages");
     if (!ms) return api_fail(e, 400, "messages", "missing_required_parameter", "'messages' is required");
@@ -244,8 +274,14 @@ static int chat_prompt(srv *s, json_t *o, srv_req *r, json_t *tools, api_err *e)
     size_t tn = 0, tn_owned = 0;
     if (rc == 0 && (tools || has_tool_turns(ms)))
         rc = tools_messages(s, ms, msgs, n, tools, &tm, &tn, &towned, &tn_owned, e);
-    if (rc == 0 && moe_chat_render(s->m, s->chat_format, tm ? tm : msgs, tm ? tn : n, true, &text, err, sizeof err))
+    const char *effort = NULL;
+    moe_chat_msg *hm = NULL;                       /* harmony: the system message's settings first */
+    if (rc == 0) rc = get_reasoning_effort(o, &effort, e);
+    if (rc == 0 && s->harmony) rc = harmony_settings(tm ? tm : msgs, tm ? tn : n, effort, tools != NULL, &hm, e);
+    const size_t nh = (tm ? tn : n) + (effort != NULL) + (tools != NULL);
+    if (rc == 0 && moe_chat_render(s->m, s->chat_format, hm ? hm : tm ? tm : msgs, hm ? nh : tm ? tn : n, true, &text, err, sizeof err))
         rc = api_fail(e, 500, NULL, NULL, "%s", err);
+    free(hm);
     bool think = true;
     if (rc == 0) rc = get_enable_thinking(o, &think, e);
     /* Qwen3's template with enable_thinking false: an empty think block, then the answer */

@@ -37,12 +37,19 @@
  *          (serve), in the template's <tool_call> / <arg_key> form.
  *  harmony <|start|>ROLE<|message|>CONTENT<|end|> ..., assistant turns as
  *          <|start|>assistant<|channel|>final<|message|>CONTENT<|end|>, then
- *          <|start|>assistant (OpenAI's harmony format of gpt-oss). A system
- *          message becomes the developer message "# Instructions\n\nCONTENT"
- *          as gpt-oss's template writes it; the template's own system
- *          message (model identity, reasoning effort, channels) is not
- *          generated. Pseudo-roles for an agent loop's history (serve writes
- *          them; OpenAI's harmony format, the cookbook's rendering):
+ *          <|start|>assistant (OpenAI's harmony format of gpt-oss), after the
+ *          system message gpt-oss's template always writes first (model
+ *          identity, knowledge cutoff, current date, reasoning effort, the
+ *          valid channels; harmony_system below). A system message becomes
+ *          the developer message "# Instructions\n\nCONTENT\n\n" as the
+ *          template writes it. Pseudo-roles that set the system message and
+ *          are not rendered: "reasoning_effort" (low / medium / high;
+ *          default medium), "current_date" (YYYY-MM-DD; default today in
+ *          local time, the template's strftime_now), "functions" (the
+ *          request declares function tools: the template's line routing
+ *          calls to the commentary channel). Pseudo-roles for an agent
+ *          loop's history (serve writes them; OpenAI's harmony format, the
+ *          cookbook's rendering):
  *          "developer" the developer message as given (instructions and
  *          the tools' namespace); "analysis" / "commentary" an assistant
  *          message on that channel; "to=functions.NAME" a call, content the
@@ -63,8 +70,10 @@
  *          writes the template's spaces and JSON). Older [INST] templates
  *          (v1-v3, which fold the system message into the last user turn)
  *          are recognised too and rendered this same way. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "text/chat.h"
 #include "base/util.h"
@@ -228,9 +237,41 @@ static void render_glm45(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) 
     if (gen) sb_add(b, "<|assistant|>");
 }
 
+static bool harmony_setting(const char *role) {
+    return !strcmp(role, "reasoning_effort") || !strcmp(role, "current_date") || !strcmp(role, "functions");
+}
+
+/* gpt-oss's template's build_system_message, without builtin tools. */
+static void harmony_system(sbuf *b, const moe_chat_msg *msgs, size_t n) {
+    const char *effort = "medium", *date = NULL;
+    bool tools = false;
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(msgs[i].role, "reasoning_effort")) effort = msgs[i].content;
+        else if (!strcmp(msgs[i].role, "current_date")) date = msgs[i].content;
+        else if (!strcmp(msgs[i].role, "functions")) tools = true;
+    }
+    char today[32];
+    if (!date) {
+        const time_t t = time(NULL);
+        struct tm tm;
+        if (!localtime_r(&t, &tm) || !strftime(today, sizeof today, "%Y-%m-%d", &tm)) snprintf(today, sizeof today, "1970-01-01");
+        date = today;
+    }
+    sb_add(b, "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+              "Knowledge cutoff: 2024-06\nCurrent date: ");
+    sb_add(b, date);
+    sb_add(b, "\n\nReasoning: ");
+    sb_add(b, effort);
+    sb_add(b, "\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.");
+    if (tools) sb_add(b, "\nCalls to these tools must go to the commentary channel: 'functions'.");
+    sb_add(b, "<|end|>");
+}
+
 static void render_harmony(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
+    harmony_system(b, msgs, n);
     for (size_t i = 0; i < n; i++) {
         const char *r = msgs[i].role, *c = msgs[i].content;
+        if (harmony_setting(r)) continue;
         const bool sys = !strcmp(r, "system");
         if (!strncmp(r, "to=", 3)) {               /* a call: the recipient in the channel, as the model writes it */
             sb_add(b, "<|start|>assistant<|channel|>commentary "); sb_add(b, r);
@@ -248,7 +289,9 @@ static void render_harmony(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen
         if (channel) { sb_add(b, "<|channel|>"); sb_add(b, r); }
         sb_add(b, "<|message|>");
         if (sys) sb_add(b, "# Instructions\n\n");
-        sb_add(b, c); sb_add(b, "<|end|>");
+        sb_add(b, c);
+        if (sys) sb_add(b, "\n\n");
+        sb_add(b, "<|end|>");
     }
     if (gen) sb_add(b, "<|start|>assistant");
 }

@@ -4,7 +4,7 @@ tests/cli_serve_reason.sh (see there). PORT: the default --reasoning-format
 (deepseek), chatml template, the hook writing HOOK; PORT_QWEN3: --chat-format
 qwen3 --reasoning-format none, the same hook; PORT_HARMONY: --chat-format
 harmony, the hook writing HHOOK. Prints one line per failure; exits 1 on any."""
-import json, subprocess, sys
+import datetime, json, subprocess, sys
 from gguf_meta import gguf_template
 from http_post import post_json
 
@@ -173,8 +173,17 @@ if jinja2:
 # ---- harmony (gpt-oss): the tools' namespace in the developer message, a call
 # in the commentary channel, its result from functions.NAME, the reasoning
 # before the call kept as analysis until a final answer follows
-def harmony(msgs, final_follows=False):
-    dev = ("<|start|>developer<|message|># Instructions\n\nBe terse.\n\n# Tools\n\n## functions\n\nnamespace functions {\n\n"
+def harmony_system(effort="medium", tools=True, date=None):
+    """gpt-oss's template's system message (the server's local date)."""
+    date = date or datetime.date.today().isoformat()
+    return ("<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+            f"Knowledge cutoff: 2024-06\nCurrent date: {date}\n\nReasoning: {effort}\n\n"
+            "# Valid channels: analysis, commentary, final. Channel must be included for every message."
+            + ("\nCalls to these tools must go to the commentary channel: 'functions'." if tools else "") + "<|end|>")
+
+
+def harmony(msgs, final_follows=False, effort="medium"):
+    dev = harmony_system(effort) + ("<|start|>developer<|message|># Instructions\n\nBe terse.\n\n# Tools\n\n## functions\n\nnamespace functions {\n\n"
            "// The weather.\ntype get_weather = (_: {\n// A city.\ncity: string,\ndays: number,\nunit?: \"c\" | \"f\",\n"
            "tags?: string[],\nwhere?: {\nlat: \n                number, tag?: \n                string},\n}) => any;\n\n"
            "} // namespace functions<|end|>")
@@ -188,12 +197,36 @@ def harmony(msgs, final_follows=False):
     return t + "<|start|>assistant"
 
 
-for name, msgs, ff in (("harmony-loop", HIST, False),
-                       ("harmony-final", HIST + [{"role": "assistant", "content": "Sunny."}], True)):
-    want = tokens_of(harmony(msgs, ff))
-    r = chat(name, {**hb, "messages": msgs}, PH)
-    if r and r["usage"]["prompt_tokens"] != want:
-        bad(name, f"prompt {r['usage']['prompt_tokens']} tokens, the harmony rendering gives {want}:\n{harmony(msgs, ff)}")
+# (the date is read around the request: a run across midnight accepts either day)
+for name, msgs, ff, extra, effort in (("harmony-loop", HIST, False, {}, "medium"),
+                                      ("harmony-final", HIST + [{"role": "assistant", "content": "Sunny."}], True, {}, "medium"),
+                                      ("harmony-effort", HIST, False, {"reasoning_effort": "high"}, "high"),
+                                      ("harmony-effort-kwargs", HIST, False, {"chat_template_kwargs": {"reasoning_effort": "low"}}, "low")):
+    before = tokens_of(harmony(msgs, ff, effort))
+    r = chat(name, {**hb, "messages": msgs, **extra}, PH)
+    want = {before, tokens_of(harmony(msgs, ff, effort))}
+    if r and r["usage"]["prompt_tokens"] not in want:
+        bad(name, f"prompt {r['usage']['prompt_tokens']} tokens, the harmony rendering gives {want}:\n{harmony(msgs, ff, effort)}")
+# the effort reaches the prompt: the hook forces the same tokens, but their
+# log-probabilities follow the prompt: "high" and "low" differ, an explicit
+# "medium" equals the default
+def effort_lp(extra):
+    r = chat("effort-lp", {**hb, "messages": HIST, "max_tokens": 4, "logprobs": True, **extra}, PH)
+    return r and [t["logprob"] for t in r["choices"][0]["logprobs"]["content"]]
+lp = {e: effort_lp({"reasoning_effort": e} if e else {}) for e in ("high", "low", "medium", None)}
+if lp["high"] == lp["low"] or lp["medium"] != lp[None] or not lp[None]:
+    bad("effort-logprobs", f"{lp}")
+# the system message without tools, and the instructions' closing blank line
+# (gpt-oss's template: "# Instructions\n\nS\n\n"): the prompt's tokens
+plain_msgs = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Hi"}]
+want = tokens_of(harmony_system(tools=False) + "<|start|>developer<|message|># Instructions\n\nBe terse.\n\n<|end|>"
+                 "<|start|>user<|message|>Hi<|end|><|start|>assistant")
+r = chat("harmony-no-tools", {"messages": plain_msgs, "temperature": 0, "max_tokens": 1}, PH)
+if r and r["usage"]["prompt_tokens"] != want: bad("harmony-no-tools", f"prompt {r['usage']['prompt_tokens']} tokens, want {want}")
+for name, extra in (("effort-bad", {"reasoning_effort": "max"}), ("effort-type", {"reasoning_effort": 3}),
+                    ("effort-kwargs-bad", {"chat_template_kwargs": {"reasoning_effort": "extreme"}})):
+    st, txt = post({"messages": plain_msgs, "max_tokens": 1, **extra}, PH)
+    if st != 400 or "low" not in txt: bad(name, f"status {st}: {txt[:200]}")
 # ---- harmony's analysis channel returned as reasoning_content (the hook writes
 # HHOOK there): the final channel's text is the content, the headers neither
 HHOOK = "<|channel|>analysis<|message|>Think first.<|end|><|start|>assistant<|channel|>final<|message|>Hi"
