@@ -69,6 +69,15 @@ static void test_glm45(void) {
     /* a result first, and an assistant turn with nothing to say */
     static const moe_chat_msg M2[] = {{"tool", "R"}, {"assistant", " "}};
     expect_render(G45, NULL, M2, 2, false, "[gMASK]<sop><|observation|>\n<tool_response>\nR\n</tool_response><|assistant|>\n<think></think>");
+    /* enable_thinking false (the pseudo-role): /nothink after each user
+     * message not already ending so, an empty think block opened for the answer */
+    static const moe_chat_msg M3[] = {{"enable_thinking", "false"}, {"system", "S"}, {"user", "U"},
+                                      {"assistant", "A"}, {"user", "U2 /nothink"}};
+    expect_render(G45, NULL, M3, 5, true,
+                  "[gMASK]<sop><|system|>\nS<|user|>\nU/nothink<|assistant|>\n<think></think>\nA"
+                  "<|user|>\nU2 /nothink<|assistant|>\n<think></think>");
+    static const moe_chat_msg M4[] = {{"enable_thinking", "true"}, {"user", "U"}};
+    expect_render(G45, NULL, M4, 2, true, "[gMASK]<sop><|user|>\nU<|assistant|>");
     /* GLM-4 without the tool syntax stays glm4 */
     CHECK(!strcmp(moe_chat_detect("[gMASK]<sop>{{ x }}"), "glm4"));
 }

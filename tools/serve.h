@@ -299,6 +299,8 @@ bool reason_prompt_open(const char *prompt);
 void reason_split_req(const srv_req *r, const char *t, size_t n, bool final, reason_span *o);
 /* The chat format is harmony (gpt-oss): the answer's control tokens are spelled. */
 bool reason_harmony(const srv *s);
+/* The chat format is GLM-4.5's (glm45). */
+bool reason_glm45(const srv *s);
 /* The template writes an assistant turn's reasoning from <think>R</think> in
  * its content (Qwen3, GLM-4.5): reasoning_content sent back is folded there. */
 bool reason_history_folds(const srv *s);

@@ -223,16 +223,25 @@ static int get_reasoning_effort(json_t *o, const char **effort, api_err *e) {
                     "'%s' must be \"low\", \"medium\" or \"high\"", !strcmp(field, "reasoning_effort") ? field : "chat_template_kwargs.reasoning_effort");
 }
 
-/* harmony: the settings of gpt-oss's system message as chat.c's
- * pseudo-roles before the messages (*out malloc'd). */
-static int harmony_settings(const moe_chat_msg *msgs, size_t n, const char *effort, bool tools, moe_chat_msg **out, api_err *e) {
-    moe_chat_msg *m = malloc((n + 2) * sizeof *m);
-    if (!m) return api_fail(e, 500, NULL, NULL, "out of memory");
+/* The template settings as chat.c's pseudo-roles before the messages:
+ * harmony's system message (reasoning effort, function tools declared),
+ * GLM-4.5's enable_thinking false. *out: NULL when there are none, else
+ * malloc'd with *n_out entries. */
+static int template_settings(const srv *s, const moe_chat_msg *msgs, size_t n, const char *effort, bool tools, bool think,
+                             moe_chat_msg **out, size_t *n_out, api_err *e) {
+    moe_chat_msg pre[3];
     size_t k = 0;
-    if (effort) m[k++] = (moe_chat_msg){"reasoning_effort", effort};
-    if (tools) m[k++] = (moe_chat_msg){"functions", ""};
+    if (s->harmony && effort) pre[k++] = (moe_chat_msg){"reasoning_effort", effort};
+    if (s->harmony && tools) pre[k++] = (moe_chat_msg){"functions", ""};
+    if (!think && reason_glm45(s)) pre[k++] = (moe_chat_msg){"enable_thinking", "false"};
+    *out = NULL;
+    if (k == 0) return 0;
+    moe_chat_msg *m = malloc((n + k) * sizeof *m);
+    if (!m) return api_fail(e, 500, NULL, NULL, "out of memory");
+    memcpy(m, pre, k * sizeof *m);
     memcpy(m + k, msgs, n * sizeof *m);
     *out = m;
+    *n_out = n + k;
     return 0;
 }
 
@@ -275,15 +284,15 @@ static int chat_prompt(srv *s, json_t *o, srv_req *r, json_t *tools, api_err *e)
     if (rc == 0 && (tools || has_tool_turns(ms)))
         rc = tools_messages(s, ms, msgs, n, tools, &tm, &tn, &towned, &tn_owned, e);
     const char *effort = NULL;
-    moe_chat_msg *hm = NULL;                       /* harmony: the system message's settings first */
+    bool think = true;
+    moe_chat_msg *hm = NULL;                       /* the template's settings first */
+    size_t nh = 0;
     if (rc == 0) rc = get_reasoning_effort(o, &effort, e);
-    if (rc == 0 && s->harmony) rc = harmony_settings(tm ? tm : msgs, tm ? tn : n, effort, tools != NULL, &hm, e);
-    const size_t nh = (tm ? tn : n) + (effort != NULL) + (tools != NULL);
+    if (rc == 0) rc = get_enable_thinking(o, &think, e);
+    if (rc == 0) rc = template_settings(s, tm ? tm : msgs, tm ? tn : n, effort, tools != NULL, think, &hm, &nh, e);
     if (rc == 0 && moe_chat_render(s->m, s->chat_format, hm ? hm : tm ? tm : msgs, hm ? nh : tm ? tn : n, true, &text, err, sizeof err))
         rc = api_fail(e, 500, NULL, NULL, "%s", err);
     free(hm);
-    bool think = true;
-    if (rc == 0) rc = get_enable_thinking(o, &think, e);
     /* Qwen3's template with enable_thinking false: an empty think block, then the answer */
     if (rc == 0 && !think && reason_qwen3(s)) rc = append_text(&text, "<think>\n\n</think>\n\n", e);
     const char *forced = tools_forced_text(r);     /* required / named: the calls begin after the prompt */

@@ -116,12 +116,13 @@ bool reason_qwen3(const srv *s) {
     return t && strstr(t, "<|im_start|>") && strstr(t, "</think>");
 }
 
-bool reason_history_folds(const srv *s) {
+bool reason_glm45(const srv *s) {
     const char *f = s->chat_format, *t = moe_model_chat_template(s->m);
-    if (reason_qwen3(s)) return true;
     if (f) return !strcmp(f, "glm45");
     return t && strstr(t, "[gMASK]<sop>") && strstr(t, "<arg_key>");
 }
+
+bool reason_history_folds(const srv *s) { return reason_qwen3(s) || reason_glm45(s); }
 
 const char *reason_visible(const char *content) {
     const char *last = NULL;

@@ -21,8 +21,9 @@
  *   the same): the tools system turn, <|observation|> tool results, calls as
  *   <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n...
  *   </tool_call> (string values raw, others tojson; arguments must be a
- *   mapping, as in the original), without its reasoning-content handling
- *   and /nothink; GLM-4.5's special tokens in its id order from
+ *   mapping, as in the original), enable_thinking=false as the original
+ *   (/nothink after user messages, an empty think block opened), without
+ *   its reasoning-content handling; GLM-4.5's special tokens in its id order from
  *   <|endoftext|>, bos [gMASK], eos <|endoftext|>. */
 #include <stddef.h>
 #include <stdint.h>
@@ -100,6 +101,8 @@ static const char GLM4_TOOLS[] =
     "<arg_key>{arg-key-2}</arg_key>\\n<arg_value>{arg-value-2}</arg_value>\\n...\\n</tool_call>' }}{%- endif %}"
     "{%- for m in messages %}"
     "{%- if m.role == 'user' or m.role == 'system' %}{{- '<|' + m.role + '|>\\n' + m.content }}"
+    "{{- '/nothink' if (m.role == 'user' and enable_thinking is defined and not enable_thinking"
+    " and not m.content.endswith('/nothink')) else '' }}"
     "{%- elif m.role == 'assistant' %}{{- '<|assistant|>\\n<think></think>' }}"
     "{%- if m.content and m.content.strip() %}{{- '\\n' + m.content.strip() }}{%- endif %}"
     "{%- for tc in m.tool_calls or [] %}{%- if tc.function %}{%- set tc = tc.function %}{%- endif %}"
@@ -109,7 +112,8 @@ static const char GLM4_TOOLS[] =
     "{{- '</tool_call>' }}{%- endfor %}"
     "{%- elif m.role == 'tool' %}{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|observation|>' }}{%- endif %}"
     "{{- '\\n<tool_response>\\n' + m.content + '\\n</tool_response>' }}"
-    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|assistant|>' }}{%- endif %}";
+    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|assistant|>' }}"
+    "{{- '\\n<think></think>' if (enable_thinking is defined and not enable_thinking) else '' }}{%- endif %}";
 
 static const char *const SP_LLAMA3[] = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                                         "<|python_tag|>", "<|eom_id|>", "<|eot_id|>"};

@@ -32,7 +32,10 @@
  *          <think>R</think> in the content, is kept as \n<think>R</think>),
  *          runs of tool results as <|observation|> then
  *          \n<tool_response>\nR\n</tool_response> each, then <|assistant|>
- *          (enable_thinking undefined: the model opens its own think block).
+ *          (enable_thinking undefined: the model opens its own think block;
+ *          the pseudo-role "enable_thinking" with content "false" writes
+ *          the template's enable_thinking=false: "/nothink" after each user
+ *          message not already ending so, and <|assistant|>\n<think></think>).
  *          Tool calls are written into the assistant content by the caller
  *          (serve), in the template's <tool_call> / <arg_key> form.
  *  harmony <|start|>ROLE<|message|>CONTENT<|end|> ..., assistant turns as
@@ -221,20 +224,32 @@ static void glm45_assistant(sbuf *b, const char *c, bool keep_reasoning) {
     if (cse > cs) { sb_add(b, "\n"); sb_addn(b, cs, cse); }
 }
 
+static bool ends_with(const char *s, const char *tail) {
+    const size_t n = strlen(s), k = strlen(tail);
+    return n >= k && !memcmp(s + n - k, tail, k);
+}
+
 static void render_glm45(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
     size_t last_user = (size_t)-1;
-    for (size_t i = 0; i < n; i++) if (!strcmp(msgs[i].role, "user")) last_user = i;
+    bool nothink = false;                        /* the pseudo-role enable_thinking "false" */
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(msgs[i].role, "user")) last_user = i;
+        if (!strcmp(msgs[i].role, "enable_thinking") && !strcmp(msgs[i].content, "false")) nothink = true;
+    }
     sb_add(b, "[gMASK]<sop>");
     for (size_t i = 0; i < n; i++) {
         const char *r = msgs[i].role, *c = msgs[i].content;
-        if (!strcmp(r, "system") || !strcmp(r, "user")) { sb_add(b, "<|"); sb_add(b, r); sb_add(b, "|>\n"); sb_add(b, c); }
+        if (!strcmp(r, "system") || !strcmp(r, "user")) {
+            sb_add(b, "<|"); sb_add(b, r); sb_add(b, "|>\n"); sb_add(b, c);
+            if (nothink && !strcmp(r, "user") && !ends_with(c, "/nothink")) sb_add(b, "/nothink");
+        }
         else if (!strcmp(r, "assistant")) glm45_assistant(b, c, last_user == (size_t)-1 || i > last_user);
         else if (!strcmp(r, "tool")) {
             if (i == 0 || strcmp(msgs[i - 1].role, "tool")) sb_add(b, "<|observation|>");
             sb_add(b, "\n<tool_response>\n"); sb_add(b, c); sb_add(b, "\n</tool_response>");
         }
     }
-    if (gen) sb_add(b, "<|assistant|>");
+    if (gen) sb_add(b, nothink ? "<|assistant|>\n<think></think>" : "<|assistant|>");
 }
 
 static bool harmony_setting(const char *role) {

@@ -169,6 +169,16 @@ if jinja2 and FAM != "deepseek3":                   # deepseek3-tools renders pl
         r = chat(name + "-none", {**base, "messages": msgs, "tool_choice": "none", "max_tokens": 6})
         if st != 200 or not r or json.loads(txt)["choices"][0]["tokens"] != r["choices"][0]["tokens"]:
             bad(name + "-none", f"the chat's continuation differs from the rendered template's: {txt[:200]} {r and r['choices'][0]}")
+        if FAM == "glm4":                          # enable_thinking false: /nothink and an empty think block
+            nt = tmpl.render(messages=jm, tools=TOOLS, add_generation_prompt=True, enable_thinking=False)
+            st, txt = post_to("completions", {"prompt": nt, "max_tokens": 6, "temperature": 0, "return_tokens": True})
+            r = chat(name + "-nothink", {**base, "messages": msgs, "tool_choice": "none", "max_tokens": 6,
+                                         "chat_template_kwargs": {"enable_thinking": False}})
+            if nt == text or "/nothink" not in nt: bad(name + "-nothink", "the template ignores enable_thinking")
+            if st != 200 or not r or json.loads(txt)["choices"][0]["tokens"] != r["choices"][0]["tokens"]:
+                bad(name + "-nothink", f"the chat's continuation differs from the template's: {txt[:200]} {r and r['choices'][0]}")
+            elif r["usage"]["prompt_tokens"] != tok(nt)["n_tokens"]:
+                bad(name + "-nothink", f"prompt {r['usage']['prompt_tokens']} tokens, the template gives {tok(nt)['n_tokens']}")
         for choice, suffix in (("auto", ""), ("required", TRIGGER)):
             n = tok(text + suffix)["n_tokens"]
             r = chat(name, {**base, "messages": msgs, "tool_choice": choice, "max_tokens": 1})
