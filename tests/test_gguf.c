@@ -12,6 +12,7 @@
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 #include "base/util.h"
+#include "moefast.h"
 
 static char tmpdir[256];
 
@@ -735,6 +736,136 @@ static void remove_tmpdir(void) {
     rmdir(tmpdir);
 }
 
+/* ---- split models (llama.cpp's gguf-split naming and keys) --------------- */
+
+static int w_u16(gguf_writer *w, const char *key, uint32_t v) {
+    gguf_kv kv = {.key = (char *)key, .type = GGUF_U16};
+    kv.v.u = v;
+    return gguf_w_kv(w, &kv);
+}
+
+/* Writes in's tensors into n files PREFIX-0000i-of-0000n.gguf as gguf-split
+ * does (the metadata and split.tensors.count in the first, split.no and
+ * split.count in each). bad: 0 right; 1 part 2 says split.no 2; 2 part 3
+ * repeats the first tensor; 3 split.tensors.count one too many. */
+static int write_split(const char *in, const char *prefix, uint32_t n, int bad) {
+    char err[MOE_ERR_LEN], path[400];
+    gguf_file *f = NULL;
+    if (gguf_open(in, &f, err, sizeof err)) { fprintf(stderr, "%s\n", err); return -1; }
+    int rc = 0;
+    for (uint32_t p = 0; p < n && rc == 0; p++) {
+        gguf_writer *w = gguf_writer_new((uint32_t)f->alignment);
+        rc |= w_u16(w, "split.no", bad == 1 && p == 1 ? 2 : p);
+        rc |= w_u16(w, "split.count", n);
+        if (p == 0) {
+            rc |= gguf_w_i32(w, "split.tensors.count", (int32_t)f->n_tensors + (bad == 3));
+            for (uint64_t i = 0; i < f->n_kv; i++)
+                if (strcmp(f->kv[i].key, "general.alignment")) rc |= gguf_w_kv(w, &f->kv[i]);
+        }
+        for (uint64_t i = p; i < f->n_tensors; i += n) {
+            const gguf_tensor *t = &f->tensors[i];
+            rc |= gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes);
+        }
+        if (bad == 2 && p == 2) {
+            const gguf_tensor *t = &f->tensors[0];
+            rc |= gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes);
+        }
+        snprintf(path, sizeof path, "%s-%05u-of-%05u.gguf", prefix, p + 1, n);
+        if (rc == 0 && gguf_writer_write(w, path, err, sizeof err)) { fprintf(stderr, "%s\n", err); rc = -1; }
+        gguf_writer_free(w);
+    }
+    gguf_close(f);
+    return rc;
+}
+
+static void expect_open_error(const char *path, int code, const char *sub1, const char *sub2) {
+    char err[MOE_ERR_LEN] = "";
+    gguf_file *f = (gguf_file *)1;
+    CHECK_EQ_INT(gguf_open(path, &f, err, sizeof err), code);
+    CHECK(f == NULL);
+    CHECK_MSG(strstr(err, sub1) && (!sub2 || strstr(err, sub2)), "%s: '%s' lacks '%s' / '%s'", path, err, sub1, sub2 ? sub2 : "");
+    CHECK(!strchr(err, '\n'));
+}
+
+/* Logits of tokens 1..8 (all positions) of the model at path, or NULL. */
+static float *model_logits(const char *path, int *n_vocab) {
+    char err[MOE_ERR_LEN];
+    moe_model *m = NULL;
+    moe_session *s = NULL;
+    if (moe_model_load(path, NULL, &m, err, sizeof err)) { CHECK_MSG(0, "%s", err); return NULL; }
+    *n_vocab = moe_model_n_vocab(m);
+    float *l = malloc((size_t)8 * (size_t)*n_vocab * sizeof *l);
+    const int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    const moe_session_params sp = {.n_ctx = 16, .n_threads = 2};
+    if (!l || moe_session_new(m, &sp, &s, err, sizeof err) || moe_session_forward(s, toks, 8, l, true)) {
+        CHECK_MSG(0, "%s", s ? moe_session_error(s) : err);
+        free(l);
+        l = NULL;
+    }
+    moe_session_free(s);
+    moe_model_free(m);
+    return l;
+}
+
+static void test_split(void) {
+    char src[300], prefix[300], first[400], second[400], third[400], moved[400], err[MOE_ERR_LEN];
+    snprintf(src, sizeof src, "%s/rt64.gguf", tmpdir);
+    snprintf(prefix, sizeof prefix, "%s/sp", tmpdir);
+    snprintf(first, sizeof first, "%s-00001-of-00003.gguf", prefix);
+    snprintf(second, sizeof second, "%s-00002-of-00003.gguf", prefix);
+    snprintf(third, sizeof third, "%s-00003-of-00003.gguf", prefix);
+    CHECK(write_split(src, prefix, 3, 0) == 0);
+    gguf_file *a = NULL, *b = NULL;
+    CHECK(gguf_open(src, &a, err, sizeof err) == MOE_OK);
+    CHECK_MSG(gguf_open(first, &b, err, sizeof err) == MOE_OK, "%s", err);
+    if (a && b) {
+        /* one table: every tensor, its bytes, found by name; the first file's metadata */
+        CHECK_EQ_INT(b->n_parts, 2);
+        CHECK_EQ_INT(b->n_tensors, a->n_tensors);
+        for (uint64_t i = 0; i < a->n_tensors; i++) {
+            const gguf_tensor *t = gguf_find_tensor(b, a->tensors[i].name);
+            CHECK_MSG(t && t->type == a->tensors[i].type && t->nbytes == a->tensors[i].nbytes &&
+                      !memcmp(t->data, a->tensors[i].data, t->nbytes), "tensor %s", a->tensors[i].name);
+        }
+        check_all_kvs(b);
+        CHECK(gguf_find_kv(b, "split.count") && gguf_find_tensor(b, "nope") == NULL);
+    }
+    gguf_close(a);
+    gguf_close(b);
+    /* a later part: refused, naming the first */
+    expect_open_error(second, MOE_EINVAL, "is split 2 of 3", "sp-00001-of-00003.gguf");
+    /* a missing part: names it */
+    snprintf(moved, sizeof moved, "%s/moved.gguf", tmpdir);
+    CHECK(rename(third, moved) == 0);
+    expect_open_error(first, MOE_EIO, "split 3 of 3", "sp-00003-of-00003.gguf: cannot open");
+    CHECK(rename(moved, third) == 0);
+    /* the first part under another name */
+    snprintf(moved, sizeof moved, "%s/renamed.gguf", tmpdir);
+    CHECK(rename(first, moved) == 0);
+    expect_open_error(moved, MOE_EFORMAT, "does not end in -00001-of-00003.gguf", NULL);
+    CHECK(rename(moved, first) == 0);
+    /* inconsistent parts */
+    CHECK(write_split(src, prefix, 3, 1) == 0);
+    expect_open_error(first, MOE_EFORMAT, "sp-00002-of-00003.gguf: split.no 2", "expected part 2 of 3");
+    CHECK(write_split(src, prefix, 3, 2) == 0);
+    expect_open_error(first, MOE_EFORMAT, "in two files of the split", "sp-00003-of-00003.gguf");
+    CHECK(write_split(src, prefix, 3, 3) == 0);
+    expect_open_error(first, MOE_EFORMAT, "split.tensors.count", "hold");
+    /* a model split in 3 runs bit-identically to the whole file */
+    char model[300];
+    snprintf(model, sizeof model, "%s/model.gguf", tmpdir);
+    snprintf(prefix, sizeof prefix, "%s/msp", tmpdir);
+    snprintf(first, sizeof first, "%s-00001-of-00003.gguf", prefix);
+    CHECK_MSG(moe_gen_model("qwen3moe", "tiny", NULL, model, err, sizeof err) == MOE_OK, "%s", err);
+    CHECK(write_split(model, prefix, 3, 0) == 0);
+    int va = 0, vb = 0;
+    float *la = model_logits(model, &va), *lb = model_logits(first, &vb);
+    CHECK(la && lb && va == vb && va > 0);
+    if (la && lb && va == vb) CHECK(memcmp(la, lb, (size_t)8 * (size_t)va * sizeof *la) == 0);
+    free(la);
+    free(lb);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/moefast-test-gguf-XXXXXX");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
@@ -750,6 +881,7 @@ int main(void) {
     test_truncations_and_mutations(rt);
     test_big_vocab();
     test_shared();
+    test_split();
     remove_tmpdir();
     return check_report("test_gguf");
 }

@@ -64,7 +64,9 @@ const char *moe_model_path(const moe_model *m);
 uint64_t moe_model_bytes_per_token(const moe_model *m);
 /* Writes the `moefast info` report (hyperparameters, defaults used, tensor table). */
 int  moe_model_print_info(const moe_model *m, void *file /* FILE* */);
-/* sha256 of the whole file, hex; computed on first call and cached. */
+/* sha256 of the whole file, hex; computed on first call and cached. A split
+ * model (gguf-split's PREFIX-0000i-of-0000N.gguf files, opened by the first):
+ * the sha256 of its files' hex digests joined in order. */
 const char *moe_model_sha256(moe_model *m);
 
 /* ---- tokenizer (text <-> ids, from the GGUF vocabulary) ---------------- */

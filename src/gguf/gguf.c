@@ -233,6 +233,8 @@ typedef struct gguf_impl {
 void gguf_close(gguf_file *f) {
     if (!f) return;
     gguf_impl *g = (gguf_impl *)f;
+    for (uint32_t i = 0; i < f->n_parts; i++) gguf_close(f->parts[i]);
+    free(f->parts);
     if (f->kv)
         for (uint64_t i = 0; i < f->n_kv; i++)
             if (f->kv[i].type == GGUF_ARRAY) free(f->kv[i].v.arr.strs);
@@ -742,7 +744,7 @@ int gguf_open_memory(const void *data, size_t size, const char *name,
     return open_common(g, out, err, errlen);
 }
 
-int gguf_open(const char *path, gguf_file **out, char *err, size_t errlen) {
+static int open_one(const char *path, gguf_file **out, char *err, size_t errlen) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return moe_errf(err, errlen, MOE_EIO, "%s: cannot open: %s", path, strerror(errno));
@@ -779,6 +781,124 @@ int gguf_open(const char *path, gguf_file **out, char *err, size_t errlen) {
     }
     close(fd);
     return open_common(g, out, err, errlen);
+}
+
+/* ---- split models ----------------------------------------------------------- */
+
+#define SPLIT_MAX 9999   /* llama.cpp names parts with %05d; no real model comes near */
+
+/* A split part's split.no and split.count: MOE_OK, 1 when the file has no
+ * split.count, else an error naming the file and the key. */
+static int split_keys(const gguf_file *f, uint32_t *no, uint32_t *count, char *err, size_t errlen) {
+    int rc = gguf_get_u32(f, "split.count", count, err, errlen);
+    if (rc) return rc;
+    if (*count == 0 || *count > SPLIT_MAX)
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: split.count %u is not in 1..%d", f->path, *count, SPLIT_MAX);
+    rc = gguf_get_u32(f, "split.no", no, err, errlen);
+    if (rc == 1) return moe_errf(err, errlen, MOE_EFORMAT, "%s: split.count %u without split.no", f->path, *count);
+    if (rc) return rc;
+    if (*no >= *count)
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: split.no %u is not below split.count %u", f->path, *no, *count);
+    return MOE_OK;
+}
+
+/* The parts' tensors joined into f's table (names and data stay in the
+ * parts' memory); a name in two files is an error naming both. */
+static int split_join(gguf_file *f, char *err, size_t errlen) {
+    gguf_impl *g = (gguf_impl *)f;
+    uint64_t total = f->n_tensors;
+    for (uint32_t i = 0; i < f->n_parts; i++) total += f->parts[i]->n_tensors;
+    if (total > UINT32_MAX - 1) return moe_errf(err, errlen, MOE_EFORMAT, "%s: %llu tensors over the split", f->path, (unsigned long long)total);
+    int rc;
+    gguf_tensor *ts = calloc(total ? total : 1, sizeof *ts);
+    gguf_str *names = calloc(total ? total : 1, sizeof *names);
+    const char **from = calloc(total ? total : 1, sizeof *from);
+    nameset set = {0};
+    if (!ts || !names || !from || nameset_init(&set, total)) {
+        free(ts); free(names); free(from); free(set.slot);
+        return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory joining the split", f->path);
+    }
+    uint64_t k = 0;
+    for (uint32_t p = 0; p <= f->n_parts; p++) {
+        const gguf_file *pf = p == 0 ? f : f->parts[p - 1];
+        for (uint64_t i = 0; i < pf->n_tensors; i++, k++) {
+            ts[k] = pf->tensors[i];
+            names[k] = (gguf_str){ts[k].name, strlen(ts[k].name)};
+            from[k] = pf->path;
+            const int64_t dup = nameset_add(&set, names, (uint32_t)k);
+            if (dup >= 0) {
+                rc = moe_errf(err, errlen, MOE_EFORMAT, "tensor '%s' is in two files of the split: %s and %s", ts[k].name,
+                              from[dup], pf->path);
+                free(ts); free(names); free(from); free(set.slot);
+                return rc;
+            }
+        }
+    }
+    free(from);
+    int64_t want = -1;
+    rc = gguf_get_i64(f, "split.tensors.count", &want, err, errlen);
+    if (rc == 0 && (uint64_t)want != total)
+        rc = moe_errf(err, errlen, MOE_EFORMAT, "%s: split.tensors.count is %lld, the %u files hold %llu tensors", f->path,
+                      (long long)want, f->n_parts + 1, (unsigned long long)total);
+    if (rc < 0) {
+        free(ts); free(names); free(set.slot);
+        return rc;
+    }
+    free(f->tensors);
+    free(g->t_names);
+    free(g->t_set.slot);
+    f->tensors = ts;
+    f->n_tensors = total;
+    g->t_names = names;
+    g->t_set = set;
+    return MOE_OK;
+}
+
+/* The files after the first: PREFIX-0000i-of-0000N.gguf beside it, each
+ * checked to be part i of N. */
+static int split_open(gguf_file *f, char *err, size_t errlen) {
+    uint32_t no = 0, count = 1;
+    int rc = split_keys(f, &no, &count, err, errlen);
+    if (rc == 1 || (rc == MOE_OK && count == 1)) return MOE_OK;
+    if (rc) return rc;
+    char tail[40];
+    snprintf(tail, sizeof tail, "-%05u-of-%05u.gguf", no + 1, count);
+    const size_t pl = strlen(f->path), tl = strlen(tail);
+    if (pl < tl || strcmp(f->path + pl - tl, tail))
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: split %u of %u, but its name does not end in %s (gguf-split's naming)",
+                        f->path, no + 1, count, tail);
+    if (no != 0)
+        return moe_errf(err, errlen, MOE_EINVAL, "%s: is split %u of %u; open the first, %.*s-00001-of-%05u.gguf", f->path,
+                        no + 1, count, (int)(pl - tl), f->path, count);
+    if (!(f->parts = calloc(count - 1, sizeof *f->parts)))
+        return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", f->path);
+    char *name = malloc(pl + 1);
+    if (!name) return moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", f->path);
+    for (uint32_t i = 1; i < count && rc == MOE_OK; i++) {
+        snprintf(name, pl + 1, "%.*s-%05u-of-%05u.gguf", (int)(pl - tl), f->path, i + 1, count);
+        char why[MOE_ERR_LEN];
+        rc = open_one(name, &f->parts[i - 1], why, sizeof why);
+        if (rc) { moe_errf(err, errlen, rc, "%s: split %u of %u: %s", f->path, i + 1, count, why); break; }
+        f->n_parts = i;
+        uint32_t pno = 0, pcount = 0;
+        rc = split_keys(f->parts[i - 1], &pno, &pcount, err, errlen);
+        if (rc == 1) rc = moe_errf(err, errlen, MOE_EFORMAT, "%s: no split.count: not a part of %s", name, f->path);
+        else if (rc == MOE_OK && (pno != i || pcount != count))
+            rc = moe_errf(err, errlen, MOE_EFORMAT, "%s: split.no %u, split.count %u: expected part %u of %u (split.no %u)", name,
+                          pno, pcount, i + 1, count, i);
+    }
+    free(name);
+    return rc ? rc : split_join(f, err, errlen);
+}
+
+int gguf_open(const char *path, gguf_file **out, char *err, size_t errlen) {
+    int rc = open_one(path, out, err, errlen);
+    if (rc) return rc;
+    if ((rc = split_open(*out, err, errlen))) {
+        gguf_close(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key) {

@@ -6,6 +6,12 @@
  * every pointer in the structs below points into the mapping or into memory
  * owned by the gguf_file, valid until gguf_close().
  *
+ * Split models (llama.cpp's gguf-split: PREFIX-00001-of-0000N.gguf ...,
+ * each a GGUF file with split.no, split.count and, in the first,
+ * split.tensors.count): gguf_open() of the first file opens the others
+ * beside it and the gguf_file shows their tensors as one table; the
+ * metadata is the first file's.
+ *
  * Writer: gguf_writer collects metadata and tensors and writes a v3 file to a
  * temporary name in the same directory, then renames it: a failed write
  * leaves nothing half-written. */
@@ -68,6 +74,8 @@ typedef struct gguf_file {
     uint64_t data_offset;   /* start of the tensor data section */
     uint64_t n_copied, copied_bytes; /* tensors whose data was misaligned for their type
                                       * (general.alignment 1 or 2): copied to aligned memory */
+    struct gguf_file **parts;        /* a split model's files after the first (n_parts of them) */
+    uint32_t n_parts;
 } gguf_file;
 
 /* Returns MOE_OK or a negative moe_status; on error *out is NULL and err holds one line. */

@@ -302,14 +302,18 @@ int moe_model_load(const char *path, const moe_load_params *params, moe_model **
     if ((moe_flag_on(m->flags, MOE_FLAG_REPACK) || moe_flag_on(m->flags, MOE_FLAG_ACT_Q8)) &&
         (rc = repack_weights(m, err, errlen)))
         goto fail;
-    if (moe_flag_on(m->flags, MOE_FLAG_READAHEAD) && !m->repacked && m->n_shards == 1 &&
-        m->gf->size > m->gf->data_offset) {
+    if (moe_flag_on(m->flags, MOE_FLAG_READAHEAD) && !m->repacked && m->n_shards == 1) {
         /* Start paging the weights in now (asynchronously) instead of one
-         * fault at a time during the first forward; advisory only. */
+         * fault at a time during the first forward; advisory only. Every
+         * file of a split model. */
         uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-        uintptr_t b = ((uintptr_t)m->gf->map + m->gf->data_offset) & ~(page - 1);
-        uintptr_t e = (uintptr_t)m->gf->map + m->gf->size;
-        (void)madvise((void *)b, e - b, MADV_WILLNEED);
+        for (uint32_t p = 0; p <= m->gf->n_parts; p++) {
+            const gguf_file *pf = p == 0 ? m->gf : m->gf->parts[p - 1];
+            if (!pf->map || pf->size <= pf->data_offset) continue;
+            uintptr_t b = ((uintptr_t)pf->map + pf->data_offset) & ~(page - 1);
+            uintptr_t e = (uintptr_t)pf->map + pf->size;
+            (void)madvise((void *)b, e - b, MADV_WILLNEED);
+        }
     }
     *out = m;
     return MOE_OK;
@@ -347,8 +351,23 @@ const char *moe_model_sha256(moe_model *m) {
     if (!m) return NULL;
     /* read with stdio rather than through the mapping: hashing a mapped 2 GB
      * file would leave all of it resident (and counted in this process) */
-    if (!m->sha256[0] && moe_sha256_file(m->path, m->sha256) != MOE_OK)
-        moe_sha256_hex(m->gf->map, (size_t)m->gf->size, m->sha256);
+    if (m->sha256[0]) return m->sha256;
+    if (moe_sha256_file(m->path, m->sha256) != MOE_OK) moe_sha256_hex(m->gf->map, (size_t)m->gf->size, m->sha256);
+    if (m->gf->n_parts) {
+        /* a split model: the sha256 of its files' hex digests, in order */
+        const size_t hl = strlen(m->sha256);
+        char *all = malloc(hl * (m->gf->n_parts + 1) + 1);
+        if (!all) return m->sha256;
+        memcpy(all, m->sha256, hl);
+        for (uint32_t p = 0; p < m->gf->n_parts; p++) {
+            const gguf_file *pf = m->gf->parts[p];
+            char h[sizeof m->sha256];
+            if (moe_sha256_file(pf->path, h) != MOE_OK) moe_sha256_hex(pf->map, (size_t)pf->size, h);
+            memcpy(all + hl * (p + 1), h, hl);
+        }
+        moe_sha256_hex(all, hl * (m->gf->n_parts + 1), m->sha256);
+        free(all);
+    }
     return m->sha256;
 }
 
@@ -526,6 +545,12 @@ int moe_model_print_info(const moe_model *m, void *file) {
     fprintf(f, "gguf:          version %u, %llu tensors, %llu metadata keys, alignment %llu, %llu bytes\n",
             gf->version, (unsigned long long)gf->n_tensors, (unsigned long long)gf->n_kv,
             (unsigned long long)gf->alignment, (unsigned long long)gf->size);
+    if (gf->n_parts) {
+        uint64_t all = gf->size;
+        for (uint32_t p = 0; p < gf->n_parts; p++) all += gf->parts[p]->size;
+        fprintf(f, "split:         %u files (gguf-split), %llu bytes in all; tensors above are all files'\n", gf->n_parts + 1,
+                (unsigned long long)all);
+    }
     fprintf(f, "architecture:  %s\n", m->arch_name);
     fprintf(f, "kernels:       %s\n", moe_model_kernels(m));
     fprintf(f, "isa levels:    %s\n", moe_isa_support());
