@@ -771,6 +771,10 @@ int main(void) {
     test_inp_out("vocab/ggml-vocab-gpt-2.gguf");
     test_inp_out("vocab/ggml-vocab-llama-spm.gguf");
     test_inp_out("vocab/qwen3-vocab.gguf");
+    /* llama.cpp's own test vocabularies (tests/data/llamacpp-vocab, vendored:
+     * reached from the vendored directory, none of them is in ../shared) */
+    test_inp_out("../llamacpp-vocab/ggml-vocab-deepseek-llm.gguf");
+    test_inp_out("../llamacpp-vocab/ggml-vocab-deepseek-coder.gguf");
     test_public_json();
     test_oracle_prompt("oracle/qwen3moe-tiny-q8_0.gguf"); /* the F32 files' vocabulary */
     test_oracle_prompt("oracle/laguna-tiny-q8_0.gguf");

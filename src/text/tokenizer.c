@@ -28,7 +28,7 @@ enum { TT_UNDEFINED = 0, TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3,
        TT_USER_DEFINED = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 enum { KIND_BPE = 1, KIND_SPM = 2 };
 
-#define MAX_PRE_REGEX 4
+#define MAX_PRE_REGEX 6
 
 typedef struct merge_ent { int32_t l, r, rank, id; } merge_ent;
 
@@ -206,6 +206,20 @@ static const char RX_DS3_CJK[] = "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A
 static const char RX_DS3[] =
     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
     " ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* llama.cpp's DEEPSEEK_LLM (DeepSeek-V2 / V2-Lite, deepseek-llm) and
+ * DEEPSEEK_CODER (DeepSeek-Coder-V2) expressions, as llama-vocab.cpp writes
+ * them (its letter and CJK ranges as literal characters); llama.cpp's
+ * "\\s+$" runs on one fragment with std::wregex, where $ is the fragment's
+ * end only: \\z here (PCRE2's $ would also match before a final newline). */
+static const char RX_DSL_NL[] = "[\r\n]";
+static const char RX_DSL_LETTERS[] =
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+";
+static const char RX_DSL_PUNCT[] = "\\s?[!-/:-~！-／：-～‘-‟　-。]+";
+static const char RX_DSL_TAILSPACE[] = "\\s+\\z";
+static const char RX_DSL_CJK[] = "[一-龥ࠀ-一가-퟿]+";
+static const char RX_DEF_NUM_ONE[] = "\\p{N}";
+static const char RX_DSC_LETTERS[] = "\\s?\\p{L}+";
+static const char RX_DSC_PUNCT[] = "\\s?\\p{P}+";
 static const char RX_DEF_PUNCT[] = "[\\p{P}\\$\\+<=>\\^~\\|]+";
 static const char RX_DEF_NUM[] = "\\p{N}+";
 static const char RX_DEF_DIGIT3[] = "[0-9][0-9][0-9]";
@@ -226,6 +240,8 @@ static const pre_def PRE_DEFS[] = {
     {"llama3|llama-v3|llama-bpe|falcon3|", {RX_LLAMA3}, true},
     {"dbrx|smaug-bpe|", {RX_LLAMA3}, false},
     {"deepseek-v3|", {RX_DS3_NUM, RX_DS3_CJK, RX_DS3}, false},
+    {"deepseek-llm|", {RX_DSL_NL, RX_DSL_LETTERS, RX_DSL_PUNCT, RX_DSL_TAILSPACE, RX_DSL_CJK, RX_DEF_NUM}, false},
+    {"deepseek-coder|", {RX_DSL_NL, RX_DSC_LETTERS, RX_DSC_PUNCT, RX_DSL_CJK, RX_DEF_NUM_ONE}, false},
     /* llama.cpp's CHATGLM4: the Llama-3 expression without ignore_merges; it
      * also forces the BOS id to none, which is already so for gpt2 vocabularies
      * without tokenizer.ggml.bos_token_id (the key, when present, wins there too) */
@@ -598,7 +614,7 @@ int moe_tokenizer_load(const gguf_file *f, moe_tokenizer **out, char *err, size_
         if (!d) {
             moe_tokenizer_free(t);
             return moe_errf(err, errlen, MOE_EUNSUPPORTED,
-                            "%s: tokenizer.ggml.pre '%.*s' is not supported (known: default, gpt-2, olmo, qwen2, laguna, llama3/llama-bpe, dbrx, deepseek-v3, glm4, gpt-4o)",
+                            "%s: tokenizer.ggml.pre '%.*s' is not supported (known: default, gpt-2, olmo, qwen2, laguna, llama3/llama-bpe, dbrx, deepseek-v3, deepseek-llm, deepseek-coder, glm4, gpt-4o)",
                             path, (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
         }
         t->ignore_merges = d->ignore_merges;
