@@ -198,8 +198,37 @@ head -c 70000 /dev/zero | tr '\0' a | curl -s -o "$T/body" -w '%{http_code}' -H 
   -H 'Transfer-Encoding: chunked' --data-binary @- "$(URL $CH)" >"$T/st"
 [ "$(cat "$T/st")" = 413 ] && grep -q request_too_large "$T/body" || fail "chunked body over --max-body: $(cat "$T/st" "$T/body")"
 bad "unknown path" 404 null GET /v1/nope ''
+bad "tokenize: no content" 400 content POST /tokenize '{}'
+bad "tokenize: content a number" 400 content POST /tokenize '{"content":5}'
+bad "tokenize: with_pieces a string" 400 with_pieces POST /tokenize '{"content":"a","with_pieces":"yes"}'
+bad "tokenize: malformed JSON" 400 null POST /tokenize '{"content":'
+bad "detokenize: tokens not a list" 400 tokens POST /detokenize '{"tokens":"1 2"}'
+bad "detokenize: id out of range" 400 tokens POST /detokenize '{"tokens":[1,999999]}' "tokens[1]"
+bad "detokenize: id a string" 400 tokens POST /detokenize '{"tokens":["1"]}'
+bad "GET /tokenize" 405 null GET /tokenize ''
 bad "GET on a POST endpoint" 405 null GET $CH ''
 check_bad
+# /tokenize and /detokenize (llama.cpp server's shapes): text -> ids -> the
+# same text; the pieces join to the text; the ids are the prompt a completion
+# of that text runs (its usage); a control token written in the text is one id
+TXT='Hello world, tokenize me<|im_end|>'
+call POST /tokenize "{\"content\":\"$TXT\"}"; cp "$T/body" "$T/tok.json"
+call POST /tokenize "{\"content\":\"$TXT\",\"with_pieces\":true}"; cp "$T/body" "$T/pieces.json"
+call POST /tokenize "{\"content\":\"$TXT\",\"parse_special\":false}"; cp "$T/body" "$T/plain.json"
+IDS=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["tokens"]))' "$T/tok.json")
+call POST /detokenize "{\"tokens\":$IDS}"; cp "$T/body" "$T/detok.json"
+call POST /v1/completions "{\"prompt\":\"$TXT\",\"max_tokens\":1,\"temperature\":0}"; cp "$T/body" "$T/usage.json"
+python3 - "$TXT" "$T" <<'EOF2' || fail "tokenize / detokenize"
+import json, sys
+txt, d = sys.argv[1], sys.argv[2]
+ld = lambda n: json.load(open(f"{d}/{n}.json"))
+ids, pieces, plain = ld("tok")["tokens"], ld("pieces")["tokens"], ld("plain")["tokens"]
+assert ld("detok")["content"] == txt, ld("detok")
+assert [p["id"] for p in pieces] == ids and "".join(p["piece"] for p in pieces) == txt, pieces
+assert ld("usage")["usage"]["prompt_tokens"] == len(ids), (ld("usage")["usage"], len(ids))
+assert len(plain) > len(ids), ("parse_special false should spell the control token", plain, ids)
+print(f"ok tokenize/detokenize: {len(ids)} ids round trip, pieces join, = the completion's prompt")
+EOF2
 echo "ok $NBAD error objects: {message, type, param, code}, the param named"
 # the API key
 ST=$(curl -s -o "$T/body" -w '%{http_code}' "$(URL /v1/models)")

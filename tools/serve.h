@@ -197,7 +197,11 @@ char *api_usage_chunk(srv *s, srv_req *r);
 /* A chunk with the given delta (taken over) and no finish_reason. */
 char *api_delta_chunk(srv *s, srv_req *r, json_t *delta);
 char *api_error_chunk(srv *s, srv_req *r);                   /* r failed (err_status, errmsg) */
-char *api_models_json(srv *s, bool one);   /* the list, or the one model object */
+char *api_models_json(srv *s, bool one);
+/* llama.cpp server's POST /tokenize and /detokenize bodies (the answer's
+ * JSON, or NULL after api_fail). */
+char *api_tokenize_json(srv *s, const char *body, size_t n, api_err *e);
+char *api_detokenize_json(srv *s, const char *body, size_t n, api_err *e);   /* the list, or the one model object */
 
 /* serve_tools.c — tool calls (docs/SERVE.md, "Tool calls"). The call
  * syntax is the chat template family's; the grammar compiled from the

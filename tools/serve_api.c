@@ -508,6 +508,106 @@ static int get_grammar(srv *s, json_t *o, srv_req *r, api_err *e) {
     return 0;
 }
 
+/* ---- /tokenize and /detokenize (llama.cpp server's shapes) ----------------- */
+
+static char *dump_free(json_t *o, bool sse);
+
+static json_t *parse_object(const char *body, size_t n, api_err *e) {
+    json_error_t je;
+    json_t *o = json_loadb(body, n, 0, &je);
+    if (!o) api_fail(e, 400, NULL, "invalid_json", "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
+    else if (!json_is_object(o)) { api_fail(e, 400, NULL, "invalid_json", "the body must be a JSON object"); json_decref(o); o = NULL; }
+    return o;
+}
+
+/* bytes as a JSON string, invalid UTF-8 as U+FFFD (jansson takes UTF-8 only) */
+static json_t *utf8_string(const char *p, size_t len) {
+    moe_utf8_stream *u = moe_utf8_stream_new();
+    char *buf = malloc(4 * len + 8);
+    json_t *j = NULL;
+    if (u && buf) {
+        size_t k = moe_utf8_stream_push(u, p, len, buf, 4 * len + 4);
+        k += moe_utf8_stream_flush(u, buf + k, 4 * len + 8 - k);
+        j = json_stringn(buf, k);
+    }
+    moe_utf8_stream_free(u);
+    free(buf);
+    return j;
+}
+
+/* {"content": text, "add_special": bool (BOS when the model adds one;
+ * default false), "parse_special": bool (default true), "with_pieces":
+ * bool} -> {"tokens": [id, ...]} or [{"id", "piece"}, ...]. */
+char *api_tokenize_json(srv *s, const char *body, size_t n, api_err *e) {
+    json_t *o = parse_object(body, n, e);
+    if (!o) return NULL;
+    bool add = false, parse = true, pieces = false;
+    json_t *c = json_object_get(o, "content"), *out = NULL;
+    int32_t *ids = NULL;
+    char err[MOE_ERR_LEN];
+    size_t need = 0;
+    if (!json_is_string(c)) api_fail(e, 400, "content", c ? "invalid_type" : "missing_required_parameter", "'content' must be a string");
+    else if (get_bool(o, "add_special", &add, e) || get_bool(o, "parse_special", &parse, e) || get_bool(o, "with_pieces", &pieces, e)) {
+    } else if (moe_tokenize(s->m, json_string_value(c), json_string_length(c), add && moe_token_add_bos(s->m), parse, NULL, 0,
+                            &need, err, sizeof err) ||
+               !(ids = malloc((need ? need : 1) * sizeof *ids)) ||
+               moe_tokenize(s->m, json_string_value(c), json_string_length(c), add && moe_token_add_bos(s->m), parse, ids, need,
+                            &need, err, sizeof err)) {
+        if (ids) api_fail(e, 400, "content", "invalid_value", "%s", err); else api_fail(e, 500, NULL, NULL, "out of memory");
+    } else {
+        json_t *arr = json_array();
+        for (size_t i = 0; arr && i < need; i++) {
+            if (!pieces) { json_array_append_new(arr, json_integer(ids[i])); continue; }
+            const char *p = "";
+            size_t pl = 0;
+            if (moe_token_piece(s->m, ids[i], true, &p, &pl)) pl = 0;
+            json_array_append_new(arr, json_pack("{s:i, s:o}", "id", (json_int_t)ids[i], "piece", utf8_string(p, pl)));
+        }
+        out = json_pack("{s:o}", "tokens", arr);
+    }
+    free(ids);
+    json_decref(o);
+    if (!out) { if (!e->status) api_fail(e, 500, NULL, NULL, "out of memory"); return NULL; }
+    return dump_free(out, false);
+}
+
+/* {"tokens": [id, ...]} -> {"content": the pieces joined, control tokens
+ * spelled, invalid UTF-8 as U+FFFD}. */
+char *api_detokenize_json(srv *s, const char *body, size_t n, api_err *e) {
+    json_t *o = parse_object(body, n, e);
+    if (!o) return NULL;
+    json_t *t = json_object_get(o, "tokens"), *out = NULL;
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    if (!json_is_array(t)) api_fail(e, 400, "tokens", t ? "invalid_type" : "missing_required_parameter", "'tokens' must be an array of token ids");
+    for (size_t i = 0; json_is_array(t) && i < json_array_size(t); i++) {
+        json_t *x = json_array_get(t, i);
+        const long long id = json_is_integer(x) ? json_integer_value(x) : -1;
+        if (id < 0 || id >= s->n_vocab) {
+            api_fail(e, 400, "tokens", "invalid_value", "'tokens[%zu]' must be a token id (0..%d)", i, s->n_vocab - 1);
+            break;
+        }
+        const char *p = "";
+        size_t pl = 0;
+        if (moe_token_piece(s->m, (int32_t)id, true, &p, &pl)) pl = 0;
+        if (len + pl + 1 > cap) {
+            size_t nc = cap ? cap * 2 : 256;
+            while (nc < len + pl + 1) nc *= 2;
+            char *nt = realloc(text, nc);
+            if (!nt) { api_fail(e, 500, NULL, NULL, "out of memory"); break; }
+            text = nt;
+            cap = nc;
+        }
+        memcpy(text + len, p, pl);
+        len += pl;
+    }
+    if (!e->status) out = json_pack("{s:o}", "content", utf8_string(text ? text : "", len));
+    free(text);
+    json_decref(o);
+    if (!out) { if (!e->status) api_fail(e, 500, NULL, NULL, "out of memory"); return NULL; }
+    return dump_free(out, false);
+}
+
 int api_parse(srv *s, int kind, const char *body, size_t n, srv_req **out, api_err *e) {
     *out = NULL;
     json_error_t je;

@@ -361,7 +361,8 @@ static enum MHD_Result route(struct MHD_Connection *c, conn *k, const char *url,
     srv *s = k->s;
     const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     static const struct { const char *path; const char *allow; } PATHS[] = {
-        {"/health", "GET"}, {"/metrics", "GET"}, {"/v1/models", "GET"}, {"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"}};
+        {"/health", "GET"}, {"/metrics", "GET"}, {"/v1/models", "GET"}, {"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"},
+        {"/tokenize", "POST"}, {"/detokenize", "POST"}};
     for (size_t i = 0; i < sizeof PATHS / sizeof PATHS[0]; i++) {
         if (strcmp(url, PATHS[i].path)) continue;
         if (strcmp(method, PATHS[i].allow)) {
@@ -386,6 +387,11 @@ static enum MHD_Result route(struct MHD_Connection *c, conn *k, const char *url,
     }
     if (post && !strcmp(url, "/v1/chat/completions")) return completions(c, k, SRV_CHAT);
     if (post && !strcmp(url, "/v1/completions")) return completions(c, k, SRV_COMPLETION);
+    if (post && (!strcmp(url, "/tokenize") || !strcmp(url, "/detokenize"))) {
+        api_err e = {0};
+        char *b = (url[1] == 't' ? api_tokenize_json : api_detokenize_json)(s, k->body ? k->body : "", k->len, &e);
+        return b ? reply(c, k, 200, "application/json", b, NULL, NULL) : reply_err(c, k, &e);
+    }
     return fail(c, k, 404, NULL, "not_found", "no such endpoint");
 }
 
