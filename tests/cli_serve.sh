@@ -59,7 +59,10 @@ badcli "missing model file" "$T/nope.gguf" -m "$T/nope.gguf" --port 0
 badcli "port out of range" "bad value for --port" -m "$M" --port 70000
 badcli "bad host" "--host example.com: not an IPv4 or IPv6 address" -m "$M" --port 0 --host example.com
 badcli "unknown option" "unknown argument '--bogus'" -m "$M" --bogus
-echo "ok bad command lines: exit 2 with one line"
+# --ctx past the trained context (4096): the warning run and chat give
+timeout 5 "$REL" serve -m "$M" --port 0 --ctx 5000 --slots 1 >/dev/null 2>"$T/ctxwarn"
+grep -q "^moefast serve: warning: --ctx 5000 .*trained context 4096" "$T/ctxwarn" || fail "serve --ctx 5000: no warning: $(cat "$T/ctxwarn")"
+echo "ok bad command lines: exit 2 with one line; --ctx past the trained context warned"
 
 # ---- server A: the API ------------------------------------------------------
 KEY=sekrit

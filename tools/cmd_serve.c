@@ -113,6 +113,7 @@ int cmd_serve(int argc, char **argv) {
     moe_model *m = NULL;
     moe_load_params lp = {.flags = o.flags};
     if (cli_model_load(o.path, &lp, &m, err, sizeof err)) return cli_fail(C, "%s", err);
+    if (o.n_ctx) cli_check_ctx(C, m, o.n_ctx);
     const char *base = strrchr(o.path, '/');
     base = base ? base + 1 : o.path;
     char *name = strdup(o.alias ? o.alias : base);
