@@ -137,7 +137,9 @@ bad "max_tokens 2.5" 400 max_tokens POST $CH "{$MSG,\"max_tokens\":2.5}"
 bad "max_tokens huge" 400 max_tokens POST $CH "{$MSG,\"max_tokens\":1000000000}" "(1000000000) exceed the context (256 tokens)"
 bad "max_completion_tokens huge" 400 max_completion_tokens POST $CH "{$MSG,\"max_completion_tokens\":300}" "(300) exceed"
 bad "max_tokens past int64" 400 null POST $CH "{$MSG,\"max_tokens\":99999999999999999999999}"
-bad "n 2" 400 n POST $CH "{$MSG,\"n\":2}"
+bad "n 9" 400 n POST $CH "{$MSG,\"n\":9}" "[1, 8]"
+bad "n 0" 400 n POST $CH "{$MSG,\"n\":0}"
+bad "n 2 streamed" 400 n POST $CH "{$MSG,\"n\":2,\"stream\":true}" "stream"
 bad "stop a number" 400 stop POST $CH "{$MSG,\"stop\":5}"
 bad "stop 5 strings" 400 stop POST $CH "{$MSG,\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}"
 bad "stop empty" 400 stop POST $CH "{$MSG,\"stop\":\"\"}"
@@ -172,6 +174,32 @@ call POST /v1/completions '{"prompt":[1,2,3,4,5,6,7,8,9,10],"max_tokens":247}'
 call POST /v1/completions '{"prompt":[1,2,3,4,5,6,7,8,9,10],"max_tokens":246,"temperature":0}'
 [ "$ST" = 200 ] || fail "prompt + max_tokens = context: $ST $(cat "$T/body")"
 echo "ok prompt + max_tokens over the context: 400 naming 10, 247 and 256; 246 fits"
+# n > 1: every choice is the request alone with seed + i (the same tokens),
+# index 0..n-1, usage summing the completions; greedy choices are equal
+call POST /v1/completions '{"prompt":[1,2,3],"max_tokens":8,"temperature":1,"seed":5,"n":3,"return_tokens":true}'
+cp "$T/body" "$T/n3.json"
+for i in 0 1 2; do
+  call POST /v1/completions "{\"prompt\":[1,2,3],\"max_tokens\":8,\"temperature\":1,\"seed\":$((5 + i)),\"return_tokens\":true}"
+  cp "$T/body" "$T/n1-$i.json"
+done
+call POST $CH "{$MSG,\"max_tokens\":6,\"temperature\":0,\"n\":2}"; cp "$T/body" "$T/ng.json"
+python3 - "$T" <<'EOF2' || fail "n > 1"
+import json, sys
+d = sys.argv[1]
+ld = lambda n: json.load(open(f"{d}/{n}.json"))
+n3, g = ld("n3"), ld("ng")
+ch = n3["choices"]
+assert [c["index"] for c in ch] == [0, 1, 2], ch
+for i in range(3):
+    alone = ld(f"n1-{i}")["choices"][0]
+    assert ch[i]["tokens"] == alone["tokens"] and ch[i]["text"] == alone["text"], (i, ch[i], alone)
+assert len({tuple(c["tokens"]) for c in ch}) > 1, "three seeds, one answer"
+assert n3["usage"]["completion_tokens"] == sum(len(c["tokens"]) for c in ch), n3["usage"]
+assert n3["usage"]["total_tokens"] == n3["usage"]["prompt_tokens"] + n3["usage"]["completion_tokens"]
+gc = g["choices"]
+assert len(gc) == 2 and gc[0]["message"] == gc[1]["message"] and gc[1]["index"] == 1, gc
+print("ok n = 3: each choice = the request alone with seed + i; usage summed; greedy n = 2 equal")
+EOF2
 # logit_bias and the penalties (engine.h's formula): +100 on token 300 makes
 # greedy take it every step, also under a presence penalty (a fixed 2); a
 # frequency penalty of 2 takes 2 more from it per use, so within 80 tokens it

@@ -27,6 +27,7 @@ typedef struct json_t json_t;
 
 enum { SRV_CHAT = 1, SRV_COMPLETION = 2 };
 #define SRV_MAX_STOP 4
+#define SRV_MAX_CHOICES 8              /* OpenAI's n: choices per request */
 
 /* One request, from the HTTP thread that parsed it to the last reference
  * (the HTTP side's and, while queued or in a slot, the engine's). */
@@ -34,6 +35,7 @@ typedef struct srv_req {
     /* set by the HTTP thread before submission, then read-only */
     uint64_t id;
     int kind;
+    int choice, n_choices;          /* n > 1: choice i of n, each its own request (seed + i) */
     bool stream, include_usage, return_tokens;
     bool cache_prompt;              /* false: a cold prefill even when a slot holds the prefix */
     int32_t *prompt;
@@ -181,7 +183,12 @@ int  api_fail(api_err *e, int status, const char *param, const char *code, const
     __attribute__((format(printf, 5, 6)));
 char *api_error_json(const api_err *e);                       /* malloc'd */
 /* Parses a chat or completion body into a new request (submitted by the caller). */
-int  api_parse(srv *s, int kind, const char *body, size_t n, srv_req **out, api_err *e);
+/* choice: which of the body's n choices this request is (0 for the first;
+ * a seeded request's choice i samples with seed + i). */
+int  api_parse(srv *s, int kind, const char *body, size_t n, int choice, srv_req **out, api_err *e);
+/* The final answer of a request's n choices (rs[0..n)): choice i's answer
+ * as choices[i], usage summed over them (the prompt once). */
+char *api_final_json_n(srv *s, srv_req *const *rs, int n, int *status);
 /* The whole (non-streamed) answer of a done request; *status gets its HTTP status. */
 char *api_final_json(srv *s, srv_req *r, int *status);
 /* Stream events: "data: {...}\n\n" strings, malloc'd. */

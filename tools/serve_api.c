@@ -399,7 +399,7 @@ static int parse_sampling(srv *s, json_t *o, srv_req *r, api_err *e) {
     if (top_k < 0 || top_k > s->n_vocab)
         return api_fail(e, 400, "top_k", "invalid_value", "'top_k' must be in [0, %d], got %lld", s->n_vocab, top_k);
     /* no seed: a fresh one per request, as OpenAI's sampling is unseeded */
-    const uint64_t sd = seed_set ? (uint64_t)seed : (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ r->id * 0xbf58476d1ce4e5b9ull;
+    const uint64_t sd = seed_set ? (uint64_t)seed + (uint64_t)r->choice : (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ r->id * 0xbf58476d1ce4e5b9ull;
     moe_sampler_params sp = {.temp = (float)temp, .top_k = (int)top_k, .top_p = (float)top_p, .min_p = (float)min_p, .seed = sd};
     char err[MOE_ERR_LEN];
     if (moe_sampler_new(&sp, s->n_vocab, &r->smp, err, sizeof err)) return api_fail(e, 400, NULL, "invalid_value", "%s", err);
@@ -411,7 +411,9 @@ static int parse_limits(srv *s, json_t *o, int kind, srv_req *r, api_err *e) {
     bool set = false, set2 = false, nset;
     const char *name = "max_tokens";
     if (get_int(o, "n", &n, &nset, e)) return -1;
-    if (n != 1) return api_fail(e, 400, "n", "invalid_value", "'n' must be 1 (one choice per request), got %lld", n);
+    if (n < 1 || n > SRV_MAX_CHOICES) return api_fail(e, 400, "n", "invalid_value", "'n' must be in [1, %d], got %lld", SRV_MAX_CHOICES, n);
+    if (n > 1 && r->stream) return api_fail(e, 400, "n", "invalid_value", "'n' > 1 is not supported with 'stream' (ask for n streams)");
+    r->n_choices = (int)n;
     if (kind == SRV_CHAT && get_int(o, "max_completion_tokens", &mt, &set2, e)) return -1;
     if (set2) name = "max_completion_tokens";
     else if (get_int(o, "max_tokens", &mt, &set, e)) return -1;
@@ -608,7 +610,7 @@ char *api_detokenize_json(srv *s, const char *body, size_t n, api_err *e) {
     return dump_free(out, false);
 }
 
-int api_parse(srv *s, int kind, const char *body, size_t n, srv_req **out, api_err *e) {
+int api_parse(srv *s, int kind, const char *body, size_t n, int choice, srv_req **out, api_err *e) {
     *out = NULL;
     json_error_t je;
     json_t *o = json_loadb(body, n, 0, &je);
@@ -624,6 +626,7 @@ int api_parse(srv *s, int kind, const char *body, size_t n, srv_req **out, api_e
     }
     if (!(r = srv_req_new(s))) { api_fail(e, 500, NULL, NULL, "out of memory"); goto done; }
     r->kind = kind;
+    r->choice = choice;
     r->created = (long)time(NULL);
     r->cache_prompt = true;
     json_t *so = json_object_get(o, "stream_options");
@@ -787,14 +790,40 @@ static json_t *logprobs_json(srv *s, const srv_req *r, int from, int to, size_t 
     return o;
 }
 
+static json_t *final_obj(srv *s, srv_req *r);
+
 char *api_final_json(srv *s, srv_req *r, int *status) {
-    if (r->err_status) {
-        api_err e = {0};
-        api_fail(&e, r->err_status, NULL, NULL, "%s", r->errmsg);
-        *status = r->err_status;
-        return api_error_json(&e);
-    }
+    srv_req *const one[1] = {r};
+    return api_final_json_n(s, one, 1, status);
+}
+
+char *api_final_json_n(srv *s, srv_req *const *rs, int n, int *status) {
+    for (int i = 0; i < n; i++)
+        if (rs[i]->err_status) {
+            api_err e = {0};
+            api_fail(&e, rs[i]->err_status, NULL, NULL, "%s", rs[i]->errmsg);
+            *status = rs[i]->err_status;
+            return api_error_json(&e);
+        }
     *status = 200;
+    json_t *o = final_obj(s, rs[0]), *arr = json_object_get(o, "choices");
+    int gen = rs[0]->n_gen;
+    for (int i = 1; i < n; i++) {
+        json_t *oi = final_obj(s, rs[i]), *ch = json_array_get(json_object_get(oi, "choices"), 0);
+        json_object_set_new(ch, "index", json_integer(i));
+        json_array_append(arr, ch);
+        json_decref(oi);
+        gen += rs[i]->n_gen;
+    }
+    if (n > 1) {
+        json_t *u = json_object_get(o, "usage");
+        json_object_set_new(u, "completion_tokens", json_integer(gen));
+        json_object_set_new(u, "total_tokens", json_integer(rs[0]->n_prompt + gen));
+    }
+    return dump_free(o, false);
+}
+
+static json_t *final_obj(srv *s, srv_req *r) {
     json_t *o = head_json(r, false), *ch = json_object(), *arr = json_array();
     json_object_set_new(ch, "index", json_integer(0));
     if (r->kind == SRV_CHAT) {
@@ -822,7 +851,7 @@ char *api_final_json(srv *s, srv_req *r, int *status) {
     json_array_append_new(arr, ch);
     json_object_set_new(o, "choices", arr);
     json_object_set_new(o, "usage", usage_json(r));
-    return dump_free(o, false);
+    return o;
 }
 
 char *api_error_chunk(srv *s, srv_req *r) {

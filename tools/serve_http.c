@@ -34,6 +34,8 @@ typedef struct conn {
     int status;
     bool aborted;                   /* the client went away before the answer was sent */
     srv_req *req;                   /* a reference, for the log line */
+    srv_req *more[SRV_MAX_CHOICES - 1]; /* n > 1: choices 1..n-1, references too */
+    int n_more;
     char method[8], path[48];
     double t0;
 } conn;
@@ -273,12 +275,47 @@ static enum MHD_Result start_stream(struct MHD_Connection *c, conn *k, srv_req *
 
 /* ---- endpoints ------------------------------------------------------------ */
 
+/* n > 1 (not streamed): each choice is a request of its own (the same body,
+ * choice i seeded with seed + i), so each one's tokens are what it gives
+ * alone; they share the prompt through the prompt cache. All or none are
+ * submitted; the answer waits for every one. */
+static enum MHD_Result completions_n(struct MHD_Connection *c, conn *k, int kind) {
+    srv *s = k->s;
+    api_err e = {0};
+    const int n = k->req->n_choices;
+    for (int i = 1; i < n; i++) {
+        if (api_parse(s, kind, k->body ? k->body : "", k->len, i, &k->more[i - 1], &e)) return reply_err(c, k, &e);
+        k->n_more = i;
+    }
+    const char *why = NULL;
+    int sub = 0;
+    for (; sub < n; sub++)
+        if (srv_submit(s, sub ? k->more[sub - 1] : k->req, &why)) break;
+    if (sub < n) {
+        for (int i = 0; i < sub; i++) srv_cancel(s, i ? k->more[i - 1] : k->req);
+        return fail(c, k, 503, NULL, "server_busy", why);
+    }
+    srv_req *rs[SRV_MAX_CHOICES];
+    for (int i = 0; i < n; i++) {
+        rs[i] = i ? k->more[i - 1] : k->req;
+        if (!wait_req(s, c, rs[i], false, 0, 0)) {
+            for (int j = 0; j < n; j++) srv_cancel(s, j ? k->more[j - 1] : k->req);
+            k->aborted = true;
+            return MHD_NO;
+        }
+    }
+    int status;
+    char *body = api_final_json_n(s, rs, n, &status);
+    return reply(c, k, status, "application/json", body, status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, "1");
+}
+
 static enum MHD_Result completions(struct MHD_Connection *c, conn *k, int kind) {
     srv *s = k->s;
     api_err e = {0};
     srv_req *r;
-    if (api_parse(s, kind, k->body ? k->body : "", k->len, &r, &e)) return reply_err(c, k, &e);
+    if (api_parse(s, kind, k->body ? k->body : "", k->len, 0, &r, &e)) return reply_err(c, k, &e);
     k->req = r;                                    /* the HTTP side's reference */
+    if (r->n_choices > 1) return completions_n(c, k, kind);
     const char *why = NULL;
     if (srv_submit(s, r, &why)) return fail(c, k, 503, NULL, "server_busy", why);
     if (r->stream) return start_stream(c, k, r);
@@ -454,18 +491,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     return route(c, k, url, method);
 }
 
-static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    srv *s = cls;
-    conn *k = *con_cls;
-    if (!k) return;
-    *con_cls = NULL;
-    srv_req *r = k->req;
-    if (r && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) { srv_cancel(s, r); k->aborted = true; }
-    int status = k->aborted ? 499 : k->status;
-    pthread_mutex_lock(&s->mu);
-    int b = 0;
-    while (b < SRV_N_STATUS - 1 && SRV_STATUS_CODES[b] != status) b++;
-    s->met.requests[b]++;
+/* The request's log line (under s->mu): id, slot, tokens in / cached / out,
+ * time to first token, decode rate, the connection's time, how it ended. */
+static void log_req(const conn *k, const srv_req *r, int status) {
     char slot[16] = "-", in[16] = "-", out[16] = "-", ttft[24] = "-", tps[24] = "-", cached[16] = "-";
     const char *finish = "-";
     if (r) {
@@ -480,12 +508,34 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     fprintf(stderr, "moefast serve: %s %s id=%llu status=%d slot=%s in=%s cached=%s out=%s ttft=%s tok/s=%s time=%.3fs finish=%s\n",
             k->method, k->path, r ? (unsigned long long)r->id : 0ull, status, slot, in, cached, out, ttft, tps,
             srv_now() - k->t0, finish);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    srv *s = cls;
+    conn *k = *con_cls;
+    if (!k) return;
+    *con_cls = NULL;
+    srv_req *r = k->req;
+    if (r && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+        srv_cancel(s, r);
+        for (int i = 0; i < k->n_more; i++) srv_cancel(s, k->more[i]);
+        k->aborted = true;
+    }
+    int status = k->aborted ? 499 : k->status;
+    pthread_mutex_lock(&s->mu);
+    int b = 0;
+    while (b < SRV_N_STATUS - 1 && SRV_STATUS_CODES[b] != status) b++;
+    s->met.requests[b]++;
+    /* one line per choice (n > 1: the choices after the first, then the first) */
+    for (int i = 0; i < k->n_more; i++) log_req(k, k->more[i], status);
+    log_req(k, r, status);
     /* with tools: the raw generated text (special tokens spelled), what the
      * calls were parsed from, or why there were none */
     char *raw = r && r->tools ? tools_raw_json(r) : NULL;
     if (raw) fprintf(stderr, "moefast serve: id=%llu raw=%s\n", (unsigned long long)r->id, raw);
     free(raw);
     pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < k->n_more; i++) srv_req_unref(s, k->more[i]);
     srv_req_unref(s, r);
     free(k->body);
     free(k);

@@ -134,7 +134,18 @@ async function main() {
       else fail(`${label}: status ${err.status} param ${err.param}: ${err.message}`);
     }
   };
-  await expectErr('n = 2', 400, 'n', () => client.chat.completions.create({ model: MODEL, n: 2, messages: [{ role: 'user', content: 'x' }] }));
+  await expectErr('n = 9', 400, 'n', () => client.chat.completions.create({ model: MODEL, n: 9, messages: [{ role: 'user', content: 'x' }] }));
+  {
+    // n = 2 with a seed: two choices, each the request alone with seed + i
+    const body = { model: MODEL, messages: [{ role: 'user', content: 'Hello' }], max_tokens: 6, temperature: 1 };
+    const two = await client.chat.completions.create({ ...body, n: 2, seed: 11 });
+    const a = await client.chat.completions.create({ ...body, seed: 11 });
+    const b = await client.chat.completions.create({ ...body, seed: 12 });
+    if (two.choices.length === 2 && two.choices[1].index === 1 && two.choices[0].message.content === a.choices[0].message.content &&
+        two.choices[1].message.content === b.choices[0].message.content)
+      ok('n = 2: choice i = the request alone with seed + i');
+    else fail(`n = 2: ${JSON.stringify(two.choices)} vs ${JSON.stringify([a.choices[0], b.choices[0]])}`);
+  }
   await expectErr('unknown model', 404, 'model', () => client.chat.completions.create({ model: 'gpt-9', messages: [{ role: 'user', content: 'x' }] }));
   await expectErr('wrong key', 401, undefined, () => new OpenAI({ baseURL: BASE, apiKey: 'wrong', maxRetries: 0 }).models.list());
 
