@@ -14,7 +14,7 @@ int main(void) {
                               MOE_T_NVFP4, MOE_T_F32, MOE_T_F16, MOE_T_BF16,
                               MOE_T_Q5_K, MOE_T_Q3_K, MOE_T_Q2_K, MOE_T_IQ4_XS};
     const int64_t rows_list[] = {4, 8, 13, 16};
-    const int64_t ntoks[] = {1, 5, 16};
+    const int64_t ntoks[] = {1, 5, 7, 16};   /* 7: a 4-token tile, then one of 3 */
     moe_rng r;
     moe_rng_seed(&r, 11);
     const moe_kernels *ref = moe_kernels_for(MOE_ISA_SCALAR);
@@ -52,7 +52,7 @@ int main(void) {
                 for (int isa = 0; isa < MOE_ISA_COUNT; isa++) {
                     const moe_kernels *k = moe_kernels_for((moe_isa)isa);
                     if (!k) continue;
-                    for (size_t tk = 0; tk < 3; tk++) {
+                    for (size_t tk = 0; tk < sizeof ntoks / sizeof ntoks[0]; tk++) {
                         const int64_t nt = ntoks[tk];
                         ref->gemm[type](plain, rb, nrows, x, (size_t)n, nt, y0, (size_t)nrows, n);
                         if (nt == 1) k->gemv_x4[type](x4, rb, nrows, x, y1, n);

@@ -653,6 +653,10 @@ ALWAYS_INLINE void panel_gemm_kq(const uint8_t *W, size_t rb, int64_t nrows, con
             int64_t t = 0;                                                                                   \
             for (; t + GEMM_T <= ntok; t += GEMM_T)                                                          \
                 tile_4bit(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, GEMM_R, GEMM_T, FMT); \
+            /* 2 left over (a batched decode step's 2, 5, 8 tokens): one tile, the rows unpacked once */     \
+            if (GEMM_T > 2 && ntok - t == 2)                                                                 \
+                tile_4bit(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, GEMM_R, 2, FMT); \
+            else                                                                                             \
             for (; t < ntok; t++)                                                                            \
                 tile_4bit(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, GEMM_R, 1, FMT); \
         }                                                                                                    \

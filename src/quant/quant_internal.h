@@ -135,7 +135,10 @@ static inline uint64_t moe_rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8)
  * SIMD files: tokens in blocks of 32 (their activations stay in L2 while
  * the rows stream by); the rows of the full groups of 4, RS at a time, by
  * GROUP(W, r, rb, x, xs, y, ys, n, T) over all tokens of the block, TT at a
- * time, then 1 (so a tile's rows stay in L1 across the block); the last
+ * time, then the 1..TT-1 left over in one call where TT allows (a batched
+ * decode step's 2, 3, 5, 6 tokens: the rows dequantized once for them, not
+ * once per token), else 1 at a time (so a tile's rows stay in L1 across the
+ * block); the last
  * nrows % 4 rows (plain in both layouts) by TILE1(row, rb, x, xs, y, ys, 1,
  * n, 1, T). */
 #define MOE_DEF_PLAIN_GEMM(FNAME, GROUP, TILE1, RS, TT)                                            \
@@ -149,7 +152,12 @@ static inline uint64_t moe_rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8)
             for (; r < full; r += (RS)) {                                                          \
                 int64_t t = t0;                                                                    \
                 for (; t + (TT) <= t1; t += (TT)) GROUP(W, r, rb, x + t * xs, xs, y + t * ys + r, ys, n, TT); \
-                for (; t < t1; t++) GROUP(W, r, rb, x + t * xs, xs, y + t * ys + r, ys, n, 1);    \
+                if ((TT) > 3 && t1 - t == 3)                                                       \
+                    GROUP(W, r, rb, x + t * xs, xs, y + t * ys + r, ys, n, (TT) > 3 ? 3 : 1);      \
+                else if ((TT) > 2 && t1 - t == 2)                                                  \
+                    GROUP(W, r, rb, x + t * xs, xs, y + t * ys + r, ys, n, (TT) > 2 ? 2 : 1);      \
+                else                                                                               \
+                    for (; t < t1; t++) GROUP(W, r, rb, x + t * xs, xs, y + t * ys + r, ys, n, 1); \
             }                                                                                      \
             for (; r < nrows; r++) {                                                               \
                 int64_t t = t0;                                                                    \
