@@ -18,7 +18,11 @@
  * Arguments, if any: the ISA levels to run (scalar, avx2, avx512).
  * --keys N (first): instead, decode at depth N: qwen3moe-bench's items (G = 4,
  * head size 128) over N keys, cycled over 64 heads (its 16 layers x 4 KV
- * heads: one decode step's items, all from memory), 40 items a repetition. */
+ * heads: one decode step's items, all from memory), 40 items a repetition.
+ * --store (first): instead, the cache store of one item per ISA level: a key
+ * and a value row of head size 128 coded (kv_tq: K5 + V4 in one encode2 call,
+ * as attn_prep does, the sign words included) or kv_q8's (quantize_act8 and the block stores of
+ * both), over 1024 random rows; ns per item, the median of 7 x 16 passes. */
 #include "attention/attn.h"
 #include "attention/kv_tq.h"
 #include "quant/quant.h"
@@ -166,11 +170,58 @@ static void run(const moe_kernels *k, const moe_attn_kernels *a, int fmt, const 
     (void)sink;
 }
 
+/* --store: ns per item of the cache store (the header) */
+static int store_bench(void) {
+    enum { NR = 1024, PASSES = 16 };
+    moe_rng r;
+    moe_rng_seed(&r, 5);
+    float *x = malloc(sizeof(float) * NR * D), tmp[2 * D];
+    uint8_t *rows = malloc((size_t)NR * 2 * moe_tq_row_bytes(D, 5)), *xa = malloc((size_t)moe_act8_row_bytes(D));
+    int8_t *k8 = malloc((size_t)NR * D);
+    uint16_t *kd = malloc(sizeof(uint16_t) * (D / 32) * NR);
+    if (!x || !rows || !xa || !k8 || !kd) return 1;
+    for (int i = 0; i < NR * D; i++) x[i] = (float)moe_rng_normal(&r) * (i % 37 == 0 ? 8.0f : 1.0f);
+    const char *isa_names[MOE_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+    printf("cache store per item (a key and a value row, head size %d), ns, median of %d x %d x %d\n", D, REPS, PASSES, NR / 2);
+    for (int isa = MOE_ISA_COUNT - 1; isa >= 0; isa--) {
+        const moe_kernels *k = moe_kernels_for((moe_isa)isa);
+        if (!k) continue;
+        const moe_tq_kernels *tk = moe_tq_for(moe_isa_table_for((moe_isa)isa)->attn);
+        for (int fmt = 0; fmt < 2; fmt++) {
+            double t[REPS];
+            for (int rep = 0; rep < REPS; rep++) {
+                const double t0 = now_s();
+                for (int p = 0; p < PASSES; p++)
+                    for (int j = 0; j < NR; j += 2) {
+                        const float *kx = x + (size_t)j * D, *vx = kx + D;
+                        if (fmt == 0) {
+                            uint64_t sg[D / 64];
+                            moe_tq_signs(0, j & 3, D, sg);
+                            tk->encode2(kx, vx, sg, D, 5, 4, tmp, rows + (size_t)j * moe_tq_row_bytes(D, 5),
+                                        rows + (size_t)(j + 1) * moe_tq_row_bytes(D, 5));
+                        } else {
+                            k->quantize_act8(kx, xa, D);
+                            moe_kv8_store_key(xa, D, k8, kd, NR, j);
+                            k->quantize_act8(vx, xa, D);
+                            moe_kv8_store_value(xa, D, k8, kd, NR, j + 1);
+                        }
+                    }
+                t[rep] = (now_s() - t0) * 1e9 / (PASSES * NR / 2);
+            }
+            qsort(t, REPS, sizeof t[0], cmp_d);
+            printf("%-7s %-6s %8.1f\n", isa_names[isa], fmt ? "kv_q8" : "kv_tq", t[REPS / 2]);
+        }
+    }
+    free(x), free(rows), free(xa), free(k8), free(kd);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     static struct { const char *name; int G, nk; } shapes[] = {{"qwen3moe G=4 576 keys", 4, 576},
                                                                   {"laguna SWA G=6 512 keys", 6, 512}};
     size_t n_shapes = 2;
     char deep[48];
+    if (argc > 1 && !strcmp(argv[1], "--store")) return store_bench();
     const bool keys_mode = argc > 2 && !strcmp(argv[1], "--keys");
     if (keys_mode) {                                       /* one decode step's items at depth N */
         const int nk = atoi(argv[2]);

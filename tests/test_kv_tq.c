@@ -12,6 +12,7 @@
 #include "attention/kv_tq.h"
 #include "base/util.h"
 #include "check.h"
+#include "model/model.h"
 #include "quant/quant.h"
 #include "moefast.h"
 #include <unistd.h>
@@ -442,6 +443,62 @@ static void check_halves(const char *path, const char *name, const float *fp32, 
     for (int i = 0; i < 4; i++) free(x[i]);
 }
 
+/* kv_tq_v scores with the FP32 cache's kernels (exact keys). On a one-layer
+ * model, whose queries and keys depend on no attention output, every decode
+ * step's softmax numerators exp(s - max) and sums (the step's last item's,
+ * left in thread 0's scratch) are the FP32 cache's bits, and its key rows are
+ * the FP32 cache's bytes; kv_tq_k's numerators are kv_tq's (both code the
+ * keys), and kv_tq's differ from FP32's (so the check sees the scores). */
+static void check_tq_v_scores(const char *path) {
+    static const char *const specs[4] = {"none", "none,+kv_tq,+kv_tq_v", "none,+kv_tq", "none,+kv_tq,+kv_tq_k"};
+    char err[MOE_ERR_LEN];
+    moe_model *m[4] = {0};
+    moe_session *s[4] = {0};
+    bool ok = true;
+    for (int i = 0; i < 4 && ok; i++) {
+        moe_load_params lp = {.flags = specs[i]};
+        moe_session_params sp = {.n_ctx = 64, .n_threads = 1, .n_batch = 512};
+        ok = moe_model_load(path, &lp, &m[i], err, sizeof err) == MOE_OK &&
+             moe_session_new(m[i], &sp, &s[i], err, sizeof err) == MOE_OK;
+        CHECK_MSG(ok, "%s: %s", specs[i], err);
+    }
+    if (ok) {
+        const moe_hparams *hp = &m[0]->hp;
+        const int G = hp->n_head_max / hp->n_head_kv, V = moe_model_n_vocab(m[0]);
+        const size_t C = (size_t)s[0]->c->n_ctx;
+        CHECK(hp->n_layer == 1 && s[1]->c->n_ctx == s[0]->c->n_ctx);
+        float *lg = malloc(sizeof(float) * (size_t)V);
+        int same_v = 0, same_k = 0, tq_differs = 0;
+        for (int t = 0; t < NTOK; t++) {
+            for (int i = 0; i < 4; i++) CHECK(moe_session_forward(s[i], &toks[t], 1, lg, false) == MOE_OK);
+            const size_t nk = (size_t)t + 1;
+            bool v_eq = !memcmp(s[0]->c->attn_sum, s[1]->c->attn_sum, sizeof(float) * (size_t)G);
+            bool k_eq = !memcmp(s[2]->c->attn_sum, s[3]->c->attn_sum, sizeof(float) * (size_t)G);
+            bool d = false;
+            for (int h = 0; h < G; h++) {
+                const size_t o = (size_t)h * C;
+                v_eq = v_eq && !memcmp(s[0]->c->scores + o, s[1]->c->scores + o, sizeof(float) * nk);
+                k_eq = k_eq && !memcmp(s[2]->c->scores + o, s[3]->c->scores + o, sizeof(float) * nk);
+                d = d || memcmp(s[0]->c->scores + o, s[2]->c->scores + o, sizeof(float) * nk);
+            }
+            CHECK_MSG(v_eq, "kv_tq_v: step %d's softmax differs from the FP32 cache's", t);
+            CHECK_MSG(k_eq, "kv_tq_k: step %d's softmax differs from kv_tq's", t);
+            same_v += v_eq, same_k += k_eq, tq_differs += d;
+        }
+        CHECK_MSG(tq_differs >= NTOK / 2, "kv_tq's softmax is the FP32 cache's at %d of %d steps", NTOK - tq_differs, NTOK);
+        const size_t kb = (size_t)hp->n_head_kv * C * (size_t)hp->head_dim * sizeof(float);
+        CHECK(s[1]->c->tq_krow == (size_t)hp->head_dim * sizeof(float));
+        CHECK_MSG(!memcmp(s[0]->c->k_cache, s[1]->c->k_cache, kb), "kv_tq_v: the key rows differ from the FP32 cache's");
+        printf("  kv_tq_v softmax = FP32's at %d/%d steps, kv_tq_k's = kv_tq's at %d/%d, kv_tq's differs at %d\n", same_v,
+               NTOK, same_k, NTOK, tq_differs);
+        free(lg);
+    }
+    for (int i = 0; i < 4; i++) {
+        if (s[i]) moe_session_free(s[i]);
+        if (m[i]) moe_model_free(m[i]);
+    }
+}
+
 static void test_e2e(void) {
     char dir[] = "/tmp/moefast-test-kv-tq-XXXXXX", path[512], err[MOE_ERR_LEN];
     CHECK_MSG(mkdtemp(dir) != NULL, "mkdtemp");
@@ -465,6 +522,7 @@ static void test_e2e(void) {
         float *small = run(path, "none,+kv_tq_small", 1, 512, false, NULL, err, sizeof err);
         if (tq && small) CHECK_MSG(n_differ(tq, small, n) > n / 2, "%s: kv_tq and kv_tq_small agree", gens[g].arch);
         check_halves(path, gens[g].arch, fp32, tq, small, n);
+        if (g == 0) check_tq_v_scores(path);                        /* one layer */
         free(tq);
         free(small);
         check_e2e(path, gens[g].arch, "+kv_tq", fp32, n);
@@ -504,6 +562,91 @@ static void test_e2e(void) {
     rmdir(dir);
 }
 
+/* The vector encodes (one row, and encode2's two rows: a key and a value of
+ * other widths) give the scalar encode's bytes, and the vector rotations
+ * the scalar ones' bits (a NaN's payload aside, same_bits): every head size and
+ * width, Gaussian rows at scales from subnormal to near overflow (where the
+ * rotation itself overflows to Inf or gives Inf - Inf), arbitrary bit
+ * patterns (subnormals, NaNs, infinities anywhere), zero and -0 rows, a
+ * single non-finite value at the first, a middle or the last dim, rows
+ * with one huge coordinate among tiny ones. */
+/* The same bits, where a NaN may carry another payload: when a butterfly adds
+ * two NaNs, x86 keeps the first operand's, and a compiler may order a
+ * commutative add either way (the arbitrary bit patterns below hold many). */
+static bool same_bits(const float *a, const float *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], 4) && !(isnan(a[i]) && isnan(b[i]))) return false;
+    return true;
+}
+
+static void test_encode(void) {
+    moe_rng r;
+    moe_rng_seed(&r, 23);
+    const moe_isa isas[] = {MOE_ISA_AVX2, MOE_ISA_AVX512};
+    static const float scales[] = {1.0f, 1e-3f, 3e-39f, 1e-44f, 1e18f, 1e37f, 3e38f, 1e30f};
+    int compared = 0;
+    for (int b = 3; b <= 5; b++)
+        for (int D = 32; D <= MOE_TQ_MAX_D; D *= 2) {
+            const size_t rb = moe_tq_row_bytes(D, b);
+            float *x = malloc(sizeof(float) * (size_t)D), *tmp = malloc(sizeof(float) * (size_t)D);
+            float *y = malloc(sizeof(float) * (size_t)D), *tmp2 = malloc(sizeof(float) * 2 * (size_t)D);
+            float *rot0 = malloc(sizeof(float) * 4 * (size_t)D), *rot1 = rot0 + D, *unr0 = rot0 + 2 * D, *unr1 = rot0 + 3 * D;
+            uint8_t *r0 = malloc(rb), *r1 = malloc(rb), *q0 = malloc(moe_tq_row_bytes(D, 5)), *q1 = malloc(moe_tq_row_bytes(D, 5));
+            uint64_t s[MOE_TQ_MAX_D / 64];
+            const int nv = D <= 256 ? 120 : 12;
+            for (int v = 0; v < nv; v++) {
+                moe_tq_signs(v % 5, v % 3, D, s);
+                const int kind = v % 12;
+                for (int d = 0; d < D; d++) {
+                    if (kind == 8) {                                     /* arbitrary bits */
+                        const uint32_t u = (uint32_t)moe_rng_next(&r);
+                        memcpy(&x[d], &u, 4);
+                    } else x[d] = (float)moe_rng_normal(&r) * scales[kind % 8];
+                }
+                if (kind == 9) for (int d = 0; d < D; d++) x[d] = (d & 1) ? -0.0f : 0.0f;
+                if (kind == 10) {                                        /* one non-finite value */
+                    const float bad[3] = {NAN, INFINITY, -INFINITY};
+                    x[(v / 12) % 3 == 0 ? 0 : (v / 12) % 3 == 1 ? D / 2 + 1 : D - 1] = bad[(v / 36) % 3];
+                }
+                if (kind == 11) {                                        /* one spike among tiny values */
+                    for (int d = 0; d < D; d++) x[d] *= 1e-30f;
+                    x[(v * 7) % D] = 1e4f;
+                }
+                /* y: a second row for encode2 (another width, a permutation of x, zero at times) */
+                const int b2 = 3 + (b + v) % 3;
+                const size_t rb2 = moe_tq_row_bytes(D, b2);
+                for (int d = 0; d < D; d++) y[d] = v % 7 == 3 ? 0.0f : x[(d * 5 + 1) % D];
+                moe_tq_encode(x, s, D, b, tmp, r0);
+                moe_tq_encode(y, s, D, b2, tmp, q0);
+                moe_tq_rotate(x, s, D, rot0);
+                memcpy(unr0, x, sizeof(float) * (size_t)D);
+                moe_tq_unrotate(unr0, s, D);
+                for (size_t ii = 0; ii < 2; ii++) {
+                    if (!moe_kernels_for(isas[ii])) continue;
+                    const moe_tq_kernels *k = moe_tq_for(moe_isa_table_for(isas[ii])->attn);
+                    memset(r1, 0xA5, rb);
+                    moe_tq_encode_k(k, x, s, D, b, tmp, r1);
+                    CHECK_MSG(!memcmp(r0, r1, rb), "encode differs: isa %d bits %d D %d vector %d (kind %d)", (int)isas[ii],
+                              b, D, v, kind);
+                    memset(r1, 0x5A, rb);
+                    memset(q1, 0x5A, rb2);
+                    k->encode2(x, y, s, D, b, b2, tmp2, r1, q1);
+                    CHECK_MSG(!memcmp(r0, r1, rb) && !memcmp(q0, q1, rb2), "encode2 differs: isa %d bits %d/%d D %d vector %d",
+                              (int)isas[ii], b, b2, D, v);
+                    moe_tq_rotate_k(k, x, s, D, rot1);
+                    memcpy(unr1, x, sizeof(float) * (size_t)D);
+                    moe_tq_unrotate_k(k, unr1, s, D);
+                    CHECK_MSG(same_bits(rot0, rot1, D) && same_bits(unr0, unr1, D), "rotate or unrotate differs: isa %d D %d vector %d",
+                              (int)isas[ii], D, v);
+                    compared++;
+                }
+            }
+            free(x), free(tmp), free(y), free(tmp2), free(rot0), free(r0), free(r1), free(q0), free(q1);
+        }
+    printf("  encode: %d ISA comparisons\n", compared);
+    CHECK(compared > 0);
+}
+
 int main(void) {
     check_alloc_guard_install();
     test_codebooks();
@@ -513,6 +656,7 @@ int main(void) {
     test_edges();
     test_distortion();
     test_kernels();
+    test_encode();
     test_e2e();
     return check_report("test_kv_tq");
 }

@@ -5,6 +5,8 @@
  * for the value sum, whose every fmadd is the scalar reference's fmaf in
  * its order; int32 ones for the scores, whose sum is exact (any order). */
 #include <immintrin.h>
+#include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "attention/kv_tq.h"
@@ -214,4 +216,168 @@ static void accum_tq_avx2(const float *p, size_t ps, int G, const uint8_t *v, in
     }
 }
 
-const moe_tq_kernels moe_tq_avx2 = {scores_tq_avx2, accum_tq_avx2, moe_tq_fwht};
+/* moe_tq_encode at AVX2, the same bytes (as encode_avx512: marks wherever the
+ * non-finite value is, sequential double sums, the reference's halving search
+ * lane-wise with one step table per step, up to 16 entries: two permutes
+ * blended on the index's bit 3). */
+static inline __m256 step_lut(const __m256 *t, int n, __m256i k) {
+    const __m256 a = _mm256_permutevar8x32_ps(t[0], k);
+    if (n <= 8) return a;
+    const __m256 b = _mm256_permutevar8x32_ps(t[1], k);
+    return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(k, 28)));
+}
+
+/* 8 int32 lanes (each < 256) to 8 bytes, in order */
+static inline __m128i bytes8(__m256i v) {
+    const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0xD8);   /* v0..7 as int16, twice */
+    return _mm_packus_epi16(_mm256_castsi256_si128(p), _mm256_castsi256_si128(p));
+}
+
+/* The codes of row x (its norm n > 0, signs s, thresholds thr) packed into row, the int32
+ * codes left in tmp (D floats). */
+static inline __attribute__((always_inline)) void enc_codes(const float *x, const uint64_t *s, int D, int bits,
+                                                            const float *thr, double n, float *tmp, uint8_t *row) {
+    const __m256i bitv = _mm256_set_epi32(128, 64, 32, 16, 8, 4, 2, 1);
+    const __m256 sgn = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+    for (int d = 0; d < D; d += 8) {
+        const __m256i m = _mm256_set1_epi32((int)((s[d >> 6] >> (d & 63)) & 0xffu));
+        const __m256 neg = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(m, bitv), bitv));
+        _mm256_storeu_ps(tmp + d, _mm256_xor_ps(_mm256_loadu_ps(x + d), _mm256_and_ps(neg, sgn)));
+    }
+    moe_tq_fwht(tmp, D);
+    __m256 st[5][2];                                                /* step b: s = 2^(bits-1-b) */
+    int nt[5];
+    for (int b = 0; b < bits; b++) {
+        const int sz = 1 << (bits - 1 - b);
+        float t[16] = {0};
+        nt[b] = (1 << bits) / (2 * sz);
+        for (int k = 0; k < nt[b]; k++) t[k] = thr[2 * sz * k + sz - 1];
+        st[b][0] = _mm256_loadu_ps(t);
+        st[b][1] = _mm256_loadu_ps(t + 8);
+    }
+    const __m256 inv = _mm256_set1_ps((float)(1.0 / n));
+    for (int g = 0; g < D / 32; g++) {
+        __m256i c[4];
+        for (int q = 0; q < 4; q++) {
+            const __m256 u = _mm256_mul_ps(_mm256_loadu_ps(tmp + 32 * g + 8 * q), inv);
+            __m256i lo = _mm256_setzero_si256();
+            for (int b = 0; b < bits; b++) {
+                const __m256 th = step_lut(st[b], nt[b], _mm256_srli_epi32(lo, bits - b));
+                const __m256i gt = _mm256_castps_si256(_mm256_cmp_ps(u, th, _CMP_GT_OQ));
+                lo = _mm256_add_epi32(lo, _mm256_and_si256(gt, _mm256_set1_epi32(1 << (bits - 1 - b))));
+            }
+            c[q] = lo;
+            _mm256_storeu_si256((__m256i *)(void *)(tmp + 32 * g + 8 * q), lo);   /* int32 codes over read dims */
+        }
+        if (bits == 3) {
+            const __m256i three = _mm256_set1_epi32(3);
+            __m256i b = _mm256_and_si256(c[0], three);
+            for (int q = 1; q < 4; q++) b = _mm256_or_si256(b, _mm256_slli_epi32(_mm256_and_si256(c[q], three), 2 * q));
+            _mm_storel_epi64((__m128i *)(void *)(row + 8 * g), bytes8(b));
+            uint32_t top = 0;
+            for (int q = 0; q < 4; q++) top |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_slli_epi32(c[q], 29))) << (8 * q);
+            memcpy(row + D / 4 + 4 * g, &top, 4);
+        } else {
+            const __m256i f = _mm256_set1_epi32(15);
+            const __m256i b0 = _mm256_or_si256(_mm256_and_si256(c[0], f), _mm256_slli_epi32(_mm256_and_si256(c[2], f), 4));
+            const __m256i b1 = _mm256_or_si256(_mm256_and_si256(c[1], f), _mm256_slli_epi32(_mm256_and_si256(c[3], f), 4));
+            _mm_storeu_si128((__m128i *)(void *)(row + 16 * g), _mm_unpacklo_epi64(bytes8(b0), bytes8(b1)));
+            if (bits == 5) {
+                uint32_t top = 0;
+                for (int q = 0; q < 4; q++) top |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_slli_epi32(c[q], 27))) << (8 * q);
+                memcpy(row + D / 2 + 4 * g, &top, 4);
+            }
+        }
+    }
+}
+
+static inline int32_t code_at(const float *tmp, int d) {
+    int32_t c;
+    memcpy(&c, tmp + d, sizeof c);
+    return c;
+}
+
+static inline bool nonfinite(const float *x, int D) {
+    const __m256 inf = _mm256_set1_ps(__builtin_inff());
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 bad = _mm256_setzero_ps();
+    for (int d = 0; d < D; d += 8)
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + d), absm), inf, _CMP_NLT_UQ));
+    return _mm256_movemask_ps(bad) != 0;
+}
+
+/* Two rows under the same signs, their sums' chains in one loop (as
+ * encode2_avx512); x1 NULL: x0 alone. */
+static void encode2_avx2(const float *x0, const float *x1, const uint64_t *s, int D, int bits0, int bits1, float *tmp,
+                         uint8_t *row0, uint8_t *row1) {
+    const float *x[2] = {x0, x1};
+    const int bits[2] = {bits0, bits1}, nr = x1 ? 2 : 1;
+    uint8_t *row[2] = {row0, row1};
+    bool live[2] = {false, false};
+    for (int i = 0; i < nr; i++) {
+        memset(row[i], 0, moe_tq_row_bytes(D, bits[i]));
+        if (nonfinite(x[i], D)) moe_tq_mark(row[i], D, bits[i]);
+        else live[i] = true;
+    }
+    double n2[2] = {0, 0};
+    if (live[0] && live[1])
+        for (int d = 0; d < D; d++) {
+            n2[0] += (double)x0[d] * (double)x0[d];
+            n2[1] += (double)x1[d] * (double)x1[d];
+        }
+    else
+        for (int i = 0; i < nr; i++)
+            if (live[i])
+                for (int d = 0; d < D; d++) n2[i] += (double)x[i][d] * (double)x[i][d];
+    double n[2], r2[2] = {0, 0}, sq[2][32];
+    float thr[32];
+    for (int i = 0; i < nr; i++) {
+        live[i] = live[i] && n2[i] != 0;                           /* exact zeros: sigma +0 */
+        if (!live[i]) continue;
+        n[i] = sqrt(n2[i]);
+        moe_tq_enc_tables(bits[i], thr, sq[i]);
+        enc_codes(x[i], s, D, bits[i], thr, n[i], tmp + (size_t)i * D, row[i]);
+    }
+    const float *c0 = tmp, *c1 = tmp + D;
+    if (live[0] && live[1])
+        for (int d = 0; d < D; d++) {
+            r2[0] += sq[0][code_at(c0, d)];
+            r2[1] += sq[1][code_at(c1, d)];
+        }
+    else
+        for (int i = 0; i < nr; i++)
+            if (live[i])
+                for (int d = 0; d < D; d++) r2[i] += sq[i][code_at(tmp + (size_t)i * D, d)];
+    for (int i = 0; i < nr; i++)
+        if (live[i]) moe_tq_put_scale(row[i], D, bits[i], n[i], r2[i]);
+}
+
+static void encode_avx2(const float *x, const uint64_t *s, int D, int bits, float *tmp, uint8_t *row) {
+    encode2_avx2(x, NULL, s, D, bits, 0, tmp, row, NULL);
+}
+
+/* moe_tq_rotate / moe_tq_unrotate: sign flips as xors of the sign bit (as
+ * -x), the products lane-wise, moe_tq_fwht: the same bits. */
+static inline __m256 flips(const uint64_t *s, int d) {
+    const __m256i bitv = _mm256_set_epi32(128, 64, 32, 16, 8, 4, 2, 1);
+    const __m256i m = _mm256_set1_epi32((int)((s[d >> 6] >> (d & 63)) & 0xffu));
+    return _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(m, bitv), bitv)),
+                         _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u)));
+}
+
+static void rotate_avx2(const float *x, const uint64_t *s, int D, float *y) {
+    for (int d = 0; d < D; d += 8) _mm256_storeu_ps(y + d, _mm256_xor_ps(_mm256_loadu_ps(x + d), flips(s, d)));
+    moe_tq_fwht(y, D);
+    const __m256 isd = _mm256_set1_ps(moe_tq_isd(D));
+    for (int d = 0; d < D; d += 8) _mm256_storeu_ps(y + d, _mm256_mul_ps(_mm256_loadu_ps(y + d), isd));
+}
+
+static void unrotate_avx2(float *y, const uint64_t *s, int D) {
+    moe_tq_fwht(y, D);
+    const __m256 isd = _mm256_set1_ps(moe_tq_isd(D));
+    for (int d = 0; d < D; d += 8)
+        _mm256_storeu_ps(y + d, _mm256_xor_ps(_mm256_mul_ps(_mm256_loadu_ps(y + d), isd), flips(s, d)));
+}
+
+const moe_tq_kernels moe_tq_avx2 = {scores_tq_avx2, accum_tq_avx2, moe_tq_fwht, encode_avx2, encode2_avx2,
+                                    rotate_avx2, unrotate_avx2};

@@ -5,6 +5,8 @@
  * scalar reference's fmaf in its order, so the results are the same bits.
  * Scores: integer (below), exact in any order. */
 #include <immintrin.h>
+#include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "attention/kv_tq.h"
@@ -85,12 +87,13 @@ static inline int word_dim(int bits, int v, int w) {
 /* qi (D values) in unpack order into qp: per unit, U/32 vectors of 32
  * words; dims past D (a unit longer than D) are 0. */
 static void qperm(const int16_t *qi, int D, int bits, int16_t *qp) {
-    const int U = unit_dims(bits);
+    const int U = unit_dims(bits), B = bits == 3 ? 8 : 16;          /* word_dim keeps runs of B dims */
     for (int u0 = 0; u0 < D; u0 += U)
         for (int v = 0; v < U / 32; v++)
-            for (int w = 0; w < 32; w++) {
+            for (int w = 0; w < 32; w += B) {
                 const int d = u0 + word_dim(bits, v, w);
-                qp[u0 + 32 * v + w] = d < D ? qi[d] : 0;
+                if (d < D) memcpy(qp + u0 + 32 * v + w, qi + d, sizeof(int16_t) * (size_t)B);
+                else memset(qp + u0 + 32 * v + w, 0, sizeof(int16_t) * (size_t)B);
             }
 }
 
@@ -357,4 +360,161 @@ static void fwht_avx512(float *t, int D) {
             }
 }
 
-const moe_tq_kernels moe_tq_avx512 = {scores_tq_avx512, accum_tq_avx512, fwht_avx512};
+/* moe_tq_encode at AVX-512, the same bytes. A non-finite coordinate marks the
+ * row wherever it is (the reference stops at the first, with the same
+ * result); the norm's and the reconstruction's double sums run in dim order
+ * as the reference's (each product is exact in double, only the sums round);
+ * the centroid search is the reference's halving search, lane-wise: step s
+ * compares u with threshold lo + s - 1, which for lo a multiple of 2s is
+ * entry lo / 2s of that step's table (at most 16 entries: one permute); NaN
+ * compares false, as in the reference. The two sums are chains of dependent
+ * double adds, the encode's critical path: encode2 runs two rows' chains in
+ * one loop, so they overlap (each row's own sums keep their order). */
+
+/* The codes of row x (its norm n > 0, signs s, thresholds thr) packed into row, the int32
+ * codes left in tmp (D floats). */
+static inline __attribute__((always_inline)) void enc_codes(const float *x, const uint64_t *s, int D, int bits,
+                                                            const float *thr, double n, float *tmp, uint8_t *row) {
+    const __m512i sgn = _mm512_set1_epi32((int)0x80000000u);
+    for (int d = 0; d < D; d += 16) {
+        const __mmask16 m = (__mmask16)(s[d >> 6] >> (d & 63));
+        const __m512i v = _mm512_castps_si512(_mm512_loadu_ps(x + d));
+        _mm512_storeu_ps(tmp + d, _mm512_castsi512_ps(_mm512_mask_xor_epi32(v, m, v, sgn)));
+    }
+    fwht_avx512(tmp, D);
+    __m512 st[5];                                                   /* step b: s = 2^(bits-1-b) */
+    for (int b = 0; b < bits; b++) {
+        const int sz = 1 << (bits - 1 - b);
+        float t[16] = {0};
+        for (int k = 0; k < (1 << bits) / (2 * sz); k++) t[k] = thr[2 * sz * k + sz - 1];
+        st[b] = _mm512_loadu_ps(t);
+    }
+    const __m512 inv = _mm512_set1_ps((float)(1.0 / n));
+    for (int g = 0; g < D / 32; g++) {
+        __m512i c[2];
+        for (int hf = 0; hf < 2; hf++) {
+            const __m512 u = _mm512_mul_ps(_mm512_loadu_ps(tmp + 32 * g + 16 * hf), inv);
+            __m512i lo = _mm512_setzero_si512();
+            for (int b = 0; b < bits; b++) {
+                const __m512 th = _mm512_permutexvar_ps(_mm512_srli_epi32(lo, (unsigned)(bits - b)), st[b]);
+                lo = _mm512_mask_add_epi32(lo, _mm512_cmp_ps_mask(u, th, _CMP_GT_OQ), lo,
+                                           _mm512_set1_epi32(1 << (bits - 1 - b)));
+            }
+            c[hf] = lo;
+            _mm512_storeu_si512((void *)(tmp + 32 * g + 16 * hf), lo);   /* the int32 codes over read dims */
+        }
+        if (bits == 3) {
+            const __m512i t = _mm512_or_si512(_mm512_and_si512(c[0], _mm512_set1_epi32(3)),
+                                              _mm512_slli_epi32(_mm512_and_si512(c[1], _mm512_set1_epi32(3)), 4));
+            const __m512i t2 = _mm512_sllv_epi32(t, _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0));
+            const __m256i b8 = _mm256_or_si256(_mm512_castsi512_si256(t2), _mm512_extracti64x4_epi64(t2, 1));
+            _mm_storel_epi64((__m128i *)(void *)(row + 8 * g), _mm256_cvtepi32_epi8(b8));
+            const uint32_t top = (uint32_t)_mm512_test_epi32_mask(c[0], _mm512_set1_epi32(4)) |
+                                 (uint32_t)_mm512_test_epi32_mask(c[1], _mm512_set1_epi32(4)) << 16;
+            memcpy(row + D / 4 + 4 * g, &top, 4);
+        } else {
+            const __m512i b = _mm512_or_si512(_mm512_and_si512(c[0], _mm512_set1_epi32(15)),
+                                              _mm512_slli_epi32(_mm512_and_si512(c[1], _mm512_set1_epi32(15)), 4));
+            _mm_storeu_si128((__m128i *)(void *)(row + 16 * g), _mm512_cvtepi32_epi8(b));
+            if (bits == 5) {
+                const uint32_t top = (uint32_t)_mm512_test_epi32_mask(c[0], _mm512_set1_epi32(16)) |
+                                     (uint32_t)_mm512_test_epi32_mask(c[1], _mm512_set1_epi32(16)) << 16;
+                memcpy(row + D / 2 + 4 * g, &top, 4);
+            }
+        }
+    }
+}
+
+static inline int32_t code_at(const float *tmp, int d) {
+    int32_t c;
+    memcpy(&c, tmp + d, sizeof c);
+    return c;
+}
+
+/* Whether x holds a NaN or an infinity. */
+static inline bool nonfinite(const float *x, int D) {
+    const __m512 inf = _mm512_set1_ps(__builtin_inff());
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff);
+    __mmask16 bad = 0;
+    for (int d = 0; d < D; d += 16) {
+        const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x + d)), absm));
+        bad |= _mm512_cmp_ps_mask(a, inf, _CMP_NLT_UQ);
+    }
+    return bad != 0;
+}
+
+/* Rows x0 (bits0) and x1 (bits1) of D values with the same signs; tmp: 2 D
+ * floats. x1 NULL: x0 alone. */
+static void encode2_avx512(const float *x0, const float *x1, const uint64_t *s, int D, int bits0, int bits1, float *tmp,
+                           uint8_t *row0, uint8_t *row1) {
+    const float *x[2] = {x0, x1};
+    const int bits[2] = {bits0, bits1}, nr = x1 ? 2 : 1;
+    uint8_t *row[2] = {row0, row1};
+    bool live[2] = {false, false};
+    for (int i = 0; i < nr; i++) {
+        memset(row[i], 0, moe_tq_row_bytes(D, bits[i]));
+        if (nonfinite(x[i], D)) moe_tq_mark(row[i], D, bits[i]);
+        else live[i] = true;
+    }
+    double n2[2] = {0, 0};
+    if (live[0] && live[1])
+        for (int d = 0; d < D; d++) {
+            n2[0] += (double)x0[d] * (double)x0[d];
+            n2[1] += (double)x1[d] * (double)x1[d];
+        }
+    else
+        for (int i = 0; i < nr; i++)
+            if (live[i])
+                for (int d = 0; d < D; d++) n2[i] += (double)x[i][d] * (double)x[i][d];
+    double n[2], r2[2] = {0, 0}, sq[2][32];
+    float thr[32];
+    for (int i = 0; i < nr; i++) {
+        live[i] = live[i] && n2[i] != 0;                           /* exact zeros: sigma +0 */
+        if (!live[i]) continue;
+        n[i] = sqrt(n2[i]);
+        moe_tq_enc_tables(bits[i], thr, sq[i]);
+        enc_codes(x[i], s, D, bits[i], thr, n[i], tmp + (size_t)i * D, row[i]);
+    }
+    const float *c0 = tmp, *c1 = tmp + D;
+    if (live[0] && live[1])
+        for (int d = 0; d < D; d++) {
+            r2[0] += sq[0][code_at(c0, d)];
+            r2[1] += sq[1][code_at(c1, d)];
+        }
+    else
+        for (int i = 0; i < nr; i++)
+            if (live[i])
+                for (int d = 0; d < D; d++) r2[i] += sq[i][code_at(tmp + (size_t)i * D, d)];
+    for (int i = 0; i < nr; i++)
+        if (live[i]) moe_tq_put_scale(row[i], D, bits[i], n[i], r2[i]);
+}
+
+static void encode_avx512(const float *x, const uint64_t *s, int D, int bits, float *tmp, uint8_t *row) {
+    encode2_avx512(x, NULL, s, D, bits, 0, tmp, row, NULL);
+}
+
+/* moe_tq_rotate / moe_tq_unrotate: the sign flips as masked xors of the sign
+ * bit (as -x), the products lane-wise, fwht_avx512: the same bits. */
+static void rotate_avx512(const float *x, const uint64_t *s, int D, float *y) {
+    const __m512i sgn = _mm512_set1_epi32((int)0x80000000u);
+    for (int d = 0; d < D; d += 16) {
+        const __m512i v = _mm512_castps_si512(_mm512_loadu_ps(x + d));
+        _mm512_storeu_ps(y + d, _mm512_castsi512_ps(_mm512_mask_xor_epi32(v, (__mmask16)(s[d >> 6] >> (d & 63)), v, sgn)));
+    }
+    fwht_avx512(y, D);
+    const __m512 isd = _mm512_set1_ps(moe_tq_isd(D));
+    for (int d = 0; d < D; d += 16) _mm512_storeu_ps(y + d, _mm512_mul_ps(_mm512_loadu_ps(y + d), isd));
+}
+
+static void unrotate_avx512(float *y, const uint64_t *s, int D) {
+    fwht_avx512(y, D);
+    const __m512 isd = _mm512_set1_ps(moe_tq_isd(D));
+    const __m512i sgn = _mm512_set1_epi32((int)0x80000000u);
+    for (int d = 0; d < D; d += 16) {
+        const __m512i v = _mm512_castps_si512(_mm512_mul_ps(_mm512_loadu_ps(y + d), isd));
+        _mm512_storeu_ps(y + d, _mm512_castsi512_ps(_mm512_mask_xor_epi32(v, (__mmask16)(s[d >> 6] >> (d & 63)), v, sgn)));
+    }
+}
+
+const moe_tq_kernels moe_tq_avx512 = {scores_tq_avx512, accum_tq_avx512, fwht_avx512, encode_avx512, encode2_avx512,
+                                      rotate_avx512, unrotate_avx512};

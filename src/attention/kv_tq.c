@@ -119,21 +119,26 @@ void moe_tq_fwht(float *t, int D) {
             for (int j = i; j < i + h; j += 16) butterfly16(t, j, h);
 }
 
-static float inv_sqrt_d(int D) { return (float)(1.0 / sqrt((double)D)); }
+float moe_tq_isd(int D) { return (float)(1.0 / sqrt((double)D)); }
+static float inv_sqrt_d(int D) { return moe_tq_isd(D); }
 
 void moe_tq_rotate(const float *x, const uint64_t *s, int D, float *y) { moe_tq_rotate_k(&moe_tq_scalar, x, s, D, y); }
 
-void moe_tq_rotate_k(const moe_tq_kernels *k, const float *x, const uint64_t *s, int D, float *y) {
+void moe_tq_rotate_k(const moe_tq_kernels *k, const float *x, const uint64_t *s, int D, float *y) { k->rotate(x, s, D, y); }
+
+static void rotate_scalar(const float *x, const uint64_t *s, int D, float *y) {
     for (int d = 0; d < D; d++) y[d] = neg(s, d) ? -x[d] : x[d];
-    k->fwht(y, D);
+    moe_tq_fwht(y, D);
     const float isd = inv_sqrt_d(D);
     for (int d = 0; d < D; d++) y[d] *= isd;
 }
 
 void moe_tq_unrotate(float *y, const uint64_t *s, int D) { moe_tq_unrotate_k(&moe_tq_scalar, y, s, D); }
 
-void moe_tq_unrotate_k(const moe_tq_kernels *k, float *y, const uint64_t *s, int D) {
-    k->fwht(y, D);
+void moe_tq_unrotate_k(const moe_tq_kernels *k, float *y, const uint64_t *s, int D) { k->unrotate(y, s, D); }
+
+static void unrotate_scalar(float *y, const uint64_t *s, int D) {
+    moe_tq_fwht(y, D);
     const float isd = inv_sqrt_d(D);
     for (int d = 0; d < D; d++) {
         const float v = y[d] * isd;
@@ -195,11 +200,6 @@ static inline int nearest(const float *cb, int bits, float u) {
 }
 
 void moe_tq_encode(const float *x, const uint64_t *s, int D, int bits, float *tmp, uint8_t *row) {
-    moe_tq_encode_k(&moe_tq_scalar, x, s, D, bits, tmp, row);
-}
-
-void moe_tq_encode_k(const moe_tq_kernels *k, const float *x, const uint64_t *s, int D, int bits, float *tmp,
-                     uint8_t *row) {
     memset(row, 0, moe_tq_row_bytes(D, bits));
     double n2 = 0;
     for (int d = 0; d < D; d++) {
@@ -209,7 +209,7 @@ void moe_tq_encode_k(const moe_tq_kernels *k, const float *x, const uint64_t *s,
     if (n2 == 0) return;                            /* exact zeros: sigma +0 */
     const double n = sqrt(n2);
     for (int d = 0; d < D; d++) tmp[d] = neg(s, d) ? -x[d] : x[d];
-    k->fwht(tmp, D);                                /* ||t|| = sqrt(D) n: t_d / n ~ N(0, 1) */
+    moe_tq_fwht(tmp, D);                            /* ||t|| = sqrt(D) n: t_d / n ~ N(0, 1) */
     const float inv = (float)(1.0 / n), *cb = moe_tq_codebook(bits);
     double r2 = 0;
     for (int d = 0; d < D; d++) {
@@ -217,8 +217,25 @@ void moe_tq_encode_k(const moe_tq_kernels *k, const float *x, const uint64_t *s,
         put_code(row, D, bits, d, c);
         r2 += (double)cb[c] * (double)cb[c];
     }
+    moe_tq_put_scale(row, D, bits, n, r2);
+}
+
+void moe_tq_put_scale(uint8_t *row, int D, int bits, double n, double r2) {
     const uint16_t h = moe_f32_to_f16((float)(n / sqrt(r2)));   /* the norm correction */
     put_sigma(row, D, bits, (h & 0x7C00u) == 0x7C00u ? TQ_MARK : h);
+}
+
+void moe_tq_mark(uint8_t *row, int D, int bits) { put_sigma(row, D, bits, TQ_MARK); }
+
+void moe_tq_enc_tables(int bits, float *thr, double *sq) {
+    const float *cb = moe_tq_codebook(bits);
+    for (int i = 0; i + 1 < 1 << bits; i++) thr[i] = (cb[i] + cb[i + 1]) * 0.5f;
+    for (int c = 0; c < 1 << bits; c++) sq[c] = (double)cb[c] * (double)cb[c];
+}
+
+void moe_tq_encode_k(const moe_tq_kernels *k, const float *x, const uint64_t *s, int D, int bits, float *tmp,
+                     uint8_t *row) {
+    k->encode(x, s, D, bits, tmp, row);
 }
 
 void moe_tq_decode(const uint8_t *row, const uint64_t *s, int D, int bits, float *x) {
@@ -260,7 +277,14 @@ static void accum_tq_scalar(const float *p, size_t ps, int G, const uint8_t *v, 
     }
 }
 
-const moe_tq_kernels moe_tq_scalar = {scores_tq_scalar, accum_tq_scalar, moe_tq_fwht};
+static void encode2_scalar(const float *x0, const float *x1, const uint64_t *s, int D, int bits0, int bits1,
+                           float *tmp, uint8_t *row0, uint8_t *row1) {
+    moe_tq_encode(x0, s, D, bits0, tmp, row0);
+    if (x1) moe_tq_encode(x1, s, D, bits1, tmp, row1);
+}
+
+const moe_tq_kernels moe_tq_scalar = {scores_tq_scalar, accum_tq_scalar, moe_tq_fwht, moe_tq_encode, encode2_scalar,
+                                      rotate_scalar, unrotate_scalar};
 
 const moe_tq_kernels *moe_tq_for(const struct moe_attn_kernels *a) {
     return a == &moe_attn_avx512 ? &moe_tq_avx512 : a == &moe_attn_avx2 ? &moe_tq_avx2 : &moe_tq_scalar;

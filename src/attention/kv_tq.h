@@ -104,15 +104,38 @@ typedef struct moe_tq_kernels {
                      size_t out_stride);
     /* moe_tq_fwht: every butterfly with its operands, so the same bits */
     void (*fwht)(float *t, int D);
+    /* moe_tq_encode: the same bytes for every input (the norm's and the
+     * reconstruction's double sums stay sequential, in dim order) */
+    void (*encode)(const float *x, const uint64_t *s, int D, int bits, float *tmp, uint8_t *row);
+    /* encode of x0 (bits0, into row0) and x1 (bits1, into row1), two rows
+     * of D values under the same signs (a key and a value of one KV head),
+     * the same bytes as two encodes; tmp: 2 D floats. x1 NULL: x0 alone. */
+    void (*encode2)(const float *x0, const float *x1, const uint64_t *s, int D, int bits0, int bits1, float *tmp,
+                    uint8_t *row0, uint8_t *row1);
+    /* moe_tq_rotate and moe_tq_unrotate: per coordinate the same sign flip
+     * and product, and this table's fwht, so the same bits */
+    void (*rotate)(const float *x, const uint64_t *s, int D, float *y);
+    void (*unrotate)(float *y, const uint64_t *s, int D);
 } moe_tq_kernels;
 
 extern const moe_tq_kernels moe_tq_scalar, moe_tq_avx2, moe_tq_avx512;
-/* moe_tq_rotate, moe_tq_unrotate and moe_tq_encode with k's fwht (the same
- * bits as those, which use the scalar one) */
+/* moe_tq_rotate, moe_tq_unrotate and moe_tq_encode with k's kernels (the
+ * same bits as those, which use the scalar ones) */
 void moe_tq_rotate_k(const moe_tq_kernels *k, const float *x, const uint64_t *s, int D, float *y);
 void moe_tq_unrotate_k(const moe_tq_kernels *k, float *y, const uint64_t *s, int D);
 void moe_tq_encode_k(const moe_tq_kernels *k, const float *x, const uint64_t *s, int D, int bits, float *tmp,
                      uint8_t *row);
+/* Pieces of moe_tq_encode for the vector encodes (the same operations):
+ * thr = the 2^bits - 1 thresholds (cb[i] + cb[i + 1]) * 0.5f, in float;
+ * sq = cb[c]^2 in double (exact), 2^bits entries. */
+void moe_tq_enc_tables(int bits, float *thr, double *sq);
+/* The row's scale from n = ||x|| and r2 = sum cb[code]^2 (the norm
+ * correction, marked when out of the half range); moe_tq_mark: a
+ * non-finite row's mark. */
+void moe_tq_put_scale(uint8_t *row, int D, int bits, double n, double r2);
+void moe_tq_mark(uint8_t *row, int D, int bits);
+/* The rotation's factor (float)(1 / sqrt(D)). */
+float moe_tq_isd(int D);
 /* The table of the ISA level whose attention table is a (attn.h). */
 struct moe_attn_kernels;
 const moe_tq_kernels *moe_tq_for(const struct moe_attn_kernels *a);

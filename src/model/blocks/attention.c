@@ -58,6 +58,11 @@ static void attn_prep(moe_context *c, const moe_attn_desc *d, int il, int t, int
         const size_t C = (size_t)c->n_ctx, row = blk * C + (size_t)pos;
         uint8_t *kr = (uint8_t *)c->k_cache + row * c->tq_krow, *vr = (uint8_t *)c->v_cache + row * c->tq_vrow;
         const moe_tq_kernels *tk = moe_tq_for(c->attn);
+        if (c->tq_kbits && c->tq_vbits && D == Dv) {             /* one call: the two rows' sums overlap */
+            moe_tq_signs(il, g, D, s);                            /* the value's signs are the key's at D == Dv */
+            tk->encode2(k, v, s, D, c->tq_kbits, c->tq_vbits, tmp - Dm, kr, vr);   /* 2 D: the last query slot too */
+            return;
+        }
         if (c->tq_kbits) {
             moe_tq_signs(il, g, D, s);
             moe_tq_encode_k(tk, k, s, D, c->tq_kbits, tmp, kr);
