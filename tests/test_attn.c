@@ -116,6 +116,24 @@ int main(void) {
                 free(g1);
             }
         }
+        /* swiglu_clamp likewise (inputs scaled past the +-7 clamps, NaN among them) */
+        for (size_t ii = 0; ii < 2; ii++) {
+            if (!moe_kernels_for(isas[ii])) continue;
+            for (int n = 0; n <= 70; n++) {
+                float *g0 = malloc(sizeof(float) * N), *g1 = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N);
+                for (int i = 0; i < N; i++) g0[i] = g1[i] = a[i] * 9.0f, u[i] = a[(i + 7) % N] * 9.0f;
+                const int len = n < 70 ? n : N;
+                moe_attn_scalar.swiglu_clamp(g0, u, len);
+                attn_for(isas[ii])->swiglu_clamp(g1, u, len);
+                int bad = 0;
+                for (int i = 0; i < N; i++)
+                    if (!(g0[i] != g0[i] && g1[i] != g1[i]) && memcmp(&g0[i], &g1[i], 4)) bad++;
+                CHECK_MSG(bad == 0, "swiglu_clamp isa %d n %d: %d values differ", (int)isas[ii], len, bad);
+                free(g0);
+                free(g1);
+                free(u);
+            }
+        }
         /* max_f32: every ISA returns the scalar maximum (a zero maximum may
          * differ in sign only), NaN ignored, -inf for none; and the zero sign
          * cannot matter: moe_expf gives exactly 1 for +0 and -0 */

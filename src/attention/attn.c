@@ -71,6 +71,15 @@ static void silu_mul_scalar(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + moe_expf(-g[i])) * u[i];
 }
 
+static void swiglu_clamp_scalar(float *g, const float *u, int64_t n) {
+    const float alpha = 1.702f, limit = 7.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i] < limit ? g[i] : limit;                 /* NaN: min(NaN, 7) = 7, as std::min */
+        const float y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        g[i] = x / (1.0f + moe_expf(alpha * -x)) * (y + 1.0f);
+    }
+}
+
 static void to_half_scalar(const float *x, uint16_t *y, int n) {
     for (int i = 0; i < n; i++) y[i] = moe_f32_to_f16(x[i]);
 }
@@ -189,4 +198,4 @@ static float softmax_q8_scalar(float *r, int n) {
 const moe_attn_kernels moe_attn_scalar = {scores_scalar,   accum_scalar,     scores_h_scalar, accum_h_scalar,
                                           exp_shift_scalar, silu_mul_scalar, to_half_scalar,  combine_scalar,
                                           scores_q8_scalar, accum_q8_scalar, softmax_q8_scalar, max_f32_scalar,
-                                          scores_scalar,   accum_scalar,     accum_q8_scalar};
+                                          scores_scalar,   accum_scalar,     accum_q8_scalar, swiglu_clamp_scalar};

@@ -85,6 +85,10 @@ typedef struct moe_attn_kernels {
      * read MOE_VALUE_PREFETCH_KEYS keys later. The scalar level is accum_q8. */
     void (*accum_q8_stream)(const float *p, size_t p_stride, int G, const int8_t *v8, const uint16_t *vd,
                             size_t vd_stride, int j0, int nk, int Dv, float *wbuf, float *out, size_t out_stride);
+    /* gpt-oss's clamped SwiGLU: x = min(g[i], 7) (NaN: 7), y = u[i] clamped
+     * to [-7, 7] (NaN stays), g[i] = x / (1 + moe_expf(1.702 * -x)) * (y + 1):
+     * elementwise, the same bits on every ISA (llama.cpp's swiglu_oai). */
+    void (*swiglu_clamp)(float *g, const float *u, int64_t n);
 } moe_attn_kernels;
 
 /* How far ahead accum_q8_stream prefetches, in keys (rows of Dv bytes):

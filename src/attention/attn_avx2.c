@@ -285,6 +285,24 @@ static void silu_mul_avx2(float *g, const float *u, int64_t n) {
     moe_attn_scalar.silu_mul(g + i, u + i, n - i);
 }
 
+/* swiglu_clamp in the scalar order: min with 7 (NaN: 7, as minps), the
+ * clamp of u by compares (NaN stays), sign flip, multiply, exp, add, divide,
+ * add, multiply */
+static inline __m256 swiglu_clamp8(__m256 g, __m256 u) {
+    const __m256 lim = _mm256_set1_ps(7.0f), nlim = _mm256_set1_ps(-7.0f), one = _mm256_set1_ps(1.0f);
+    const __m256 x = _mm256_min_ps(g, lim);
+    __m256 y = _mm256_blendv_ps(u, nlim, _mm256_cmp_ps(u, nlim, _CMP_LT_OQ));
+    y = _mm256_blendv_ps(y, lim, _mm256_cmp_ps(u, lim, _CMP_GT_OQ));
+    const __m256 nx = _mm256_xor_ps(x, _mm256_set1_ps(-0.0f));
+    const __m256 e = expf8(_mm256_mul_ps(_mm256_set1_ps(1.702f), nx));
+    return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_add_ps(y, one));
+}
+static void swiglu_clamp_avx2(float *g, const float *u, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(g + i, swiglu_clamp8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    moe_attn_scalar.swiglu_clamp(g + i, u + i, n - i);
+}
+
 /* F16C's conversion with round-to-nearest-even is IEEE's, the same bits as
  * moe_f32_to_f16 for every input, NaN included (test_attn checks) */
 static void to_half_avx2(const float *x, uint16_t *y, int n) {
@@ -487,4 +505,4 @@ static float max_f32_avx2(const float *r, int n) {
 const moe_attn_kernels moe_attn_avx2 = {scores_avx2,    accum_avx2,     scores_h_avx2,  accum_h_avx2,
                                         exp_shift_avx2, silu_mul_avx2, to_half_avx2,   combine_avx2,
                                         scores_q8_avx2, accum_q8_avx2,  softmax_q8_avx2, max_f32_avx2,
-                                        scores_stream_avx2, accum_stream_avx2, accum_q8_stream_avx2};
+                                        scores_stream_avx2, accum_stream_avx2, accum_q8_stream_avx2, swiglu_clamp_avx2};

@@ -218,6 +218,28 @@ static void silu_mul_avx512(float *g, const float *u, int64_t n) {
     }
 }
 
+/* swiglu_clamp in the scalar order (see attn_avx2.c) */
+static inline __m512 swiglu_clamp16(__m512 g, __m512 u) {
+    const __m512 lim = _mm512_set1_ps(7.0f), nlim = _mm512_set1_ps(-7.0f), one = _mm512_set1_ps(1.0f);
+    const __m512 x = _mm512_min_ps(g, lim);
+    __m512 y = _mm512_mask_mov_ps(u, _mm512_cmp_ps_mask(u, nlim, _CMP_LT_OQ), nlim);
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(u, lim, _CMP_GT_OQ), lim);
+    const __m512 nx = _mm512_xor_ps(x, _mm512_set1_ps(-0.0f));
+    const __m512 e = expf16(_mm512_mul_ps(_mm512_set1_ps(1.702f), nx));
+    return _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)), _mm512_add_ps(y, one));
+}
+
+static void swiglu_clamp_avx512(float *g, const float *u, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(g + i, swiglu_clamp16(_mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i)));
+    if (i < n) {
+        const __mmask16 k = tail_mask((int)(n - i));
+        _mm512_mask_storeu_ps(g + i, k,
+                              swiglu_clamp16(_mm512_maskz_loadu_ps(k, g + i), _mm512_maskz_loadu_ps(k, u + i)));
+    }
+}
+
 /* the same bits as moe_f32_to_f16 for every input (see attn_avx2.c) */
 static void to_half_avx512(const float *x, uint16_t *y, int n) {
     int i = 0;
@@ -406,4 +428,4 @@ static float softmax_q8_avx512(float *r, int n) {
 const moe_attn_kernels moe_attn_avx512 = {scores_avx512,   accum_avx512,     scores_h_avx512, accum_h_avx512,
                                           exp_shift_avx512, silu_mul_avx512, to_half_avx512,  combine_avx512,
                                           scores_q8_avx512, accum_q8_avx512, softmax_q8_avx512, max_f32_avx512,
-                                          scores_stream_avx512, accum_avx512, accum_q8_stream_avx512};
+                                          scores_stream_avx512, accum_avx512, accum_q8_stream_avx512, swiglu_clamp_avx512};

@@ -648,9 +648,11 @@ MOE_KQ_WIDE_FORMATS(DEF_WIDE_BLOCK)
 
 /* F32 rows (the routers): a row length that is not a multiple of 16 takes
  * the 4x4 kernel (its masked tail keeps -0 accumulators intact; zero-padded
- * buffer lanes would not). F16 and BF16 keep the 4x4 kernel: their
- * conversion runs beside the FMAs, not on their pipes, and it measured
- * 5-20 % faster than a fill pass (bench_quant's GEMM rows). */
+ * buffer lanes would not). BF16 (gpt-oss's attention): the 4x4 tile spends
+ * two conversion uops per weight vector (a zero-extend on port 5, a shift
+ * on port 0: the FMA ports at this level) for 4 FMAs; the fill pass converts
+ * a chunk once for up to WIDE_TB tokens. F16 keeps the 4x4 kernel (it
+ * measured 5-20 % faster than a fill pass in bench_quant's GEMM rows). */
 #define DEF_WIDE_PLAIN(NAME, LD, ES)                                                               \
     ALWAYS_INLINE void fill_##NAME(const uint8_t *g, size_t rs, int S, int R, int64_t k0,          \
                                    int64_t kc, float *wb, float (*st)[16]) {                       \
@@ -675,6 +677,7 @@ MOE_KQ_WIDE_FORMATS(DEF_WIDE_BLOCK)
     }
 
 DEF_WIDE_PLAIN(f32, ld_f32, 4)
+DEF_WIDE_PLAIN(bf16, ld_bf16, 2)
 
 #define ENTRY(id, name) .gemv[id] = gemv_##name, .gemm[id] = gemm_##name
 #define ENTRY_X4(id, name) .gemv_x4[id] = gemv_x4_##name, .gemm_x4[id] = gemm_x4_##name
@@ -689,7 +692,7 @@ const moe_kernels moe_kernels_avx512_tab = {
     ENTRY_X4(MOE_T_Q8_0, q8_0), ENTRY_X4(MOE_T_Q4_0, q4_0), ENTRY_X4(MOE_T_Q4_K, q4_k),
     ENTRY_X4(MOE_T_Q4_1, q4_1), ENTRY_X4(MOE_T_Q5_0, q5_0), ENTRY_X4(MOE_T_Q5_1, q5_1), ENTRY_X4(MOE_T_IQ4_NL, iq4_nl),
     ENTRY_X4(MOE_T_Q6_K, q6_k), ENTRY_X4(MOE_T_MXFP4, mxfp4), ENTRY_X4(MOE_T_NVFP4, nvfp4),
-    ENTRY_WIDE_X4(MOE_T_F32, f32),
+    ENTRY_WIDE_X4(MOE_T_F32, f32), ENTRY_WIDE_X4(MOE_T_BF16, bf16),
     ENTRY_WIDE_X4(MOE_T_Q8_0, q8_0), ENTRY_WIDE_X4(MOE_T_Q4_0, q4_0), ENTRY_WIDE_X4(MOE_T_Q4_K, q4_k),
     ENTRY_WIDE_X4(MOE_T_Q4_1, q4_1), ENTRY_WIDE_X4(MOE_T_Q5_0, q5_0), ENTRY_WIDE_X4(MOE_T_Q5_1, q5_1),
     ENTRY_WIDE_X4(MOE_T_IQ4_NL, iq4_nl),

@@ -33,18 +33,6 @@ static void add_rows_bias(float *y, size_t stride, int nr, const float *b, int64
         for (int64_t r = r0; r < r1; r++) y[(size_t)t * stride + (size_t)r] += b[r];
 }
 
-/* gpt-oss's clamped SwiGLU, g[i] = y(g[i], u[i]) (model.h: moe_ffn_act), in
- * llama.cpp's order of operations (ggml swiglu_oai, alpha 1.702, limit 7).
- * Plain C, so every ISA level computes the same bits. */
-static void swiglu_clamp(float *g, const float *u, int64_t n) {
-    const float alpha = 1.702f, limit = 7.0f;
-    for (int64_t i = 0; i < n; i++) {
-        const float x = g[i] < limit ? g[i] : limit;                 /* NaN: min(NaN, 7) = 7, as std::min */
-        const float y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
-        g[i] = x / (1.0f + moe_expf(alpha * -x)) * (y + 1.0f);
-    }
-}
-
 static void jobs_worker(void *arg, int ith, int nth) {
     jobs_task *jt = arg;
     /* Each thread gets an equal share of the work (rows x tokens), cut on
@@ -81,7 +69,7 @@ static void jobs_worker(void *arg, int ith, int nth) {
             for (int t = 0; t < j->nr; t++) {
                 float *g = j->hg + (size_t)t * F + (size_t)r0;
                 const float *u = j->hu + (size_t)t * F + (size_t)r0;
-                if (j->act == MOE_ACT_SWIGLU_CLAMP) swiglu_clamp(g, u, r1 - r0);
+                if (j->act == MOE_ACT_SWIGLU_CLAMP) jt->c->attn->swiglu_clamp(g, u, r1 - r0);
                 else jt->c->attn->silu_mul(g, u, r1 - r0);
             }
         if (ph == 4) {

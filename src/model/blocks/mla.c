@@ -24,10 +24,11 @@
  *   3. per head, over the step's tokens: q~ = Wk_b_h q_nope (one product per
  *      head, all tokens as its rows: in a prompt the head's matrix streams
  *      once, not once per token; each row is the same dot products either way);
- *   4. per (token, head) item, alone, on any thread: RoPE of q_pe, the scores
- *      over the token's sequence's keys in increasing position order, softmax
- *      (max, exp, sum in key order), the weighted sum of the c rows in key
- *      order, times 1/sum;
+ *   4. per (token, head) item, on any thread (a token's heads in groups
+ *      that share the key loads; the arithmetic is the item's alone): RoPE
+ *      of q_pe, the scores over the token's sequence's keys in increasing
+ *      position order, softmax (max, exp, sum in key order), the weighted
+ *      sum of the c rows in key order, times 1/sum;
  *   5. per head, over the tokens: out_h = Wv_b_h o;
  *   6. per token: Wo, the residual.
  * Phase 2 finishes before phase 4 starts, so a token reads the keys of the
@@ -107,8 +108,19 @@ static void heads_worker(void *arg, int ith, int nth) {
     }
 }
 
-/* Phase 4: items (token t, head h), dealt out cyclically (later tokens of a
- * prompt see more keys). */
+/* Phase 4's units: token t and a group of its heads. All heads read the
+ * same key rows (one latent row per position), so a group's scores and sums
+ * load each key once for the group, not once per head (attn.h: the result
+ * per head does not depend on the group). A prompt has a unit per token;
+ * a step with few tokens splits the heads so every thread has a unit. */
+static int item_groups(int n, int H, int nth) {
+    if (n >= 2 * nth) return 1;
+    return nth < H ? nth : H;
+}
+
+/* Phase 4: units (token t, heads h0 .. h0+G-1), dealt out cyclically (later
+ * tokens of a prompt see more keys). Per (token, head) the arithmetic is
+ * that of the item alone. */
 static void item_worker(void *arg, int ith, int nth) {
     const mla_task *mt = arg;
     moe_context *c = mt->c;
@@ -118,35 +130,38 @@ static void item_worker(void *arg, int ith, int nth) {
     const moe_attn_kernels *ak = c->attn;
     const int H = mt->a->n_head, Cl = d->kv_lora, D = d->kv_lora + d->rope_dim, Dq = d->nope + d->rope_dim;
     const size_t Cx = (size_t)c->n_ctx;
-    float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * Cx;
+    float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * Cx;     /* [G][n_ctx] */
+    float *sums = c->attn_sum + (size_t)ith * 2 * (size_t)hp->n_head_max;  /* [G] */
     const bool stream = c->n_tok == 1 && moe_flag_on(c->flags, MOE_FLAG_KEY_STREAM);
-    for (int64_t it = ith; it < (int64_t)c->n_tok * H; it += nth) {
-        const int t = (int)(it / H), h = (int)(it % H);
+    const int ng = item_groups(c->n_tok, H, nth), gs = (H + ng - 1) / ng;
+    for (int64_t it = ith; it < (int64_t)c->n_tok * ng; it += nth) {
+        const int t = (int)(it / ng), h0 = (int)(it % ng) * gs;
+        const int G = (h0 + gs < H ? h0 + gs : H) - h0;
+        if (G <= 0) continue;
         const int pos = c->tok_pos[t], nk = pos + 1;
-        const float *qn = mt->q + ((size_t)t * H + h) * (size_t)Dq;          /* [nope | rope] */
-        float *qt = c->q + ((size_t)t * H + h) * (size_t)D;                 /* [C | rope]: C from phase 3 */
-        memcpy(qt + Cl, qn + d->nope, (size_t)d->rope_dim * sizeof(float));
-        moe_rope_apply(qt + Cl, c->rope_tab[mt->a->rope] + (size_t)pos * (size_t)rp->n_rot, rp->n_rot, rp->adjacent);
+        float *qt = c->q + ((size_t)t * H + h0) * (size_t)D;                /* [G][C | rope]: C from phase 3 */
+        for (int h = 0; h < G; h++) {
+            const float *qn = mt->q + ((size_t)t * H + h0 + h) * (size_t)Dq; /* [nope | rope] */
+            float *qr = qt + (size_t)h * D + Cl;
+            memcpy(qr, qn + d->nope, (size_t)d->rope_dim * sizeof(float));
+            moe_rope_apply(qr, c->rope_tab[mt->a->rope] + (size_t)pos * (size_t)rp->n_rot, rp->n_rot, rp->adjacent);
+        }
         const size_t k0 = cache_rows(c, c->tok_seq[t], mt->il) * (size_t)D;   /* keys [nk][D], values their first C */
-        float *o = c->att + ((size_t)t * H + h) * (size_t)Cl;
-        if (c->kv_half) {
-            const uint16_t *kc = (const uint16_t *)c->k_cache + k0;
-            ak->scores_h(qt, (size_t)D, 1, kc, (size_t)D, nk, D, d->kq_scale, sc, Cx);
-            ak->exp_shift(sc, nk, ak->max_f32(sc, nk));
-            float sum;
-            moe_attn_row_sums(sc, Cx, 1, nk, &sum);
-            ak->accum_h(sc, Cx, 1, kc, (size_t)D, nk, Cl, o, (size_t)Cl);
-            const float inv = 1.0f / sum;
-            for (int i = 0; i < Cl; i++) o[i] *= inv;
-        } else {
-            const float *kc = (const float *)c->k_cache + k0;
-            (stream ? ak->scores_stream : ak->scores)(qt, (size_t)D, 1, kc, (size_t)D, nk, D, d->kq_scale, sc, Cx);
-            ak->exp_shift(sc, nk, ak->max_f32(sc, nk));
-            float sum;
-            moe_attn_row_sums(sc, Cx, 1, nk, &sum);
-            (stream ? ak->accum_stream : ak->accum)(sc, Cx, 1, kc, (size_t)D, nk, Cl, o, (size_t)Cl);
-            const float inv = 1.0f / sum;
-            for (int i = 0; i < Cl; i++) o[i] *= inv;
+        float *o = c->att + ((size_t)t * H + h0) * (size_t)Cl;             /* [G][C] */
+        const uint16_t *kh = (const uint16_t *)c->k_cache + k0;
+        const float *kf = (const float *)c->k_cache + k0;
+        if (c->kv_half) ak->scores_h(qt, (size_t)D, G, kh, (size_t)D, nk, D, d->kq_scale, sc, Cx);
+        else (stream ? ak->scores_stream : ak->scores)(qt, (size_t)D, G, kf, (size_t)D, nk, D, d->kq_scale, sc, Cx);
+        for (int h = 0; h < G; h++) {
+            float *r = sc + (size_t)h * Cx;
+            ak->exp_shift(r, nk, ak->max_f32(r, nk));
+        }
+        moe_attn_row_sums(sc, Cx, G, nk, sums);
+        if (c->kv_half) ak->accum_h(sc, Cx, G, kh, (size_t)D, nk, Cl, o, (size_t)Cl);
+        else (stream ? ak->accum_stream : ak->accum)(sc, Cx, G, kf, (size_t)D, nk, Cl, o, (size_t)Cl);
+        for (int h = 0; h < G; h++) {
+            const float inv = 1.0f / sums[h];
+            for (int i = 0; i < Cl; i++) o[(size_t)h * Cl + i] *= inv;
         }
     }
 }
