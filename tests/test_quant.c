@@ -494,15 +494,22 @@ static float bound_for(uint32_t type, const float *x, int64_t i, float *scratch)
     /* empirical: ggml's scale search minimises the weighted squared error,
      * not the worst value, which can pass range/5 (seen: 1.001 times) */
     case MOE_T_Q2_K: return (mx - fminf(mn, 0)) / 5 * 1.05f;
-    case MOE_T_IQ4_XS: return amax / 8 * 1.0f;
+    /* empirical, as Q2_K: the scale search minimises the weighted squared
+     * error and the 6-bit sub-block scales round (seen: up to 1.088 times
+     * amax / 8 over seeds 1-6 of test_round_trip) */
+    case MOE_T_IQ4_XS: return amax / 8 * 1.15f;
     case MOE_T_MXFP4: return amax > 0 ? exp2f(floorf(log2f(amax)) - 1) : 0;
-    case MOE_T_NVFP4: return amax / 6 * 1.0625f + 0x1p-9f; /* + subnormal UE4M3 scales */
+    /* a UE4M3 scale in the subnormal range (steps of 2^-9) can round down
+     * by up to 2^-10, and the largest value then clamps at code 6: up to
+     * 6 x 2^-10 more than the half step */
+    case MOE_T_NVFP4: return amax / 6 * 1.0625f + 0x1.8p-8f;
     default: return 0;
     }
 }
 
 static void test_round_trip(void) {
     enum { N = 4096 };
+    moe_rng_seed(&g_rng, 0x5eed);   /* its own inputs, whatever the tests before drew */
     float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
     uint8_t *q = malloc(N * 4);
     for (size_t f = 0; f < NFMT; f++) {
