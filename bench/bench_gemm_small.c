@@ -26,21 +26,13 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "bench_util.h"
+
 #define REPS 5
 #define ROWS 2048
 #define NIN 2048
 #define MAXTOK 16
 #define CYCLE_BYTES ((size_t)256 << 20)
-
-static double thread_cpu(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-static int cmpd(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 enum { K_GEMV, K_GEMM, K_WIDE, K_A8V, K_A8M, K_COUNT };
 static const char *KNAME[K_COUNT] = {"gemv", "gemm", "wide", "a8v", "a8m"};
@@ -89,7 +81,7 @@ static double time_kind(const ctx *c, int kind, const uint8_t *buf, int ntok, bo
         for (int i = 0; i < iters; i++) run1(c, kind, mem ? buf + (size_t)i * c->mat : buf, ntok);
         t[r] = (thread_cpu() - t0) / iters;
     }
-    qsort(t, REPS, sizeof t[0], cmpd);
+    qsort(t, REPS, sizeof t[0], cmp_double);
     return t[REPS / 2] * 1e6;
 }
 

@@ -33,6 +33,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "bench_util.h"
+
 #define REPS 7
 #define THREADS 2
 #define CYCLE_BYTES ((size_t)256 << 20) /* distinct matrices per decode rep: 8x a 32 MB L3 */
@@ -108,17 +110,6 @@ static void fill(uint32_t type, uint8_t *buf, size_t bytes, moe_rng *rng) {
     }
 }
 
-static double thread_cpu(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmpd(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Runs fn REPS times (after one warm-up); returns the median seconds, min/max in lo/hi. */
 typedef void (*rep_fn)(void *);
 static double cpu_seconds(void) {
@@ -140,7 +131,7 @@ static double time_reps(rep_fn fn, void *arg, double *lo, double *hi) {
         sum += t[r];
     }
     g_cpu_share = (cpu_seconds() - c0) / (sum * THREADS);
-    qsort(t, REPS, sizeof t[0], cmpd);
+    qsort(t, REPS, sizeof t[0], cmp_double);
     *lo = t[0]; *hi = t[REPS - 1];
     return t[REPS / 2];
 }
@@ -171,7 +162,7 @@ static void one_thread_rate(const char *name, const char *label, job *j, int ite
         for (int i = 0; i < iters; i++) (j->ntok ? gemm_task : gemv_task)(j, 0, 1);
         c[r] = thread_cpu() - c0;
     }
-    qsort(c, REPS, sizeof c[0], cmpd);
+    qsort(c, REPS, sizeof c[0], cmp_double);
     printf("%-8s %-14s %9.1f %8.1f..%-8.1f %s\n", name, label, amount / c[REPS / 2] * 1e-9, amount / c[REPS - 1] * 1e-9,
            amount / c[0] * 1e-9, unit);
 }
@@ -368,7 +359,7 @@ int main(int argc, char **argv) {
                 }
                 c[r] = thread_cpu() - c0;
             }
-            qsort(c, REPS, sizeof c[0], cmpd);
+            qsort(c, REPS, sizeof c[0], cmp_double);
             const double v = 2048.0 * (double)ntok;
             printf("%-8s %-14s %9.2f %8.2f..%-8.2f ns per value, 1 thread CPU time\n", "act8 q",
                    lvl ? k->name : "spec", c[REPS / 2] / v * 1e9, c[0] / v * 1e9, c[REPS - 1] / v * 1e9);
