@@ -306,51 +306,7 @@ static inline bool nonfinite(const float *x, int D) {
     return _mm256_movemask_ps(bad) != 0;
 }
 
-/* Two rows under the same signs, their sums' chains in one loop (as
- * encode2_avx512); x1 NULL: x0 alone. */
-static void encode2_avx2(const float *x0, const float *x1, const uint64_t *s, int D, int bits0, int bits1, float *tmp,
-                         uint8_t *row0, uint8_t *row1) {
-    const float *x[2] = {x0, x1};
-    const int bits[2] = {bits0, bits1}, nr = x1 ? 2 : 1;
-    uint8_t *row[2] = {row0, row1};
-    bool live[2] = {false, false};
-    for (int i = 0; i < nr; i++) {
-        memset(row[i], 0, moe_tq_row_bytes(D, bits[i]));
-        if (nonfinite(x[i], D)) moe_tq_mark(row[i], D, bits[i]);
-        else live[i] = true;
-    }
-    double n2[2] = {0, 0};
-    if (live[0] && live[1])
-        for (int d = 0; d < D; d++) {
-            n2[0] += (double)x0[d] * (double)x0[d];
-            n2[1] += (double)x1[d] * (double)x1[d];
-        }
-    else
-        for (int i = 0; i < nr; i++)
-            if (live[i])
-                for (int d = 0; d < D; d++) n2[i] += (double)x[i][d] * (double)x[i][d];
-    double n[2], r2[2] = {0, 0}, sq[2][32];
-    float thr[32];
-    for (int i = 0; i < nr; i++) {
-        live[i] = live[i] && n2[i] != 0;                           /* exact zeros: sigma +0 */
-        if (!live[i]) continue;
-        n[i] = sqrt(n2[i]);
-        moe_tq_enc_tables(bits[i], thr, sq[i]);
-        enc_codes(x[i], s, D, bits[i], thr, n[i], tmp + (size_t)i * D, row[i]);
-    }
-    const float *c0 = tmp, *c1 = tmp + D;
-    if (live[0] && live[1])
-        for (int d = 0; d < D; d++) {
-            r2[0] += sq[0][code_at(c0, d)];
-            r2[1] += sq[1][code_at(c1, d)];
-        }
-    else
-        for (int i = 0; i < nr; i++)
-            if (live[i])
-                for (int d = 0; d < D; d++) r2[i] += sq[i][code_at(tmp + (size_t)i * D, d)];
-    for (int i = 0; i < nr; i++)
-        if (live[i]) moe_tq_put_scale(row[i], D, bits[i], n[i], r2[i]);
-}
+MOE_TQ_DEF_ENCODE2(avx2)
 
 static void encode_avx2(const float *x, const uint64_t *s, int D, int bits, float *tmp, uint8_t *row) {
     encode2_avx2(x, NULL, s, D, bits, 0, tmp, row, NULL);
