@@ -156,6 +156,25 @@ grep -q "ctx" "$d/err" && bad "--ctx 4096 warned: $(cat "$d/err")"
 grep -q "^moefast run: note: --ctx 2000 .*trained context 1024.*YaRN.* 16384" "$d/err" || bad "no YaRN note: $(cat "$d/err")"
 "$BIN" run -m "$d/yarn.gguf" --tokens 1 -n 1 --ctx 20000 >/dev/null 2>"$d/err" || bad "run yarn --ctx 20000: $(cat "$d/err")"
 grep -q "^moefast run: warning: --ctx 20000 .*1024" "$d/err" || bad "no warning past YaRN: $(cat "$d/err")"
+# --rope-scaling yarn --rope-scale F (llama.cpp's names): the reach moves,
+# so the note replaces the warning; bad values and a factor on a file without
+# YaRN are refused with one line
+"$BIN" run -m "$Q" --tokens 1 -n 1 --ctx 5000 --rope-scaling yarn --rope-scale 4 >/dev/null 2>"$d/err" ||
+  bad "run --rope-scaling yarn: $(cat "$d/err")"
+grep -q "^moefast run: note: --ctx 5000 .*trained context 4096.*YaRN.* 16384" "$d/err" || bad "no YaRN note after --rope-scale 4: $(cat "$d/err")"
+"$BIN" run -m "$Q" --tokens 1 -n 1 --ctx 5000 --rope-scaling yarn --rope-scale 2 --yarn-orig-ctx 2048 >/dev/null 2>"$d/err" ||
+  bad "run --yarn-orig-ctx: $(cat "$d/err")"
+grep -q "^moefast run: warning: --ctx 5000 .*4096 (and its YaRN reach)" "$d/err" || bad "2 x 2048 covers 5000?: $(cat "$d/err")"
+for args in "--rope-scaling linear:bad value for --rope-scaling: 'linear'" "--rope-scale 0.5:bad value for --rope-scale" \
+            "--rope-scale:--rope-scale needs a value" "--yarn-orig-ctx 0:bad value for --yarn-orig-ctx" \
+            "--rope-scale 4:rope_scale / yarn_orig_ctx given, but the file has no YaRN" \
+            "--rope-scaling yarn:needs rope_scale"; do
+  "$BIN" run -m "$Q" --tokens 1 -n 1 ${args%%:*} >/dev/null 2>"$d/err"; rc=$?
+  [ $rc -eq 2 ] && [ "$(wc -l <"$d/err")" -eq 1 ] && grep -q -- "${args#*:}" "$d/err" ||
+    bad "run ${args%%:*}: exit $rc, $(cat "$d/err")"
+done
+"$BIN" serve -m "$Q" --port 0 --rope-scaling fast >/dev/null 2>"$d/err" && bad "serve --rope-scaling fast accepted"
+grep -q "bad value for --rope-scaling" "$d/err" || bad "serve --rope-scaling fast: $(cat "$d/err")"
 printf 'hi\n' | "$BIN" chat -m "$Q" --ctx 5000 -n 1 >/dev/null 2>"$d/err" || bad "chat --ctx 5000: $(cat "$d/err")"
 grep -q "^moefast chat: warning: --ctx 5000 .*4096" "$d/err" || bad "chat: no --ctx warning: $(cat "$d/err")"
 

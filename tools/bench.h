@@ -28,6 +28,7 @@ typedef struct {
     bool json, bandwidth;
     bool cold;           /* --cold: no warm-up forward; the prefill window is the process's first forward */
     bool phases;         /* --phases: profile the last repeat's windows */
+    moe_load_params rope; /* --rope-scaling, --rope-scale, --yarn-orig-ctx */
 } bench_opts;
 
 /* One token-check failure (or the first tolerated tie, for the record). */

@@ -39,6 +39,16 @@ typedef struct cli_sampling {
     float presence, frequency;
 } cli_sampling;
 int cli_sampling_arg(const char *cmd, const char *a, const char *v, cli_sampling *cs);
+/* The RoPE scaling options of the commands that load a model for use (run,
+ * chat, serve, bench), llama.cpp's names: --rope-scaling none|yarn,
+ * --rope-scale F (the YaRN factor), --yarn-orig-ctx N, into lp (1 when a
+ * was one of them, 0 when not, -1 after printing an error). */
+int cli_rope_arg(const char *cmd, const char *a, const char *v, moe_load_params *lp);
+#define CLI_ROPE_USAGE \
+    "  --rope-scaling none|yarn  RoPE scaling past the trained context (default: the file's)\n" \
+    "  --rope-scale F            YaRN factor (e.g. 4 for Qwen3 at 131072 over 32768)\n" \
+    "  --yarn-orig-ctx N         YaRN's original context (default: the file's, else trained)\n"
+
 int cli_sampler_new(const char *cmd, const cli_sampling *cs, int n_vocab, moe_sampler **out);
 /* `moefast run --batch FILE` (tools/run_batch.c): the prompts of FILE (one
  * per line, "-" for stdin) generated together in one context. */

@@ -168,3 +168,25 @@ const char *cli_numerics(const struct moe_model *m, char *buf, size_t len) {
     else if (!strcmp(buf, "none")) snprintf(buf, len, "fp32");
     return buf;
 }
+
+int cli_rope_arg(const char *cmd, const char *a, const char *v, moe_load_params *lp) {
+    if (!strcmp(a, "--rope-scaling")) {
+        if (!v || (strcmp(v, "none") && strcmp(v, "yarn")))
+            return cli_fail(cmd, "bad value for --rope-scaling: '%s' (expected none or yarn)", v ? v : ""), -1;
+        lp->rope_scaling = v;
+        return 1;
+    }
+    if (!strcmp(a, "--rope-scale")) {
+        double f;
+        if (cli_parse_float(cmd, a, v, 1.0, 1e6, &f)) return -1;
+        lp->rope_scale = (float)f;
+        return 1;
+    }
+    if (!strcmp(a, "--yarn-orig-ctx")) {
+        long n;
+        if (cli_parse_int(cmd, a, v, 1, 1 << 24, &n)) return -1;
+        lp->yarn_orig_ctx = (int)n;
+        return 1;
+    }
+    return 0;
+}

@@ -149,7 +149,7 @@ static void usage(FILE *f) {
             "usage: moefast bench -m FILE [-t N] [--json] [--flags SPEC] [--trace FILE]\n"
             "                     [--window prefill|decode|both] [--repeat R]\n"
             "                     [--prompt-len P] [--decode-steps D] [--no-bandwidth] [--ab SPEC] [--cold]\n"
-            "                     [--ab-sibling] [--phases]\n"
+            "                     [--ab-sibling] [--phases] [--rope-scaling yarn --rope-scale F]\n"
             "  prefill window: one forward of a P-token prompt (default 512), seconds / P\n"
             "  decode window:  P-token seed prefill + D teacher-forced steps (default 128), seconds / D;\n"
             "           set against the read bandwidth measured before and after each window, and\n"
@@ -190,7 +190,12 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         long x;
+        int rr;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 1; }
+        else if ((rr = cli_rope_arg(CMD, a, v, &o->rope)) != 0) {
+            if (rr < 0) return -1;
+            i++;
+        }
         else if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--no-bandwidth")) o->bandwidth = false;
         else if (!strcmp(a, "--phases")) o->phases = true;
@@ -390,7 +395,8 @@ static int alloc_buffers(bench_run *b) {
  * buffers. */
 static int bench_setup(bench_run *b) {
     char err[MOE_ERR_LEN] = "";
-    moe_load_params lp = {.flags = b->o.flags};
+    moe_load_params lp = b->o.rope;
+    lp.flags = b->o.flags;
     b->t_load = now_s();
     if (cli_model_load(b->o.model, &lp, &b->m, err, sizeof err) != MOE_OK) return cli_fail(CMD, "%s", err);
     b->t_load = now_s() - b->t_load;

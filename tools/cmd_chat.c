@@ -38,6 +38,7 @@ static void usage(FILE *f) {
             "  -n MAX              most tokens per reply (default 256)\n"
             "  -v                  per-turn token counts on stderr\n"
             "  --presence-penalty P, --frequency-penalty P  in [-2, 2], over the tokens generated so far\n"
+            CLI_ROPE_USAGE
             "  Ctrl-C stops the current reply; at the prompt (or end of input) it exits\n");
 }
 
@@ -108,6 +109,7 @@ int cmd_chat(int argc, char **argv) {
     cli_sampling smpp = {.p = {.temp = 0.0f, .top_p = 1.0f}}; /* greedy unless --temp */
     int sr;
     int verbose = 0;
+    moe_load_params lp = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = 1;
@@ -117,6 +119,7 @@ int cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "-n")) { if (cli_parse_int(C, a, v, 1, 1 << 24, &n_max)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_int(C, a, v, 1, 1024, &threads)) return 2; }
         else if ((sr = cli_sampling_arg(C, a, v, &smpp)) != 0) { if (sr < 0) return 2; }
+        else if ((sr = cli_rope_arg(C, a, v, &lp)) != 0) { if (sr < 0) return 2; }
         else if (!strcmp(a, "--ctx")) { if (cli_parse_int(C, a, v, 16, 1 << 22, &n_ctx)) return 2; }
         else if (!strcmp(a, "--flags")) { if (!v) return cli_fail(C, "--flags needs a spec"); flags = v; }
         else if (!strncmp(a, "--flags=", 8)) { flags = a + 8; used = 0; }
@@ -129,7 +132,7 @@ int cmd_chat(int argc, char **argv) {
 
     char err[MOE_ERR_LEN];
     moe_model *m = NULL;
-    moe_load_params lp = {.flags = flags};
+    lp.flags = flags;
     if (cli_model_load(path, &lp, &m, err, sizeof err)) return cli_fail(C, "%s", err);
 
     int rc = 2;

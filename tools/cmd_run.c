@@ -30,6 +30,7 @@ static void usage(FILE *f) {
             "  --json-schema FILE  constrain the output to JSON valid for the JSON Schema of FILE\n"
             "  --presence-penalty P, --frequency-penalty P  in [-2, 2]: OpenAI's penalties over the\n"
             "               generated tokens (logit - count x frequency - (count > 0) x presence)\n"
+            CLI_ROPE_USAGE
             "  sampling is greedy unless --temp > 0\n");
 }
 
@@ -68,6 +69,7 @@ int cmd_run(int argc, char **argv) {
     cli_sampling smpp = {.p = {.temp = 0.0f, .top_p = 1.0f}}; /* greedy unless --temp */
     int sr;
     int json = 0, stop_eos = 0;
+    moe_load_params lp = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = 1;
@@ -78,6 +80,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "-n")) { if (cli_parse_int(C, a, v, 0, 1 << 24, &n_gen)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (cli_parse_int(C, a, v, 1, 1024, &threads)) return 2; }
         else if ((sr = cli_sampling_arg(C, a, v, &smpp)) != 0) { if (sr < 0) return 2; }
+        else if ((sr = cli_rope_arg(C, a, v, &lp)) != 0) { if (sr < 0) return 2; }
         else if (!strcmp(a, "--ctx")) { if (cli_parse_int(C, a, v, 1, 1 << 22, &n_ctx)) return 2; }
         else if (!strcmp(a, "--batch-size")) { if (cli_parse_int(C, a, v, 1, 65536, &n_batch)) return 2; }
         else if (!strcmp(a, "--batch")) { if (!v) return cli_fail(C, "--batch needs a file of prompts"); batch_file = v; }
@@ -116,7 +119,7 @@ int cmd_run(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     t0 = ts.tv_sec + 1e-9 * ts.tv_nsec;
     moe_model *m = NULL;
-    moe_load_params lp = {.flags = flags};
+    lp.flags = flags;
     if (cli_model_load(path, &lp, &m, err, sizeof err)) { free(pbuf); moe_grammar_free(gram); return cli_fail(C, "%s", err); }
     moe_trace *check_t = NULL;
     if (check && cli_check_open(C, check, m, &check_t)) { free(pbuf); moe_grammar_free(gram); moe_model_free(m); return 2; }

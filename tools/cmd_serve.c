@@ -22,7 +22,7 @@ static void usage(FILE *f) {
             "usage: moefast serve -m FILE [--host ADDR] [--port N] [--slots N] [--ctx N] [--queue N]\n"
             "                     [--api-key KEY] [-t N] [--flags SPEC] [--chunk N] [--alias NAME]\n"
             "                     [--chat-format NAME] [--reasoning-format F] [--max-body BYTES]\n"
-            "                     [--shutdown-timeout S] [--profile]\n"
+            "                     [--shutdown-timeout S] [--profile] [--rope-scaling yarn --rope-scale F]\n"
             "  --host ADDR     address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)\n"
             "  --port N        TCP port (default 8080; 0: any free port, printed at startup)\n"
             "  --slots N       requests generated together, one KV cache each (default 4)\n"
@@ -35,6 +35,7 @@ static void usage(FILE *f) {
             "                  returned as reasoning_content; none: left in the content\n"
             "  --max-body B    largest request body (default 4194304)\n"
             "  --shutdown-timeout S  on SIGTERM, how long running requests may finish (default 10)\n"
+            CLI_ROPE_USAGE
             "  --profile       measure: weight bytes per step and the memory bandwidth in /metrics\n"
             "                  (one clock read per phase; `make bench` uses it)\n"
             "  endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,\n"
@@ -45,12 +46,14 @@ typedef struct serve_opts {
     const char *path, *host, *api_key, *flags, *alias, *format;
     long port, slots, n_ctx, queue, threads, chunk, max_body, grace;
     bool profile, reason_none;
+    moe_load_params rope;   /* --rope-scaling, --rope-scale, --yarn-orig-ctx */
 } serve_opts;
 
 static int parse_args(int argc, char **argv, serve_opts *o) {
     const char *C = "serve";
     *o = (serve_opts){.host = "127.0.0.1", .port = 8080, .slots = 4, .queue = 16, .chunk = 64, .max_body = 4 << 20, .grace = 10};
     o->api_key = getenv("MOEFAST_API_KEY");
+    int rr;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = 1;
@@ -74,6 +77,7 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
         }
         else if (!strcmp(a, "--flags")) { if (!v) return cli_fail(C, "--flags needs a spec"); o->flags = v; }
         else if (!strncmp(a, "--flags=", 8)) { o->flags = a + 8; used = 0; }
+        else if ((rr = cli_rope_arg(C, a, v, &o->rope)) != 0) { if (rr < 0) return 2; }
         else if (!strcmp(a, "--profile")) { o->profile = true; used = 0; }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return -1; }
         else { usage(stderr); return cli_fail(C, "unknown argument '%s'", a); }
@@ -111,7 +115,8 @@ int cmd_serve(int argc, char **argv) {
 
     char err[MOE_ERR_LEN];
     moe_model *m = NULL;
-    moe_load_params lp = {.flags = o.flags};
+    moe_load_params lp = o.rope;
+    lp.flags = o.flags;
     if (cli_model_load(o.path, &lp, &m, err, sizeof err)) return cli_fail(C, "%s", err);
     if (o.n_ctx) cli_check_ctx(C, m, o.n_ctx);
     const char *base = strrchr(o.path, '/');

@@ -46,6 +46,17 @@ typedef struct moe_load_params {
     int shard, n_shards;
     /* shard 0 of n_shards > 1: how the other shards' experts are computed */
     const struct moe_shard_link *link;
+    /* RoPE scaling, as llama.cpp's --rope-scaling / --rope-scale /
+     * --yarn-orig-ctx (a context past the trained one, e.g. Qwen3's YaRN
+     * factor 4 over 32768 positions). rope_scaling NULL or "": the file's;
+     * "none": off; "yarn": on, for the layers the file's own scaling applies
+     * to. rope_scale: the YaRN factor (>= 1; 0: the file's, needed when the
+     * file has no YaRN); yarn_orig_ctx: the original context (0: the file's
+     * rope.scaling.original_context_length, else the trained context). Either
+     * number on a model left without YaRN is refused (MOE_EINVAL). */
+    const char *rope_scaling;
+    float rope_scale;
+    int yarn_orig_ctx;
 } moe_load_params;
 
 int  moe_model_load(const char *path, const moe_load_params *params,

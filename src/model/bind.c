@@ -299,10 +299,22 @@ int moe_read_rope(moe_model *m, int i, const char *base_key, float base_def, con
     gguf_str st = {0};
     rc = gguf_get_str(m->gf, key, &st, err, errlen);
     if (rc < 0) return rc;
-    if (rc == 1 || (st.len == 4 && !memcmp(st.ptr, "none", 4))) return MOE_OK;
-    if (!(st.len == 4 && !memcmp(st.ptr, "yarn", 4)))
+    const bool file_none = rc == 1 || (st.len == 4 && !memcmp(st.ptr, "none", 4));
+    const bool file_yarn = !file_none && st.len == 4 && !memcmp(st.ptr, "yarn", 4);
+    const int mode = m->rope_override.mode;
+    const float factor = m->rope_override.factor;
+    const int orig_ctx = m->rope_override.orig_ctx;
+    if (!file_none && !file_yarn && mode == MOE_ROPE_FILE)  /* an override replaces what the file says */
         return moe_errf(err, errlen, MOE_EUNSUPPORTED, "%s: %s = '%.*s' is not supported (none, yarn)", m->path, key,
                         (int)(st.len > 32 ? 32 : st.len), st.ptr);
+    m->rope_override.applied = true;
+    if (mode == MOE_ROPE_NONE) return MOE_OK;
+    if (mode == MOE_ROPE_FILE && !file_yarn) {
+        if (factor > 0 || orig_ctx > 0)
+            return moe_errf(err, errlen, MOE_EINVAL, "%s: rope_scale / yarn_orig_ctx given, but the file has no YaRN "
+                            "(%s): ask for rope_scaling yarn", m->path, key);
+        return MOE_OK;
+    }
     r->yarn = true;
     r->yarn_ext_factor = 1.0f;
     uint32_t orig;
@@ -311,9 +323,17 @@ int moe_read_rope(moe_model *m, int i, const char *base_key, float base_def, con
     if (!rc) rc = moe_get_f32_def(m, "rope.scaling.yarn_beta_fast", 32.0f, &r->yarn_beta_fast, err, errlen);
     if (!rc) rc = moe_get_f32_def(m, "rope.scaling.yarn_beta_slow", 1.0f, &r->yarn_beta_slow, err, errlen);
     if (rc) return rc;
+    if (!file_yarn && !(factor > 0))   /* a factor the file never gave is not guessed */
+        return moe_errf(err, errlen, MOE_EINVAL, "%s: rope_scaling yarn on a file without YaRN (%s) needs rope_scale, "
+                        "the factor", m->path, key);
+    if (factor > 0) r->yarn_factor = factor;
+    if (orig_ctx > 0) orig = (uint32_t)orig_ctx;
     if (!(r->yarn_factor >= 1.0f) || orig == 0)
         return moe_errf(err, errlen, MOE_EFORMAT, "%s: YaRN needs rope.scaling.factor >= 1 and original_context_length > 0", m->path);
     r->yarn_orig_ctx = (int)orig;
+    if (mode != MOE_ROPE_FILE || factor > 0 || orig_ctx > 0)
+        moe_note(m, "rope scaling set at load: RoPE table %d: YaRN factor %g over %d positions (the file: %s)", i,
+                 (double)r->yarn_factor, r->yarn_orig_ctx, file_yarn ? "YaRN" : "none");
     return MOE_OK;
 }
 

@@ -39,7 +39,8 @@ int moe_read_expert_groups(moe_model *m, int *n_group, int *n_group_used, char *
 /* Range checks every architecture needs, once the layers' head counts are set. */
 int moe_check_hparams(moe_model *m, char *err, size_t errlen);
 /* rope.freq_base / rope.dimension_count style keys (base_key, dims_key under
- * "<arch>.") into m->ropes[i]; with allow_scaling, rope.scaling.* (YaRN). */
+ * "<arch>.") into m->ropes[i]; with allow_scaling, rope.scaling.* (YaRN),
+ * then the load's override (m->rope_override) on top. */
 int moe_read_rope(moe_model *m, int i, const char *base_key, float base_def, const char *dims_key, int dims_def,
                   bool allow_scaling, char *err, size_t errlen);
 

@@ -224,6 +224,31 @@ static int count_vector_capacity(const gguf_file *gf) {
     return n > (1u << 30) ? -1 : (int)n;
 }
 
+/* moe_load_params' RoPE scaling into m->rope_override (moe_read_rope
+ * applies it while the architecture binds). */
+static int rope_override_set(moe_model *m, const moe_load_params *p, char *err, size_t errlen) {
+    if (!p) return MOE_OK;
+    const char *s = p->rope_scaling;
+    if (s && *s && strcmp(s, "none") && strcmp(s, "yarn"))
+        return moe_errf(err, errlen, MOE_EINVAL, "%s: rope_scaling '%.32s' is not supported (none, yarn)", m->path, s);
+    m->rope_override.mode = !s || !*s ? MOE_ROPE_FILE : !strcmp(s, "none") ? MOE_ROPE_NONE : MOE_ROPE_YARN;
+    if (p->rope_scale != 0.0f && !(p->rope_scale >= 1.0f && p->rope_scale <= 1e6f))
+        return moe_errf(err, errlen, MOE_EINVAL, "%s: rope_scale %g must be in [1, 1e6] (0: the file's)", m->path,
+                        (double)p->rope_scale);
+    if (p->yarn_orig_ctx < 0)
+        return moe_errf(err, errlen, MOE_EINVAL, "%s: yarn_orig_ctx %d must be > 0 (0: the file's)", m->path,
+                        p->yarn_orig_ctx);
+    if (m->rope_override.mode == MOE_ROPE_NONE && (p->rope_scale != 0.0f || p->yarn_orig_ctx))
+        return moe_errf(err, errlen, MOE_EINVAL, "%s: rope_scale / yarn_orig_ctx given with rope_scaling none", m->path);
+    m->rope_override.factor = p->rope_scale;
+    m->rope_override.orig_ctx = p->yarn_orig_ctx;
+    return MOE_OK;
+}
+
+static bool rope_override_asked(const moe_model *m) {
+    return m->rope_override.mode != MOE_ROPE_FILE || m->rope_override.factor > 0 || m->rope_override.orig_ctx > 0;
+}
+
 int moe_model_load(const char *path, const moe_load_params *params, moe_model **out,
                    char *err, size_t errlen) {
     if (!out) return moe_errf(err, errlen, MOE_EINVAL, "moe_model_load: out is NULL");
@@ -282,8 +307,14 @@ int moe_model_load(const char *path, const moe_load_params *params, moe_model **
         if (!m->owned_vectors) { rc = moe_errf(err, errlen, MOE_ENOMEM, "%s: out of memory", path); goto fail; }
         m->owned_cap = (size_t)cap;
     }
+    if ((rc = rope_override_set(m, params, err, errlen))) goto fail;
     rc = m->arch->bind(m, err, errlen);
     if (rc) goto fail;
+    if (rope_override_asked(m) && !m->rope_override.applied) {
+        rc = moe_errf(err, errlen, MOE_EUNSUPPORTED, "%s: %s takes no RoPE scaling (rope_scaling / rope_scale asked at load)",
+                      path, m->arch_name);
+        goto fail;
+    }
     if (m->tok && moe_tokenizer_n_vocab(m->tok) > m->hp.n_vocab) {
         rc = moe_errf(err, errlen, MOE_EFORMAT, "%s: tokenizer has %d tokens but the embedding has %d rows",
                       path, moe_tokenizer_n_vocab(m->tok), m->hp.n_vocab);

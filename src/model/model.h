@@ -209,6 +209,14 @@ struct moe_model {
     char *chat_template;     /* NUL-terminated copy of tokenizer.chat_template, or NULL */
     uint64_t flags;
     bool diff;
+    /* RoPE scaling asked for at load (moe_load_params: rope_scaling, ...),
+     * applied by moe_read_rope to the tables that take the file's scaling */
+    struct {
+        enum { MOE_ROPE_FILE = 0, MOE_ROPE_NONE, MOE_ROPE_YARN } mode;
+        float factor;        /* 0: the file's */
+        int orig_ctx;        /* 0: the file's */
+        bool applied;        /* a table took it (else the load refuses it) */
+    } rope_override;
     uint64_t bytes_per_token;
     /* expert parallelism (moefast/shard.h): this process holds routed experts
      * [ex_first, ex_end) of shard `shard` of n_shards (1: all); shard 0 of
