@@ -73,7 +73,7 @@ static void check_model(const char *path, const char *model, const char *num, si
     snprintf(what, sizeof what, "%s prefill vs decode (none vs default flags)", num);
     same(ref, pre, n, what, model);
     /* 4, 7, 10, 16: both sides of moe_matmul_rows's gemm / gemm_wide choice
-     * (matmul.c wide_min_tokens: 5 tokens for Q4_K, 10 for Q8_0, 16 for F32) */
+     * (the level table's wide_min_tokens: 5 tokens for Q4_K, 10 for Q8_0, 16 for F32) */
     int chunks[] = {1, 4, 7, 10, 16, 64};
     for (int c = 0; c < (int)(sizeof chunks / sizeof chunks[0]); c++) {
         float *x = run(path, spec2(b1, sizeof b1, num, NULL), 2, chunks[c], 0, NULL);

@@ -170,6 +170,10 @@ static void test_type_table(void) {
             CHECK_MSG(!k->gemv_x4[t] == !x4 && !k->gemm_x4[t] == !x4, "%s: type %u x4 kernels vs has_x4", k->name, t);
             CHECK_MSG(!k->gemv_a8[t] == !a8 && !k->gemm_a8[t] == !a8, "%s: type %u a8 kernels vs has_a8", k->name, t);
             CHECK_MSG(!k->gemm_wide[t] || sup, "%s: type %u wide kernel of an unsupported type", k->name, t);
+            /* a wide kernel comes with its threshold: 0 would take it for 1-token products the gemv serves */
+            CHECK_MSG(!k->gemm_wide[t] == !k->wide_min_tokens[t] && (!k->gemm_wide[t] || k->wide_min_tokens[t] >= 2),
+                      "%s: type %u wide_min_tokens %d with%s a wide kernel", k->name, t, k->wide_min_tokens[t],
+                      k->gemm_wide[t] ? "" : "out");
             CHECK_EQ_INT(moe_type_has_x4(t), x4);
             CHECK_EQ_INT(moe_type_has_a8(t), a8);
             if (ti) CHECK_EQ_INT(ti->plain, ti->supported && ti->block == 1);

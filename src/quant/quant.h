@@ -75,6 +75,12 @@ typedef struct moe_kernels {
      * (then gemm / gemm_x4 serve). */
     moe_gemm_fn gemm_wide[MOE_T_COUNT];
     moe_gemm_fn gemm_wide_x4[MOE_T_COUNT];
+    /* The fewest tokens for which gemm_wide is taken over the 4-token-tile
+     * gemm (the wide kernel dequantizes 4 rows x 1024 values into an L1
+     * buffer: at a decode batch's 2-8 tokens that fill is paid for few FMAs,
+     * and the tile, which dequantizes in registers, wins). Either gives the
+     * same bits: speed only. Set where gemm_wide is. */
+    uint8_t wide_min_tokens[MOE_T_COUNT];
     /* FP32 dot of two vectors (any n >= 0), same 16-lane contract; used by attention. */
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     /* y[i] += a * x[i] (elementwise fmaf, order irrelevant); used by attention. */

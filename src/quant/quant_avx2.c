@@ -640,7 +640,11 @@ MOE_KQ_WIDE_FORMATS(DEF_WIDE_BLOCK)
 
 #define ENTRY(id, name) .gemv[id] = gemv_##name, .gemm[id] = gemm_##name
 #define ENTRY_X4(id, name) .gemv_x4[id] = gemv_x4_##name, .gemm_x4[id] = gemm_x4_##name
-#define ENTRY_WIDE_X4(id, name) .gemm_wide[id] = gemm_wide_##name, .gemm_wide_x4[id] = gemm_wide_x4_##name
+/* the wide kernel from 2 tokens (moe_kernels.wide_min_tokens): AVX2's 2x2
+ * gemm tiles against the 2x3 wide ones were not measured at a decode
+ * batch's few tokens, so the wide kernel keeps every multi-token product */
+#define ENTRY_WIDE_X4(id, name) \
+    .gemm_wide[id] = gemm_wide_##name, .gemm_wide_x4[id] = gemm_wide_x4_##name, .wide_min_tokens[id] = 2
 const moe_kernels moe_kernels_avx2_tab = {
     .isa = MOE_ISA_AVX2, .name = "avx2",
     ENTRY(MOE_T_F32, f32), ENTRY(MOE_T_F16, f16), ENTRY(MOE_T_BF16, bf16),

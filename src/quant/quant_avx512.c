@@ -681,7 +681,12 @@ DEF_WIDE_PLAIN(bf16, ld_bf16, 2)
 
 #define ENTRY(id, name) .gemv[id] = gemv_##name, .gemm[id] = gemm_##name
 #define ENTRY_X4(id, name) .gemv_x4[id] = gemv_x4_##name, .gemm_x4[id] = gemm_x4_##name
-#define ENTRY_WIDE_X4(id, name) .gemm_wide[id] = gemm_wide_##name, .gemm_wide_x4[id] = gemm_wide_x4_##name
+/* min: the fewest tokens for which the wide kernel beats the 4-token tile
+ * (moe_kernels.wide_min_tokens): F32 16 (the tile reads F32 with no
+ * dequantization to save), the 64-value-part formats Q4_K / Q6_K / NVFP4 5
+ * (a costly dequantization), the other formats 10; bench/bench_gemm_small */
+#define ENTRY_WIDE_X4(id, name, min) \
+    .gemm_wide[id] = gemm_wide_##name, .gemm_wide_x4[id] = gemm_wide_x4_##name, .wide_min_tokens[id] = (min)
 const moe_kernels moe_kernels_avx512_tab = {
     .isa = MOE_ISA_AVX512, .name = "avx512",
     ENTRY(MOE_T_F32, f32), ENTRY(MOE_T_F16, f16), ENTRY(MOE_T_BF16, bf16),
@@ -692,11 +697,11 @@ const moe_kernels moe_kernels_avx512_tab = {
     ENTRY_X4(MOE_T_Q8_0, q8_0), ENTRY_X4(MOE_T_Q4_0, q4_0), ENTRY_X4(MOE_T_Q4_K, q4_k),
     ENTRY_X4(MOE_T_Q4_1, q4_1), ENTRY_X4(MOE_T_Q5_0, q5_0), ENTRY_X4(MOE_T_Q5_1, q5_1), ENTRY_X4(MOE_T_IQ4_NL, iq4_nl),
     ENTRY_X4(MOE_T_Q6_K, q6_k), ENTRY_X4(MOE_T_MXFP4, mxfp4), ENTRY_X4(MOE_T_NVFP4, nvfp4),
-    ENTRY_WIDE_X4(MOE_T_F32, f32), ENTRY_WIDE_X4(MOE_T_BF16, bf16),
-    ENTRY_WIDE_X4(MOE_T_Q8_0, q8_0), ENTRY_WIDE_X4(MOE_T_Q4_0, q4_0), ENTRY_WIDE_X4(MOE_T_Q4_K, q4_k),
-    ENTRY_WIDE_X4(MOE_T_Q4_1, q4_1), ENTRY_WIDE_X4(MOE_T_Q5_0, q5_0), ENTRY_WIDE_X4(MOE_T_Q5_1, q5_1),
-    ENTRY_WIDE_X4(MOE_T_IQ4_NL, iq4_nl),
-    ENTRY_WIDE_X4(MOE_T_Q6_K, q6_k), ENTRY_WIDE_X4(MOE_T_MXFP4, mxfp4), ENTRY_WIDE_X4(MOE_T_NVFP4, nvfp4),
+    ENTRY_WIDE_X4(MOE_T_F32, f32, 16), ENTRY_WIDE_X4(MOE_T_BF16, bf16, 10),
+    ENTRY_WIDE_X4(MOE_T_Q8_0, q8_0, 10), ENTRY_WIDE_X4(MOE_T_Q4_0, q4_0, 10), ENTRY_WIDE_X4(MOE_T_Q4_K, q4_k, 5),
+    ENTRY_WIDE_X4(MOE_T_Q4_1, q4_1, 10), ENTRY_WIDE_X4(MOE_T_Q5_0, q5_0, 10), ENTRY_WIDE_X4(MOE_T_Q5_1, q5_1, 10),
+    ENTRY_WIDE_X4(MOE_T_IQ4_NL, iq4_nl, 10),
+    ENTRY_WIDE_X4(MOE_T_Q6_K, q6_k, 5), ENTRY_WIDE_X4(MOE_T_MXFP4, mxfp4, 10), ENTRY_WIDE_X4(MOE_T_NVFP4, nvfp4, 5),
     .dot_f32 = dot_f32_512, .axpy_f32 = axpy_f32_512,
     A8_ENTRY(MOE_T_Q8_0, q8_0, avx512), A8_ENTRY(MOE_T_NVFP4, nvfp4, avx512),
     A8_ENTRY(MOE_T_MXFP4, mxfp4, avx512), A8_ENTRY(MOE_T_Q4_0, q4_0, avx512), A8_ENTRY(MOE_T_Q4_K, q4_k, avx512),
@@ -706,10 +711,10 @@ const moe_kernels moe_kernels_avx512_tab = {
     A8_ENTRY(MOE_T_Q5_K, q5_k, avx512), A8_ENTRY(MOE_T_Q3_K, q3_k, avx512), A8_ENTRY(MOE_T_Q2_K, q2_k, avx512),
     A8_ENTRY(MOE_T_IQ4_XS, iq4_xs, avx512),
     A8IQ_ENTRIES(avx512),  /* the i-quants: act8_iq_*.c */
-    ENTRY(MOE_T_Q5_K, q5_k), ENTRY_X4(MOE_T_Q5_K, q5_k), ENTRY_WIDE_X4(MOE_T_Q5_K, q5_k),
-    ENTRY(MOE_T_Q3_K, q3_k), ENTRY_X4(MOE_T_Q3_K, q3_k), ENTRY_WIDE_X4(MOE_T_Q3_K, q3_k),
-    ENTRY(MOE_T_Q2_K, q2_k), ENTRY_X4(MOE_T_Q2_K, q2_k), ENTRY_WIDE_X4(MOE_T_Q2_K, q2_k),
-    ENTRY(MOE_T_IQ4_XS, iq4_xs), ENTRY_X4(MOE_T_IQ4_XS, iq4_xs), ENTRY_WIDE_X4(MOE_T_IQ4_XS, iq4_xs),
+    ENTRY(MOE_T_Q5_K, q5_k), ENTRY_X4(MOE_T_Q5_K, q5_k), ENTRY_WIDE_X4(MOE_T_Q5_K, q5_k, 10),
+    ENTRY(MOE_T_Q3_K, q3_k), ENTRY_X4(MOE_T_Q3_K, q3_k), ENTRY_WIDE_X4(MOE_T_Q3_K, q3_k, 10),
+    ENTRY(MOE_T_Q2_K, q2_k), ENTRY_X4(MOE_T_Q2_K, q2_k), ENTRY_WIDE_X4(MOE_T_Q2_K, q2_k, 10),
+    ENTRY(MOE_T_IQ4_XS, iq4_xs), ENTRY_X4(MOE_T_IQ4_XS, iq4_xs), ENTRY_WIDE_X4(MOE_T_IQ4_XS, iq4_xs, 10),
     MOE_IQ3_ENTRY(MOE_T_IQ3_XXS, iq3_xxs, avx512), MOE_IQ3_ENTRY(MOE_T_IQ3_S, iq3_s, avx512),  /* iq3_avx512.c */
     MOE_IQ3_ENTRY(MOE_T_IQ1_S, iq1_s, avx512), MOE_IQ3_ENTRY(MOE_T_IQ1_M, iq1_m, avx512),
     .quantize_act8 = moe_quantize_act8_avx512,

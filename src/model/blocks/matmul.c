@@ -6,24 +6,6 @@
 #include "base/flags.h"
 #include "model/blocks.h"
 
-/* The fewest tokens for which moe_matmul_rows takes the gemm_wide kernel
- * (flag gemm_wide) over the 4-token-tile gemm. The wide kernel dequantizes
- * 4 rows x 1024 values into an L1 buffer and runs 6-token tiles (AVX-512),
- * 3-token (AVX2): at a decode batch's 2-8 tokens that fill is paid for few
- * FMAs, and the 4-token tile, which dequantizes in registers, wins.
- * Crossovers measured with bench/bench_gemm_small (docs/KERNELS.md,
- * gemm_wide). Either kernel gives the same bits, so this is speed only. */
-static int wide_min_tokens(moe_isa isa, uint32_t type) {
-    /* AVX2 (2x2 gemm tiles vs 2x3 wide ones) is not measured: it keeps the
-     * wide kernel from 2 tokens, as before */
-    if (isa != MOE_ISA_AVX512) return 2;
-    switch (type) {
-    case MOE_T_F32: return 16;      /* the gemm tile reads F32 without a dequantization to save */
-    case MOE_T_Q4_K: case MOE_T_Q6_K: case MOE_T_NVFP4: return 5;   /* 64-value parts: a costly dequantization */
-    default: return 10;             /* Q8_0, MXFP4 and the other 32-value blocks */
-    }
-}
-
 /* Rows [r0, r1) of Y[t][r] = W_mat . X[t] (+ second-level scale). Weights in
  * the a8 layout (flag act_q8) read the inputs as A8 rows xa (xa_stride bytes
  * apart), every other weight the float rows x. */
@@ -41,10 +23,11 @@ void moe_matmul_rows(const moe_context *c, const moe_weight *w, int64_t mat, con
         (w->x4 ? k->gemv_x4 : k->gemv)[w->type](base, w->row_bytes, r1 - r0, x, y + r0, w->n_in);
     } else {
         /* gemm_wide: the same values from the level's wide kernel, if it has
-         * one and there are enough tokens to pay for its fill (a batched
-         * decode step's few tokens go to the 4-token tiles) */
+         * one and there are enough tokens to pay for its fill (the level's
+         * wide_min_tokens: a batched decode step's few tokens go to the
+         * 4-token tiles) */
         moe_gemm_fn g = NULL;
-        if (moe_flag_on(c->flags, MOE_FLAG_GEMM_WIDE) && n >= wide_min_tokens(k->isa, w->type))
+        if (moe_flag_on(c->flags, MOE_FLAG_GEMM_WIDE) && n >= k->wide_min_tokens[w->type])
             g = (w->x4 ? k->gemm_wide_x4 : k->gemm_wide)[w->type];
         if (!g) g = (w->x4 ? k->gemm_x4 : k->gemm)[w->type];
         g(base, w->row_bytes, r1 - r0, x, x_stride, n, y + r0, y_stride, w->n_in);
