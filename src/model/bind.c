@@ -278,8 +278,39 @@ int moe_check_hparams(moe_model *m, char *err, size_t errlen) {
     return MOE_OK;
 }
 
+/* The file's YaRN keys into r (rope.scaling.type is yarn). */
+static int read_yarn_keys(moe_model *m, moe_rope *r, uint32_t *orig, char *err, size_t errlen) {
+    r->yarn = true;
+    r->yarn_ext_factor = 1.0f;
+    int rc = moe_get_f32_def(m, "rope.scaling.factor", 1.0f, &r->yarn_factor, err, errlen);
+    if (!rc) rc = moe_get_u32_def(m, "rope.scaling.original_context_length", (uint32_t)m->hp.n_ctx_train, orig, false, err, errlen);
+    if (!rc) rc = moe_get_f32_def(m, "rope.scaling.yarn_beta_fast", 32.0f, &r->yarn_beta_fast, err, errlen);
+    if (!rc) rc = moe_get_f32_def(m, "rope.scaling.yarn_beta_slow", 1.0f, &r->yarn_beta_slow, err, errlen);
+    return rc;
+}
+
+/* A sliding-window table (MOE_ROPE_SLIDING) as llama.cpp treats one under
+ * its --rope-scaling options: the frequency scale stays the file's
+ * (get_rope_freq_scale: the training value on SWA layers), while the YaRN
+ * ramp (ext factor: 0 for "none") and the original context are the load's,
+ * shared by every layer. Without YaRN in the file the scale is 1, where the
+ * ramp moves nothing: the table stays plain. */
+static int read_rope_sliding(moe_model *m, moe_rope *r, bool file_yarn, char *err, size_t errlen) {
+    if (!file_yarn) return MOE_OK;
+    uint32_t orig;
+    int rc = read_yarn_keys(m, r, &orig, err, errlen);
+    if (rc) return rc;
+    if (m->rope_override.orig_ctx > 0) orig = (uint32_t)m->rope_override.orig_ctx;
+    if (m->rope_override.mode == MOE_ROPE_NONE) r->yarn_ext_factor = 0.0f;   /* interpolation at the file's scale */
+    if (!(r->yarn_factor >= 1.0f) || orig == 0)
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: YaRN needs rope.scaling.factor >= 1 and original_context_length > 0", m->path);
+    r->yarn_orig_ctx = (int)orig;
+    return MOE_OK;
+}
+
 int moe_read_rope(moe_model *m, int i, const char *base_key, float base_def, const char *dims_key, int dims_def,
-                  bool allow_scaling, char *err, size_t errlen) {
+                  int scaling, char *err, size_t errlen) {
+    const bool allow_scaling = scaling != MOE_ROPE_FIXED;
     moe_rope *r = &m->ropes[i];
     memset(r, 0, sizeof *r);
     if (i >= m->n_ropes) m->n_ropes = i + 1;
@@ -308,6 +339,7 @@ int moe_read_rope(moe_model *m, int i, const char *base_key, float base_def, con
         return moe_errf(err, errlen, MOE_EUNSUPPORTED, "%s: %s = '%.*s' is not supported (none, yarn)", m->path, key,
                         (int)(st.len > 32 ? 32 : st.len), st.ptr);
     m->rope_override.applied = true;
+    if (scaling == MOE_ROPE_SLIDING) return read_rope_sliding(m, r, file_yarn, err, errlen);
     if (mode == MOE_ROPE_NONE) return MOE_OK;
     if (mode == MOE_ROPE_FILE && !file_yarn) {
         if (factor > 0 || orig_ctx > 0)
@@ -315,14 +347,8 @@ int moe_read_rope(moe_model *m, int i, const char *base_key, float base_def, con
                             "(%s): ask for rope_scaling yarn", m->path, key);
         return MOE_OK;
     }
-    r->yarn = true;
-    r->yarn_ext_factor = 1.0f;
     uint32_t orig;
-    rc = moe_get_f32_def(m, "rope.scaling.factor", 1.0f, &r->yarn_factor, err, errlen);
-    if (!rc) rc = moe_get_u32_def(m, "rope.scaling.original_context_length", (uint32_t)m->hp.n_ctx_train, &orig, false, err, errlen);
-    if (!rc) rc = moe_get_f32_def(m, "rope.scaling.yarn_beta_fast", 32.0f, &r->yarn_beta_fast, err, errlen);
-    if (!rc) rc = moe_get_f32_def(m, "rope.scaling.yarn_beta_slow", 1.0f, &r->yarn_beta_slow, err, errlen);
-    if (rc) return rc;
+    if ((rc = read_yarn_keys(m, r, &orig, err, errlen))) return rc;
     if (!file_yarn && !(factor > 0))   /* a factor the file never gave is not guessed */
         return moe_errf(err, errlen, MOE_EINVAL, "%s: rope_scaling yarn on a file without YaRN (%s) needs rope_scale, "
                         "the factor", m->path, key);

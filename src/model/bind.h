@@ -39,10 +39,14 @@ int moe_read_expert_groups(moe_model *m, int *n_group, int *n_group_used, char *
 /* Range checks every architecture needs, once the layers' head counts are set. */
 int moe_check_hparams(moe_model *m, char *err, size_t errlen);
 /* rope.freq_base / rope.dimension_count style keys (base_key, dims_key under
- * "<arch>.") into m->ropes[i]; with allow_scaling, rope.scaling.* (YaRN),
- * then the load's override (m->rope_override) on top. */
+ * "<arch>.") into m->ropes[i]; scaling: MOE_ROPE_FIXED (false) none;
+ * MOE_ROPE_SCALED (true) rope.scaling.* (YaRN), then the load's override
+ * (m->rope_override) on top; MOE_ROPE_SLIDING the file's YaRN, of which the
+ * override changes only the ramp and the original context (a sliding-window
+ * table under llama.cpp's options, bind.c read_rope_sliding). */
+enum { MOE_ROPE_FIXED = 0, MOE_ROPE_SCALED = 1, MOE_ROPE_SLIDING = 2 };
 int moe_read_rope(moe_model *m, int i, const char *base_key, float base_def, const char *dims_key, int dims_def,
-                  bool allow_scaling, char *err, size_t errlen);
+                  int scaling, char *err, size_t errlen);
 
 /* Standard tensors of layer il ("blk.<il>.attn_q.weight", ...). Optional:
  * attn_{q,k}_norm ([head_dim], or with d->qk_norm_full set before the call

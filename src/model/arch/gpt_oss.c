@@ -55,9 +55,13 @@ static int read_ropes(moe_model *m, char *err, size_t errlen) {
     fix_betas(m, &m->ropes[ROPE_FULL]);
     float base_swa;
     if ((rc = moe_get_f32_def(m, "rope.freq_base_swa", m->ropes[ROPE_FULL].base, &base_swa, err, errlen))) return rc;
-    if (base_swa == m->ropes[ROPE_FULL].base) return MOE_OK;       /* one table serves both layer types */
-    /* the sliding layers: their own base, the same YaRN scaling */
-    if ((rc = moe_read_rope(m, ROPE_SWA, "rope.freq_base_swa", base_swa, "rope.dimension_count", hd, true, err, errlen)))
+    /* one table serves both layer types, unless their bases differ or the
+     * load changed the scaling: the sliding layers keep the file's
+     * frequency scale then (MOE_ROPE_SLIDING, as llama.cpp) */
+    const bool override = m->rope_override.mode != MOE_ROPE_FILE || m->rope_override.factor > 0;
+    if (base_swa == m->ropes[ROPE_FULL].base && !override) return MOE_OK;
+    if ((rc = moe_read_rope(m, ROPE_SWA, "rope.freq_base_swa", base_swa, "rope.dimension_count", hd, MOE_ROPE_SLIDING,
+                            err, errlen)))
         return rc;
     fix_betas(m, &m->ropes[ROPE_SWA]);
     return MOE_OK;
