@@ -5,7 +5,8 @@
 # (bench/serve/load.mjs: streamed completions, distinct prompts, greedy)
 # measures aggregate tokens/s, time to first token p50/p99 and per-request
 # decode tokens/s; /metrics before and after each level gives the decode-only
-# steps' time, tokens and weight bytes (shared matrices once, the union of the
+# steps' time, tokens (their aggregate decode tokens/s, the prefills left out)
+# and weight bytes (shared matrices once, the union of the
 # selected experts once per step), compared with the read bandwidth the
 # server measured at start; the server's RSS after each level, then over
 # SERVE_SUSTAIN (3) more rounds at 8 (flat or not). Needs node and the openai
@@ -71,10 +72,17 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 rss = [int(x) for x in sys.argv[4].split()]
 base = rows[0]["tokens_per_second"]
-print(f"{'conc':>4} {'tok/s':>7} {'x1':>5} {'TTFT p50':>9} {'TTFT p99':>9} {'req tok/s':>9} {'MB/step':>8} {'GB/s':>6} {'% bw':>5} {'RSS MB':>7}")
+# the decode-only steps' aggregate rate (tokens / seconds of the steps that
+# carried no prompt chunk): decode throughput without the prefills
+for r in rows:
+    r["decode_tokens_per_second"] = r["decode_step_tokens"] / r["decode_step_seconds"] if r["decode_step_seconds"] else None
+dbase = rows[0]["decode_tokens_per_second"]
+print(f"{'conc':>4} {'tok/s':>7} {'x1':>5} {'dec tok/s':>9} {'x1':>5} {'TTFT p50':>9} {'TTFT p99':>9} {'req tok/s':>9} {'MB/step':>8} {'GB/s':>6} {'% bw':>5} {'RSS MB':>7}")
 for r in rows:
     f = lambda v, s: (s % v) if v is not None else "-"
-    print(f"{r['concurrency']:>4} {r['tokens_per_second']:7.1f} {r['tokens_per_second'] / base:5.2f} {r['ttft_p50']:8.3f}s {r['ttft_p99']:8.3f}s "
+    d = r["decode_tokens_per_second"]
+    print(f"{r['concurrency']:>4} {r['tokens_per_second']:7.1f} {r['tokens_per_second'] / base:5.2f} "
+          f"{f(d, '%9.1f')} {f(d / dbase if d and dbase else None, '%5.2f')} {r['ttft_p50']:8.3f}s {r['ttft_p99']:8.3f}s "
           f"{f(r['request_decode_tps_p50'], '%9.1f')} {f(r['decode_weight_mb_per_step'], '%8.1f')} {f(r['decode_weight_gb_per_second'], '%6.1f')} "
           f"{f(r['pct_of_bandwidth'], '%5.0f')} {r['rss_mb']:7d}")
 print(f"RSS after {len(rss)} more rounds at 8: {' '.join(map(str, rss))} MB (after the levels: {rows[-1]['rss_mb']} MB)")

@@ -289,6 +289,15 @@ static int read_yarn_keys(moe_model *m, moe_rope *r, uint32_t *orig, char *err, 
     return rc;
 }
 
+/* r's original context from orig (the file's or the override's), after the
+ * range checks both kinds of table need. */
+static int set_yarn_orig(moe_model *m, moe_rope *r, uint32_t orig, char *err, size_t errlen) {
+    if (!(r->yarn_factor >= 1.0f) || orig == 0)
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: YaRN needs rope.scaling.factor >= 1 and original_context_length > 0", m->path);
+    r->yarn_orig_ctx = (int)orig;
+    return MOE_OK;
+}
+
 /* A sliding-window table (MOE_ROPE_SLIDING) as llama.cpp treats one under
  * its --rope-scaling options: the frequency scale stays the file's
  * (get_rope_freq_scale: the training value on SWA layers), while the YaRN
@@ -302,33 +311,16 @@ static int read_rope_sliding(moe_model *m, moe_rope *r, bool file_yarn, char *er
     if (rc) return rc;
     if (m->rope_override.orig_ctx > 0) orig = (uint32_t)m->rope_override.orig_ctx;
     if (m->rope_override.mode == MOE_ROPE_NONE) r->yarn_ext_factor = 0.0f;   /* interpolation at the file's scale */
-    if (!(r->yarn_factor >= 1.0f) || orig == 0)
-        return moe_errf(err, errlen, MOE_EFORMAT, "%s: YaRN needs rope.scaling.factor >= 1 and original_context_length > 0", m->path);
-    r->yarn_orig_ctx = (int)orig;
-    return MOE_OK;
+    return set_yarn_orig(m, r, orig, err, errlen);
 }
 
-int moe_read_rope(moe_model *m, int i, const char *base_key, float base_def, const char *dims_key, int dims_def,
-                  int scaling, char *err, size_t errlen) {
-    const bool allow_scaling = scaling != MOE_ROPE_FIXED;
+/* rope.scaling.* of table i (the file's, then the load's override) */
+static int read_rope_scaling(moe_model *m, int i, int scaling, char *err, size_t errlen) {
     moe_rope *r = &m->ropes[i];
-    memset(r, 0, sizeof *r);
-    if (i >= m->n_ropes) m->n_ropes = i + 1;
-    uint32_t nrot;
-    int rc = moe_get_f32_def(m, base_key, base_def, &r->base, err, errlen);
-    if (!rc) rc = moe_get_u32_def(m, dims_key, (uint32_t)dims_def, &nrot, false, err, errlen);
-    if (rc) return rc;
-    if (nrot == 0 || nrot > (uint32_t)m->hp.head_dim || nrot % 2)
-        return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s.%s = %u must be even and in 2..%d", m->path, m->arch_name,
-                        dims_key, nrot, m->hp.head_dim);
-    if (!(r->base > 0)) return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s.%s must be > 0", m->path, m->arch_name, base_key);
-    r->n_rot = (int)nrot;
-    r->attn_factor = 1.0f;
-    if (!allow_scaling) return MOE_OK;
     char key[160];
     snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch_name);
     gguf_str st = {0};
-    rc = gguf_get_str(m->gf, key, &st, err, errlen);
+    int rc = gguf_get_str(m->gf, key, &st, err, errlen);
     if (rc < 0) return rc;
     const bool file_none = rc == 1 || (st.len == 4 && !memcmp(st.ptr, "none", 4));
     const bool file_yarn = !file_none && st.len == 4 && !memcmp(st.ptr, "yarn", 4);
@@ -354,13 +346,29 @@ int moe_read_rope(moe_model *m, int i, const char *base_key, float base_def, con
                         "the factor", m->path, key);
     if (factor > 0) r->yarn_factor = factor;
     if (orig_ctx > 0) orig = (uint32_t)orig_ctx;
-    if (!(r->yarn_factor >= 1.0f) || orig == 0)
-        return moe_errf(err, errlen, MOE_EFORMAT, "%s: YaRN needs rope.scaling.factor >= 1 and original_context_length > 0", m->path);
-    r->yarn_orig_ctx = (int)orig;
+    if ((rc = set_yarn_orig(m, r, orig, err, errlen))) return rc;
     if (mode != MOE_ROPE_FILE || factor > 0 || orig_ctx > 0)
         moe_note(m, "rope scaling set at load: RoPE table %d: YaRN factor %g over %d positions (the file: %s)", i,
                  (double)r->yarn_factor, r->yarn_orig_ctx, file_yarn ? "YaRN" : "none");
     return MOE_OK;
+}
+
+int moe_read_rope(moe_model *m, int i, const char *base_key, float base_def, const char *dims_key, int dims_def,
+                  int scaling, char *err, size_t errlen) {
+    moe_rope *r = &m->ropes[i];
+    memset(r, 0, sizeof *r);
+    if (i >= m->n_ropes) m->n_ropes = i + 1;
+    uint32_t nrot;
+    int rc = moe_get_f32_def(m, base_key, base_def, &r->base, err, errlen);
+    if (!rc) rc = moe_get_u32_def(m, dims_key, (uint32_t)dims_def, &nrot, false, err, errlen);
+    if (rc) return rc;
+    if (nrot == 0 || nrot > (uint32_t)m->hp.head_dim || nrot % 2)
+        return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s.%s = %u must be even and in 2..%d", m->path, m->arch_name,
+                        dims_key, nrot, m->hp.head_dim);
+    if (!(r->base > 0)) return moe_errf(err, errlen, MOE_EFORMAT, "%s: %s.%s must be > 0", m->path, m->arch_name, base_key);
+    r->n_rot = (int)nrot;
+    r->attn_factor = 1.0f;
+    return scaling == MOE_ROPE_FIXED ? MOE_OK : read_rope_scaling(m, i, scaling, err, errlen);
 }
 
 #define T(suffix) (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), n)
