@@ -505,19 +505,24 @@ static void test_eog_fallback(const char *pre) {
  * split and no marks, ASCII contractions in any case, digits by three,
  * punctuation runs with their newlines, llama.cpp's whitespace rules. */
 static void test_kimi_k2_split(void) {
-    static const char *const toks[] = {"a", "b", "ab"};
+    /* Kimi-K2's special tokens: [EOS] is its eos; <|im_end|> closes a turn */
+    static const char *const toks[] = {"a", "b", "ab", "[EOS]", "<|im_end|>", "<|im_middle|>"};
+    static const int32_t types[] = {1, 1, 1, 3, 3, 3};
     static const char *const merges[] = {"a b"};
     mbuf b = {0};
-    mb_put(&b, "GGUF", 4); mb_u32(&b, 3); mb_u64(&b, 0); mb_u64(&b, 4);
+    mb_put(&b, "GGUF", 4); mb_u32(&b, 3); mb_u64(&b, 0); mb_u64(&b, 6);
     mb_key(&b, "tokenizer.ggml.model", GGUF_STRING); mb_str(&b, "gpt2");
     mb_key(&b, "tokenizer.ggml.pre", GGUF_STRING); mb_str(&b, "kimi-k2");
-    mb_strarr(&b, "tokenizer.ggml.tokens", toks, 3);
+    mb_strarr(&b, "tokenizer.ggml.tokens", toks, 6);
+    mb_i32arr(&b, "tokenizer.ggml.token_type", types, 6);
     mb_strarr(&b, "tokenizer.ggml.merges", merges, 1);
+    mb_key(&b, "tokenizer.ggml.eos_token_id", GGUF_U32); mb_u32(&b, 3);
     gguf_file *f = NULL;
     moe_tokenizer *t = NULL;
     int rc = gguf_open_memory(b.p, b.n, "kimi.gguf", &f, g_err, sizeof g_err);
     if (rc == MOE_OK) rc = moe_tokenizer_load(f, &t, g_err, sizeof g_err);
     CHECK_MSG(rc == MOE_OK, "kimi-k2: %s", g_err);
+    if (t) CHECK(moe_tokenizer_is_eog(t, 3) && moe_tokenizer_is_eog(t, 4) && !moe_tokenizer_is_eog(t, 5));
     /* the text, then its pieces separated by '|' (no case uses '|') */
     static const struct { const char *text, *pieces; } cases[] = {
         {"Hello World", "Hello| World"},
