@@ -157,6 +157,30 @@ static void test_llama3_mistral(void) {
  * qwen3-vocab.gguf's) rendered by jinja2 for the same conversation:
  * reasoning dropped before the last user query, kept after it (the agent
  * loop), an empty block for a last turn without reasoning. */
+/* Kimi-K2: recognised by its assistant header (a fragment of
+ * moonshotai/Kimi-K2-Instruct's template); the text wanted is what llama.cpp
+ * renders (llama_chat_apply_template, built-in LLM_CHAT_TEMPLATE_KIMI_K2, at
+ * dc02e1f83) for the same messages, printed by a driver linked to libllama. */
+static void test_kimi_k2(void) {
+    static const char K2[] =
+        "{%- elif message['role'] == 'assistant' -%}\n    <|im_assistant|>assistant<|im_middle|>\n  {%- else -%}\n"
+        "    <|im_system|>tool<|im_middle|>\n  {%- endif -%}";
+    CHECK(moe_chat_detect(K2) && !strcmp(moe_chat_detect(K2), "kimi-k2"));
+    CHECK(strstr(moe_chat_formats(), "kimi-k2") != NULL);
+    CHECK(moe_chat_detect("<|im_assistant|>assistant") == NULL);
+    static const char TURNS[] =
+        "<|im_system|>system<|im_middle|>You are terse.<|im_end|><|im_user|>user<|im_middle|>Hello!<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|>Hi.<|im_end|><|im_user|>user<|im_middle|>Bye<|im_end|>";
+    expect_render(K2, NULL, CONV, 4, false, TURNS);
+    expect_render(K2, NULL, CONV, 4, true, "<|im_system|>system<|im_middle|>You are terse.<|im_end|><|im_user|>user<|im_middle|>Hello!<|im_end|>"
+                                           "<|im_assistant|>assistant<|im_middle|>Hi.<|im_end|><|im_user|>user<|im_middle|>Bye<|im_end|>"
+                                           "<|im_assistant|>assistant<|im_middle|>");
+    static const moe_chat_msg M[] = {{"user", "Hello!"}, {"tool", "{\"r\":1}"}, {"other", "X"}};
+    expect_render(NULL, "kimi-k2", M, 3, true, "<|im_user|>user<|im_middle|>Hello!<|im_end|>"
+                                                "<|im_system|>tool<|im_middle|>{\"r\":1}<|im_end|>X<|im_end|>"
+                                                "<|im_assistant|>assistant<|im_middle|>");
+}
+
 static void test_qwen3_think(void) {
     static const moe_chat_msg M[] = {
         {"system", "S"},
@@ -183,6 +207,7 @@ static void test_qwen3_think(void) {
 int main(void) {
     test_llama3_mistral();
     test_qwen3_think();
+    test_kimi_k2();
     char *qwen3 = template_of("vocab/qwen3-vocab.gguf");
     char *synth_q = template_of("oracle/qwen3moe-tiny-q8_0.gguf"); /* the F32 files' templates */
     char *synth_l = template_of("oracle/laguna-tiny-q8_0.gguf");

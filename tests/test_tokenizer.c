@@ -78,8 +78,8 @@ static char *read_file(const char *rel, size_t *len) {
 
 /* llama.cpp's test-tokenizer-0 files: strings separated by
  * "\n__ggml_vocab_test__\n", one line of ids per string (no BOS, no
- * special-token parsing). */
-static void test_inp_out(const char *vocab) {
+ * special-token parsing); n_want strings (46 in llama.cpp's own files). */
+static void test_inp_out_n(const char *vocab, int n_want) {
     moe_tokenizer *t = load_vocab(vocab);
     if (!t) return;
     char name[256];
@@ -116,11 +116,13 @@ static void test_inp_out(const char *vocab) {
         p = q + sizeof SEP - 1;
         line = eol + 1;
     }
-    CHECK_EQ_INT(n_cases, 46);
+    CHECK_EQ_INT(n_cases, n_want);
     printf("  %s: %d/%d reference strings match\n", vocab, n_ok, n_cases);
     free(inp); free(out);
     moe_tokenizer_free(t);
 }
+
+static void test_inp_out(const char *vocab) { test_inp_out_n(vocab, 46); }
 
 static int hexval(int c) { return c <= '9' ? c - '0' : (c | 32) - 'a' + 10; }
 
@@ -497,6 +499,73 @@ static void test_eog_fallback(const char *pre) {
     free(b.p);
 }
 
+/* Kimi-K2's pre-tokenizer on hand-worked cases, each derived by walking
+ * llama.cpp's unicode_regex_split_custom_kimi_k2 (the spec, not the Python
+ * regex it cites): Han blocks apart, words of non-Han letters with no case
+ * split and no marks, ASCII contractions in any case, digits by three,
+ * punctuation runs with their newlines, llama.cpp's whitespace rules. */
+static void test_kimi_k2_split(void) {
+    /* Kimi-K2's special tokens: [EOS] is its eos; <|im_end|> closes a turn */
+    static const char *const toks[] = {"a", "b", "ab", "[EOS]", "<|im_end|>", "<|im_middle|>"};
+    static const int32_t types[] = {1, 1, 1, 3, 3, 3};
+    static const char *const merges[] = {"a b"};
+    mbuf b = {0};
+    mb_put(&b, "GGUF", 4); mb_u32(&b, 3); mb_u64(&b, 0); mb_u64(&b, 6);
+    mb_key(&b, "tokenizer.ggml.model", GGUF_STRING); mb_str(&b, "gpt2");
+    mb_key(&b, "tokenizer.ggml.pre", GGUF_STRING); mb_str(&b, "kimi-k2");
+    mb_strarr(&b, "tokenizer.ggml.tokens", toks, 6);
+    mb_i32arr(&b, "tokenizer.ggml.token_type", types, 6);
+    mb_strarr(&b, "tokenizer.ggml.merges", merges, 1);
+    mb_key(&b, "tokenizer.ggml.eos_token_id", GGUF_U32); mb_u32(&b, 3);
+    gguf_file *f = NULL;
+    moe_tokenizer *t = NULL;
+    int rc = gguf_open_memory(b.p, b.n, "kimi.gguf", &f, g_err, sizeof g_err);
+    if (rc == MOE_OK) rc = moe_tokenizer_load(f, &t, g_err, sizeof g_err);
+    CHECK_MSG(rc == MOE_OK, "kimi-k2: %s", g_err);
+    if (t) CHECK(moe_tokenizer_is_eog(t, 3) && moe_tokenizer_is_eog(t, 4) && !moe_tokenizer_is_eog(t, 5));
+    /* the text, then its pieces separated by '|' (no case uses '|') */
+    static const struct { const char *text, *pieces; } cases[] = {
+        {"Hello World", "Hello| World"},
+        {"HelloWorld ABCdef", "HelloWorld| ABCdef"},          /* no upper/lower split */
+        {" \xe4\xb8\xad\xe6\x96\x87" "abc", " |\xe4\xb8\xad\xe6\x96\x87|abc"}, /* " 中文abc": no space before Han */
+        {"abc\xe4\xb8\xad" "def", "abc|\xe4\xb8\xad|def"},
+        {"I'M DON'T you'Re we'VE", "I'M| DON'T| you'Re| we'VE"},
+        {"it'\xc5\xbf", "it|'\xc5\xbf"},                         /* 'ſ is no contraction */
+        {"1234567", "123|456|7"},
+        {"\xd9\xa3\xd9\xa4\xd9\xa5\xd9\xa6", "\xd9\xa3\xd9\xa4\xd9\xa5|\xd9\xa6"}, /* Arabic-Indic digits */
+        {"e\xcc\x81x", "e|\xcc\x81x"},                          /* a combining mark leads the next word */
+        {"e\xcc\x81\xcc\x81", "e|\xcc\x81\xcc\x81"},            /* or is punctuation */
+        {"Hi!!\n\nthere", "Hi|!!\n\n|there"},
+        {"a  \n  b", "a|  \n| | b"},
+        {"x   ", "x|   "},
+        {"\t\tab", "\t|\tab"},
+        {"\xe3\x82\xab\xe3\x83\x8a\xe6\xbc\xa2\xe5\xad\x97", "\xe3\x82\xab\xe3\x83\x8a|\xe6\xbc\xa2\xe5\xad\x97"}, /* kana is no Han */
+        {"\xe3\x80\x87\xe4\xb8\x80", "\xe3\x80\x87|\xe4\xb8\x80"}, /* U+3007 is a number here */
+        {" \xf0\x9f\xa6\x99x", " \xf0\x9f\xa6\x99|x"},          /* " 🦙x" */
+        {"\xe4\xb8\xad'S", "\xe4\xb8\xad|'S"},
+        {"\xf0\xa0\x80\x80\xef\xa4\x80" "a", "\xf0\xa0\x80\x80\xef\xa4\x80|a"}, /* ext. B, compatibility ideographs */
+        {"a\xc2\x85" "b", "a|\xc2\x85" "b"},                    /* NEL: whitespace, and a leading character */
+    };
+    for (size_t i = 0; t && i < sizeof cases / sizeof cases[0]; i++) {
+        uint32_t ends[32];
+        size_t n = 0, len = strlen(cases[i].text);
+        CHECK(moe_tokenizer_pretokenize(t, cases[i].text, len, ends, 32, &n, g_err, sizeof g_err) == MOE_OK);
+        char got[128];
+        size_t o = 0, prev = 0;
+        for (size_t k = 0; k < n && k < 32; k++) {
+            if (k) got[o++] = '|';
+            memcpy(got + o, cases[i].text + prev, ends[k] - prev);
+            o += ends[k] - prev;
+            prev = ends[k];
+        }
+        got[o] = 0;
+        CHECK_MSG(strcmp(got, cases[i].pieces) == 0, "kimi-k2 split case %zu: got \"%s\"", i, got);
+    }
+    moe_tokenizer_free(t);
+    gguf_close(f);
+    free(b.p);
+}
+
 /* gpt-oss's vocabulary (<|return|> and <|call|> beside <|end|>): <|end|>
  * ends a message, not the generation, even declared as the eot id; without
  * <|call|> it still ends generation (the fallback list) */
@@ -775,6 +844,9 @@ int main(void) {
      * reached from the vendored directory, none of them is in ../shared) */
     test_inp_out("../llamacpp-vocab/ggml-vocab-deepseek-llm.gguf");
     test_inp_out("../llamacpp-vocab/ggml-vocab-deepseek-coder.gguf");
+    /* the deepseek-coder vocabulary with pre kimi-k2: the 46 strings and 16
+     * of Han/Latin, contractions, digits, marks; ids from llama-tokenize */
+    test_inp_out_n("../llamacpp-vocab/ggml-vocab-kimi-k2.gguf", 62);
     test_public_json();
     test_oracle_prompt("oracle/qwen3moe-tiny-q8_0.gguf"); /* the F32 files' vocabulary */
     test_oracle_prompt("oracle/laguna-tiny-q8_0.gguf");
@@ -789,6 +861,7 @@ int main(void) {
     test_malformed();
     test_eog_fallback("laguna");
     test_eog_fallback("glm4");
+    test_kimi_k2_split();
     test_eog_harmony(true);
     test_eog_harmony(false);
     test_merge_paths("vocab/qwen3-vocab.gguf", 11);

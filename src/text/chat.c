@@ -332,6 +332,21 @@ static void render_mistral(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen
     }
 }
 
+/* Kimi-K2 (llama.cpp's LLM_CHAT_TEMPLATE_KIMI_K2): each turn a role token,
+ * the role's name, <|im_middle|>, the content, <|im_end|>; tool results as a
+ * system-token turn named tool. Other roles get no header, as there. */
+static void render_kimi_k2(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
+    for (size_t i = 0; i < n; i++) {
+        const char *r = msgs[i].role;
+        if (!strcmp(r, "system")) sb_add(b, "<|im_system|>system<|im_middle|>");
+        else if (!strcmp(r, "user")) sb_add(b, "<|im_user|>user<|im_middle|>");
+        else if (!strcmp(r, "assistant")) sb_add(b, "<|im_assistant|>assistant<|im_middle|>");
+        else if (!strcmp(r, "tool")) sb_add(b, "<|im_system|>tool<|im_middle|>");
+        sb_add(b, msgs[i].content); sb_add(b, "<|im_end|>");
+    }
+    if (gen) sb_add(b, "<|im_assistant|>assistant<|im_middle|>");
+}
+
 static const struct { const char *name; render_fn fn; } FORMATS[] = {
     {"chatml", render_chatml},
     {"qwen3", render_qwen3},
@@ -342,9 +357,10 @@ static const struct { const char *name; render_fn fn; } FORMATS[] = {
     {"harmony", render_harmony},
     {"llama3", render_llama3},
     {"mistral", render_mistral},
+    {"kimi-k2", render_kimi_k2},
 };
 
-const char *moe_chat_formats(void) { return "chatml, laguna, deepseek3, glm4, glm45, harmony, llama3, mistral, qwen3"; }
+const char *moe_chat_formats(void) { return "chatml, laguna, deepseek3, glm4, glm45, harmony, kimi-k2, llama3, mistral, qwen3"; }
 
 const char *moe_chat_detect(const char *tmpl) {
     if (!tmpl) return NULL;
@@ -361,6 +377,8 @@ const char *moe_chat_detect(const char *tmpl) {
     if (strstr(tmpl, "[gMASK]<sop>")) return "glm4";
     /* gpt-oss's template writes harmony's message headers */
     if (strstr(tmpl, "<|start|>") && strstr(tmpl, "<|message|>")) return "harmony";
+    /* Kimi-K2: llama.cpp's test, its assistant header as the template writes it */
+    if (strstr(tmpl, "<|im_assistant|>assistant<|im_middle|>")) return "kimi-k2";
     /* Llama 3.x: its header and end-of-turn tokens (every 3.0-3.3 template) */
     if (strstr(tmpl, "<|start_header_id|>") && strstr(tmpl, "<|end_header_id|>") && strstr(tmpl, "<|eot_id|>")) return "llama3";
     /* Mistral: [INST] turns; Llama 2's [INST] templates carry <<SYS>> */

@@ -206,6 +206,19 @@ static const char RX_DS3_CJK[] = "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A
 static const char RX_DS3[] =
     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
     " ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* Kimi-K2 (pre kimi-k2): llama.cpp's hand-written splitter
+ * (unicode_regex_split_custom_kimi_k2), not tokenization_kimi.py's regex it
+ * cites. Its "Han" is a list of CJK ideograph blocks, not the script (kana,
+ * CJK radicals and U+3007 are not Han); its words are \p{L} minus Han with no
+ * upper/lower split and no marks (a combining mark is punctuation there); its
+ * contractions are ASCII only ('S but not U+017F). PCRE2 10.42 has no class
+ * intersection: "letter but not Han" is the negated class [^\P{L}HAN]. */
+#define KIMI_HAN "\\x{3400}-\\x{4DBF}\\x{4E00}-\\x{9FFF}\\x{F900}-\\x{FAFF}\\x{20000}-\\x{2A6DF}" \
+                 "\\x{2A700}-\\x{2EBEF}\\x{2F800}-\\x{2FA1F}"
+static const char RX_KIMI_K2[] =
+    "[" KIMI_HAN "]+|"
+    "[^\\r\\n\\p{L}\\p{N}]?[^\\P{L}" KIMI_HAN "]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 /* llama.cpp's DEEPSEEK_LLM (DeepSeek-V2 / V2-Lite, deepseek-llm) and
  * DEEPSEEK_CODER (DeepSeek-Coder-V2) expressions, as llama-vocab.cpp writes
  * them (its letter and CJK ranges as literal characters); llama.cpp's
@@ -247,6 +260,9 @@ static const pre_def PRE_DEFS[] = {
      * without tokenizer.ggml.bos_token_id (the key, when present, wins there too) */
     {"glm4|chatglm-bpe|", {RX_LLAMA3}, false},
     {"gpt-4o|llama4|", {RX_GPT4O}, false},
+    /* llama.cpp: no ignore_merges; clean_spaces off, which only matters to
+     * decoding with clean-up, not done here */
+    {"kimi-k2|", {RX_KIMI_K2}, false},
 };
 
 static bool pre_name_match(const char *names, const char *v, size_t vlen) {
@@ -614,7 +630,7 @@ int moe_tokenizer_load(const gguf_file *f, moe_tokenizer **out, char *err, size_
         if (!d) {
             moe_tokenizer_free(t);
             return moe_errf(err, errlen, MOE_EUNSUPPORTED,
-                            "%s: tokenizer.ggml.pre '%.*s' is not supported (known: default, gpt-2, olmo, qwen2, laguna, llama3/llama-bpe, dbrx, deepseek-v3, deepseek-llm, deepseek-coder, glm4, gpt-4o)",
+                            "%s: tokenizer.ggml.pre '%.*s' is not supported (known: default, gpt-2, olmo, qwen2, laguna, llama3/llama-bpe, dbrx, deepseek-v3, deepseek-llm, deepseek-coder, glm4, gpt-4o, kimi-k2)",
                             path, (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
         }
         t->ignore_merges = d->ignore_merges;
@@ -1127,9 +1143,12 @@ static void seg_push(scratch *s, uint32_t a, uint32_t b, size_t *n) {
     s->seg2[2 * *n] = a; s->seg2[2 * *n + 1] = b; (*n)++;
 }
 
-static void bpe_fragment(const moe_tokenizer *t, scratch *s, const char *text, size_t len, ids_buf *out) {
-    const char *norm, *rx;
-    size_t n = bpe_normalize(s, text, len, &norm, &rx);
+/* The pre-tokenizer's pieces of one fragment, as (start, end) pairs into
+ * the normalized text *norm: s->seg[0 .. 2 * s->seg_n). */
+static void bpe_pretokenize(const moe_tokenizer *t, scratch *s, const char *text, size_t len, const char **norm) {
+    const char *rx;
+    s->seg_n = 0;
+    size_t n = bpe_normalize(s, text, len, norm, &rx);
     if (s->oom || n == 0) return;
     /* segments as (start, end) pairs; each regex splits every segment of the
      * previous one, unmatched gaps becoming pieces too (llama.cpp's
@@ -1164,6 +1183,11 @@ static void bpe_fragment(const moe_tokenizer *t, scratch *s, const char *text, s
         size_t cw = s->seg_cap; s->seg_cap = s->seg2_cap; s->seg2_cap = cw;
         s->seg_n = n2;
     }
+}
+
+static void bpe_fragment(const moe_tokenizer *t, scratch *s, const char *text, size_t len, ids_buf *out) {
+    const char *norm;
+    bpe_pretokenize(t, s, text, len, &norm);
     for (size_t k = 0; k < s->seg_n && !s->oom; k++)
         bpe_word(t, s, norm + s->seg[2 * k], s->seg[2 * k + 1] - s->seg[2 * k], out);
 }
@@ -1271,6 +1295,30 @@ static bool find_specials(const moe_tokenizer *t, const char *text, size_t len, 
     qsort(c, nt, sizeof(occ), cmp_occ_pos);
     *res = c; *nres = nt;
     return true;
+}
+
+int moe_tokenizer_pretokenize(const moe_tokenizer *t, const char *text, size_t len, uint32_t *ends, size_t cap,
+                              size_t *n_out, char *err, size_t errlen) {
+    if (n_out) *n_out = 0;
+    if (!t || (!text && len) || (!ends && cap) || !n_out)
+        return moe_errf(err, errlen, MOE_EINVAL, "pretokenize: invalid arguments");
+    if (t->kind != KIND_BPE)
+        return moe_errf(err, errlen, MOE_EUNSUPPORTED, "pretokenize: only gpt2 (BPE) vocabularies have a pre-tokenizer");
+    if (len > 0xffffffffu)
+        return moe_errf(err, errlen, MOE_EINVAL, "pretokenize: text of %zu bytes is too long", len);
+    scratch s = {0};
+    s.md = pcre2_match_data_create(1, NULL);
+    const char *norm = NULL;
+    if (!s.md) s.oom = true;
+    else bpe_pretokenize(t, &s, text, len, &norm);
+    bool oom = s.oom;
+    if (!oom) {
+        for (size_t k = 0; k < s.seg_n && k < cap; k++) ends[k] = s.seg[2 * k + 1];
+        *n_out = s.seg_n;
+    }
+    free(s.buf); free(s.rxbuf); free(s.seg); free(s.seg2);
+    pcre2_match_data_free(s.md);
+    return oom ? moe_errf(err, errlen, MOE_ENOMEM, "pretokenize: out of memory (%zu bytes of text)", len) : MOE_OK;
 }
 
 int moe_tokenizer_encode(const moe_tokenizer *t, const char *text, size_t len, bool add_bos,

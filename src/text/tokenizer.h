@@ -24,6 +24,12 @@ bool moe_tokenizer_add_bos(const moe_tokenizer *t); /* tokenizer.ggml.add_bos_to
 /* true for tokens that end a turn (eos, eot, <|im_end|>, ...) */
 bool moe_tokenizer_is_eog(const moe_tokenizer *t, int32_t id);
 
+/* The pre-tokenizer's pieces of text (gpt2 vocabularies; no special-token
+ * cutting): the end byte offset of each piece in the text as normalized
+ * (the same offsets for valid UTF-8). *n_out is the count even past cap.
+ * The split encoding uses, exposed for tests and diagnostics. */
+int  moe_tokenizer_pretokenize(const moe_tokenizer *t, const char *text, size_t len, uint32_t *ends, size_t cap,
+                               size_t *n_out, char *err, size_t errlen);
 /* Same contract as the public moe_tokenize(). */
 int  moe_tokenizer_encode(const moe_tokenizer *t, const char *text, size_t len, bool add_bos,
                           bool parse_special, int32_t *ids, size_t cap, size_t *n_out,
