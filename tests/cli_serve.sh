@@ -148,6 +148,12 @@ bad "stop empty" 400 stop POST $CH "{$MSG,\"stop\":\"\"}"
 bad "stream a string" 400 stream POST $CH "{$MSG,\"stream\":\"yes\"}"
 bad "presence_penalty 3" 400 presence_penalty POST $CH "{$MSG,\"presence_penalty\":3}" "[-2, 2]"
 bad "frequency_penalty a string" 400 frequency_penalty POST $CH "{$MSG,\"frequency_penalty\":\"x\"}"
+bad "repeat_penalty 0" 400 repeat_penalty POST $CH "{$MSG,\"repeat_penalty\":0}" "> 0"
+bad "repeat_penalty -1" 400 repeat_penalty POST /v1/completions '{"prompt":"a","repeat_penalty":-1}' "> 0"
+bad "repeat_penalty a string" 400 repeat_penalty POST $CH "{$MSG,\"repeat_penalty\":\"1.1\"}" "number"
+bad "repeat_last_n -2" 400 repeat_last_n POST $CH "{$MSG,\"repeat_last_n\":-2}" "-1"
+bad "repeat_last_n 2.5" 400 repeat_last_n POST /v1/completions '{"prompt":"a","repeat_last_n":2.5}' "integer"
+bad "repeat_last_n a string" 400 repeat_last_n POST $CH "{$MSG,\"repeat_last_n\":\"64\"}" "integer"
 bad "logit_bias a list" 400 logit_bias POST $CH "{$MSG,\"logit_bias\":[1]}"
 bad "logit_bias key not an id" 400 logit_bias POST $CH "{$MSG,\"logit_bias\":{\"abc\":1}}" "'abc' is not a token id"
 bad "logit_bias id out of range" 400 logit_bias POST $CH "{$MSG,\"logit_bias\":{\"999999\":1}}" "999999"
@@ -255,6 +261,27 @@ for k in ("chat", "completion"):
     ch = json.load(open(f"{sys.argv[1]}/{k}-temperature1seed21.json"))["choices"]
     assert len({tuple(c["tokens"]) for c in ch}) > 1, (k, "three seeds, one answer")
 print("ok streamed n = 3 (chat, completions; seeded, greedy): per index = the plain n = 3 choice, role first, one finish each, usage summed")
+EOF2
+# repeat_penalty (llama.cpp's): a token biased +100 is taken every step;
+# penalty 1e6 over a window of 1 divides it to ~1e-4 right after it was
+# taken, so it alternates with others; a window of 2 keeps it out for two
+# steps; the prompt is in the window (a prompt ending in it keeps it out of
+# the first step)
+rp_req() { echo "{\"prompt\":[$1],\"max_tokens\":9,\"temperature\":0,\"logit_bias\":{\"300\":100},\"repeat_penalty\":1e6,\"repeat_last_n\":$2,\"return_tokens\":true}"; }
+for w in 1 2; do call POST /v1/completions "$(rp_req 1,2,3 $w)"; cp "$T/body" "$T/rp$w.json"; done
+call POST /v1/completions "$(rp_req 1,300,3 2)"; cp "$T/body" "$T/rpp.json"
+call POST /v1/completions "$(rp_req 1,300,3 1)"; cp "$T/body" "$T/rpq.json"
+call POST /v1/completions "$(rp_req 1,2,3 1 | sed 's/"repeat_penalty":1e6,//')"; cp "$T/body" "$T/rp0.json"
+python3 - "$T" <<'EOF2' || fail "repeat_penalty"
+import json, sys
+t = lambda n: json.load(open(f"{sys.argv[1]}/{n}.json"))["choices"][0]["tokens"]
+at = lambda n: [i for i, x in enumerate(t(n)) if x == 300]
+assert t("rp0") == [300] * 9, t("rp0")
+assert at("rp1") == [0, 2, 4, 6, 8], t("rp1")
+assert at("rp2") == [0, 3, 6], t("rp2")
+assert at("rpp") == [1, 4, 7], ("the prompt's 300 is in a window of 2", t("rpp"))
+assert at("rpq") == [0, 2, 4, 6, 8], ("a window of 1 holds only the prompt's last token", t("rpq"))
+print("ok repeat_penalty: windows of 1 and 2 (prompt included) space the biased token as llama.cpp's formula says")
 EOF2
 # logit_bias and the penalties (engine.h's formula): +100 on token 300 makes
 # greedy take it every step, also under a presence penalty (a fixed 2); a

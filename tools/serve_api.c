@@ -7,6 +7,7 @@
  * chat.completion.chunk, text_completion, list of models. */
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -378,14 +379,39 @@ static int parse_logit_bias(srv *s, json_t *o, srv_req *r, api_err *e) {
     return rc;
 }
 
+/* repeat_penalty (> 0, 1: off) and repeat_last_n (-1: the whole context,
+ * 0: off; default 64), llama.cpp's server's fields and formula (engine.h).
+ * The window starts with the prompt's tokens, as llama.cpp's server's
+ * does; one longer than prompt + max_tokens (-1 too) is that long — it
+ * holds every token either way. */
+static int parse_repeat(json_t *o, srv_req *r, api_err *e) {
+    double rep = 1.0;
+    long long last_n = 64;
+    bool set;
+    if (get_num(o, "repeat_penalty", -HUGE_VAL, HUGE_VAL, &rep, NULL, e) || get_int(o, "repeat_last_n", &last_n, &set, e)) return -1;
+    if (!(rep > 0.0 && rep <= 1e6))
+        return api_fail(e, 400, "repeat_penalty", "invalid_value", "'repeat_penalty' must be > 0 and at most 1e6 (1: off), got %g", rep);
+    if (last_n < -1)
+        return api_fail(e, 400, "repeat_last_n", "invalid_value", "'repeat_last_n' must be -1 (the whole context), 0 (off) or more, got %lld", last_n);
+    const long long all = (long long)r->n_prompt + r->max_tokens;
+    if (last_n == -1 || last_n > all) last_n = all;
+    if (rep == 1.0 || last_n == 0) return 0;
+    char err[MOE_ERR_LEN];
+    if (moe_sampler_set_repeat_penalty(r->smp, (float)rep, (int)last_n, err, sizeof err))
+        return api_fail(e, 400, "repeat_penalty", "invalid_value", "%s", err);
+    moe_sampler_accept_context(r->smp, r->prompt, r->n_prompt);
+    return 0;
+}
+
 /* presence_penalty, frequency_penalty ([-2, 2], OpenAI's formula over the
- * completion's tokens: engine.h) and logit_bias. */
+ * completion's tokens: engine.h), the repeat penalty and logit_bias. */
 static int parse_penalties(srv *s, json_t *o, srv_req *r, api_err *e) {
     double pres = 0.0, freq = 0.0;
     if (get_num(o, "presence_penalty", -2, 2, &pres, NULL, e) || get_num(o, "frequency_penalty", -2, 2, &freq, NULL, e)) return -1;
     char err[MOE_ERR_LEN];
     if ((pres != 0.0 || freq != 0.0) && moe_sampler_set_penalties(r->smp, (float)pres, (float)freq, err, sizeof err))
         return api_fail(e, 400, "presence_penalty", "invalid_value", "%s", err);
+    if (parse_repeat(o, r, e)) return -1;
     return parse_logit_bias(s, o, r, e);
 }
 

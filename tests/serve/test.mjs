@@ -174,7 +174,9 @@ async function main() {
   // exactness: alone (sequential, non-streamed) vs 8 concurrent, streamed or not
   for (const [label, sampling] of [['greedy', { temperature: 0 }], ['seeded', { temperature: 0.9, top_p: 0.95, top_k: 40 }]]) {
     const lp = (i) => (PROMPTS[i][0] === 'chat' ? { logprobs: true, top_logprobs: 3 } : { logprobs: 3 });
-    const body = (i) => ({ ...PROMPTS[i][1], max_tokens: 16, ...sampling, ...(label === 'seeded' ? { seed: 1000 + i } : {}), ...lp(i) });
+    // every other request with llama.cpp's repeat penalty (its window starts with the prompt)
+    const rp = (i) => (i % 2 ? { repeat_penalty: 1.3, repeat_last_n: i === 3 ? -1 : 8 } : {});
+    const body = (i) => ({ ...PROMPTS[i][1], max_tokens: 16, ...sampling, ...(label === 'seeded' ? { seed: 1000 + i } : {}), ...lp(i), ...rp(i) });
     const alone = [];
     // alone: one at a time, each a cold prefill (cache_prompt: false, as in llama.cpp's server)
     for (let i = 0; i < PROMPTS.length; i++) alone.push(await ask(PROMPTS[i][0], { ...body(i), cache_prompt: false }, false));
