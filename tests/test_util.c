@@ -288,6 +288,43 @@ static void test_sampler_repeat(void) {
     moe_sampler_free(s);
 }
 
+/* Allocation: a neutral setting allocates nothing (no adjusted-logits
+ * buffer for penalties of 0), and sampling and accepting never allocate
+ * with every adjustment on (the decode hot path). Counted in the sanitizer
+ * build only (check.h). */
+static void test_sampler_allocs(void) {
+    char err[256];
+    enum { NV = 4096 };
+    static float lg[NV];
+    for (int i = 0; i < NV; i++) lg[i] = (float)((i * 7919) % 1000) / 100.0f - 5.0f;
+    moe_sampler *s = NULL;
+    moe_sampler_params p = {.temp = 0.8f, .top_k = 40, .top_p = 0.9f, .seed = 3};
+    CHECK(moe_sampler_new(&p, NV, &s, err, sizeof err) == MOE_OK);
+    long a0 = check_allocs();
+    CHECK(moe_sampler_set_penalties(s, 0.0f, 0.0f, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_set_repeat_penalty(s, 1.0f, 64, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_set_repeat_penalty(s, 1.3f, 0, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_set_logit_bias(s, NULL, NULL, 0, err, sizeof err) == MOE_OK);
+    CHECK_MSG(check_allocs() == a0, "neutral settings allocated %ld times", check_allocs() - a0);
+    const int32_t bi[2] = {7, 9};
+    const float bv[2] = {3.0f, -2.0f};
+    CHECK(moe_sampler_set_penalties(s, 0.3f, 0.2f, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_set_repeat_penalty(s, 1.3f, 16, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_set_logit_bias(s, bi, bv, 2, err, sizeof err) == MOE_OK);
+    static uint8_t allow[NV];
+    for (int i = 0; i < NV; i++) allow[i] = i % 3 != 0;
+    const int32_t ctx[4] = {1, 2, 3, 4};
+    a0 = check_allocs();
+    moe_sampler_accept_context(s, ctx, 4);
+    for (int i = 0; i < 50; i++) {
+        int32_t id = i % 2 ? moe_sampler_sample(s, lg) : moe_sampler_sample_masked(s, lg, allow);
+        CHECK(id >= 0 && id < NV);
+        moe_sampler_accept(s, id);
+    }
+    CHECK_MSG(check_allocs() == a0, "sampling with every adjustment allocated %ld times", check_allocs() - a0);
+    moe_sampler_free(s);
+}
+
 /* moe_calloc_aligned: the asked placement past a 64-byte boundary, zeroed,
  * every byte writable (ASan checks the bounds), NULL on overflow. */
 static void test_aligned_alloc(void) {
@@ -322,5 +359,7 @@ int main(void) {
     test_sampler();
     test_sampler_penalties();
     test_sampler_repeat();
+    check_alloc_guard_install();
+    test_sampler_allocs();
     return check_report("test_util");
 }

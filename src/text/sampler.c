@@ -15,7 +15,8 @@
  * window). llama.cpp's penalties sampler applies (2) then (3) and its logit
  * bias before both, so the order is its; unlike it, (3) counts the whole
  * completion, as OpenAI's API defines them. Buffers are allocated when the
- * sampler is created or configured, never while sampling or accepting. */
+ * sampler is created or an adjustment is switched on, never while sampling
+ * or accepting; an adjustment set to its neutral value allocates nothing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,7 +88,8 @@ void moe_sampler_free(moe_sampler *s) {
     free(s);
 }
 
-/* The adjusted-logits buffer, once either adjustment is set. */
+/* The adjusted-logits buffer, allocated by the setter that switches an
+ * adjustment on (so the sampling path never allocates). */
 static int need_adj(moe_sampler *s, char *err, size_t errlen) {
     if (!s->adj && !(s->adj = malloc((size_t)s->n_vocab * sizeof *s->adj)))
         return moe_errf(err, errlen, MOE_ENOMEM, "sampler: out of memory");
@@ -100,11 +102,11 @@ int moe_sampler_set_penalties(moe_sampler *s, float presence, float frequency, c
         return moe_errf(err, errlen, MOE_EINVAL, "sampler: presence penalty %g must be in [-2, 2]", (double)presence);
     if (!(frequency >= -2.0f && frequency <= 2.0f))
         return moe_errf(err, errlen, MOE_EINVAL, "sampler: frequency penalty %g must be in [-2, 2]", (double)frequency);
-    if ((presence != 0.0f || frequency != 0.0f) && !s->count) {
-        if (!(s->count = calloc((size_t)s->n_vocab, sizeof *s->count)))
+    if (presence != 0.0f || frequency != 0.0f) {
+        if (!s->count && !(s->count = calloc((size_t)s->n_vocab, sizeof *s->count)))
             return moe_errf(err, errlen, MOE_ENOMEM, "sampler: out of memory");
+        if (need_adj(s, err, errlen)) return MOE_ENOMEM;
     }
-    if (need_adj(s, err, errlen)) return MOE_ENOMEM;
     s->presence = presence;
     s->frequency = frequency;
     return MOE_OK;
