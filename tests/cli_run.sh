@@ -3,7 +3,8 @@
 # prompt text tokenizes to the reference ids; greedy `run --json` reproduces
 # llama.cpp's 64 tokens exactly where both compute in FP32 (the F32-KV,
 # no-flash references, also for the Q8_0 files that hold the same weights);
-# sampling is reproducible with a seed; bad arguments exit 2 with one line;
+# sampling is reproducible with a seed; the penalties (OpenAI's, llama.cpp's
+# repeat penalty) repeat less; bad arguments exit 2 with one line;
 # -f FILE / -f - prompts (incl. 1 MB and bad files); --ctx past the trained
 # context warns (or names YaRN's reach).
 # Reference files through ref (tests/lib.sh): ../shared, else the vendored copy.
@@ -56,6 +57,16 @@ done
 cmp -s "$d/pen1" "$d/pen2" || bad "penalties: the same flags gave different tokens"
 maxrep() { tr ',' '\n' <"$1" | sort | uniq -c | sort -rn | awk 'NR == 1 { print $1 }'; }
 [ "$(maxrep "$d/pen1")" -lt "$(maxrep "$d/pen0")" ] || bad "penalties: no less repetition than without ($(cat "$d/pen0") / $(cat "$d/pen1"))"
+# llama.cpp's repeat penalty over a window: less repetition than the plain
+# run, the same tokens twice; 1 or a window of 0 is off (the plain tokens)
+rp() { "$BIN" run -m "$M" --tokens 588,418 -n 32 --json "$@" 2>/dev/null | sed 's/.*"tokens":\[\([0-9,]*\)\].*/\1/'; }
+rp --repeat-penalty 3 --repeat-last-n 16 >"$d/rp1"
+rp --repeat-penalty 3 --repeat-last-n 16 >"$d/rp2"
+rp --repeat-penalty 1 >"$d/rp3"
+rp --repeat-penalty 3 --repeat-last-n 0 >"$d/rp4"
+cmp -s "$d/rp1" "$d/rp2" || bad "repeat penalty: the same flags gave different tokens"
+[ -s "$d/rp1" ] && [ "$(maxrep "$d/rp1")" -lt "$(maxrep "$d/pen0")" ] || bad "repeat penalty: no less repetition ($(cat "$d/pen0") / $(cat "$d/rp1"))"
+cmp -s "$d/rp3" "$d/pen0" && cmp -s "$d/rp4" "$d/pen0" || bad "repeat penalty 1 / window 0: not the plain tokens"
 
 # errors: exit 2, one line naming the command
 expect_err() {
@@ -74,6 +85,9 @@ expect_err run -m "$M" --tokens 1 --temp nan
 expect_err run -m "$M" --tokens 1 --top-p 2
 expect_err run -m "$M" --tokens 1 --presence-penalty 2.5
 expect_err run -m "$M" --tokens 1 --frequency-penalty x
+expect_err run -m "$M" --tokens 1 --repeat-penalty 0
+expect_err run -m "$M" --tokens 1 --repeat-penalty x
+expect_err run -m "$M" --tokens 1 --repeat-last-n -2
 expect_err run -m "$M" --tokens 1 --ctx 4 -n 8
 expect_err run -m "$M" --tokens 1 --flags +nosuch
 expect_err run -m "$M" --tokens 1 --bogus

@@ -139,13 +139,21 @@ bad "max_completion_tokens huge" 400 max_completion_tokens POST $CH "{$MSG,\"max
 bad "max_tokens past int64" 400 null POST $CH "{$MSG,\"max_tokens\":99999999999999999999999}"
 bad "n 9" 400 n POST $CH "{$MSG,\"n\":9}" "[1, 8]"
 bad "n 0" 400 n POST $CH "{$MSG,\"n\":0}"
-bad "n 2 streamed" 400 n POST $CH "{$MSG,\"n\":2,\"stream\":true}" "stream"
+bad "n a string" 400 n POST $CH "{$MSG,\"n\":\"3\"}" "integer"
+bad "n 9 streamed" 400 n POST $CH "{$MSG,\"n\":9,\"stream\":true}" "[1, 8]"
+bad "n 0 (completions)" 400 n POST /v1/completions '{"prompt":"a","n":0,"stream":true}' "[1, 8]"
 bad "stop a number" 400 stop POST $CH "{$MSG,\"stop\":5}"
 bad "stop 5 strings" 400 stop POST $CH "{$MSG,\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}"
 bad "stop empty" 400 stop POST $CH "{$MSG,\"stop\":\"\"}"
 bad "stream a string" 400 stream POST $CH "{$MSG,\"stream\":\"yes\"}"
 bad "presence_penalty 3" 400 presence_penalty POST $CH "{$MSG,\"presence_penalty\":3}" "[-2, 2]"
 bad "frequency_penalty a string" 400 frequency_penalty POST $CH "{$MSG,\"frequency_penalty\":\"x\"}"
+bad "repeat_penalty 0" 400 repeat_penalty POST $CH "{$MSG,\"repeat_penalty\":0}" "> 0"
+bad "repeat_penalty -1" 400 repeat_penalty POST /v1/completions '{"prompt":"a","repeat_penalty":-1}' "> 0"
+bad "repeat_penalty a string" 400 repeat_penalty POST $CH "{$MSG,\"repeat_penalty\":\"1.1\"}" "number"
+bad "repeat_last_n -2" 400 repeat_last_n POST $CH "{$MSG,\"repeat_last_n\":-2}" "-1"
+bad "repeat_last_n 2.5" 400 repeat_last_n POST /v1/completions '{"prompt":"a","repeat_last_n":2.5}' "integer"
+bad "repeat_last_n a string" 400 repeat_last_n POST $CH "{$MSG,\"repeat_last_n\":\"64\"}" "integer"
 bad "logit_bias a list" 400 logit_bias POST $CH "{$MSG,\"logit_bias\":[1]}"
 bad "logit_bias key not an id" 400 logit_bias POST $CH "{$MSG,\"logit_bias\":{\"abc\":1}}" "'abc' is not a token id"
 bad "logit_bias id out of range" 400 logit_bias POST $CH "{$MSG,\"logit_bias\":{\"999999\":1}}" "999999"
@@ -199,6 +207,81 @@ assert n3["usage"]["total_tokens"] == n3["usage"]["prompt_tokens"] + n3["usage"]
 gc = g["choices"]
 assert len(gc) == 2 and gc[0]["message"] == gc[1]["message"] and gc[1]["index"] == 1, gc
 print("ok n = 3: each choice = the request alone with seed + i; usage summed; greedy n = 2 equal")
+EOF2
+# streamed n > 1: OpenAI's shape (one SSE stream; each chunk one choice's,
+# index i; per choice a role delta first and one finish chunk; then one usage
+# chunk summing the choices; [DONE]); joined per index, each choice is the
+# non-streamed n request's choice i (chat and completions, seeded and greedy)
+sse() { curl -sN -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' --data-binary "$2" "$(URL "$1")" >"$T/$3.sse"; }
+for kind in chat completion; do
+  for samp in '"temperature":1,"seed":21' '"temperature":0'; do
+    if [ $kind = chat ]; then P=$CH; B="{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story\"}],\"max_tokens\":10,$samp,\"n\":3,\"return_tokens\":true"
+    else P=/v1/completions; B="{\"prompt\":\"Once upon a time \u00e9\u4e2d\",\"max_tokens\":10,$samp,\"n\":3,\"return_tokens\":true,\"logprobs\":1"; fi
+    tag=$kind-$(echo "$samp" | tr -dc 'a-z0-9')
+    call POST $P "$B}"; cp "$T/body" "$T/$tag.json"
+    sse $P "$B,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" "$tag"
+    python3 - "$T/$tag.json" "$T/$tag.sse" $kind <<'EOF2' || fail "streamed n = 3 ($tag)"
+import json, sys
+plain, kind = json.load(open(sys.argv[1])), sys.argv[3]
+ev = open(sys.argv[2]).read().split("\n\n")
+assert ev[-1] == "" and ev[-2] == "data: [DONE]", ev[-3:]
+chunks = [json.loads(e[6:]) for e in ev[:-2]]
+usage = chunks[-1]
+assert usage["choices"] == [] and usage["usage"] is not None, usage
+assert all(c["id"] == chunks[0]["id"] for c in chunks) and chunks[0]["id"].startswith(plain["id"].split("-")[0] + "-"), "ids differ"
+text, toks, fin, lps, first = {}, {}, {}, {}, {}
+for c in chunks[:-1]:
+    assert len(c["choices"]) == 1 and c["usage"] is None, c
+    ch = c["choices"][0]
+    i = ch["index"]
+    assert i not in fin, ("a chunk after choice %d's finish" % i, c)
+    if kind == "chat":
+        d = ch["delta"]
+        if i not in first: first[i] = d; assert d == {"role": "assistant", "content": ""}, ("role first", d)
+        text[i] = text.get(i, "") + d.get("content", "")
+    else:
+        text[i] = text.get(i, "") + ch["text"]
+        if ch["logprobs"]: lps.setdefault(i, []).extend(ch["logprobs"]["tokens"])
+    if ch["finish_reason"]: fin[i] = ch["finish_reason"]; toks[i] = ch["tokens"]
+pc = plain["choices"]
+assert sorted(fin) == [0, 1, 2], fin
+for i in range(3):
+    want = pc[i]["message"]["content"] if kind == "chat" else pc[i]["text"]
+    assert text[i] == want and toks[i] == pc[i]["tokens"] and fin[i] == pc[i]["finish_reason"], (i, text[i], want, toks[i], pc[i]["tokens"])
+    if kind == "completion": assert lps[i] == pc[i]["logprobs"]["tokens"], (i, lps[i])
+u, pu = usage["usage"], plain["usage"]
+assert u["completion_tokens"] == sum(len(toks[i]) for i in range(3)) == pu["completion_tokens"], (u, pu)
+assert u["prompt_tokens"] == pu["prompt_tokens"] and u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], u
+EOF2
+  done
+done
+python3 - "$T" <<'EOF2' || fail "streamed n: seeded choices"
+import json, sys
+for k in ("chat", "completion"):
+    ch = json.load(open(f"{sys.argv[1]}/{k}-temperature1seed21.json"))["choices"]
+    assert len({tuple(c["tokens"]) for c in ch}) > 1, (k, "three seeds, one answer")
+print("ok streamed n = 3 (chat, completions; seeded, greedy): per index = the plain n = 3 choice, role first, one finish each, usage summed")
+EOF2
+# repeat_penalty (llama.cpp's): a token biased +100 is taken every step;
+# penalty 1e6 over a window of 1 divides it to ~1e-4 right after it was
+# taken, so it alternates with others; a window of 2 keeps it out for two
+# steps; the prompt is in the window (a prompt ending in it keeps it out of
+# the first step)
+rp_req() { echo "{\"prompt\":[$1],\"max_tokens\":9,\"temperature\":0,\"logit_bias\":{\"300\":100},\"repeat_penalty\":1e6,\"repeat_last_n\":$2,\"return_tokens\":true}"; }
+for w in 1 2; do call POST /v1/completions "$(rp_req 1,2,3 $w)"; cp "$T/body" "$T/rp$w.json"; done
+call POST /v1/completions "$(rp_req 1,300,3 2)"; cp "$T/body" "$T/rpp.json"
+call POST /v1/completions "$(rp_req 1,300,3 1)"; cp "$T/body" "$T/rpq.json"
+call POST /v1/completions "$(rp_req 1,2,3 1 | sed 's/"repeat_penalty":1e6,//')"; cp "$T/body" "$T/rp0.json"
+python3 - "$T" <<'EOF2' || fail "repeat_penalty"
+import json, sys
+t = lambda n: json.load(open(f"{sys.argv[1]}/{n}.json"))["choices"][0]["tokens"]
+at = lambda n: [i for i, x in enumerate(t(n)) if x == 300]
+assert t("rp0") == [300] * 9, t("rp0")
+assert at("rp1") == [0, 2, 4, 6, 8], t("rp1")
+assert at("rp2") == [0, 3, 6], t("rp2")
+assert at("rpp") == [1, 4, 7], ("the prompt's 300 is in a window of 2", t("rpp"))
+assert at("rpq") == [0, 2, 4, 6, 8], ("a window of 1 holds only the prompt's last token", t("rpq"))
+print("ok repeat_penalty: windows of 1 and 2 (prompt included) space the biased token as llama.cpp's formula says")
 EOF2
 # logit_bias and the penalties (engine.h's formula): +100 on token 300 makes
 # greedy take it every step, also under a presence penalty (a fixed 2); a
@@ -351,6 +434,15 @@ kill "$L3"
 wait_metric moefast_slots_busy 0
 wait_metric moefast_requests_cancelled_total 3
 echo "ok 3 clients left mid-request: cancelled, slots freed"
+# a streamed n = 2 whose client leaves: both choices cancelled, both slots freed
+bg "$T/sn" -d "$LONGREQ,\"stream\":true,\"n\":2}" "$(URL /v1/completions)"; SN=$BGPID
+wait_metric moefast_slots_busy 2
+kill "$SN"
+wait_metric moefast_requests_cancelled_total 5
+wait_metric moefast_slots_busy 0
+n=$(grep -c 'id=[0-9]* status=499 .*finish=cancelled' "$T/b.log")
+[ "$n" = 5 ] || fail "streamed n = 2 left: $n log lines with status=499 (want 5): $(grep POST "$T/b.log")"
+echo "ok a streamed n = 2 client left: both choices cancelled (two log lines), slots freed"
 # a prompt whose prefix a BUSY slot holds: copied (moe_context_seq_copy), not
 # prefilled again, and the answer is the cold one's
 P=$(seq -s, 1 40)

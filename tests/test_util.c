@@ -205,6 +205,126 @@ static void test_sampler_penalties(void) {
     moe_sampler_free(b);
 }
 
+/* llama.cpp's repeat penalty (engine.h): logit / p above 0, logit * p at or
+ * below, for the tokens in the window of the last N; the window's boundary
+ * (the context, then the accepted tokens, oldest out first); the order bias
+ * -> repeat -> presence; the context counting for the window only. */
+static void test_sampler_repeat(void) {
+    char err[256];
+    /*                 0     1 (A) 2 (B)  3      4     5 */
+    const float lg[6] = {0.0f, 3.0f, 2.8f, -1.0f, 0.5f, -0.6f};
+    moe_sampler *s = NULL;
+    moe_sampler_params g = {0};
+    CHECK(moe_sampler_new(&g, 6, &s, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_set_repeat_penalty(s, 2.0f, 3, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_topk_need(s) == 0);
+    CHECK(moe_sampler_sample(s, lg) == 1);             /* an empty window */
+    const int32_t ctx[3] = {1, 0, 0};
+    moe_sampler_accept_context(s, ctx, 3);             /* window 1 0 0: A 1.5 < B 2.8 */
+    CHECK(moe_sampler_sample(s, lg) == 2);
+    moe_sampler_accept(s, 0);                          /* window 0 0 0: A has left */
+    CHECK(moe_sampler_sample(s, lg) == 1);
+    moe_sampler_accept(s, 1);                          /* window 0 0 1 */
+    CHECK(moe_sampler_sample(s, lg) == 2);
+    /* at or below 0 the logit is multiplied: 5 (-0.6) in the window is -1.2 < 3's -1.0 */
+    const uint8_t neg[6] = {0, 0, 0, 1, 0, 1};
+    CHECK(moe_sampler_sample_masked(s, lg, neg) == 5);
+    moe_sampler_accept(s, 5);                          /* window 0 1 5 */
+    CHECK(moe_sampler_sample_masked(s, lg, neg) == 3);
+    /* the top-k path re-ranks the given candidates the same way */
+    const int32_t ids[2] = {1, 2};
+    const float vals[2] = {3.0f, 2.8f};
+    CHECK(moe_sampler_sample_topk(s, ids, vals, 2) == 2);
+    /* a longer context than the window: only its last N count */
+    const int32_t ctx2[5] = {1, 1, 4, 4, 4};
+    CHECK(moe_sampler_set_repeat_penalty(s, 2.0f, 3, err, sizeof err) == MOE_OK);   /* empties the window */
+    CHECK(moe_sampler_sample(s, lg) == 1);
+    moe_sampler_accept_context(s, ctx2, 5);
+    CHECK(moe_sampler_sample(s, lg) == 1);
+    /* off: 1 or a window of 0 */
+    moe_sampler_accept(s, 1);
+    CHECK(moe_sampler_sample(s, lg) == 2);
+    CHECK(moe_sampler_set_repeat_penalty(s, 1.0f, 64, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_topk_need(s) == 1);
+    moe_sampler_accept(s, 1);
+    CHECK(moe_sampler_sample(s, lg) == 1);
+    CHECK(moe_sampler_set_repeat_penalty(s, 2.0f, 0, err, sizeof err) == MOE_OK && moe_sampler_topk_need(s) == 1);
+    /* bad values: refused, the value named */
+    CHECK(moe_sampler_set_repeat_penalty(s, 0.0f, 64, err, sizeof err) == MOE_EINVAL && strstr(err, "repeat penalty 0"));
+    CHECK(moe_sampler_set_repeat_penalty(s, -1.0f, 64, err, sizeof err) == MOE_EINVAL);
+    CHECK(moe_sampler_set_repeat_penalty(s, NAN, 64, err, sizeof err) == MOE_EINVAL);
+    CHECK(moe_sampler_set_repeat_penalty(s, INFINITY, 64, err, sizeof err) == MOE_EINVAL);
+    CHECK(moe_sampler_set_repeat_penalty(s, 1.1f, -1, err, sizeof err) == MOE_EINVAL && strstr(err, "window -1"));
+    CHECK(moe_sampler_set_repeat_penalty(s, 1.1f, MOE_SAMPLER_MAX_REPEAT_WINDOW + 1, err, sizeof err) == MOE_EINVAL);
+    CHECK(moe_sampler_set_repeat_penalty(NULL, 1.1f, 4, err, sizeof err) == MOE_EINVAL);
+    moe_sampler_free(s);
+
+    /* the order: bias, then repeat, then presence. 3 (-1.0) biased +2.2 and
+     * in the window: (-1 + 2.2) / 2 = 0.6, minus presence 0.15 = 0.45 < 4's
+     * 0.5 (repeat first: 0.2; presence before repeat: 0.525) */
+    CHECK(moe_sampler_new(&g, 6, &s, err, sizeof err) == MOE_OK);
+    const int32_t b3[1] = {3};
+    const float b22[1] = {2.2f};
+    const uint8_t m34[6] = {0, 0, 0, 1, 1, 0};
+    CHECK(moe_sampler_set_logit_bias(s, b3, b22, 1, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_set_repeat_penalty(s, 2.0f, 4, err, sizeof err) == MOE_OK);
+    moe_sampler_accept(s, 3);
+    CHECK(moe_sampler_sample_masked(s, lg, m34) == 3);   /* 0.6 > 0.5 */
+    CHECK(moe_sampler_set_penalties(s, 0.15f, 0.0f, err, sizeof err) == MOE_OK);
+    moe_sampler_accept(s, 3);                            /* counted now */
+    CHECK(moe_sampler_sample_masked(s, lg, m34) == 4);
+    moe_sampler_free(s);
+
+    /* the context fills the window, not the presence counts: A (3.0) / 1.05
+     * = 2.857 > B 2.8; once A is generated, presence 0.5 takes it to 2.357 */
+    CHECK(moe_sampler_new(&g, 6, &s, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_set_penalties(s, 0.5f, 0.0f, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_set_repeat_penalty(s, 1.05f, 4, err, sizeof err) == MOE_OK);
+    const int32_t a1[1] = {1};
+    moe_sampler_accept_context(s, a1, 1);
+    CHECK(moe_sampler_sample(s, lg) == 1);
+    moe_sampler_accept(s, 1);
+    CHECK(moe_sampler_sample(s, lg) == 2);
+    moe_sampler_free(s);
+}
+
+/* Allocation: a neutral setting allocates nothing (no adjusted-logits
+ * buffer for penalties of 0), and sampling and accepting never allocate
+ * with every adjustment on (the decode hot path). Counted in the sanitizer
+ * build only (check.h). */
+static void test_sampler_allocs(void) {
+    char err[256];
+    enum { NV = 4096 };
+    static float lg[NV];
+    for (int i = 0; i < NV; i++) lg[i] = (float)((i * 7919) % 1000) / 100.0f - 5.0f;
+    moe_sampler *s = NULL;
+    moe_sampler_params p = {.temp = 0.8f, .top_k = 40, .top_p = 0.9f, .seed = 3};
+    CHECK(moe_sampler_new(&p, NV, &s, err, sizeof err) == MOE_OK);
+    long a0 = check_allocs();
+    CHECK(moe_sampler_set_penalties(s, 0.0f, 0.0f, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_set_repeat_penalty(s, 1.0f, 64, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_set_repeat_penalty(s, 1.3f, 0, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_set_logit_bias(s, NULL, NULL, 0, err, sizeof err) == MOE_OK);
+    CHECK_MSG(check_allocs() == a0, "neutral settings allocated %ld times", check_allocs() - a0);
+    const int32_t bi[2] = {7, 9};
+    const float bv[2] = {3.0f, -2.0f};
+    CHECK(moe_sampler_set_penalties(s, 0.3f, 0.2f, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_set_repeat_penalty(s, 1.3f, 16, err, sizeof err) == MOE_OK);
+    CHECK(moe_sampler_set_logit_bias(s, bi, bv, 2, err, sizeof err) == MOE_OK);
+    static uint8_t allow[NV];
+    for (int i = 0; i < NV; i++) allow[i] = i % 3 != 0;
+    const int32_t ctx[4] = {1, 2, 3, 4};
+    a0 = check_allocs();
+    moe_sampler_accept_context(s, ctx, 4);
+    for (int i = 0; i < 50; i++) {
+        int32_t id = i % 2 ? moe_sampler_sample(s, lg) : moe_sampler_sample_masked(s, lg, allow);
+        CHECK(id >= 0 && id < NV);
+        moe_sampler_accept(s, id);
+    }
+    CHECK_MSG(check_allocs() == a0, "sampling with every adjustment allocated %ld times", check_allocs() - a0);
+    moe_sampler_free(s);
+}
+
 /* moe_calloc_aligned: the asked placement past a 64-byte boundary, zeroed,
  * every byte writable (ASan checks the bounds), NULL on overflow. */
 static void test_aligned_alloc(void) {
@@ -238,5 +358,8 @@ int main(void) {
     test_flags();
     test_sampler();
     test_sampler_penalties();
+    test_sampler_repeat();
+    check_alloc_guard_install();
+    test_sampler_allocs();
     return check_report("test_util");
 }

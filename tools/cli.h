@@ -30,13 +30,18 @@ int cli_parse_float(const char *cmd, const char *opt, const char *s, double lo, 
 /* "1,2,3" -> ids (malloc'd into *ids); -1 with a message on error. */
 int cli_parse_ids(const char *cmd, const char *s, int **ids, int *n);
 /* The sampling options shared by run and chat (--temp, --top-k, --top-p,
- * --min-p, --seed, --presence-penalty, --frequency-penalty): 1 when a was one
- * of them (its value v parsed into *cs), 0 when it was not, -1 after printing
- * an error. cli_sampler_new makes the sampler they describe (-1 after
- * printing an error). */
+ * --min-p, --seed, --presence-penalty, --frequency-penalty, --repeat-penalty,
+ * --repeat-last-n): 1 when a was one of them (its value v parsed into *cs),
+ * 0 when it was not, -1 after printing an error. cli_sampler_new makes the
+ * sampler they describe (-1 after printing an error); n_ctx is what
+ * --repeat-last-n -1 means. The caller passes the prompt's tokens to
+ * moe_sampler_accept_context (the repeat penalty's window counts them). */
 typedef struct cli_sampling {
     moe_sampler_params p;
     float presence, frequency;
+    float repeat;                   /* 0 (unset) or 1: off */
+    int repeat_last_n;              /* with repeat_last_n_set; else 64 (llama.cpp's default) */
+    bool repeat_last_n_set;
 } cli_sampling;
 int cli_sampling_arg(const char *cmd, const char *a, const char *v, cli_sampling *cs);
 /* The RoPE scaling options of the commands that load a model for use (run,
@@ -49,7 +54,7 @@ int cli_rope_arg(const char *cmd, const char *a, const char *v, moe_load_params 
     "  --rope-scale F            YaRN factor (e.g. 4 for Qwen3 at 131072 over 32768)\n" \
     "  --yarn-orig-ctx N         YaRN's original context (default: the file's, else trained)\n"
 
-int cli_sampler_new(const char *cmd, const cli_sampling *cs, int n_vocab, moe_sampler **out);
+int cli_sampler_new(const char *cmd, const cli_sampling *cs, int n_vocab, int n_ctx, moe_sampler **out);
 /* `moefast run --batch FILE` (tools/run_batch.c): the prompts of FILE (one
  * per line, "-" for stdin) generated together in one context. */
 typedef struct run_batch_opts {

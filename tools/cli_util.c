@@ -128,6 +128,13 @@ int cli_sampling_arg(const char *cmd, const char *a, const char *v, cli_sampling
     if (!strcmp(a, "--presence-penalty") || !strcmp(a, "--frequency-penalty")) {
         if (cli_parse_float(cmd, a, v, -2, 2, &d)) return -1;
         *(a[2] == 'p' ? &cs->presence : &cs->frequency) = (float)d;
+    } else if (!strcmp(a, "--repeat-penalty")) {
+        if (cli_parse_float(cmd, a, v, 1e-6, 1e6, &d)) return -1;
+        cs->repeat = (float)d;
+    } else if (!strcmp(a, "--repeat-last-n")) {
+        if (cli_parse_int(cmd, a, v, -1, MOE_SAMPLER_MAX_REPEAT_WINDOW, &l)) return -1;
+        cs->repeat_last_n = (int)l;
+        cs->repeat_last_n_set = true;
     } else if (!strcmp(a, "--temp")) {
         if (cli_parse_float(cmd, a, v, 0, 100, &d)) return -1;
         sp->temp = (float)d;
@@ -149,11 +156,16 @@ int cli_sampling_arg(const char *cmd, const char *a, const char *v, cli_sampling
     return 1;
 }
 
-int cli_sampler_new(const char *cmd, const cli_sampling *cs, int n_vocab, moe_sampler **out) {
+int cli_sampler_new(const char *cmd, const cli_sampling *cs, int n_vocab, int n_ctx, moe_sampler **out) {
     char err[MOE_ERR_LEN];
+    /* llama.cpp's defaults: a window of 64; -1 (or more than the context) is the whole context */
+    int last_n = cs->repeat_last_n_set ? cs->repeat_last_n : 64;
+    if (last_n < 0 || last_n > n_ctx) last_n = n_ctx;
+    const float repeat = cs->repeat != 0.0f ? cs->repeat : 1.0f;
     if (moe_sampler_new(&cs->p, n_vocab, out, err, sizeof err) ||
         ((cs->presence != 0.0f || cs->frequency != 0.0f) &&
-         moe_sampler_set_penalties(*out, cs->presence, cs->frequency, err, sizeof err))) {
+         moe_sampler_set_penalties(*out, cs->presence, cs->frequency, err, sizeof err)) ||
+        (repeat != 1.0f && moe_sampler_set_repeat_penalty(*out, repeat, last_n, err, sizeof err))) {
         moe_sampler_free(*out);
         *out = NULL;
         return cli_fail(cmd, "%s", err);

@@ -38,6 +38,8 @@ static void usage(FILE *f) {
             "  -n MAX              most tokens per reply (default 256)\n"
             "  -v                  per-turn token counts on stderr\n"
             "  --presence-penalty P, --frequency-penalty P  in [-2, 2], over the tokens generated so far\n"
+            "  --repeat-penalty P  > 0 (1: off): llama.cpp's, over the last --repeat-last-n N tokens of\n"
+            "                      the conversation (default 64; 0: off; -1: the whole context)\n"
             CLI_ROPE_USAGE
             "  Ctrl-C stops the current reply; at the prompt (or end of input) it exits\n");
 }
@@ -158,7 +160,9 @@ int cmd_chat(int argc, char **argv) {
     if (n_ctx) cli_check_ctx(C, m, n_ctx);
     moe_session_params sp = {.n_ctx = (int)n_ctx, .n_threads = (int)threads};
     if (moe_session_new(m, &sp, &s, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
-    if (cli_sampler_new(C, &smpp, n_vocab, &smp)) goto done;
+    /* the context a session gets (moe_session_params): --repeat-last-n -1 means it */
+    const int ctx_len = n_ctx ? (int)n_ctx : moe_model_n_ctx_train(m) < 4096 ? moe_model_n_ctx_train(m) : 4096;
+    if (cli_sampler_new(C, &smpp, n_vocab, ctx_len, &smp)) goto done;
     /* greedy or top-k sampling needs only the top logits: the lm head is
      * screened (lm_screen), the same tokens */
     const int topn = moe_sampler_topk_need(smp);
@@ -173,6 +177,7 @@ int cmd_chat(int argc, char **argv) {
     if (moe_token_add_bos(m) && moe_token_bos(m) >= 0) {
         int32_t bos = moe_token_bos(m);
         if (moe_session_forward(s, &bos, 1, NULL, false)) { cli_fail(C, "%s", moe_session_error(s)); goto done; }
+        moe_sampler_accept_context(smp, &bos, 1);
         if (held_add(&h, "", 0)) { cli_fail(C, "out of memory"); goto done; }
     }
 
@@ -225,6 +230,7 @@ int cmd_chat(int argc, char **argv) {
             if (moe_token_piece(m, ids[i], true, &p, &pl)) { p = ""; pl = 0; }
             if (held_add(&h, p, pl)) { cli_fail(C, "out of memory"); goto done; }
         }
+        moe_sampler_accept_context(smp, ids, (int)nf);   /* the repeat penalty's window: the conversation's tokens */
         int n_past0 = moe_session_n_past(s);
         if (nf && (topn ? moe_session_forward_topk(s, ids, (int)nf, topn, top_ids, top_vals)
                         : moe_session_forward(s, ids, (int)nf, logits, false))) {

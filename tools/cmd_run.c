@@ -30,6 +30,9 @@ static void usage(FILE *f) {
             "  --json-schema FILE  constrain the output to JSON valid for the JSON Schema of FILE\n"
             "  --presence-penalty P, --frequency-penalty P  in [-2, 2]: OpenAI's penalties over the\n"
             "               generated tokens (logit - count x frequency - (count > 0) x presence)\n"
+            "  --repeat-penalty P  > 0 (1: off): llama.cpp's; a token among the last N of prompt and\n"
+            "               output gets logit / P (logit > 0) or logit x P (before the above)\n"
+            "  --repeat-last-n N   that window (default 64; 0: off; -1: the whole context)\n"
             CLI_ROPE_USAGE
             "  sampling is greedy unless --temp > 0\n");
 }
@@ -177,7 +180,7 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     if (moe_session_new(m, &sp, &s, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
-    if (cli_sampler_new(C, &smpp, n_vocab, &smp)) goto done;
+    if (cli_sampler_new(C, &smpp, n_vocab, sp.n_ctx, &smp)) goto done;
     toks = malloc((size_t)n_prompt * sizeof *toks);
     out_ids = malloc(((size_t)n_gen + 1) * sizeof *out_ids);
     logits = malloc((size_t)n_vocab * sizeof *logits);
@@ -190,6 +193,7 @@ int cmd_run(int argc, char **argv) {
         if (!(allowed = malloc((size_t)n_vocab))) { cli_fail(C, "out of memory"); goto done; }
     }
     for (int i = 0; i < n_prompt; i++) toks[i] = prompt_ids[i];
+    moe_sampler_accept_context(smp, toks, n_prompt);   /* the repeat penalty's window starts with the prompt */
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     double tp0 = ts.tv_sec + 1e-9 * ts.tv_nsec;

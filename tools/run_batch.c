@@ -183,7 +183,6 @@ int run_batch(const char *C, moe_model *m, const char *file, const run_batch_opt
         if (tokenize_prompt(C, m, &ps[i], i, o->n_gen)) goto done;
         n_in += ps[i].n_prompt;
         if (ps[i].n_prompt > longest) longest = ps[i].n_prompt;
-        if (cli_sampler_new(C, &o->sampling, V, &ps[i].smp)) goto done;
     }
     if (o->grammar && batch_constraints(C, m, ps, np, o->grammar, &gvoc, &allowed)) goto done;
     moe_context_params cp = {.n_ctx = (int)o->n_ctx, .n_threads = (int)o->threads, .n_batch = (int)o->n_batch, .n_seq = np};
@@ -196,6 +195,10 @@ int run_batch(const char *C, moe_model *m, const char *file, const run_batch_opt
         goto done;
     }
     if (moe_context_new(m, &cp, &ctx, err, sizeof err)) { cli_fail(C, "%s", err); goto done; }
+    for (int i = 0; i < np; i++) {
+        if (cli_sampler_new(C, &o->sampling, V, cp.n_ctx, &ps[i].smp)) goto done;
+        moe_sampler_accept_context(ps[i].smp, ps[i].ids, ps[i].n_prompt);   /* the repeat penalty's window */
+    }
     const size_t step_max = (size_t)(n_in > np ? n_in : np);   /* the first step: every prompt whole */
     tok = malloc(step_max * sizeof *tok);
     seq = malloc(step_max * sizeof *seq);

@@ -36,6 +36,10 @@ typedef struct srv_req {
     uint64_t id;
     int kind;
     int choice, n_choices;          /* n > 1: choice i of n, each its own request (seed + i) */
+    uint64_t answer_id;             /* the id the answer's chunks carry: choice 0's (its own id for n = 1) */
+    /* streamed n > 1: choice 0, whose cv is signalled too when this choice
+     * changes (the stream waits on that one); a reference of this choice's */
+    struct srv_req *notify;
     bool stream, include_usage, return_tokens;
     bool cache_prompt;              /* false: a cold prefill even when a slot holds the prefix */
     int32_t *prompt;
@@ -172,6 +176,9 @@ void srv_req_unref(srv *s, srv_req *r);
 int  srv_submit(srv *s, srv_req *r, const char **why);
 /* Marks r cancelled (its client went away); the engine drops it at its next step. */
 void srv_cancel(srv *s, srv_req *r);
+/* Streamed n > 1: choice r's changes also signal first->cv (r takes a
+ * reference to first); before r is submitted. */
+void srv_req_notify(srv *s, srv_req *r, srv_req *first);
 
 /* serve_api.c — an error names the HTTP status, message, param and code. */
 typedef struct api_err {
@@ -201,6 +208,8 @@ char *api_chunk(srv *s, srv_req *r, const char *text, size_t len, bool role, con
 char *api_chunk_field(srv *s, srv_req *r, const char *field, const char *text, size_t len, bool role, const char *finish,
                       const api_lp_span *lp);
 char *api_usage_chunk(srv *s, srv_req *r);
+/* The usage chunk of n choices (rs[0..n)): the prompt once, the completions summed. */
+char *api_usage_chunk_n(srv *s, srv_req *const *rs, int n);
 /* A chunk with the given delta (taken over) and no finish_reason. */
 char *api_delta_chunk(srv *s, srv_req *r, json_t *delta);
 char *api_error_chunk(srv *s, srv_req *r);                   /* r failed (err_status, errmsg) */

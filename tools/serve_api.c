@@ -7,6 +7,7 @@
  * chat.completion.chunk, text_completion, list of models. */
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -378,14 +379,39 @@ static int parse_logit_bias(srv *s, json_t *o, srv_req *r, api_err *e) {
     return rc;
 }
 
+/* repeat_penalty (> 0, 1: off) and repeat_last_n (-1: the whole context,
+ * 0: off; default 64), llama.cpp's server's fields and formula (engine.h).
+ * The window starts with the prompt's tokens, as llama.cpp's server's
+ * does; one longer than prompt + max_tokens (-1 too) is that long — it
+ * holds every token either way. */
+static int parse_repeat(json_t *o, srv_req *r, api_err *e) {
+    double rep = 1.0;
+    long long last_n = 64;
+    bool set;
+    if (get_num(o, "repeat_penalty", -HUGE_VAL, HUGE_VAL, &rep, NULL, e) || get_int(o, "repeat_last_n", &last_n, &set, e)) return -1;
+    if (!(rep > 0.0 && rep <= 1e6))
+        return api_fail(e, 400, "repeat_penalty", "invalid_value", "'repeat_penalty' must be > 0 and at most 1e6 (1: off), got %g", rep);
+    if (last_n < -1)
+        return api_fail(e, 400, "repeat_last_n", "invalid_value", "'repeat_last_n' must be -1 (the whole context), 0 (off) or more, got %lld", last_n);
+    const long long all = (long long)r->n_prompt + r->max_tokens;
+    if (last_n == -1 || last_n > all) last_n = all;
+    if (rep == 1.0 || last_n == 0) return 0;
+    char err[MOE_ERR_LEN];
+    if (moe_sampler_set_repeat_penalty(r->smp, (float)rep, (int)last_n, err, sizeof err))
+        return api_fail(e, 400, "repeat_penalty", "invalid_value", "%s", err);
+    moe_sampler_accept_context(r->smp, r->prompt, r->n_prompt);
+    return 0;
+}
+
 /* presence_penalty, frequency_penalty ([-2, 2], OpenAI's formula over the
- * completion's tokens: engine.h) and logit_bias. */
+ * completion's tokens: engine.h), the repeat penalty and logit_bias. */
 static int parse_penalties(srv *s, json_t *o, srv_req *r, api_err *e) {
     double pres = 0.0, freq = 0.0;
     if (get_num(o, "presence_penalty", -2, 2, &pres, NULL, e) || get_num(o, "frequency_penalty", -2, 2, &freq, NULL, e)) return -1;
     char err[MOE_ERR_LEN];
     if ((pres != 0.0 || freq != 0.0) && moe_sampler_set_penalties(r->smp, (float)pres, (float)freq, err, sizeof err))
         return api_fail(e, 400, "presence_penalty", "invalid_value", "%s", err);
+    if (parse_repeat(o, r, e)) return -1;
     return parse_logit_bias(s, o, r, e);
 }
 
@@ -412,7 +438,6 @@ static int parse_limits(srv *s, json_t *o, int kind, srv_req *r, api_err *e) {
     const char *name = "max_tokens";
     if (get_int(o, "n", &n, &nset, e)) return -1;
     if (n < 1 || n > SRV_MAX_CHOICES) return api_fail(e, 400, "n", "invalid_value", "'n' must be in [1, %d], got %lld", SRV_MAX_CHOICES, n);
-    if (n > 1 && r->stream) return api_fail(e, 400, "n", "invalid_value", "'n' > 1 is not supported with 'stream' (ask for n streams)");
     r->n_choices = (int)n;
     if (kind == SRV_CHAT && get_int(o, "max_completion_tokens", &mt, &set2, e)) return -1;
     if (set2) name = "max_completion_tokens";
@@ -672,19 +697,23 @@ done:
 
 /* ---- responses -------------------------------------------------------------- */
 
-static json_t *usage_json(const srv_req *r) {
+/* The usage of n choices: the prompt (and its cached tokens) once, as
+ * the choices share it, the completions summed. */
+static json_t *usage_json_n(srv_req *const *rs, int n) {
     json_t *u = json_object(), *d = json_object();
-    json_object_set_new(u, "prompt_tokens", json_integer(r->n_prompt));
-    json_object_set_new(u, "completion_tokens", json_integer(r->n_gen));
-    json_object_set_new(u, "total_tokens", json_integer(r->n_prompt + r->n_gen));
-    json_object_set_new(d, "cached_tokens", json_integer(r->n_cached));
+    int gen = 0;
+    for (int i = 0; i < n; i++) gen += rs[i]->n_gen;
+    json_object_set_new(u, "prompt_tokens", json_integer(rs[0]->n_prompt));
+    json_object_set_new(u, "completion_tokens", json_integer(gen));
+    json_object_set_new(u, "total_tokens", json_integer(rs[0]->n_prompt + gen));
+    json_object_set_new(d, "cached_tokens", json_integer(rs[0]->n_cached));
     json_object_set_new(u, "prompt_tokens_details", d);
     return u;
 }
 
 static json_t *head_json(const srv_req *r, bool chunk) {
     char id[48];
-    snprintf(id, sizeof id, "%s-%llu", r->kind == SRV_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)r->id);
+    snprintf(id, sizeof id, "%s-%llu", r->kind == SRV_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)r->answer_id);
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(id));
     json_object_set_new(o, "object", json_string(r->kind == SRV_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"));
@@ -807,25 +836,18 @@ char *api_final_json_n(srv *s, srv_req *const *rs, int n, int *status) {
         }
     *status = 200;
     json_t *o = final_obj(s, rs[0]), *arr = json_object_get(o, "choices");
-    int gen = rs[0]->n_gen;
     for (int i = 1; i < n; i++) {
         json_t *oi = final_obj(s, rs[i]), *ch = json_array_get(json_object_get(oi, "choices"), 0);
-        json_object_set_new(ch, "index", json_integer(i));
         json_array_append(arr, ch);
         json_decref(oi);
-        gen += rs[i]->n_gen;
     }
-    if (n > 1) {
-        json_t *u = json_object_get(o, "usage");
-        json_object_set_new(u, "completion_tokens", json_integer(gen));
-        json_object_set_new(u, "total_tokens", json_integer(rs[0]->n_prompt + gen));
-    }
+    json_object_set_new(o, "usage", usage_json_n(rs, n));
     return dump_free(o, false);
 }
 
 static json_t *final_obj(srv *s, srv_req *r) {
     json_t *o = head_json(r, false), *ch = json_object(), *arr = json_array();
-    json_object_set_new(ch, "index", json_integer(0));
+    json_object_set_new(ch, "index", json_integer(r->choice));
     if (r->kind == SRV_CHAT) {
         json_t *msg = json_object();
         json_object_set_new(msg, "role", json_string("assistant"));
@@ -850,7 +872,6 @@ static json_t *final_obj(srv *s, srv_req *r) {
     }
     json_array_append_new(arr, ch);
     json_object_set_new(o, "choices", arr);
-    json_object_set_new(o, "usage", usage_json(r));
     return o;
 }
 
@@ -870,7 +891,7 @@ char *api_chunk(srv *s, srv_req *r, const char *text, size_t len, bool role, con
 char *api_chunk_field(srv *s, srv_req *r, const char *field, const char *text, size_t len, bool role, const char *finish,
                       const api_lp_span *lp) {
     json_t *o = head_json(r, true), *ch = json_object(), *arr = json_array();
-    json_object_set_new(ch, "index", json_integer(0));
+    json_object_set_new(ch, "index", json_integer(r->choice));
     if (r->kind == SRV_CHAT) {
         json_t *d = json_object();
         if (role) json_object_set_new(d, "role", json_string("assistant"));
@@ -893,7 +914,7 @@ char *api_chunk_field(srv *s, srv_req *r, const char *field, const char *text, s
 
 char *api_delta_chunk(srv *s, srv_req *r, json_t *delta) {
     json_t *o = head_json(r, true), *ch = json_object(), *arr = json_array();
-    json_object_set_new(ch, "index", json_integer(0));
+    json_object_set_new(ch, "index", json_integer(r->choice));
     json_object_set_new(ch, "delta", delta);
     json_object_set_new(ch, "logprobs", json_null());
     json_object_set_new(ch, "finish_reason", json_null());
@@ -904,9 +925,14 @@ char *api_delta_chunk(srv *s, srv_req *r, json_t *delta) {
 }
 
 char *api_usage_chunk(srv *s, srv_req *r) {
-    json_t *o = head_json(r, true);
+    srv_req *const one[1] = {r};
+    return api_usage_chunk_n(s, one, 1);
+}
+
+char *api_usage_chunk_n(srv *s, srv_req *const *rs, int n) {
+    json_t *o = head_json(rs[0], true);
     json_object_set_new(o, "choices", json_array());
-    json_object_set_new(o, "usage", usage_json(r));
+    json_object_set_new(o, "usage", usage_json_n(rs, n));
     return dump_free(o, true);
 }
 

@@ -99,6 +99,7 @@ srv_req *srv_req_new(srv *s) {
     pthread_mutex_lock(&s->mu);
     r->id = s->next_id++;
     pthread_mutex_unlock(&s->mu);
+    r->answer_id = r->id;
     return r;
 }
 
@@ -121,12 +122,27 @@ static void req_destroy(srv_req *r) {
     tools_free(r->tools);
     moe_utf8_stream_free(r->utf8);
     pthread_cond_destroy(&r->cv);
+    srv_req *first = r->notify;
     free(r);
+    if (first && --first->refs == 0) req_destroy(first);
 }
 
 /* Drops one reference; the caller holds s->mu (locked) or not (unlocked). */
 static void unref_locked(srv_req *r) {
     if (--r->refs == 0) req_destroy(r);
+}
+
+void srv_req_notify(srv *s, srv_req *r, srv_req *first) {
+    pthread_mutex_lock(&s->mu);
+    first->refs++;
+    r->notify = first;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* r changed (text, done, error): its waiter, and a streamed n's waiter on choice 0. */
+static void req_signal(srv_req *r) {
+    pthread_cond_broadcast(&r->cv);
+    if (r->notify) pthread_cond_broadcast(&r->notify->cv);
 }
 
 void srv_req_unref(srv *s, srv_req *r) {
@@ -170,7 +186,7 @@ static void finish_err(srv_req *r, int status, const char *msg) {
     r->done = true;
     r->emit = r->len;
     r->t_done = srv_now();
-    pthread_cond_broadcast(&r->cv);
+    req_signal(r);
 }
 
 static void release_slot(srv *s, int i) {
@@ -375,7 +391,7 @@ static void take_token(srv *s, int i, int32_t id, double now) {
         r->emit = r->len;
         r->t_done = now;
     }
-    pthread_cond_broadcast(&r->cv);
+    req_signal(r);
 }
 
 int srv_enable_profile(srv *s) {
@@ -453,7 +469,7 @@ static void grammar_end(srv_req *r, int32_t why, double now) {
         r->done = true;
         r->emit = r->len;
         r->t_done = now;
-        pthread_cond_broadcast(&r->cv);
+        req_signal(r);
         return;
     }
     if (!text_add(r, buf, moe_utf8_stream_flush(r->utf8, buf, sizeof buf))) { finish_err(r, 500, "out of memory"); return; }
@@ -461,7 +477,7 @@ static void grammar_end(srv_req *r, int32_t why, double now) {
     r->done = true;
     r->emit = r->len;
     r->t_done = now;
-    pthread_cond_broadcast(&r->cv);
+    req_signal(r);
 }
 
 /* The top logits a step needs: when every row's request samples greedily

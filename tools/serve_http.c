@@ -87,22 +87,28 @@ static bool client_gone(struct MHD_Connection *c) {
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
-/* Waits until r is done or (stream) has text past `sent`. false: the client
- * went away, and r was cancelled. */
 /* A stream's news: text past `sent`, or tool calls changed since version tv. */
-static bool news(const srv_req *r, bool stream, size_t sent, uint64_t tv) {
-    return stream && (r->emit > sent || (r->tools && r->tools->version != tv));
+static bool news(const srv_req *r, size_t sent, uint64_t tv) {
+    return r->emit > sent || (r->tools && r->tools->version != tv);
 }
 
-static bool wait_req(srv *s, struct MHD_Connection *c, srv_req *r, bool stream, size_t sent, uint64_t tv) {
+/* One wait of at most 50 ms on cv (s->mu held), so that the caller can
+ * look at its socket between waits. */
+static void wait_50ms(srv *s, pthread_cond_t *cv) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 50 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+    pthread_cond_timedwait(cv, &s->mu, &ts);
+}
+
+/* Waits until r is done (a whole answer). false: the client went away, and
+ * r was cancelled. */
+static bool wait_req(srv *s, struct MHD_Connection *c, srv_req *r) {
     pthread_mutex_lock(&s->mu);
-    while (!r->done && !news(r, stream, sent, tv)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
-        pthread_cond_timedwait(&r->cv, &s->mu, &ts);
-        if (r->done || news(r, stream, sent, tv)) break;
+    while (!r->done) {
+        wait_50ms(s, &r->cv);
+        if (r->done) break;
         pthread_mutex_unlock(&s->mu);
         const bool gone = client_gone(c);
         pthread_mutex_lock(&s->mu);
@@ -118,22 +124,30 @@ static bool wait_req(srv *s, struct MHD_Connection *c, srv_req *r, bool stream, 
 
 /* ---- streaming (server-sent events) --------------------------------------- */
 
-typedef struct stream {
-    srv *s;
-    struct MHD_Connection *c;
-    conn *k;
-    srv_req *r;                     /* its own reference */
-    char *buf;                      /* events not yet written */
-    size_t n, off, cap;
+/* One choice of a stream (n > 1: each a request of its own, its chunks
+ * carrying index i): what of its answer has been sent. */
+typedef struct st_choice {
+    srv_req *r;                     /* the stream's own reference */
     size_t sent;                    /* text bytes already turned into events */
     size_t r_sent, c_sent;          /* with reasoning: where the reasoning / content sent so far end in the text */
     int lp_sent;                    /* generated tokens whose logprobs were sent */
-    bool finished;
+    bool ended;                     /* its finish chunk was written */
     /* tool calls: the one being sent, its head sent, its argument bytes sent, the version seen */
     int tc_call;
     bool tc_head;
     size_t tc_args;
     uint64_t tc_ver;
+} st_choice;
+
+typedef struct stream {
+    srv *s;
+    struct MHD_Connection *c;
+    conn *k;
+    st_choice ch[SRV_MAX_CHOICES];
+    int n_ch;
+    char *buf;                      /* events not yet written */
+    size_t n, off, cap;
+    bool finished;
 } stream;
 
 static bool st_add(stream *st, char *ev) {
@@ -153,73 +167,128 @@ static bool st_add(stream *st, char *ev) {
     return true;
 }
 
+/* Whether a choice has something to write (under srv.mu). */
+static bool ch_news(const st_choice *ch) {
+    return !ch->ended && (ch->r->done || news(ch->r, ch->sent, ch->tc_ver));
+}
+
+static bool st_news(const stream *st) {
+    for (int i = 0; i < st->n_ch; i++)
+        if (ch_news(&st->ch[i])) return true;
+    return false;
+}
+
+static void st_cancel(stream *st) {
+    for (int i = 0; i < st->n_ch; i++) srv_cancel(st->s, st->ch[i].r);
+}
+
+/* Waits until a choice has news: every choice signals choice 0's cv
+ * (srv_req_notify). false: the client went away, and every choice was
+ * cancelled. */
+static bool wait_stream(stream *st) {
+    srv *s = st->s;
+    pthread_mutex_lock(&s->mu);
+    while (!st_news(st)) {
+        wait_50ms(s, &st->ch[0].r->cv);
+        if (st_news(st)) break;
+        pthread_mutex_unlock(&s->mu);
+        const bool gone = client_gone(st->c);
+        pthread_mutex_lock(&s->mu);
+        if (gone) {
+            pthread_mutex_unlock(&s->mu);
+            st_cancel(st);
+            return false;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return true;
+}
+
 /* The text not sent yet (under srv.mu): the new reasoning [rf, rt) and
  * content [cf, ct) of text[0..emit) (without reasoning: all content). */
-static void new_spans(const stream *st, bool done, size_t *rf, size_t *rt, size_t *cf, size_t *ct) {
-    const srv_req *r = st->r;
+static void new_spans(const st_choice *ch, bool done, size_t *rf, size_t *rt, size_t *cf, size_t *ct) {
+    const srv_req *r = ch->r;
     *rf = *rt = 0;
-    *cf = st->c_sent;
+    *cf = ch->c_sent;
     *ct = r->emit;
     if (!r->reason) return;
     reason_span sp;
     reason_split_req(r, r->text, r->emit, done, &sp);
-    *rf = sp.r_from > st->r_sent ? sp.r_from : st->r_sent;
+    *rf = sp.r_from > ch->r_sent ? sp.r_from : ch->r_sent;
     *rt = sp.r_to > *rf ? sp.r_to : *rf;
-    *cf = sp.c_from > st->c_sent ? sp.c_from : st->c_sent;
+    *cf = sp.c_from > ch->c_sent ? sp.c_from : ch->c_sent;
     *ct = sp.c_to > *cf ? sp.c_to : *cf;
 }
 
-/* The next events: new text, or the end (finish chunk, usage, [DONE]). */
-static bool st_refill(stream *st) {
+/* One choice's next events: new text, tool-call deltas, its finish chunk
+ * once it is done (*failed: it failed, and its error event was written). */
+static bool ch_refill(stream *st, st_choice *ch, bool *failed) {
     srv *s = st->s;
-    srv_req *r = st->r;
-    st->n = st->off = 0;
-    if (!wait_req(s, st->c, r, true, st->sent, st->tc_ver)) return false;
+    srv_req *r = ch->r;
     pthread_mutex_lock(&s->mu);
     char *calls = NULL;                            /* the tool calls' new deltas */
     if (r->tools && !r->err_status) {
-        st->tc_ver = r->tools->version;
-        calls = api_tool_chunks(s, r, &st->tc_call, &st->tc_head, &st->tc_args);
+        ch->tc_ver = r->tools->version;
+        calls = api_tool_chunks(s, r, &ch->tc_call, &ch->tc_head, &ch->tc_args);
     }
-    const size_t avail = r->emit - st->sent;
+    const size_t avail = r->emit - ch->sent;
     const bool done = r->done && r->emit == r->len;
-    const bool failed = r->err_status != 0;
+    *failed = r->err_status != 0;
     size_t rf, rt, cf, ct;
-    new_spans(st, done, &rf, &rt, &cf, &ct);
+    new_spans(ch, done, &rf, &rt, &cf, &ct);
     char *reason = rt > rf ? malloc(rt - rf) : NULL, *text = ct > cf ? malloc(ct - cf) : NULL;
     if (reason) memcpy(reason, r->text + rf, rt - rf);
     if (text) memcpy(text, r->text + cf, ct - cf);
     /* a chunk carries the logprobs of the tokens whose text it completes;
      * the last one those of the rest (an end token, a stop string's) */
-    api_lp_span lp = {st->lp_sent, st->lp_sent, r->len};
+    api_lp_span lp = {ch->lp_sent, ch->lp_sent, r->len};
     if (r->n_top >= 0)
         while (lp.to < r->n_gen && (done || r->tok_end[lp.to] <= r->emit)) lp.to++;
     pthread_mutex_unlock(&s->mu);
-    if ((ct > cf && !text) || (rt > rf && !reason) || (r->tools && !r->err_status && !calls)) {
+    if ((ct > cf && !text) || (rt > rf && !reason) || (r->tools && !*failed && !calls)) {
         free(text); free(reason); free(calls);
         return false;
     }
-    st->sent += avail;
+    ch->sent += avail;
     bool ok = true;
     /* r's fields read below without the lock are final once done; the
      * reasoning goes before the content, the logprobs with the last chunk */
-    if (rt > rf && !failed) {
+    if (rt > rf && !*failed) {
         ok = st_add(st, api_chunk_field(s, r, "reasoning_content", reason, rt - rf, false, NULL, ct > cf ? NULL : &lp));
-        if (ct <= cf) st->lp_sent = lp.from = lp.to;
-        st->r_sent = rt;
+        if (ct <= cf) ch->lp_sent = lp.from = lp.to;
+        ch->r_sent = rt;
     }
-    if (ok && ct > cf && !failed) {
+    if (ok && ct > cf && !*failed) {
         ok = st_add(st, api_chunk(s, r, text, ct - cf, false, NULL, &lp));
-        st->lp_sent = lp.from = lp.to;
-        st->c_sent = ct;
+        ch->lp_sent = lp.from = lp.to;
+        ch->c_sent = ct;
     }
     free(text);
     free(reason);
     if (calls && ok) ok = *calls ? st_add(st, calls) : (free(calls), true);
     else free(calls);
-    if (ok && done && st->sent == r->len) {
-        ok = st_add(st, failed ? api_error_chunk(s, r) : api_chunk(s, r, "", 0, false, r->finish, &lp));
-        if (ok && r->include_usage && !failed) ok = st_add(st, api_usage_chunk(s, r));
+    if (ok && done && ch->sent == r->len) {
+        ok = st_add(st, *failed ? api_error_chunk(s, r) : api_chunk(s, r, "", 0, false, r->finish, &lp));
+        ch->ended = true;
+    }
+    return ok;
+}
+
+/* The next events of every choice with news; once all have ended, the
+ * usage (summed over the choices) and [DONE]. A choice that fails ends the
+ * stream with its error event (the others are cancelled). */
+static bool st_refill(stream *st) {
+    st->n = st->off = 0;
+    if (!wait_stream(st)) return false;
+    bool ok = true, failed = false, all = true;
+    for (int i = 0; ok && !failed && i < st->n_ch; i++)
+        if (!st->ch[i].ended) ok = ch_refill(st, &st->ch[i], &failed);
+    for (int i = 0; i < st->n_ch; i++) all &= st->ch[i].ended;
+    if (ok && failed) st_cancel(st);
+    if (ok && (failed || all)) {
+        srv_req *rs[SRV_MAX_CHOICES];
+        for (int i = 0; i < st->n_ch; i++) rs[i] = st->ch[i].r;
+        if (!failed && rs[0]->include_usage) ok = st_add(st, api_usage_chunk_n(st->s, rs, st->n_ch));
         if (ok) ok = st_add(st, strdup("data: [DONE]\n\n"));
         st->finished = true;
     }
@@ -244,25 +313,33 @@ static ssize_t st_read(void *cls, uint64_t pos, char *out, size_t max) {
 
 static void st_free(void *cls) {
     stream *st = cls;
-    srv_cancel(st->s, st->r);                      /* no-op when done */
-    srv_req_unref(st->s, st->r);
+    st_cancel(st);                                 /* no-op for the choices done */
+    for (int i = 0; i < st->n_ch; i++) srv_req_unref(st->s, st->ch[i].r);
     free(st->buf);
     free(st);
 }
 
-static enum MHD_Result start_stream(struct MHD_Connection *c, conn *k, srv_req *r) {
+/* The SSE answer of the n choices rs[0..n) (submitted). */
+static enum MHD_Result start_stream(struct MHD_Connection *c, conn *k, srv_req *const *rs, int n) {
     srv *s = k->s;
     stream *st = calloc(1, sizeof *st);
-    if (!st) { srv_cancel(s, r); return fail(c, k, 500, NULL, NULL, "out of memory"); }
+    if (!st) {
+        for (int i = 0; i < n; i++) srv_cancel(s, rs[i]);
+        return fail(c, k, 500, NULL, NULL, "out of memory");
+    }
     st->s = s;
     st->c = c;
     st->k = k;
-    st->r = r;
     pthread_mutex_lock(&s->mu);
-    r->refs++;
+    for (int i = 0; i < n; i++) {
+        rs[i]->refs++;
+        st->ch[i].r = rs[i];
+    }
+    st->n_ch = n;
     pthread_mutex_unlock(&s->mu);
-    /* OpenAI's chat streams open with the role; completions go straight to text */
-    if (r->kind == SRV_CHAT && !st_add(st, api_chunk(s, r, "", 0, true, NULL, NULL))) { st_free(st); return fail(c, k, 500, NULL, NULL, "out of memory"); }
+    /* OpenAI's chat streams open with the role, per choice; completions go straight to text */
+    for (int i = 0; i < n && rs[0]->kind == SRV_CHAT; i++)
+        if (!st_add(st, api_chunk(s, rs[i], "", 0, true, NULL, NULL))) { st_free(st); return fail(c, k, 500, NULL, NULL, "out of memory"); }
     struct MHD_Response *rsp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, st_read, st, st_free);
     if (!rsp) { st_free(st); return fail(c, k, 500, NULL, NULL, "out of memory"); }
     MHD_add_response_header(rsp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
@@ -275,31 +352,36 @@ static enum MHD_Result start_stream(struct MHD_Connection *c, conn *k, srv_req *
 
 /* ---- endpoints ------------------------------------------------------------ */
 
-/* n > 1 (not streamed): each choice is a request of its own (the same body,
- * choice i seeded with seed + i), so each one's tokens are what it gives
- * alone; they share the prompt through the prompt cache. All or none are
- * submitted; the answer waits for every one. */
+/* n > 1: each choice is a request of its own (the same body, choice i
+ * seeded with seed + i), so each one's tokens are what it gives alone; they
+ * share the prompt through the prompt cache. All or none are submitted.
+ * Not streamed, the answer waits for every one; streamed, the choices'
+ * chunks interleave as they come (index i, the id of choice 0). */
 static enum MHD_Result completions_n(struct MHD_Connection *c, conn *k, int kind) {
     srv *s = k->s;
     api_err e = {0};
     const int n = k->req->n_choices;
+    srv_req *rs[SRV_MAX_CHOICES] = {k->req};
     for (int i = 1; i < n; i++) {
         if (api_parse(s, kind, k->body ? k->body : "", k->len, i, &k->more[i - 1], &e)) return reply_err(c, k, &e);
         k->n_more = i;
+        rs[i] = k->more[i - 1];
+        rs[i]->answer_id = k->req->id;               /* one answer: one id, one creation time */
+        rs[i]->created = k->req->created;
+        if (k->req->stream) srv_req_notify(s, rs[i], k->req);
     }
     const char *why = NULL;
     int sub = 0;
     for (; sub < n; sub++)
-        if (srv_submit(s, sub ? k->more[sub - 1] : k->req, &why)) break;
+        if (srv_submit(s, rs[sub], &why)) break;
     if (sub < n) {
-        for (int i = 0; i < sub; i++) srv_cancel(s, i ? k->more[i - 1] : k->req);
+        for (int i = 0; i < sub; i++) srv_cancel(s, rs[i]);
         return fail(c, k, 503, NULL, "server_busy", why);
     }
-    srv_req *rs[SRV_MAX_CHOICES];
+    if (k->req->stream) return start_stream(c, k, rs, n);
     for (int i = 0; i < n; i++) {
-        rs[i] = i ? k->more[i - 1] : k->req;
-        if (!wait_req(s, c, rs[i], false, 0, 0)) {
-            for (int j = 0; j < n; j++) srv_cancel(s, j ? k->more[j - 1] : k->req);
+        if (!wait_req(s, c, rs[i])) {
+            for (int j = 0; j < n; j++) srv_cancel(s, rs[j]);
             k->aborted = true;
             return MHD_NO;
         }
@@ -318,8 +400,8 @@ static enum MHD_Result completions(struct MHD_Connection *c, conn *k, int kind) 
     if (r->n_choices > 1) return completions_n(c, k, kind);
     const char *why = NULL;
     if (srv_submit(s, r, &why)) return fail(c, k, 503, NULL, "server_busy", why);
-    if (r->stream) return start_stream(c, k, r);
-    if (!wait_req(s, c, r, false, 0, 0)) { k->aborted = true; return MHD_NO; }
+    if (r->stream) return start_stream(c, k, &r, 1);
+    if (!wait_req(s, c, r)) { k->aborted = true; return MHD_NO; }
     int status;
     char *body = api_final_json(s, r, &status);
     return reply(c, k, status, "application/json", body, status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, "1");

@@ -220,7 +220,8 @@ int32_t moe_sampler_sample_topk(moe_sampler *s, const int32_t *ids, const float 
 /* Penalties and biases (OpenAI's presence_penalty, frequency_penalty and
  * logit_bias). Before each draw, token j's logit becomes
  *   logit[j] + bias[j] - c[j] * frequency - (c[j] > 0 ? presence : 0)
- * (in that order, in float), where c[j] counts j among the tokens passed to
+ * (in that order, in float; a repeat penalty, below, applies between the
+ * bias and the penalties), where c[j] counts j among the tokens passed to
  * moe_sampler_accept — the caller accepts each generated token, so forced
  * or prompt tokens count only if the caller says so. Greedy then takes the
  * argmax of the adjusted logits. With either set, moe_sampler_topk_need
@@ -233,6 +234,25 @@ int  moe_sampler_set_penalties(moe_sampler *s, float presence, float frequency, 
 int  moe_sampler_set_logit_bias(moe_sampler *s, const int32_t *ids, const float *bias, int n, char *err,
                                 size_t errlen);
 void moe_sampler_accept(moe_sampler *s, int32_t token);
+
+/* llama.cpp's (and Ollama's) repeat_penalty over a window of repeat_last_n
+ * tokens. Before each draw, a token that occurs among the last last_n
+ * tokens of the window gets logit / penalty when its logit (after the bias)
+ * is > 0, logit * penalty otherwise — after the logit bias, before the
+ * presence and frequency penalties (the order of llama.cpp's chain). The
+ * window holds the tokens passed to moe_sampler_accept_context (the prompt:
+ * llama.cpp's server and CLI count it) and then to moe_sampler_accept (the
+ * generated ones), oldest out first. penalty: finite, > 0 (1: off; > 1
+ * discourages repeats); last_n: 0 (off) .. MOE_SAMPLER_MAX_REPEAT_WINDOW
+ * (llama.cpp's -1, the whole context, is the caller's context size). Either
+ * neutral value allocates nothing and switches the penalty off. Setting it
+ * empties the window; with it on, moe_sampler_topk_need returns 0. */
+#define MOE_SAMPLER_MAX_REPEAT_WINDOW (1 << 24)
+int  moe_sampler_set_repeat_penalty(moe_sampler *s, float penalty, int last_n, char *err, size_t errlen);
+/* Tokens before the generation (the prompt), in order: they enter the
+ * repeat-penalty window only (the presence and frequency counts are the
+ * generated tokens'). Ids outside the vocabulary are skipped. */
+void moe_sampler_accept_context(moe_sampler *s, const int32_t *tokens, int n);
 
 /* ---- runtime configuration -------------------------------------------- */
 

@@ -3,9 +3,20 @@
  * Greedy (temp <= 0) is argmax with ties to the lowest id. Otherwise the
  * chain is llama.cpp's order: top-k -> top-p -> min-p -> temperature ->
  * draw. Candidates are ordered by (logit desc, id asc), so the result is a
- * pure function of the logits and the seeded generator. Penalties and a
- * logit bias (engine.h) adjust a copy of the logits before the chain. All
- * buffers are allocated when the sampler is created or configured. */
+ * pure function of the logits and the seeded generator.
+ *
+ * Adjustments (engine.h) change a copy of the logits before the chain, in
+ * this order, each in float: (1) the logit bias is added; (2) llama.cpp's
+ * repeat penalty: a token seen in the window of the last repeat_last_n
+ * accepted tokens (the context passed to moe_sampler_accept_context, then
+ * the generated ones) gets logit / penalty when its logit is > 0, logit *
+ * penalty otherwise; (3) OpenAI's penalties: - count * frequency - (count >
+ * 0) * presence, count over the generated tokens only (all of them, no
+ * window). llama.cpp's penalties sampler applies (2) then (3) and its logit
+ * bias before both, so the order is its; unlike it, (3) counts the whole
+ * completion, as OpenAI's API defines them. Buffers are allocated when the
+ * sampler is created or an adjustment is switched on, never while sampling
+ * or accepting; an adjustment set to its neutral value allocates nothing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,10 +34,17 @@ struct moe_sampler {
     float presence, frequency;   /* penalties; both 0: off */
     int32_t *count;              /* accepted tokens per id (with penalties) */
     float *bias;                 /* logit bias per id, or NULL */
-    float *adj;                  /* the adjusted logits (with either) */
+    float repeat;                /* repeat penalty; 1 (or no window): off */
+    int32_t *ring;               /* the window: the last win_cap tokens, oldest at ring_at once full */
+    int win_cap, win_len, ring_at;
+    int32_t *win_count;          /* occurrences per id in the window */
+    float *adj;                  /* the adjusted logits (with any adjustment) */
 };
 
-static bool adjusting(const moe_sampler *s) { return s->bias || s->presence != 0.0f || s->frequency != 0.0f; }
+static bool repeating(const moe_sampler *s) { return s->win_cap > 0 && s->repeat != 1.0f; }
+static bool adjusting(const moe_sampler *s) {
+    return s->bias || s->presence != 0.0f || s->frequency != 0.0f || repeating(s);
+}
 
 int32_t moe_argmax(const float *logits, int n) {
     int32_t best = 0;
@@ -53,6 +71,7 @@ int moe_sampler_new(const moe_sampler_params *p, int n_vocab, moe_sampler **out,
     if (!s->c) { free(s); return moe_errf(err, errlen, MOE_ENOMEM, "sampler: out of memory"); }
     s->p = d;
     s->n_vocab = n_vocab;
+    s->repeat = 1.0f;
     moe_rng_seed(&s->rng, d.seed);
     *out = s;
     return MOE_OK;
@@ -63,11 +82,14 @@ void moe_sampler_free(moe_sampler *s) {
     free(s->c);
     free(s->count);
     free(s->bias);
+    free(s->ring);
+    free(s->win_count);
     free(s->adj);
     free(s);
 }
 
-/* The adjusted-logits buffer, once either adjustment is set. */
+/* The adjusted-logits buffer, allocated by the setter that switches an
+ * adjustment on (so the sampling path never allocates). */
 static int need_adj(moe_sampler *s, char *err, size_t errlen) {
     if (!s->adj && !(s->adj = malloc((size_t)s->n_vocab * sizeof *s->adj)))
         return moe_errf(err, errlen, MOE_ENOMEM, "sampler: out of memory");
@@ -80,11 +102,11 @@ int moe_sampler_set_penalties(moe_sampler *s, float presence, float frequency, c
         return moe_errf(err, errlen, MOE_EINVAL, "sampler: presence penalty %g must be in [-2, 2]", (double)presence);
     if (!(frequency >= -2.0f && frequency <= 2.0f))
         return moe_errf(err, errlen, MOE_EINVAL, "sampler: frequency penalty %g must be in [-2, 2]", (double)frequency);
-    if ((presence != 0.0f || frequency != 0.0f) && !s->count) {
-        if (!(s->count = calloc((size_t)s->n_vocab, sizeof *s->count)))
+    if (presence != 0.0f || frequency != 0.0f) {
+        if (!s->count && !(s->count = calloc((size_t)s->n_vocab, sizeof *s->count)))
             return moe_errf(err, errlen, MOE_ENOMEM, "sampler: out of memory");
+        if (need_adj(s, err, errlen)) return MOE_ENOMEM;
     }
-    if (need_adj(s, err, errlen)) return MOE_ENOMEM;
     s->presence = presence;
     s->frequency = frequency;
     return MOE_OK;
@@ -109,13 +131,56 @@ int moe_sampler_set_logit_bias(moe_sampler *s, const int32_t *ids, const float *
     return MOE_OK;
 }
 
-void moe_sampler_accept(moe_sampler *s, int32_t token) {
-    if (s && s->count && token >= 0 && token < s->n_vocab && s->count[token] < INT32_MAX) s->count[token]++;
+int moe_sampler_set_repeat_penalty(moe_sampler *s, float penalty, int last_n, char *err, size_t errlen) {
+    if (!s) return moe_errf(err, errlen, MOE_EINVAL, "sampler: NULL");
+    if (!(penalty > 0.0f) || !isfinite(penalty))
+        return moe_errf(err, errlen, MOE_EINVAL, "sampler: repeat penalty %g must be a finite number > 0 (1: off)", (double)penalty);
+    if (last_n < 0 || last_n > MOE_SAMPLER_MAX_REPEAT_WINDOW)
+        return moe_errf(err, errlen, MOE_EINVAL, "sampler: repeat window %d must be in [0, %d] (0: off)", last_n,
+                        MOE_SAMPLER_MAX_REPEAT_WINDOW);
+    const bool on = last_n > 0 && penalty != 1.0f;
+    if (on) {
+        if (!s->win_count && !(s->win_count = calloc((size_t)s->n_vocab, sizeof *s->win_count)))
+            return moe_errf(err, errlen, MOE_ENOMEM, "sampler: out of memory");
+        if (last_n > s->win_cap) {
+            int32_t *r = realloc(s->ring, (size_t)last_n * sizeof *r);
+            if (!r) return moe_errf(err, errlen, MOE_ENOMEM, "sampler: out of memory");
+            s->ring = r;
+        }
+        if (need_adj(s, err, errlen)) return MOE_ENOMEM;
+        memset(s->win_count, 0, (size_t)s->n_vocab * sizeof *s->win_count);
+    }
+    s->repeat = penalty;
+    s->win_cap = on ? last_n : 0;
+    s->win_len = s->ring_at = 0;
+    return MOE_OK;
 }
 
-/* One logit after the bias and the penalties, in engine.h's order. */
+/* The window takes one token: the oldest leaves it once it is full. */
+static void window_push(moe_sampler *s, int32_t token) {
+    if (s->win_len == s->win_cap) s->win_count[s->ring[s->ring_at]]--;
+    else s->win_len++;
+    s->ring[s->ring_at] = token;
+    s->win_count[token]++;
+    if (++s->ring_at == s->win_cap) s->ring_at = 0;
+}
+
+void moe_sampler_accept(moe_sampler *s, int32_t token) {
+    if (!s || token < 0 || token >= s->n_vocab) return;
+    if (s->count && s->count[token] < INT32_MAX) s->count[token]++;
+    if (repeating(s)) window_push(s, token);
+}
+
+void moe_sampler_accept_context(moe_sampler *s, const int32_t *tokens, int n) {
+    if (!s || !tokens || !repeating(s)) return;
+    for (int i = n > s->win_cap ? n - s->win_cap : 0; i < n; i++)
+        if (tokens[i] >= 0 && tokens[i] < s->n_vocab) window_push(s, tokens[i]);
+}
+
+/* One logit after the adjustments, in the order of the header comment. */
 static float adjust_one(const moe_sampler *s, int32_t id, float l) {
     if (s->bias) l += s->bias[id];
+    if (s->win_cap > 0 && s->win_count[id] > 0) l = l > 0.0f ? l / s->repeat : l * s->repeat;
     if (s->count && s->count[id] > 0) l -= (float)s->count[id] * s->frequency + s->presence;
     return l;
 }

@@ -145,6 +145,28 @@ async function main() {
         two.choices[1].message.content === b.choices[0].message.content)
       ok('n = 2: choice i = the request alone with seed + i');
     else fail(`n = 2: ${JSON.stringify(two.choices)} vs ${JSON.stringify([a.choices[0], b.choices[0]])}`);
+    // streamed n = 3 through the SDK: the chunks of the three choices
+    // interleave; joined per index, choice i is the plain n = 3 choice i
+    const three = await client.chat.completions.create({ ...body, n: 3, seed: 11, return_tokens: true });
+    const st = await client.chat.completions.create({ ...body, n: 3, seed: 11, return_tokens: true, stream: true,
+                                                      stream_options: { include_usage: true } });
+    const text = ['', '', ''], toks = [null, null, null], roles = [null, null, null];
+    let usage = null, order = '';
+    for await (const ch of st) {
+      if (ch.usage) { usage = ch.usage; continue; }
+      for (const c of ch.choices) {
+        if (roles[c.index] === null) roles[c.index] = c.delta.role ?? '';
+        text[c.index] += c.delta.content ?? '';
+        if (c.finish_reason) toks[c.index] = c.tokens;
+        order += c.index;
+      }
+    }
+    const want = three.choices;
+    if (want.every((c, i) => c.message.content === text[i] && eq(c.tokens, toks[i]) && roles[i] === 'assistant') &&
+        usage?.completion_tokens === three.usage.completion_tokens &&
+        want[1].message.content === b.choices[0].message.content)
+      ok(`streamed n = 3: per index = the plain n = 3 choices (chunk order ${order})`);
+    else fail(`streamed n = 3: ${JSON.stringify([text, toks, roles, usage])} vs ${JSON.stringify([want, three.usage])}`);
   }
   await expectErr('unknown model', 404, 'model', () => client.chat.completions.create({ model: 'gpt-9', messages: [{ role: 'user', content: 'x' }] }));
   await expectErr('wrong key', 401, undefined, () => new OpenAI({ baseURL: BASE, apiKey: 'wrong', maxRetries: 0 }).models.list());
@@ -152,7 +174,9 @@ async function main() {
   // exactness: alone (sequential, non-streamed) vs 8 concurrent, streamed or not
   for (const [label, sampling] of [['greedy', { temperature: 0 }], ['seeded', { temperature: 0.9, top_p: 0.95, top_k: 40 }]]) {
     const lp = (i) => (PROMPTS[i][0] === 'chat' ? { logprobs: true, top_logprobs: 3 } : { logprobs: 3 });
-    const body = (i) => ({ ...PROMPTS[i][1], max_tokens: 16, ...sampling, ...(label === 'seeded' ? { seed: 1000 + i } : {}), ...lp(i) });
+    // every other request with llama.cpp's repeat penalty (its window starts with the prompt)
+    const rp = (i) => (i % 2 ? { repeat_penalty: 1.3, repeat_last_n: i === 3 ? -1 : 8 } : {});
+    const body = (i) => ({ ...PROMPTS[i][1], max_tokens: 16, ...sampling, ...(label === 'seeded' ? { seed: 1000 + i } : {}), ...lp(i), ...rp(i) });
     const alone = [];
     // alone: one at a time, each a cold prefill (cache_prompt: false, as in llama.cpp's server)
     for (let i = 0; i < PROMPTS.length; i++) alone.push(await ask(PROMPTS[i][0], { ...body(i), cache_prompt: false }, false));
