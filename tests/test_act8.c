@@ -6,8 +6,9 @@
  *      matched by a NaN, whose payload is not part of the contract: see
  *      same_out), over row lengths with partial last groups of 1..15 blocks
  *      (NVFP4: 2..14; K-quants: 8, one super-block), whole groups and whole
- *      groups + a partial one, 1..8 rows, 1..5 tokens (Q4_K / Q6_K also
- *      their panel GEMMs' shapes: up to 9 rows, 130 tokens, n 8448), odd strides, with
+ *      groups + a partial one, 1..8 rows, 1..5 tokens (the 4-bit formats and
+ *      K-quants also the panel GEMMs' shapes: up to 9 rows, 130 tokens, n
+ *      8448, partial last groups of 1, 7, 8, 9, 15 blocks), odd strides, with
  *      random weights from moe_quantize_row plus crafted blocks (Q8_0: qw =
  *      -128; 4-bit: all 16 codes, the extreme codes +-12 / 0 / 15
  *      everywhere, code 8 = "-0"; Q6_K: codes 0, 63, 32, all 64; zero
@@ -20,7 +21,7 @@
  *      and E8M0 scale byte on its own (a row whose scales are all that byte,
  *      so a wrong conversion of one byte cannot hide), every 6-bit Q4_K scale
  *      and min and every int8 Q6_K scale at every sub-block position (and on
- *      its own); the largest products;
+ *      its own; through the tiles and the panel GEMMs); the largest products;
  *  (b) moe_a8_dot_ref itself: against a direct evaluation of the contract
  *      (this file's own decoding of the formats), and against the FP32 path
  *      (moe_dequant_row, then a double-precision dot with the dequantized
@@ -487,7 +488,7 @@ static void check_shape(uint32_t type, int64_t n, int64_t nrows, int64_t ntok, i
  * random and crafted values above. */
 static void check_scale_bytes(uint32_t type) {
     if (type != MOE_T_NVFP4 && type != MOE_T_MXFP4) return;
-    const int64_t n = 576, nrows = 256, ntok = 2;
+    const int64_t n = 576, nrows = 256, ntok = 4; /* tokens 2, 3: as 0, 1 */
     const size_t rb = rbytes(type, n), ab = (size_t)moe_act8_row_bytes(n);
     uint8_t *plain = malloc(rb * nrows), *xa = malloc(ab * ntok);
     float x[576];
@@ -500,14 +501,15 @@ static void check_scale_bytes(uint32_t type) {
     for (int t = 0; t < ntok; t++) {
         for (int i = 0; i < n; i++) x[i] = (float)(1 + (i * 7 + t) % 127);
         for (int b = 0; b < n / 32; b++) x[b * 32 + b % 32] = 127.0f;             /* amax 127: da = 1 */
-        if (t == 1) for (int i = 0; i < n; i++) x[i] *= 0x1p-20f;                   /* da = 2^-20 */
+        if (t & 1) for (int i = 0; i < n; i++) x[i] *= 0x1p-20f;                   /* da = 2^-20 */
         moe_quantize_act8(x, xa + t * ab, n);
     }
     float da0, da1;
     memcpy(&da0, xa + 576, 4);
     memcpy(&da1, xa + ab + 576, 4);
     CHECK_MSG(da0 == 1.0f && da1 == 0x1p-20f, "scale-byte rows: da %a %a", da0, da1);
-    compare_all(type, plain, nrows, xa, ab, ntok, n, rb, 0, "every scale byte");
+    compare_all(type, plain, nrows, xa, ab, 2, n, rb, 0, "every scale byte");            /* the tiles */
+    compare_all(type, plain, nrows, xa, ab, ntok, n, rb, 0, "every scale byte (panel)"); /* the panel GEMM */
     /* and the reference's values: byte 0x7F and (NVFP4) 0x00 / 0x80 give 0, others not */
     for (int64_t r = 0; r < nrows; r++) {
         const float v = moe_a8_dot_ref(type, plain + r * rb, xa, n);
@@ -551,7 +553,7 @@ static void check_q4k_scales(void) {
     for (int t = 0; t < ntok; t++) {
         for (int i = 0; i < n; i++) x[i] = (float)(1 + (i * 7 + t) % 127);
         for (int b = 0; b < n / 32; b++) x[b * 32 + b % 32] = 127.0f;             /* amax 127: da = 1 */
-        if (t == 1) for (int i = 0; i < n; i++) x[i] *= 0x1p-20f;                   /* da = 2^-20 */
+        if (t & 1) for (int i = 0; i < n; i++) x[i] *= 0x1p-20f;                   /* da = 2^-20 */
         moe_quantize_act8(x, xa + t * ab, n);
     }
     compare_all(type, plain, nrows, xa, ab, ntok, n, rb, 0, "every Q4_K scale and min");
@@ -583,7 +585,7 @@ static void check_q6k_scales(void) {
     for (int t = 0; t < ntok; t++) {
         for (int i = 0; i < n; i++) x[i] = (float)(1 + (i * 7 + t) % 127);
         for (int b = 0; b < n / 32; b++) x[b * 32 + b % 32] = 127.0f;             /* amax 127: da = 1 */
-        if (t == 1) for (int i = 0; i < n; i++) x[i] *= 0x1p-20f;                   /* da = 2^-20 */
+        if (t & 1) for (int i = 0; i < n; i++) x[i] *= 0x1p-20f;                   /* da = 2^-20 */
         moe_quantize_act8(x, xa + t * ab, n);
     }
     compare_all(type, plain, nrows, xa, ab, ntok, n, rb, 0, "every Q6_K scale");
@@ -648,6 +650,7 @@ static void check_extremes(uint32_t type) {
                 const float want = moe_a8_dot_ref(type, row, xa, n);
                 CHECK_MSG(want != 0 && isfinite(want), "%s extremes: %a", tname(type), want);
                 compare_all(type, row, 1, xa, ab, 1, n, rb, 0, "extremes");
+                compare_all(type, row, 1, xa, 0, 4, n, rb, 0, "extremes (panel)"); /* 4 tokens, the same row */
             }
         }
     }
@@ -668,19 +671,32 @@ static void test_kernels_match(void) {
                         check_shape(type, NS[ni], ROWS[ri], TOKS[ti], mode, ni + ri + ti + mode);
                         shapes++;
                     }
-        /* Q4_K / Q6_K's panel GEMM (act8_avx512.c, act8_avx2.c): panels of 4
-         * rows and their tails (AVX2: pairs of rows and a single one), token
-         * tiles of 3 (AVX2: 2) and their tails inside blocks of 64 tokens, a
-         * block's tail, one-super-block groups, the longest rows the panel
-         * buffer holds and rows past it (n > 8192: the tiled driver) */
-        static const struct { int64_t n, rows, tok; } PANEL[] = {
+        /* the panel GEMM (act8_avx512.c, act8_avx2.c; ntok >= 4): panels of 4
+         * rows and their tails of 1, 2, 3 rows, token tiles of 3 (AVX2: 2)
+         * and their tails inside blocks of 64 tokens, a block's tail, rows'
+         * last groups (K-quants: one super-block; MXFP4, Q4_0: 1, 7, 8, 9,
+         * 15 blocks; NVFP4: 2, 8, 10, 14), whole groups only, the longest
+         * rows the panel buffer holds and rows past it (n > 8192: the tiled
+         * driver) */
+        static const struct { int64_t n, rows, tok; } PANEL_K[] = {
             {768, 4, 6}, {2048, 7, 7}, {512, 6, 67}, {1280, 9, 130}, {256, 3, 64}, {8192, 5, 4}, {8448, 5, 5}};
-        if (type == MOE_T_Q4_K || type == MOE_T_Q6_K)
-            for (int i = 0; i < COUNT(PANEL); i++)
-                for (int mode = 0; mode < 8; mode += 3) {
-                    check_shape(type, PANEL[i].n, PANEL[i].rows, PANEL[i].tok, mode, i + mode);
-                    shapes++;
-                }
+        static const struct { int64_t n, rows, tok; } PANEL_32[] = {
+            {224, 6, 4}, {544, 7, 8}, {768, 5, 67}, {800, 9, 130}, {1504, 6, 6}, {2048, 4, 65},
+            {2880, 7, 66}, {8192, 5, 4}, {8160, 2, 7}, {8448, 5, 5}};
+        static const struct { int64_t n, rows, tok; } PANEL_64[] = {
+            {256, 6, 4}, {576, 7, 8}, {768, 5, 67}, {960, 9, 130}, {448, 6, 6}, {2048, 4, 65},
+            {2880, 7, 66}, {8192, 5, 4}, {8128, 2, 7}, {8448, 5, 5}};
+        const bool kq = type == MOE_T_Q4_K || type == MOE_T_Q6_K;
+        const int np = type == MOE_T_Q8_0 ? 0 : kq ? COUNT(PANEL_K) : type == MOE_T_NVFP4 ? COUNT(PANEL_64) : COUNT(PANEL_32);
+        for (int i = 0; i < np; i++) {
+            const int64_t pn = kq ? PANEL_K[i].n : type == MOE_T_NVFP4 ? PANEL_64[i].n : PANEL_32[i].n;
+            const int64_t prows = kq ? PANEL_K[i].rows : type == MOE_T_NVFP4 ? PANEL_64[i].rows : PANEL_32[i].rows;
+            const int64_t ptok = kq ? PANEL_K[i].tok : type == MOE_T_NVFP4 ? PANEL_64[i].tok : PANEL_32[i].tok;
+            for (int mode = 0; mode < 8; mode += 3) {
+                check_shape(type, pn, prows, ptok, mode, i + mode);
+                shapes++;
+            }
+        }
         check_scale_bytes(type);
         if (type == MOE_T_Q4_K) check_q4k_scales();
         if (type == MOE_T_Q6_K) check_q6k_scales();

@@ -256,7 +256,8 @@ void moe_gemm_a8_q8_0_avx2(const void *w, size_t rb, int64_t nrows, const void *
  * half L is super-block L (its 16-byte header unpacked by q4k_scales8), a
  * partial group is one super-block (gn = 8, L = 0, plain loads). Each block
  * then takes the contract's two FMAs, the second -qsum * (m1 * da). Q6_K
- * follows after these. */
+ * follows after these. Prefill of 4 tokens or more (rows of n <= 8192)
+ * takes the panel GEMM further below instead, for all five formats. */
 enum { FMT_Q4_0, FMT_MXFP4, FMT_NVFP4, FMT_Q4_K, FMT_Q6_K };
 
 /* moe_ue4m3_half[c | 0x80] of 8 canonical a8 scale bytes c (see
@@ -510,30 +511,42 @@ ALWAYS_INLINE void tile_4bit(const uint8_t *w, size_t rs, const uint8_t *xa, siz
         y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t][0], acc[r][t][1]);
 }
 
-/* ---- Q4_K / Q6_K prefill: the panel GEMM (act8_kquant_avx512.c says why) --
+/* ---- prefill: the panel GEMM (act8_kquant_avx512.c says why) ---------------
  * As act8_kquant_avx2.c's panel_gemm: a panel of 4 rows is unpacked once per
- * block of A8P_TB tokens into kq records (per row, group and lane half L =
- * super-block L: the 8 u slabs group4 / group_q6k make, Q4_K's d1 and m1 or
- * Q6_K's halves' d * sc), then the block's tokens run over it 4 x 2 at a
- * time, lane half 0 over all groups, then half 1 (each lane's FMAs stay in
- * group order). A row's last, partial group of these formats is one
- * super-block (gn = 8): tile_4bit reads it with plain loads, its half 0 has
- * every lane live and it has no half 1, so no blend is needed here. The
- * integer sums are the same exact int32 (vpmaddubsw into int16, widened by
- * vpmaddwd), the float steps the tile's in its order: its bits. */
-typedef struct { __m256i u[8]; __m256 sc[2]; } kq;
+ * block of A8P_TB tokens into pgroup records (per row, group and lane half
+ * L: the 8 u slabs group4 / group_q6k make and the parts' scales: NVFP4's
+ * and Q6_K's two halves, MXFP4's and Q4_0's one, Q4_K's d1 and m1; for the
+ * K-quants lane half L is super-block L), then the block's tokens run over
+ * it 4 x 2 at a time, lane half 0 over all groups, then half 1 (each lane's
+ * FMAs stay in group order). A row's last group: the 4-bit formats' has any
+ * gn of 1..15 blocks, read as tile_4bit reads it (load_run; its dead lanes
+ * hold other bytes of the group) and blended into the live lanes only, and
+ * has no half 1 when gn <= 8; the K-quants' is one super-block (gn = 8:
+ * plain loads, every lane of half 0 live, no half 1, no blend). The integer
+ * sums are the same exact int32 (vpmaddubsw into int16, widened by vpmaddwd
+ * every two slabs: 2 * 2 * 63 * 128 = 32256 at most, Q6_K's codes), the
+ * float steps the tile's in its order: its bits. */
+typedef struct { __m256i u[8]; __m256 sc[2]; } pgroup;
 
-/* Lane half L of row G's group (gn = 16, or 8 in a row's last) into k. */
-ALWAYS_INLINE void unpack_kq(const uint8_t *G, int gn, int L, kq *k, const int FMT) {
+/* Parts (FMAs from the int32 sums) per block: NVFP4 and Q6_K two halves. */
+#define NPARTS(FMT) ((FMT) == FMT_NVFP4 || (FMT) == FMT_Q6_K ? 2 : 1)
+
+/* Lane half L of row G's group (gn blocks: 16, or fewer in a row's last:
+ * PARTIAL, live its live lanes; K-quants: gn = 8, PARTIAL = 0) into k. */
+ALWAYS_INLINE void unpack_group(const uint8_t *G, int gn, int L, __m256i live, pgroup *k, const int FMT,
+                                const int PARTIAL) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    if (FMT == FMT_Q4_K) {
-        const uint8_t *C = G + 2 * gn;
+    if (FMT != FMT_Q6_K) {
+        const int SB = FMT == FMT_MXFP4 ? 1 : 2; /* scale bytes per block, before the codes (Q4_K: the headers) */
+        const __m256i tab = _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+        const uint8_t *C = G + SB * gn;
         UNROLL for (int p = 0; p < 4; p++) {
-            const __m256i z = _mm256_loadu_si256((const __m256i *)(C + 4 * gn * p + 32 * L));
-            k->u[2 * p] = _mm256_and_si256(z, m4);
-            k->u[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
+            const __m256i z = load_half(C + 4 * gn * p, gn, L, live, PARTIAL);
+            k->u[2 * p] = to_u(_mm256_and_si256(z, m4), tab, FMT);
+            k->u[2 * p + 1] = to_u(_mm256_and_si256(_mm256_srli_epi16(z, 4), m4), tab, FMT);
         }
-        q4k_scales8(_mm_loadu_si128((const __m128i *)(G + 16 * L)), &k->sc[0], &k->sc[1]);
+        if (FMT == FMT_Q4_K) q4k_scales8(_mm_loadu_si128((const __m128i *)(G + 16 * L)), &k->sc[0], &k->sc[1]);
+        else for (int h = 0; h < NPARTS(FMT); h++) k->sc[h] = w_scales(G, gn, h, L, FMT);
         return;
     }
     const uint8_t *C = G + 18 * (gn / 8), *HI = C + 16 * gn;
@@ -549,9 +562,10 @@ ALWAYS_INLINE void unpack_kq(const uint8_t *G, int gn, int L, kq *k, const int F
     }
 }
 
-/* R rows (row r's record at K + r*ks) x T tokens of lane half L of one group. */
-ALWAYS_INLINE void group_kq(const kq *K, int64_t ks, const uint8_t *A, size_t xs, int L, __m256 acc[4][4],
-                            const int R, const int T, const int FMT) {
+/* R rows (row r's record at K + r*ks) x T tokens of lane half L of one
+ * group (PARTIAL: the new values blended into the lanes live only). */
+ALWAYS_INLINE void panel_group(const pgroup *K, int64_t ks, const uint8_t *A, size_t xs, int L, __m256i live,
+                               __m256 acc[4][4], const int R, const int T, const int FMT, const int PARTIAL) {
     const __m256i ones = _mm256_set1_epi16(1);
     if (FMT == FMT_Q4_K) {
         __m256i p16[4][4];        /* all 8 slabs in int16, as group4 */
@@ -580,15 +594,21 @@ ALWAYS_INLINE void group_kq(const kq *K, int64_t ks, const uint8_t *A, size_t xs
         }
         return;
     }
-    UNROLL for (int h = 0; h < 2; h++) {
+    const int NP = NPARTS(FMT), PPP = 4 / NP; /* parts; slab pairs per part */
+    UNROLL for (int h = 0; h < NP; h++) {
         __m256i is[4][4];
         UNROLL for (int t = 0; t < T; t++) {
-            const __m256i hs = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 640 + 64 * h + 32 * L));
-            const __m256i c = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(hs, 5)); /* -32 hsum */
+            __m256i c;
+            if (FMT == FMT_Q6_K) { /* -32 hsum */
+                const __m256i hs = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 640 + 64 * h + 32 * L));
+                c = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(hs, 5));
+            } else {
+                c = corr4(A + (size_t)t * xs, h, L, FMT);
+            }
             UNROLL for (int r = 0; r < R; r++) is[r][t] = c;
         }
-        UNROLL for (int i = 0; i < 2; i++) {
-            const int s0 = 4 * h + 2 * i;
+        UNROLL for (int i = 0; i < PPP; i++) {
+            const int s0 = 2 * (PPP * h + i);
             __m256i a0[4], a1[4];
             UNROLL for (int t = 0; t < T; t++) {
                 a0[t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 64 * s0 + 32 * L));
@@ -604,30 +624,37 @@ ALWAYS_INLINE void group_kq(const kq *K, int64_t ks, const uint8_t *A, size_t xs
             }
         }
         UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
-            acc[r][t] = fold4(acc[r][t], is[r][t], K[r * ks].sc[h], A + (size_t)t * xs, L, _mm256_setzero_si256(), 0);
+            acc[r][t] = fold4(acc[r][t], is[r][t], K[r * ks].sc[h], A + (size_t)t * xs, L, live, PARTIAL);
     }
 }
 
-/* R rows of the panel (records [row][group][half], ng groups) x T tokens -> y[t*ys + r]. */
-ALWAYS_INLINE void tile_kq(const kq *P, int64_t ng, int64_t nb, const uint8_t *xa, size_t xs, float *y, size_t ys,
-                           const int R, const int T, const int FMT) {
+/* R rows of the panel (records [row][group][half], ng groups, nb blocks) x T tokens -> y[t*ys + r]. */
+ALWAYS_INLINE void panel_tile(const pgroup *P, int64_t ng, int64_t nb, const uint8_t *xa, size_t xs, float *y,
+                              size_t ys, const int R, const int T, const int FMT) {
+    const int KQ = FMT == FMT_Q4_K || FMT == FMT_Q6_K;
+    const int64_t nfull = nb / A8_G;
+    const int gn = (int)(nb - A8_G * nfull); /* the last, partial group's blocks (0: none) */
+    const __m256i all = _mm256_set1_epi32(-1);
     __m256 acc[2][4][4];
     UNROLL for (int L = 0; L < 2; L++) {
         UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[L][r][t] = _mm256_setzero_ps();
-        for (int64_t g = 0; g < ng; g++) {
-            if (L == 1 && nb - A8_G * g < A8_G) break;   /* one super-block: no half 1 */
-            group_kq(P + 2 * g + L, 2 * ng, xa + (size_t)g * A8_GROUP_BYTES, xs, L, acc[L], R, T, FMT);
+        for (int64_t g = 0; g < nfull; g++)
+            panel_group(P + 2 * g + L, 2 * ng, xa + (size_t)g * A8_GROUP_BYTES, xs, L, all, acc[L], R, T, FMT, 0);
+        if (gn > 8 * L) {                    /* gn <= 8: no half 1 */
+            const uint8_t *A = xa + (size_t)nfull * A8_GROUP_BYTES;
+            if (KQ) panel_group(P + 2 * nfull + L, 2 * ng, A, xs, L, all, acc[L], R, T, FMT, 0);
+            else panel_group(P + 2 * nfull + L, 2 * ng, A, xs, L, live_lanes(gn, L), acc[L], R, T, FMT, 1);
         }
     }
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
         y[(size_t)t * ys + (size_t)r] = hsum16(acc[0][r][t], acc[1][r][t]);
 }
 
-ALWAYS_INLINE void panel_tokens_kq(const kq *P, int64_t ng, int64_t nb, const uint8_t *xa, size_t xs, int64_t nt,
-                                   float *y, size_t ys, const int R, const int FMT) {
+ALWAYS_INLINE void panel_tokens(const pgroup *P, int64_t ng, int64_t nb, const uint8_t *xa, size_t xs, int64_t nt,
+                                float *y, size_t ys, const int R, const int FMT) {
     int64_t t = 0;
-    for (; t + 2 <= nt; t += 2) tile_kq(P, ng, nb, xa + (size_t)t * xs, xs, y + (size_t)t * ys, ys, R, 2, FMT);
-    for (; t < nt; t++) tile_kq(P, ng, nb, xa + (size_t)t * xs, xs, y + (size_t)t * ys, ys, R, 1, FMT);
+    for (; t + 2 <= nt; t += 2) panel_tile(P, ng, nb, xa + (size_t)t * xs, xs, y + (size_t)t * ys, ys, R, 2, FMT);
+    for (; t < nt; t++) panel_tile(P, ng, nb, xa + (size_t)t * xs, xs, y + (size_t)t * ys, ys, R, 1, FMT);
 }
 
 #define A8P_R 4        /* rows per panel */
@@ -637,35 +664,43 @@ ALWAYS_INLINE void panel_tokens_kq(const kq *P, int64_t ng, int64_t nb, const ui
  * panel unpacked for them costs more than unpacking in registers. */
 #define A8P_MIN_TOK 4
 
-/* Q4_K / Q6_K rows of n <= 32 * A8_G * A8P_MAXG; all 4 rows of a panel x 2
- * tokens per tile: the accumulators leave registers once per group, and a
- * tile of 2 rows (act8_kquant_avx2.c's) ran slower in bench_quant here. */
-ALWAYS_INLINE void panel_gemm_kq(const uint8_t *W, size_t rb, int64_t nrows, const uint8_t *X, size_t xs, int64_t ntok,
-                                 float *y, size_t ys, int64_t n, const int FMT) {
+/* Rows of n <= 32 * A8_G * A8P_MAXG of any 4-bit format or K-quant; all 4
+ * rows of a panel x 2 tokens per tile: the accumulators leave registers once
+ * per group, and a tile of 2 rows (act8_kquant_avx2.c's) ran slower in
+ * bench_quant here (K-quants). */
+ALWAYS_INLINE void panel_gemm(const uint8_t *W, size_t rb, int64_t nrows, const uint8_t *X, size_t xs, int64_t ntok,
+                              float *y, size_t ys, int64_t n, const int FMT) {
     const int64_t nb = n / 32, ng = (nb + A8_G - 1) / A8_G;
-    const size_t QB = FMT == FMT_Q6_K ? QB_Q6_K : QB_Q4_K;
-    _Alignas(32) kq P[A8P_R * A8P_MAXG * 2];
+    /* bytes per group: two super-blocks (K-quants), 16 blocks of BPB */
+    const size_t GBYTES = FMT == FMT_Q6_K ? 2 * QB_Q6_K : FMT == FMT_Q4_K ? 2 * QB_Q4_K
+                        : (size_t)A8_G * (FMT == FMT_MXFP4 ? 17 : 18);
+    const __m256i all = _mm256_set1_epi32(-1);
+    _Alignas(32) pgroup P[A8P_R * A8P_MAXG * 2];
     for (int64_t t0 = 0; t0 < ntok; t0 += A8P_TB) {
         const int64_t nt = ntok - t0 < A8P_TB ? ntok - t0 : A8P_TB;
         for (int64_t r = 0; r < nrows; r += A8P_R) {
             const int R = nrows - r < A8P_R ? (int)(nrows - r) : A8P_R;
             for (int rr = 0; rr < R; rr++)
                 for (int64_t g = 0; g < ng; g++) {
-                    const uint8_t *G = W + (size_t)(r + rr) * rb + (size_t)(g * 2) * QB;
-                    kq *k = &P[(rr * ng + g) * 2];
-                    if (nb - A8_G * g >= A8_G) {
-                        unpack_kq(G, A8_G, 0, k, FMT);
-                        unpack_kq(G, A8_G, 1, k + 1, FMT);
+                    const uint8_t *G = W + (size_t)(r + rr) * rb + (size_t)g * GBYTES;
+                    pgroup *k = &P[(rr * ng + g) * 2];
+                    const int gn = (int)(nb - A8_G * g);
+                    if (gn >= A8_G) {
+                        unpack_group(G, A8_G, 0, all, k, FMT, 0);
+                        unpack_group(G, A8_G, 1, all, k + 1, FMT, 0);
+                    } else if (FMT == FMT_Q4_K || FMT == FMT_Q6_K) {
+                        unpack_group(G, 8, 0, all, k, FMT, 0);   /* one super-block */
                     } else {
-                        unpack_kq(G, 8, 0, k, FMT);
+                        unpack_group(G, gn, 0, live_lanes(gn, 0), k, FMT, 1);
+                        if (gn > 8) unpack_group(G, gn, 1, live_lanes(gn, 1), k + 1, FMT, 1);
                     }
                 }
             const uint8_t *Xt = X + (size_t)t0 * xs;
             float *yt = y + (size_t)t0 * ys + r;
-            if (R == 4) panel_tokens_kq(P, ng, nb, Xt, xs, nt, yt, ys, 4, FMT);
-            else if (R == 3) panel_tokens_kq(P, ng, nb, Xt, xs, nt, yt, ys, 3, FMT);
-            else if (R == 2) panel_tokens_kq(P, ng, nb, Xt, xs, nt, yt, ys, 2, FMT);
-            else panel_tokens_kq(P, ng, nb, Xt, xs, nt, yt, ys, 1, FMT);
+            if (R == 4) panel_tokens(P, ng, nb, Xt, xs, nt, yt, ys, 4, FMT);
+            else if (R == 3) panel_tokens(P, ng, nb, Xt, xs, nt, yt, ys, 3, FMT);
+            else if (R == 2) panel_tokens(P, ng, nb, Xt, xs, nt, yt, ys, 2, FMT);
+            else panel_tokens(P, ng, nb, Xt, xs, nt, yt, ys, 1, FMT);
         }
     }
 }
@@ -689,8 +724,8 @@ ALWAYS_INLINE void panel_gemm_kq(const uint8_t *W, size_t rb, int64_t nrows, con
     void moe_gemm_a8_##name##_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,       \
                                    int64_t ntok, float *y, size_t ys, int64_t n) {                           \
         const uint8_t *W = w, *X = xa;                                                                       \
-        if ((FMT == FMT_Q4_K || FMT == FMT_Q6_K) && n <= (int64_t)A8P_MAXG * A8_G * 32 && ntok >= A8P_MIN_TOK) { \
-            panel_gemm_kq(W, rb, nrows, X, xs, ntok, y, ys, n, FMT);                                         \
+        if (n <= (int64_t)A8P_MAXG * A8_G * 32 && ntok >= A8P_MIN_TOK) {                                    \
+            panel_gemm(W, rb, nrows, X, xs, ntok, y, ys, n, FMT);                                            \
             return;                                                                                          \
         }                                                                                                    \
         int64_t r = 0;                                                                                       \

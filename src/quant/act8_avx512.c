@@ -180,7 +180,10 @@ void moe_gemm_a8_q8_0_avx512(const void *w, size_t rb, int64_t nrows, const void
  * NVFP4's shape (two halves, 4 slabs each, sums from -32 hsum): its codes
  * are the nibbles with the 2 high bits of the hi chunk (one 64-byte load
  * per half and row) put in by a shift, an AND and a vpternlogd, and its
- * scales are d * sc (int8). */
+ * scales are d * sc (int8).
+ * Prefill of 4 tokens or more (rows of n <= 8192) takes the panel GEMM
+ * below instead, for all five formats: the same u slabs, unpacked once per
+ * 64 tokens. */
 enum { FMT_Q4_0, FMT_MXFP4, FMT_NVFP4, FMT_Q4_K, FMT_Q6_K };
 
 /* moe_ue4m3_half[c | 0x80] of 16 canonical a8 scale bytes c (act8_ref.c:
@@ -505,20 +508,30 @@ ALWAYS_INLINE void short_act(const uint8_t *A, __m512i a[8], __m512i corr[2], __
     }
 }
 
-/* ---- Q4_K / Q6_K prefill: the panel GEMM (act8_kquant_avx512.c says why) ----
- * A panel of 4 rows is unpacked once per block of A8P_TB tokens into kq
- * records (per row and group: the 8 u slabs group_pairs makes, Q4_K's d1 and
- * m1 or Q6_K's two halves' scales), then the block's tokens run over it 4 x 3
- * at a time. Same exact int32 part sums, same float steps in the same order
- * (part by part, lanes masked to the group's blocks): group_pairs' bits. */
-typedef struct { __m512i u[8]; __m512 sc[2]; } kq;
+/* ---- prefill: the panel GEMM (act8_kquant_avx512.c says why) ---------------
+ * tile_4bit unpacks a row's codes (nibble split, table lookup, Q6_K's high
+ * bits) again for every tile of tokens: at 4 x 3 that is one unpack per 3
+ * token products. Here a panel of 4 rows is unpacked once per block of
+ * A8P_TB tokens into pgroup records (per row and group: the 8 u slabs
+ * group_pairs makes and the parts' scales: NVFP4's and Q6_K's two halves,
+ * MXFP4's and Q4_0's one, Q4_K's d1 and m1), then the block's tokens run
+ * over it 4 x 3 at a time. A row's last group has any gn of 1..15 blocks
+ * (K-quants: 8); it is unpacked with the masks group_pairs uses (codes past
+ * the group read as 0, their lanes masked off in every FMA). Same exact
+ * int32 part sums, same float steps in the same order (part by part, lanes
+ * masked to the group's blocks): group_pairs' bits. */
+typedef struct { __m512i u[8]; __m512 sc[2]; } pgroup;
 
-/* Row G's group of gn blocks (16, or 8 in a row's last: PARTIAL) into k. */
-ALWAYS_INLINE void unpack_kq(const uint8_t *G, int gn, kq *k, const int FMT, const int PARTIAL) {
+/* Parts (FMAs from the int32 sums) per block: NVFP4 and Q6_K two halves. */
+#define NPARTS(FMT) ((FMT) == FMT_NVFP4 || (FMT) == FMT_Q6_K ? 2 : 1)
+
+/* Row G's group of gn blocks (16, or fewer in a row's last: PARTIAL) into k. */
+ALWAYS_INLINE void unpack_group(const uint8_t *G, int gn, pgroup *k, const int FMT, const int PARTIAL) {
     const __mmask64 mb = PARTIAL ? ((__mmask64)1 << (4 * gn)) - 1 : ~(__mmask64)0;
-    const uint8_t *C = FMT == FMT_Q6_K ? G + 18 * (gn / 8) : G + 2 * gn, *HI = C + 16 * gn;
-    const __m512i tab = _mm512_setzero_si512(); /* unused by the K-quants */
-    const int NP = FMT == FMT_Q6_K ? 2 : 1, SPP = 8 / NP;
+    const int SB = FMT == FMT_MXFP4 ? 1 : 2; /* scale bytes per block, before the codes (Q4_K: the headers) */
+    const uint8_t *C = FMT == FMT_Q6_K ? G + 18 * (gn / 8) : G + SB * gn, *HI = C + 16 * gn;
+    const __m512i tab = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const int NP = NPARTS(FMT), SPP = 8 / NP;
     UNROLL for (int h = 0; h < NP; h++) {
         const __m512i H = FMT == FMT_Q6_K ? ld_run(HI + 4 * gn * h, mb, PARTIAL) : _mm512_setzero_si512();
         UNROLL for (int i = 0; i < SPP / 2; i++) {
@@ -530,13 +543,13 @@ ALWAYS_INLINE void unpack_kq(const uint8_t *G, int gn, kq *k, const int FMT, con
     if (FMT == FMT_Q4_K)
         q4k_scales(PARTIAL ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)G))
                            : _mm256_loadu_si256((const __m256i *)G), &k->sc[0], &k->sc[1]);
-    else UNROLL for (int h = 0; h < 2; h++) k->sc[h] = w_scales(G, gn, h, FMT, PARTIAL);
+    else UNROLL for (int h = 0; h < NP; h++) k->sc[h] = w_scales(G, gn, h, FMT, PARTIAL);
 }
 
 /* R rows (row r's record at K + r*ks) x T tokens of one unpacked group, lanes ml. */
-ALWAYS_INLINE void group_kq(const kq *K, int64_t ks, const uint8_t *A, size_t xs, __mmask16 ml, __m512 acc[4][4],
-                            const int R, const int T, const int FMT) {
-    const int NP = FMT == FMT_Q6_K ? 2 : 1, SPP = 8 / NP;
+ALWAYS_INLINE void panel_group(const pgroup *K, int64_t ks, const uint8_t *A, size_t xs, __mmask16 ml, __m512 acc[4][4],
+                               const int R, const int T, const int FMT) {
+    const int NP = NPARTS(FMT), SPP = 8 / NP;
     UNROLL for (int h = 0; h < NP; h++) {
         __m512i is[4][4];
         UNROLL for (int t = 0; t < T; t++) {
@@ -552,7 +565,7 @@ ALWAYS_INLINE void group_kq(const kq *K, int64_t ks, const uint8_t *A, size_t xs
             }
         }
         UNROLL for (int r = 0; r < R; r++) {
-            const __m512 sc = K[r * ks].sc[FMT == FMT_Q6_K ? h : 0];
+            const __m512 sc = K[r * ks].sc[FMT == FMT_Q4_K ? 0 : h];
             UNROLL for (int t = 0; t < T; t++) {
                 const __m512 da = _mm512_loadu_ps((const float *)(A + (size_t)t * xs + 576));
                 acc[r][t] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), _mm512_mul_ps(sc, da), acc[r][t], ml);
@@ -564,23 +577,23 @@ ALWAYS_INLINE void group_kq(const kq *K, int64_t ks, const uint8_t *A, size_t xs
     }
 }
 
-/* R rows of the panel (ng groups per row) x T tokens -> y[t*ys + r]. */
-ALWAYS_INLINE void tile_kq(const kq *P, int64_t ng, int64_t nb, const uint8_t *xa, size_t xs, float *y, size_t ys,
-                           const int R, const int T, const int FMT) {
+/* R rows of the panel (ng groups per row, nb blocks) x T tokens -> y[t*ys + r]. */
+ALWAYS_INLINE void panel_tile(const pgroup *P, int64_t ng, int64_t nb, const uint8_t *xa, size_t xs, float *y,
+                              size_t ys, const int R, const int T, const int FMT) {
     __m512 acc[4][4];
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
     for (int64_t g = 0; g < ng; g++) {
-        const __mmask16 ml = nb - A8_G * g >= A8_G ? 0xFFFF : 0x00FF;
-        group_kq(P + g, ng, xa + (size_t)g * A8_GROUP_BYTES, xs, ml, acc, R, T, FMT);
+        const int64_t gn = nb - A8_G * g < A8_G ? nb - A8_G * g : A8_G;
+        panel_group(P + g, ng, xa + (size_t)g * A8_GROUP_BYTES, xs, (__mmask16)((1u << gn) - 1), acc, R, T, FMT);
     }
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) y[(size_t)t * ys + (size_t)r] = hsum16(acc[r][t]);
 }
 
-ALWAYS_INLINE void panel_tokens_kq(const kq *P, int64_t ng, int64_t nb, const uint8_t *xa, size_t xs, int64_t nt,
-                                   float *y, size_t ys, const int R, const int FMT) {
+ALWAYS_INLINE void panel_tokens(const pgroup *P, int64_t ng, int64_t nb, const uint8_t *xa, size_t xs, int64_t nt,
+                                float *y, size_t ys, const int R, const int FMT) {
     int64_t t = 0;
-    for (; t + 3 <= nt; t += 3) tile_kq(P, ng, nb, xa + (size_t)t * xs, xs, y + (size_t)t * ys, ys, R, 3, FMT);
-    for (; t < nt; t++) tile_kq(P, ng, nb, xa + (size_t)t * xs, xs, y + (size_t)t * ys, ys, R, 1, FMT);
+    for (; t + 3 <= nt; t += 3) panel_tile(P, ng, nb, xa + (size_t)t * xs, xs, y + (size_t)t * ys, ys, R, 3, FMT);
+    for (; t < nt; t++) panel_tile(P, ng, nb, xa + (size_t)t * xs, xs, y + (size_t)t * ys, ys, R, 1, FMT);
 }
 
 #define A8P_R 4        /* rows per panel */
@@ -590,28 +603,30 @@ ALWAYS_INLINE void panel_tokens_kq(const kq *P, int64_t ng, int64_t nb, const ui
  * panel unpacked for them costs more than unpacking in registers. */
 #define A8P_MIN_TOK 4
 
-/* Q4_K / Q6_K rows of n <= 32 * A8_G * A8P_MAXG (every group 16 or 8 blocks). */
-ALWAYS_INLINE void panel_gemm_kq(const uint8_t *W, size_t rb, int64_t nrows, const uint8_t *X, size_t xs, int64_t ntok,
-                                 float *y, size_t ys, int64_t n, const int FMT) {
+/* Rows of n <= 32 * A8_G * A8P_MAXG of any 4-bit format or K-quant. */
+ALWAYS_INLINE void panel_gemm(const uint8_t *W, size_t rb, int64_t nrows, const uint8_t *X, size_t xs, int64_t ntok,
+                              float *y, size_t ys, int64_t n, const int FMT) {
     const int64_t nb = n / 32, ng = (nb + A8_G - 1) / A8_G;
-    const size_t QB = FMT == FMT_Q6_K ? QB_Q6_K : QB_Q4_K;
-    _Alignas(64) kq P[A8P_R * A8P_MAXG];
+    /* bytes per group: two super-blocks (K-quants), 16 blocks of BPB */
+    const size_t GBYTES = FMT == FMT_Q6_K ? 2 * QB_Q6_K : FMT == FMT_Q4_K ? 2 * QB_Q4_K
+                        : (size_t)A8_G * (FMT == FMT_MXFP4 ? 17 : 18);
+    _Alignas(64) pgroup P[A8P_R * A8P_MAXG];
     for (int64_t t0 = 0; t0 < ntok; t0 += A8P_TB) {
         const int64_t nt = ntok - t0 < A8P_TB ? ntok - t0 : A8P_TB;
         for (int64_t r = 0; r < nrows; r += A8P_R) {
             const int R = nrows - r < A8P_R ? (int)(nrows - r) : A8P_R;
             for (int rr = 0; rr < R; rr++)
                 for (int64_t g = 0; g < ng; g++) {
-                    const uint8_t *G = W + (size_t)(r + rr) * rb + (size_t)(g * 2) * QB;
-                    if (nb - A8_G * g >= A8_G) unpack_kq(G, A8_G, &P[rr * ng + g], FMT, 0);
-                    else unpack_kq(G, 8, &P[rr * ng + g], FMT, 1);
+                    const uint8_t *G = W + (size_t)(r + rr) * rb + (size_t)g * GBYTES;
+                    if (nb - A8_G * g >= A8_G) unpack_group(G, A8_G, &P[rr * ng + g], FMT, 0);
+                    else unpack_group(G, (int)(nb - A8_G * g), &P[rr * ng + g], FMT, 1);
                 }
             const uint8_t *Xt = X + (size_t)t0 * xs;
             float *yt = y + (size_t)t0 * ys + r;
-            if (R == 4) panel_tokens_kq(P, ng, nb, Xt, xs, nt, yt, ys, 4, FMT);
-            else if (R == 3) panel_tokens_kq(P, ng, nb, Xt, xs, nt, yt, ys, 3, FMT);
-            else if (R == 2) panel_tokens_kq(P, ng, nb, Xt, xs, nt, yt, ys, 2, FMT);
-            else panel_tokens_kq(P, ng, nb, Xt, xs, nt, yt, ys, 1, FMT);
+            if (R == 4) panel_tokens(P, ng, nb, Xt, xs, nt, yt, ys, 4, FMT);
+            else if (R == 3) panel_tokens(P, ng, nb, Xt, xs, nt, yt, ys, 3, FMT);
+            else if (R == 2) panel_tokens(P, ng, nb, Xt, xs, nt, yt, ys, 2, FMT);
+            else panel_tokens(P, ng, nb, Xt, xs, nt, yt, ys, 1, FMT);
         }
     }
 }
@@ -644,8 +659,8 @@ ALWAYS_INLINE void panel_gemm_kq(const uint8_t *W, size_t rb, int64_t nrows, con
     void moe_gemm_a8_##name##_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,     \
                                      int64_t ntok, float *y, size_t ys, int64_t n) {                         \
         const uint8_t *W = w, *X = xa;                                                                       \
-        if ((FMT == FMT_Q4_K || FMT == FMT_Q6_K) && n <= (int64_t)A8P_MAXG * A8_G * 32 && ntok >= A8P_MIN_TOK) { \
-            panel_gemm_kq(W, rb, nrows, X, xs, ntok, y, ys, n, FMT);                                         \
+        if (n <= (int64_t)A8P_MAXG * A8_G * 32 && ntok >= A8P_MIN_TOK) {                                    \
+            panel_gemm(W, rb, nrows, X, xs, ntok, y, ys, n, FMT);                                            \
             return;                                                                                          \
         }                                                                                                    \
         int64_t r = 0;                                                                                       \
