@@ -14,7 +14,8 @@
  * kv_f16 softmax is the forward pass's (max and exp by the kernels, the
  * key-order sums by moe_attn_row_sums), kv_q8's its softmax_q8 kernel.
  * The kv_tq rows (K5/V4) include rotating the query heads (scores) and
- * rotating each head's sum back (v sum), as attn_item_tq does.
+ * rotating each head's sum back (v sum) with the ISA's rotations, as
+ * attn_item_tq does.
  * Arguments, if any: the ISA levels to run (scalar, avx2, avx512).
  * --keys N (first): instead, decode at depth N: qwen3moe-bench's items (G = 4,
  * head size 128) over N keys, cycled over 64 heads (its 16 layers x 4 KV
@@ -127,7 +128,7 @@ static void run(const moe_kernels *k, const moe_attn_kernels *a, int fmt, const 
             if (fmt == FMT_TQ) {
                 uint64_t sg[D / 64];
                 moe_tq_signs(0, 0, D, sg);
-                for (int g = 0; g < G; g++) moe_tq_rotate(q + (size_t)g * D, sg, D, qr + (size_t)g * D);
+                for (int g = 0; g < G; g++) moe_tq_rotate_k(tk, q + (size_t)g * D, sg, D, qr + (size_t)g * D);
                 tk->scores_tq(qr, D, G, kb, nk, D, 5, 0.088f, sc, CP);
             } else if (fmt == FMT_Q8) {
                 for (int g = 0; g < G; g++) k->quantize_act8(q + (size_t)g * D, qa + (size_t)g * ab, D);
@@ -148,7 +149,7 @@ static void run(const moe_kernels *k, const moe_attn_kernels *a, int fmt, const 
                 uint64_t sg[D / 64];
                 moe_tq_signs(0, 0, D, sg);
                 tk->accum_tq(sc, CP, G, vb, nk, D, 4, o, D);
-                for (int g = 0; g < G; g++) moe_tq_unrotate(o + (size_t)g * D, sg, D);
+                for (int g = 0; g < G; g++) moe_tq_unrotate_k(tk, o + (size_t)g * D, sg, D);
             } else if (fmt == FMT_Q8)
                 a->accum_q8(sc, CP, G, (const int8_t *)vb, c->vd + (size_t)h * (D / 32) * CP, CP, 0, nk, D, wb, o, D);
             else if (fmt == FMT_F16)

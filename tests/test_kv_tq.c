@@ -59,9 +59,9 @@ static void test_codebooks(void) {
                       i, ck[i]);
         CHECK(moe_tq_cscale(b) == cb[L - 1] / (float)MOE_TQ_CMAX);
     }
-    /* the bound that keeps isum in int32 */
+    /* the bounds that keep the products int8 and isum in int32 */
     for (int D = 32; D <= MOE_TQ_MAX_D; D *= 2)
-        CHECK_MSG((long long)D * moe_tq_qmax(D) * MOE_TQ_CMAX <= (1LL << 30) && moe_tq_qmax(D) <= 16383, "qmax(%d)", D);
+        CHECK_MSG((long long)D * moe_tq_qmax(D) * MOE_TQ_CMAX <= (1LL << 30) && moe_tq_qmax(D) <= 127, "qmax(%d)", D);
 }
 
 /* The query's integers: the largest coordinate at +-Q, zero -> S 0, a NaN
@@ -267,7 +267,7 @@ static void test_kernels(void) {
     int compared = 0;
     for (int b = 3; b <= 5; b++)
         for (int D = 32; D <= 256; D *= 2)
-            for (int G = 1; G <= 6; G += (G < 2 ? 1 : 3))
+            for (int G = 1; G <= 17; G += (G < 2 ? 1 : G < 5 ? 3 : 12))   /* 17: past AVX-512's chunk of 16 rows */
                 for (int nk = 1; nk <= 141; nk += nk < 41 ? 20 : 100)   /* 141: past accum's blocks of 64 */ {
                     const size_t rb = moe_tq_row_bytes(D, b), qs = (size_t)D + 3, ps = (size_t)nk + 5;
                     uint8_t *rows = malloc(rb * (size_t)nk);
@@ -287,10 +287,12 @@ static void test_kernels(void) {
                     moe_tq_scalar.scores_tq(q, qs, G, rows, nk, D, b, 0.125f, s0, ps);
                     moe_tq_scalar.accum_tq(p, ps, G, rows, nk, D, b, o0, (size_t)D);
                     /* against the decoded rows (rotated domain), in double */
-                    /* the integer scores' error relative to |q| |k|, bounded by
-                     * Cauchy-Schwarz (kv_tq.h): the centroids' rounding, 0.5/1023 of
-                     * the largest (3.26) over an RMS centroid >= 0.98, gives 1.6e-3;
-                     * the query's, 0.5 sqrt(D) / Q <= 1.7e-4 (seen: <= 4.4e-4) */
+                    /* the integer scores' error relative to |q| |k|: the centroids'
+                     * rounding, 0.5/127 of the largest (3.26) over an RMS centroid
+                     * >= 0.98, bounds it by 1.31e-2 (Cauchy-Schwarz); the query's,
+                     * at most 0.5 sqrt(D) / 127 if every coordinate's error lined
+                     * up, is ~1/sqrt(D) of that for random ones (kv_tq.h). Seen:
+                     * <= 6.0e-3 (int16 contract: 6e-4); checked: 1e-2 */
                     double worst = 0;
                     for (int j = 0; j < nk; j++) {
                         const float sig = moe_tq_sigma(rows + (size_t)j * rb, D, b);
@@ -305,7 +307,7 @@ static void test_kernels(void) {
                             if (qq * kk > 0) worst = fmax(worst, fabs(ref * 0.125 - s0[(size_t)h * ps + j]) / (0.125 * sqrt(qq * kk)));
                         }
                     }
-                    CHECK_MSG(worst < 1.8e-3, "bits %d D %d G %d nk %d: scores %g of |q||k| from the decoded rows", b, D, G, nk,
+                    CHECK_MSG(worst < 1e-2, "bits %d D %d G %d nk %d: scores %g of |q||k| from the decoded rows", b, D, G, nk,
                               worst);
                     for (size_t ii = 0; ii < 2; ii++) {
                         if (!moe_kernels_for(isas[ii])) continue;

@@ -225,6 +225,161 @@ static float query_q(const float *qr, int D, int bits, int16_t *qi) {
     return (amax / (float)Q) * moe_tq_cscale(bits);
 }
 
+/* ---- scores_tq at 4 and 5 bits: keys in lanes ----
+ * The integer centroids fit in int8 (kv_tq.h), so vpdpbusd multiplies 64
+ * of them a instruction, and a tile of 16 keys puts one key in each int32
+ * lane: no per-key reduction. Per unit of 128 dims (the 64 bytes of nibbles
+ * of four groups), each key's codes are looked up (vpshufb, the 5th bit by
+ * a mask blend) into two vectors of biased centroids ck + 128 (u8): "lo"
+ * (byte 16g + i: dim 32g + i) and "hi" (dim 32g + 16 + i); two 16 x 16
+ * transposes of dwords give, for each dword w, the 16 keys' four bytes, and
+ * each query row adds vpdpbusd(tile[w], its four int8 values broadcast).
+ * The bias is taken off once per row: sum_d qi[d] * 128. Exact in int32,
+ * so the same sums as the reference in any order. */
+#define KT 16    /* keys per tile */
+#define RC 16    /* query rows per chunk */
+
+/* r[0..15] (16 dwords each) -> c[w] lane k = r[k] dword w. */
+static inline __attribute__((always_inline)) void transpose16(const __m512i *r, __m512i *c) {
+    __m512i t[16], u[16];
+    UNROLL for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    UNROLL for (int i = 0; i < 4; i++) {            /* u[4i + m], 128-bit lane L: keys 4i..4i+3, dword 4L + m */
+        u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    UNROLL for (int m = 0; m < 4; m++) {            /* the 4 x 4 transpose of 128-bit lanes */
+        const __m512i v0 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x44), v1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xEE);
+        const __m512i v2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x44);
+        const __m512i v3 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xEE);
+        c[m] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+        c[4 + m] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
+        c[8 + m] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+        c[12 + m] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+    }
+}
+
+/* The biased centroids of unit u of key row kj: lo and hi (above). nb: the
+ * unit's nibble bytes (64, or D/2 for D < 128). */
+static inline __attribute__((always_inline)) void unit_lut8(const uint8_t *kj, int D, int u, int nb, const int bits,
+                                                            __m512i tl, __m512i th, __m512i *lo, __m512i *hi) {
+    const __m512i x = _mm512_maskz_loadu_epi8(nb == 64 ? ~0ull : (1ull << nb) - 1, kj + 64 * (size_t)u);
+    const __m512i f = _mm512_set1_epi8(15);
+    const __m512i cl = _mm512_and_si512(x, f), ch = _mm512_and_si512(_mm512_srli_epi16(x, 4), f);
+    if (bits == 4) {
+        *lo = _mm512_shuffle_epi8(tl, cl);
+        *hi = _mm512_shuffle_epi8(tl, ch);
+        return;
+    }
+    uint64_t w[2] = {0, 0};                         /* the unit's top-bit words: group g's bit i = dim 32g + i */
+    if (nb == 64) memcpy(w, kj + D / 2 + 16 * (size_t)u, 16);
+    else memcpy(w, kj + D / 2, (size_t)(nb / 4));
+    const uint64_t ML = 0x0000ffff0000ffffull, MH = 0xffff0000ffff0000ull;
+    const __mmask64 ml = _pext_u64(w[0], ML) | _pext_u64(w[1], ML) << 32;
+    const __mmask64 mh = _pext_u64(w[0], MH) | _pext_u64(w[1], MH) << 32;
+    *lo = _mm512_mask_shuffle_epi8(_mm512_shuffle_epi8(tl, cl), ml, th, cl);
+    *hi = _mm512_mask_shuffle_epi8(_mm512_shuffle_epi8(tl, ch), mh, th, ch);
+}
+
+/* Query row qi (D int16 values, |qi| <= 127) as int8 in the tile's order:
+ * per unit, 64 bytes lo then 64 bytes hi (dims past D: 0); returns the
+ * row's sum. */
+static int32_t qbytes(const int16_t *qi, int D, int8_t *qb) {
+    int32_t sum = 0;
+    for (int u = 0; u < (D + 127) / 128; u++)
+        for (int p = 0; p < 64; p++) {
+            const int dl = 128 * u + 32 * (p / 16) + p % 16, dh = dl + 16;
+            qb[128 * u + p] = (int8_t)(dl < D ? qi[dl] : 0);
+            qb[128 * u + 64 + p] = (int8_t)(dh < D ? qi[dh] : 0);
+            sum += (dl < D ? qi[dl] : 0) + (dh < D ? qi[dh] : 0);
+        }
+    return sum;
+}
+
+static inline __attribute__((always_inline)) void scores_tiles(const float *qr, size_t qs, int G, const uint8_t *k,
+                                                               int nk, int D, const int bits, float scale, float *sc,
+                                                               size_t scs) {
+    const size_t rb = moe_tq_row_bytes(D, bits);
+    const int nu = (D + 127) / 128, nb = D < 128 ? D / 2 : 64, nw = nb / 4;
+    uint8_t cu[32] = {0};                          /* the biased centroids ck + 128 */
+    for (int c = 0; c < 1 << bits; c++) cu[c] = (uint8_t)(moe_tq_codebook_int(bits)[c] + 128);
+    const __m512i tl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)cu));
+    const __m512i th = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(cu + 16)));
+    const __m512 vs = _mm512_set1_ps(scale);
+    int16_t qi[MOE_TQ_MAX_D];
+    /* rows at a stride of their length + 64: 16 rows 4 KiB apart would share
+     * L1 sets */
+    _Alignas(64) int8_t qbuf[RC * (MOE_TQ_MAX_D + 64)];
+    const size_t qst = (size_t)(D < 128 ? 128 : D) + 64;
+    _Alignas(64) __m512i tile[32], lut[2 * KT], acc[RC];
+    float S[RC];
+    int32_t qsum[RC];
+    for (int r0 = 0; r0 < G; r0 += RC) {
+        const int nr = G - r0 < RC ? G - r0 : RC;
+        for (int r = 0; r < nr; r++) {
+            S[r] = query_q(qr + (size_t)(r0 + r) * qs, D, bits, qi);
+            qsum[r] = qbytes(qi, D, qbuf + (size_t)r * qst) * 128;
+        }
+        for (int j0 = 0; j0 < nk; j0 += KT) {
+            const int nj = nk - j0 < KT ? nk - j0 : KT;
+            for (int r = 0; r < nr; r++) acc[r] = _mm512_set1_epi32(-qsum[r]);
+            for (int u = 0; u < nu; u++) {
+                const uint8_t *kj = k + (size_t)j0 * rb;   /* through memory: 32 vectors would spill */
+                if (nj == KT && nb == 64)
+                    for (int j = 0; j < KT; j++) unit_lut8(kj + (size_t)j * rb, D, u, 64, bits, tl, th, &lut[j], &lut[KT + j]);
+                else
+                    for (int j = 0; j < KT; j++) {
+                        if (j < nj) unit_lut8(kj + (size_t)j * rb, D, u, nb, bits, tl, th, &lut[j], &lut[KT + j]);
+                        else lut[j] = lut[KT + j] = _mm512_setzero_si512();
+                    }
+                transpose16(lut, tile);
+                transpose16(lut + KT, tile + 16);
+                int r = 0;
+                for (; r + 4 <= nr; r += 4) {           /* 8 chains: vpdpbusd's latency hidden */
+                    __m512i a[2][4];
+                    UNROLL for (int i = 0; i < 4; i++) {
+                        a[0][i] = acc[r + i];
+                        a[1][i] = _mm512_setzero_si512();
+                    }
+                    for (int w = 0; w < nw; w++)
+                        UNROLL for (int half = 0; half < 2; half++) {
+                            const __m512i t = tile[16 * half + w];
+                            const int o = 128 * u + 64 * half + 4 * w;
+                            UNROLL for (int i = 0; i < 4; i++) {
+                                int32_t b;
+                                memcpy(&b, qbuf + (size_t)(r + i) * qst + o, 4);
+                                a[half][i] = _mm512_dpbusd_epi32(a[half][i], t, _mm512_set1_epi32(b));
+                            }
+                        }
+                    UNROLL for (int i = 0; i < 4; i++) acc[r + i] = _mm512_add_epi32(a[0][i], a[1][i]);
+                }
+                for (; r < nr; r++) {
+                    __m512i a = acc[r];
+                    for (int w = 0; w < nw; w++)
+                        UNROLL for (int half = 0; half < 2; half++) {
+                            int32_t b;
+                            memcpy(&b, qbuf + (size_t)r * qst + 128 * u + 64 * half + 4 * w, 4);
+                            a = _mm512_dpbusd_epi32(a, tile[16 * half + w], _mm512_set1_epi32(b));
+                        }
+                    acc[r] = a;
+                }
+            }
+            _Alignas(64) float sg[KT] = {0};
+            for (int j = 0; j < nj; j++) sg[j] = sigma(k + (size_t)(j0 + j) * rb, D, bits);
+            const __m512 sgv = _mm512_load_ps(sg);
+            const __mmask16 m = (__mmask16)((1u << nj) - 1u);
+            for (int r = 0; r < nr; r++) {
+                const __m512 f = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[r]), _mm512_set1_ps(S[r])), sgv), vs);
+                _mm512_mask_storeu_ps(sc + (size_t)(r0 + r) * scs + (size_t)j0, m, f);
+            }
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) void scores_bits(const float *qr, size_t qs, int G, const uint8_t *k,
                                                               int nk, int D, const int bits, float scale, float *sc,
                                                               size_t scs) {
@@ -251,8 +406,8 @@ static inline __attribute__((always_inline)) void scores_bits(const float *qr, s
 static void scores_tq_avx512(const float *qr, size_t qs, int G, const uint8_t *k, int nk, int D, int bits, float scale,
                              float *sc, size_t scs) {
     if (bits == 3) scores_bits(qr, qs, G, k, nk, D, 3, scale, sc, scs);
-    else if (bits == 4) scores_bits(qr, qs, G, k, nk, D, 4, scale, sc, scs);
-    else scores_bits(qr, qs, G, k, nk, D, 5, scale, sc, scs);
+    else if (bits == 4) scores_tiles(qr, qs, G, k, nk, D, 4, scale, sc, scs);
+    else scores_tiles(qr, qs, G, k, nk, D, 5, scale, sc, scs);
 }
 
 #define DB 4   /* groups of 32 dims per pass: 8 accumulators */

@@ -33,21 +33,20 @@ static const float CB5[32] = {
     1.211804381e+00f, 1.386340340e+00f, 1.576228079e+00f, 1.787233218e+00f,
     2.028728399e+00f, 2.317739404e+00f, 2.691119577e+00f, 3.260732493e+00f};
 
-/* The same centroids as integers for scores_tq: lrint(cb[c] * 1023 / cb[last]),
+/* The same centroids as integers for scores_tq: lrint(cb[c] * 127 / cb[last]),
  * printed from the float tables above (tests/test_kv_tq.c recomputes them). */
-static const int16_t CI3[8] = {-1023, -639, -359, -117, 117, 359, 639, 1023};
-static const int16_t CI4[16] = {-1023, -775, -606, -470, -353, -246, -145, -48, 48, 145, 246, 353, 470, 606, 775, 1023};
-static const int16_t CI5[32] = {-1023, -844, -727, -636, -561, -495, -435, -380, -329, -281, -234,
-                                -190,  -146, -104, -62,  -21,  21,   62,   104,  146,  190,  234,
-                                281,   329,  380,  435,  495,  561,  636,  727,  844,  1023};
+static const int16_t CI3[8] = {-127, -79, -45, -14, 14, 45, 79, 127};
+static const int16_t CI4[16] = {-127, -96, -75, -58, -44, -31, -18, -6, 6, 18, 31, 44, 58, 75, 96, 127};
+static const int16_t CI5[32] = {-127, -105, -90, -79, -70, -61, -54, -47, -41, -35, -29, -24, -18, -13, -8, -3,
+                                3,    8,    13,  18,  24,  29,  35,  41,  47,  54,  61,  70,  79,  90,  105, 127};
 
 const int16_t *moe_tq_codebook_int(int bits) { return bits == 3 ? CI3 : bits == 4 ? CI4 : bits == 5 ? CI5 : NULL; }
 
 float moe_tq_cscale(int bits) { return moe_tq_codebook(bits)[(1 << bits) - 1] / (float)MOE_TQ_CMAX; }
 
 int moe_tq_qmax(int D) {
-    const int q = (int)((1L << 30) / ((long)MOE_TQ_CMAX * D));
-    return q < 16383 ? q : 16383;
+    (void)D;
+    return MOE_TQ_QMAX;
 }
 
 float moe_tq_query_q(const float *qr, int D, int bits, int16_t *qi) {
