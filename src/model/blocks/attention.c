@@ -128,28 +128,18 @@ static void attn_item_q8(moe_context *c, size_t blk, int G, const float *q, int 
     }
 }
 
-/* kv_tq (kv_tq.h): one item's scores, softmax and weighted sum. The G query
- * heads are rotated once (the keys stay coded: scores_tq reads the codes),
- * the softmax is the FP32 cache's, the values are summed in the rotated
- * domain and each head's sum rotated back once. Scores at sc[h][j - j0].
- * kv_tq_v (exact keys) scores with the FP32 cache's kernel, kv_tq_k (exact
- * values) sums with it: the other half's steps are unchanged. */
-static void attn_item_tq(moe_context *c, int il, int g, size_t blk, int G, const float *q, int j0, int nk,
-                         float kq_scale, int ith, const float *sinks, float *sc, float *sums, float *sink_w, float *o) {
+/* kv_tq (kv_tq.h), after the scores: the softmax of the FP32 cache and the
+ * value sum in the rotated domain, each head's sum rotated back once. sc:
+ * the G heads' scores of keys j0 .. j0+nk-1, rows C apart. kv_tq_k (exact
+ * values) sums with the FP32 cache's kernel. */
+static void tq_finish(moe_context *c, int il, int g, size_t blk, int G, int j0, int nk, const float *sinks, float *sc,
+                      float *sums, float *sink_w, float *o) {
     const moe_hparams *hp = &c->m->hp;
-    const int D = hp->head_dim, Dv = hp->head_dim_v;
+    const int Dv = hp->head_dim_v;
     const size_t C = (size_t)c->n_ctx;
     const moe_attn_kernels *ak = c->attn;
     const moe_tq_kernels *tk = moe_tq_for(ak);
-    uint64_t s[MOE_TQ_MAX_D / 64];
-    const uint8_t *kr = (const uint8_t *)c->k_cache + (blk * C + (size_t)j0) * c->tq_krow;
     const uint8_t *vr = (const uint8_t *)c->v_cache + (blk * C + (size_t)j0) * c->tq_vrow;
-    if (c->tq_kbits) {
-        float *qr = c->tq_buf + (size_t)ith * c->tq_stride;
-        moe_tq_signs(il, g, D, s);
-        for (int h = 0; h < G; h++) moe_tq_rotate_k(tk, q + (size_t)h * D, s, D, qr + (size_t)h * D);
-        tk->scores_tq(qr, (size_t)D, G, kr, nk, D, c->tq_kbits, kq_scale, sc, C);
-    } else ak->scores(q, (size_t)D, G, (const float *)(const void *)kr, (size_t)D, nk, D, kq_scale, sc, C);
     for (int h = 0; h < G; h++) {                                 /* as the FP32 cache's softmax */
         float *r = sc + (size_t)h * C;
         float mx = ak->max_f32(r, nk);
@@ -161,6 +151,7 @@ static void attn_item_tq(moe_context *c, int il, int g, size_t blk, int G, const
     if (sinks)
         for (int h = 0; h < G; h++) sums[h] += sink_w[h];
     if (c->tq_vbits) {
+        uint64_t s[MOE_TQ_MAX_D / 64];
         tk->accum_tq(sc, C, G, vr, nk, Dv, c->tq_vbits, o, (size_t)Dv);
         moe_tq_signs(il, g, Dv, s);
         for (int h = 0; h < G; h++) moe_tq_unrotate_k(tk, o + (size_t)h * Dv, s, Dv);   /* once per head and step */
@@ -170,6 +161,52 @@ static void attn_item_tq(moe_context *c, int il, int g, size_t blk, int G, const
         const float inv = 1.0f / sums[h];
         for (int d = 0; d < Dv; d++) oh[d] *= inv;
     }
+}
+
+/* kv_tq: the scores of the G query heads of nt tokens (token i's at q +
+ * i * qtok, heads D apart) against keys j0 .. j0+nk-1 of block blk, at
+ * sc[i * G + h][j - j0]. The rows are rotated once (the keys stay coded:
+ * scores_tq reads the codes). A row's scores do not depend on the other
+ * rows of the call (kv_tq.h: an exact integer sum per key). kv_tq_v (exact
+ * keys) scores one token with the FP32 cache's kernel. */
+static void tq_scores(moe_context *c, int il, int g, size_t blk, int G, int nt, const float *q, size_t qtok, int j0,
+                      int nk, float kq_scale, int ith, float *sc) {
+    const int D = c->m->hp.head_dim;
+    const size_t C = (size_t)c->n_ctx;
+    const moe_tq_kernels *tk = moe_tq_for(c->attn);
+    const uint8_t *kr = (const uint8_t *)c->k_cache + (blk * C + (size_t)j0) * c->tq_krow;
+    if (!c->tq_kbits) {
+        c->attn->scores(q, (size_t)D, G, (const float *)(const void *)kr, (size_t)D, nk, D, kq_scale, sc, C);
+        return;
+    }
+    uint64_t s[MOE_TQ_MAX_D / 64];
+    float *qr = c->tq_buf + (size_t)ith * c->tq_stride;
+    moe_tq_signs(il, g, D, s);
+    for (int i = 0; i < nt; i++)
+        for (int h = 0; h < G; h++)
+            moe_tq_rotate_k(tk, q + (size_t)i * qtok + (size_t)h * D, s, D, qr + ((size_t)i * G + (size_t)h) * D);
+    tk->scores_tq(qr, (size_t)D, nt * G, kr, nk, D, c->tq_kbits, kq_scale, sc, C);
+}
+
+/* kv_tq: one item (token, KV head g with its G query heads): its scores,
+ * softmax and weighted sum. Scores at sc[h][j - j0]. */
+static void attn_item_tq(moe_context *c, int il, int g, size_t blk, int G, const float *q, int j0, int nk,
+                         float kq_scale, int ith, const float *sinks, float *sc, float *sums, float *sink_w, float *o) {
+    tq_scores(c, il, g, blk, G, 1, q, 0, j0, nk, kq_scale, ith, sc);
+    tq_finish(c, il, g, blk, G, j0, nk, sinks, sc, sums, sink_w, o);
+}
+
+/* kv_tq prefill: how many tokens' items share one scores_tq call — the
+ * codes of a tile of keys are unpacked once for all their heads' rows.
+ * Bounded by the per-thread buffers (n_head_max rows of scores and of
+ * rotated queries). */
+#define TQ_BLOCK_TOKENS 4
+static int tq_block_tokens(const moe_context *c, int G) {
+    if (!c->kv_tq || !c->tq_kbits) return 1;
+    bool run = false;                            /* a decode step of a batch: one token per sequence */
+    for (int t = 1; t < c->n_tok && !run; t++) run = c->tok_seq[t] == c->tok_seq[t - 1];
+    const int T = c->m->hp.n_head_max / G;
+    return !run ? 1 : T < TQ_BLOCK_TOKENS ? (T > 0 ? T : 1) : TQ_BLOCK_TOKENS;
 }
 
 /* What comes between the projections and the per-head items, per token:
@@ -216,6 +253,38 @@ static int first_visible(const moe_attn_desc *d, int pos) {
     return j0 < 0 ? 0 : j0;
 }
 
+/* kv_tq prefill: the items of tokens t0 .. t1-1 for KV head g, the tokens
+ * of each sequence in one scores_tq call over the keys any of them sees;
+ * each token then takes its own keys' scores (the same bits as its own
+ * item's) through tq_finish and the hook. */
+static void attn_tq_tokens(attn_task *at, int t0, int t1, int g, int ith, float *sc, float *sums, float *sink_w) {
+    moe_context *c = at->c;
+    const moe_attn_desc *d = at->d;
+    const moe_hparams *hp = &c->m->hp;
+    const int H = d->n_head, D = hp->head_dim, Dv = hp->head_dim_v, G = H / hp->n_head_kv;
+    const float kq_scale = 1.0f / sqrtf((float)D);
+    const size_t C = (size_t)c->n_ctx;
+    const float *sinks = d->sinks ? d->sinks + (size_t)g * G : NULL;
+    for (int ta = t0, tb; ta < t1; ta = tb) {
+        int lo = first_visible(d, c->tok_pos[ta]), hi = c->tok_pos[ta];
+        for (tb = ta + 1; tb < t1 && c->tok_seq[tb] == c->tok_seq[ta]; tb++) {
+            const int f = first_visible(d, c->tok_pos[tb]);
+            lo = f < lo ? f : lo;
+            hi = c->tok_pos[tb] > hi ? c->tok_pos[tb] : hi;
+        }
+        const size_t blk = cache_block(c, c->tok_seq[ta], at->il, g);
+        tq_scores(c, at->il, g, blk, G, tb - ta, c->q + ((size_t)ta * H + (size_t)g * G) * D, (size_t)H * D, lo,
+                  hi - lo + 1, kq_scale, ith, sc);
+        for (int t = ta; t < tb; t++) {
+            const int pos = c->tok_pos[t], j0 = first_visible(d, pos);
+            float *o = c->att + ((size_t)t * H + (size_t)g * G) * Dv;
+            tq_finish(c, at->il, g, blk, G, j0, pos - j0 + 1, sinks, sc + (size_t)(t - ta) * G * C + (size_t)(j0 - lo),
+                      sums, sink_w, o);
+            if (at->hook) d->head_hook(c, d, t, g * G, (g + 1) * G);
+        }
+    }
+}
+
 /* One item = (token t, KV head g) with the G query heads that share it:
  * scores over the visible keys j0..pos in position order, softmax per head,
  * weighted sum of values. Items are independent, so any split over threads
@@ -243,6 +312,15 @@ static void attn_worker(void *arg, int ith, int nth) {
     /* Items are dealt out cyclically: in a prompt, later tokens see more keys,
      * so contiguous shares would leave the last thread with most of the work.
      * Which thread runs an item never changes its result. */
+    const int T = tq_block_tokens(c, G);
+    if (T > 1) {                                  /* kv_tq prefill: items of T tokens (attn_tq_tokens) */
+        const int nb = (c->n_tok + T - 1) / T;
+        for (int64_t it = ith; it < (int64_t)nb * Hkv; it += nth) {
+            const int t0 = (int)(it / Hkv) * T, g = (int)(it % Hkv);
+            attn_tq_tokens(at, t0, t0 + T < c->n_tok ? t0 + T : c->n_tok, g, ith, sc, sums, sink_w);
+        }
+        return;
+    }
     for (int64_t it = ith; it < (int64_t)c->n_tok * Hkv; it += nth) {
         const int t = (int)(it / Hkv), g = (int)(it % Hkv);
         if (at->prep) attn_prep(c, d, at->il, t, g, ith);     /* its own KV head's new row, before reading it */
