@@ -127,8 +127,119 @@ static inline __m128i hsum4(__m256i a, __m256i b, __m256i c, __m256i d) {
     return _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
 }
 
+/* ---- scores_tq at 4 and 5 bits, head size >= 64: int8 products ----
+ * The int8 contract (kv_tq.h) lets a key's codes become signed int8
+ * centroids with one vpshufb per 32 (the 5th bit blends a second table by
+ * a byte mask built from the top-bit plane), and vpmaddubsw multiplies 32
+ * of them at a time: |q| (u8) times sign(ck, q), pair sums <= 2 * 127 * 127
+ * (no saturation), widened by vpmaddwd. Per 64 dims, "lo" holds dims
+ * 64m + i and 64m + 32 + i (i < 16: the low nibbles of bytes 32m .. 32m +
+ * 31), "hi" the same + 16; the query rows were put in that order once.
+ * The centroids of a tile of keys are built once for every row of the
+ * call; the sums are exact, so the reduction tree changes nothing. */
+#define KT8 16   /* keys per tile */
+#define RC8 8    /* query rows per chunk */
+
+/* The signed int8 centroids of dims 64m.. of row kj: lo and hi (above). */
+static inline void lut8_64(const uint8_t *kj, int D, int m, const int bits, __m256i tl, __m256i th, __m256i *lo,
+                           __m256i *hi) {
+    const __m256i x = _mm256_loadu_si256((const __m256i *)(kj + 32 * (size_t)m));
+    const __m256i f = _mm256_set1_epi8(15);
+    const __m256i cl = _mm256_and_si256(x, f), ch = _mm256_and_si256(_mm256_srli_epi16(x, 4), f);
+    if (bits == 4) {
+        *lo = _mm256_shuffle_epi8(tl, cl);
+        *hi = _mm256_shuffle_epi8(tl, ch);
+        return;
+    }
+    uint64_t w;                                    /* the top-bit words of groups 2m, 2m + 1 */
+    memcpy(&w, kj + D / 2 + 8 * (size_t)m, 8);
+    const __m256i W = _mm256_set1_epi64x((long long)w);
+    /* byte p of lo: bit p % 16 of word p / 16 = bit p % 8 of byte 4 (p / 16) + (p % 16) / 8 */
+    const __m256i pl = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                        4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5);
+    const __m256i ph = _mm256_add_epi8(pl, _mm256_set1_epi8(2));
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
+    const __m256i ml = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(W, pl), bit), bit);
+    const __m256i mh = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(W, ph), bit), bit);
+    *lo = _mm256_blendv_epi8(_mm256_shuffle_epi8(tl, cl), _mm256_shuffle_epi8(th, cl), ml);
+    *hi = _mm256_blendv_epi8(_mm256_shuffle_epi8(tl, ch), _mm256_shuffle_epi8(th, ch), mh);
+}
+
+/* Query row qi (|qi| <= 127) in the order of lut8_64: |q| into qa, q into qs. */
+static void q8_order(const int16_t *qi, int D, uint8_t *qa, int8_t *qs) {
+    for (int m = 0; m < D / 64; m++)
+        for (int half = 0; half < 2; half++)
+            for (int p = 0; p < 32; p++) {
+                const int d = 64 * m + 32 * (p / 16) + 16 * half + p % 16, o = 64 * m + 32 * half + p;
+                qs[o] = (int8_t)qi[d];
+                qa[o] = (uint8_t)(qi[d] < 0 ? -qi[d] : qi[d]);
+            }
+}
+
+static inline __m256i dot32(__m256i acc, __m256i c, const uint8_t *qa, const int8_t *qs) {
+    const __m256i a = _mm256_loadu_si256((const __m256i *)qa), s = _mm256_loadu_si256((const __m256i *)qs);
+    const __m256i p = _mm256_maddubs_epi16(a, _mm256_sign_epi8(c, s));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+static inline __attribute__((always_inline)) void scores8_bits(const float *qr, size_t qs, int G, const uint8_t *k,
+                                                               int nk, int D, const int bits, float scale, float *sc,
+                                                               size_t scs) {
+    const size_t rb = moe_tq_row_bytes(D, bits);
+    int8_t ck[32] = {0};
+    for (int c = 0; c < 1 << bits; c++) ck[c] = (int8_t)moe_tq_codebook_int(bits)[c];
+    const __m256i tl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ck));
+    const __m256i th = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(ck + 16)));
+    int16_t qi[MOE_TQ_MAX_D];
+    _Alignas(32) uint8_t qa[RC8][MOE_TQ_MAX_D + 64];   /* + 64: rows not 4 KiB apart */
+    _Alignas(32) int8_t qsg[RC8][MOE_TQ_MAX_D + 64];
+    _Alignas(32) int8_t cb[KT8][MOE_TQ_MAX_D];
+    float S[RC8];
+    for (int r0 = 0; r0 < G; r0 += RC8) {
+        const int nr = G - r0 < RC8 ? G - r0 : RC8;
+        for (int r = 0; r < nr; r++) {
+            S[r] = moe_tq_query_q(qr + (size_t)(r0 + r) * qs, D, bits, qi);
+            q8_order(qi, D, qa[r], qsg[r]);
+        }
+        for (int j0 = 0; j0 < nk; j0 += KT8) {
+            const int nj = nk - j0 < KT8 ? nk - j0 : KT8;
+            for (int j = 0; j < nj; j++)
+                for (int m = 0; m < D / 64; m++) {
+                    __m256i lo, hi;
+                    lut8_64(k + (size_t)(j0 + j) * rb, D, m, bits, tl, th, &lo, &hi);
+                    _mm256_store_si256((__m256i *)(cb[j] + 64 * m), lo);
+                    _mm256_store_si256((__m256i *)(cb[j] + 64 * m + 32), hi);
+                }
+            for (int h0 = 0; h0 < nr; h0 += HQ) {
+                const int nh = nr - h0 < HQ ? nr - h0 : HQ;
+                for (int j = 0; j < nj; j++) {
+                    __m256i acc[HQ];
+                    UNROLL for (int h = 0; h < HQ; h++) acc[h] = _mm256_setzero_si256();
+                    for (int o = 0; o < D; o += 32) {
+                        const __m256i c = _mm256_load_si256((const __m256i *)(cb[j] + o));
+                        for (int h = 0; h < nh; h++) acc[h] = dot32(acc[h], c, qa[h0 + h] + o, qsg[h0 + h] + o);
+                    }
+                    int32_t is[4];
+                    _mm_storeu_si128((__m128i *)is, hsum4(acc[0], acc[1], acc[2], acc[3]));
+                    const float sig = sigma(k + (size_t)(j0 + j) * rb, D, bits);
+                    for (int h = 0; h < nh; h++)
+                        sc[(size_t)(r0 + h0 + h) * scs + (size_t)(j0 + j)] = (((float)is[h] * S[h0 + h]) * sig) * scale;
+                }
+            }
+        }
+    }
+}
+
 static void scores_tq_avx2(const float *qr, size_t qs, int G, const uint8_t *k, int nk, int D, int bits, float scale,
                            float *sc, size_t scs) {
+    if (D >= 64 && bits == 5) {
+        scores8_bits(qr, qs, G, k, nk, D, 5, scale, sc, scs);
+        return;
+    }
+    if (D >= 64 && bits == 4) {
+        scores8_bits(qr, qs, G, k, nk, D, 4, scale, sc, scs);
+        return;
+    }
     const size_t rb = moe_tq_row_bytes(D, bits);
     int32_t ck[32] = {0};
     for (int c = 0; c < 1 << bits; c++) ck[c] = moe_tq_codebook_int(bits)[c];
