@@ -344,6 +344,31 @@ static inline __m128i bytes8(__m256i v) {
     return _mm_packus_epi16(_mm256_castsi256_si128(p), _mm256_castsi256_si128(p));
 }
 
+/* moe_tq_fwht at AVX2: every butterfly is one add or sub of the same two
+ * operands as the reference's, so the same bits. h = 1, 2, 4 inside a
+ * vector (the partner by a permute, the upper lanes take partner - self),
+ * h >= 8 between vectors. */
+static void fwht_avx2(float *t, int D) {
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int i = 0; i < D; i += 8) {
+        __m256 x = _mm256_loadu_ps(t + i);
+        __m256 y = _mm256_permutevar8x32_ps(x, _mm256_xor_si256(iota, _mm256_set1_epi32(1)));
+        x = _mm256_blend_ps(_mm256_add_ps(x, y), _mm256_sub_ps(y, x), 0xAA);
+        y = _mm256_permutevar8x32_ps(x, _mm256_xor_si256(iota, _mm256_set1_epi32(2)));
+        x = _mm256_blend_ps(_mm256_add_ps(x, y), _mm256_sub_ps(y, x), 0xCC);
+        y = _mm256_permutevar8x32_ps(x, _mm256_xor_si256(iota, _mm256_set1_epi32(4)));
+        x = _mm256_blend_ps(_mm256_add_ps(x, y), _mm256_sub_ps(y, x), 0xF0);
+        _mm256_storeu_ps(t + i, x);
+    }
+    for (int h = 8; h < D; h *= 2)
+        for (int i = 0; i < D; i += 2 * h)
+            for (int j = i; j < i + h; j += 8) {
+                const __m256 a = _mm256_loadu_ps(t + j), b = _mm256_loadu_ps(t + j + h);
+                _mm256_storeu_ps(t + j, _mm256_add_ps(a, b));
+                _mm256_storeu_ps(t + j + h, _mm256_sub_ps(a, b));
+            }
+}
+
 /* The codes of row x (its norm n > 0, signs s, thresholds thr) packed into row, the int32
  * codes left in tmp (D floats). */
 static inline __attribute__((always_inline)) void enc_codes(const float *x, const uint64_t *s, int D, int bits,
@@ -355,7 +380,7 @@ static inline __attribute__((always_inline)) void enc_codes(const float *x, cons
         const __m256 neg = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(m, bitv), bitv));
         _mm256_storeu_ps(tmp + d, _mm256_xor_ps(_mm256_loadu_ps(x + d), _mm256_and_ps(neg, sgn)));
     }
-    moe_tq_fwht(tmp, D);
+    fwht_avx2(tmp, D);
     __m256 st[5][2];                                                /* step b: s = 2^(bits-1-b) */
     int nt[5];
     for (int b = 0; b < bits; b++) {
@@ -424,7 +449,7 @@ static void encode_avx2(const float *x, const uint64_t *s, int D, int bits, floa
 }
 
 /* moe_tq_rotate / moe_tq_unrotate: sign flips as xors of the sign bit (as
- * -x), the products lane-wise, moe_tq_fwht: the same bits. */
+ * -x), the products lane-wise, fwht_avx2: the same bits. */
 static inline __m256 flips(const uint64_t *s, int d) {
     const __m256i bitv = _mm256_set_epi32(128, 64, 32, 16, 8, 4, 2, 1);
     const __m256i m = _mm256_set1_epi32((int)((s[d >> 6] >> (d & 63)) & 0xffu));
@@ -434,17 +459,17 @@ static inline __m256 flips(const uint64_t *s, int d) {
 
 static void rotate_avx2(const float *x, const uint64_t *s, int D, float *y) {
     for (int d = 0; d < D; d += 8) _mm256_storeu_ps(y + d, _mm256_xor_ps(_mm256_loadu_ps(x + d), flips(s, d)));
-    moe_tq_fwht(y, D);
+    fwht_avx2(y, D);
     const __m256 isd = _mm256_set1_ps(moe_tq_isd(D));
     for (int d = 0; d < D; d += 8) _mm256_storeu_ps(y + d, _mm256_mul_ps(_mm256_loadu_ps(y + d), isd));
 }
 
 static void unrotate_avx2(float *y, const uint64_t *s, int D) {
-    moe_tq_fwht(y, D);
+    fwht_avx2(y, D);
     const __m256 isd = _mm256_set1_ps(moe_tq_isd(D));
     for (int d = 0; d < D; d += 8)
         _mm256_storeu_ps(y + d, _mm256_xor_ps(_mm256_mul_ps(_mm256_loadu_ps(y + d), isd), flips(s, d)));
 }
 
-const moe_tq_kernels moe_tq_avx2 = {scores_tq_avx2, accum_tq_avx2, moe_tq_fwht, encode_avx2, encode2_avx2,
+const moe_tq_kernels moe_tq_avx2 = {scores_tq_avx2, accum_tq_avx2, fwht_avx2, encode_avx2, encode2_avx2,
                                     rotate_avx2, unrotate_avx2};
