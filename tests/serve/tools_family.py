@@ -125,7 +125,7 @@ if os.environ.get("KIMI_PARALLEL"):
     # a call in the history: the first index is 1, the hook's 0 does not fit
     hist = MSGS + [{"role": "assistant", "content": "", "tool_calls": [{"id": "functions.ping:0", "type": "function",
                    "function": {"name": "ping", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "functions.ping:0", "content": "pong"}]
-    st, txt = post({**base, "messages": hist, "tool_choice": "auto"})
+    st, txt = post({**base, "messages": hist, "tool_choice": "auto", "parallel_tool_calls": True})
     if st != 500 or "grammar" not in txt: bad("index-from-history", f"status {st}: {txt[:200]}")
     print(f"tools {FAM} parallel checks:", "ok" if fails == 0 else "failed")
     sys.exit(1 if fails else 0)
