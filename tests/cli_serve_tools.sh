@@ -10,8 +10,10 @@
 #     the trigger (the test hook MOEFAST_SERVE_TEST_TOOL_TEXT) gives that text
 #     as content and a call after it;
 #   deepseek3 and harmony (--chat-format) calls in their syntaxes;
-#   llama3, mistral, deepseek3 and glm4 (GLM-4.5's <arg_key> calls) models with their own templates and
-#     special tokens (gen --chat-template F-tools): tests/serve/tools_family.py;
+#   llama3, mistral, deepseek3, glm4 (GLM-4.5's <arg_key> calls) and kimi-k2
+#     models with their own templates and special tokens (gen --chat-template
+#     F-tools): tests/serve/tools_family.py; Kimi-K2's parallel calls and
+#     running call indexes through the hook;
 #   streamed calls (deltas as the call is generated) reassemble to the
 #     non-streamed ones, also sampled strings with multi-byte characters;
 #   a call cut by max_tokens ends with finish_reason length;
@@ -51,10 +53,11 @@ rc=$?
 # call syntax, markers as one control token, the hook's auto call, calls and
 # results sent back, the prompt against the template (tests/serve/tools_family.py)
 M0=$M
-for fs in llama3:42 mistral:2 deepseek3:12 glm4:11; do
+for fs in llama3:42 mistral:2 deepseek3:12 glm4:11 kimi-k2:42; do
   fam=${fs%:*}; M=$T/$fam.gguf
   "$REL" gen --arch qwen3moe --preset tiny --type Q8_0 --chat-template "$fam-tools" --seed "${fs#*:}" -o "$M" >/dev/null || { echo "gen $fam failed"; exit 1; }
-  case $fam in llama3) trig='{"name"';; mistral) trig='[TOOL_CALLS]';; glm4) trig='<tool_call>';; *) trig='<｜tool▁calls▁begin｜>';; esac
+  case $fam in llama3) trig='{"name"';; mistral) trig='[TOOL_CALLS]';; glm4) trig='<tool_call>';; kimi-k2) trig='<|tool_calls_section_begin|>';;
+    *) trig='<｜tool▁calls▁begin｜>';; esac
   start "$T/log-$fam" "--ctx 8192" MOEFAST_SERVE_TEST_TOOL_TEXT="Let me check.$trig"
   python3 tests/serve/tools_family.py "$fam" "$PORT" "$M" "$REL" "$T/log-$fam" || rc=1
 done
@@ -63,6 +66,10 @@ done
 M=$T/glm4.gguf
 start "$T/log-glm4-esc" "--ctx 8192" MOEFAST_SERVE_TEST_TOOL_TEXT="$(printf 'Let me check.<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>a"b\\c</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>')"
 GLM_ESCAPE=1 python3 tests/serve/tools_family.py glm4 "$PORT" "$M" "$REL" "$T/log-glm4-esc" || rc=1
+# Kimi-K2: the hook writes ping's call (index 0) and starts get_weather's (1)
+M=$T/kimi-k2.gguf
+start "$T/log-kimi-par" "--ctx 8192" MOEFAST_SERVE_TEST_TOOL_TEXT='Let me check.<|tool_calls_section_begin|><|tool_call_begin|>functions.ping:0<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>'
+KIMI_PARALLEL=1 python3 tests/serve/tools_family.py kimi-k2 "$PORT" "$M" "$REL" "$T/log-kimi-par" || rc=1
 M=$M0
 # the official openai npm client (installed by tests/cli_serve.sh's npm ci)
 if ! command -v node >/dev/null 2>&1 || [ ! -f tests/serve/node_modules/openai/package.json ]; then
@@ -74,7 +81,7 @@ else
 fi
 for p in $PIDS; do kill -TERM "$p"; wait "$p" || { echo "FAIL: server $p exit $?"; rc=1; }; done
 PIDS=""
-for l in "$T/log1" "$T/log2" "$T/log3" "$T/log-llama3" "$T/log-mistral" "$T/log-deepseek3" "$T/log-glm4" "$T/log-glm4-esc"; do
+for l in "$T/log1" "$T/log2" "$T/log3" "$T/log-llama3" "$T/log-mistral" "$T/log-deepseek3" "$T/log-glm4" "$T/log-glm4-esc" "$T/log-kimi-k2" "$T/log-kimi-par"; do
   grep -q "ERROR: AddressSanitizer\|LeakSanitizer\|runtime error" "$l" && { echo "FAIL: sanitizer: $(cat "$l")"; rc=1; }
 done
 exit $rc

@@ -2,7 +2,7 @@
 # cli_toolcheck.sh — `moefast toolcheck` (the sanitized client):
 #   against `moefast serve` (the release binary, for time) on a random-weight
 #     qwen3moe: every structural scenario passes, exit 0, --json and --csv
-#     hold one record per scenario; the same on llama3, mistral, deepseek3 and glm4
+#     hold one record per scenario; the same on llama3, mistral, deepseek3, glm4 and kimi-k2
 #     models with their own templates (gen --chat-template F-tools);
 #   against a fake endpoint (python3) that answers every chat request with
 #     finish_reason tool_calls and an empty message, as servers whose parser
@@ -51,7 +51,7 @@ grep -q "structural \([0-9]*\)/\1 passed" "$T/ok.out" || fail "not every structu
 # give random weights that end their calls within the scenarios' max_tokens
 # (other seeds may keep calling in parallel until the limit: a model's
 # choice, which the server must allow)
-for fs in llama3:42 mistral:2 deepseek3:12 glm4:11; do
+for fs in llama3:42 mistral:2 deepseek3:12 glm4:11 kimi-k2:1; do
   fam=${fs%:*}
   "$REL" gen --arch qwen3moe --preset tiny --type Q8_0 --chat-template "$fam-tools" --seed "${fs#*:}" -o "$T/$fam.gguf" >/dev/null || { echo "gen $fam failed"; exit 1; }
   "$REL" serve -m "$T/$fam.gguf" --port 0 --slots 4 --ctx 8192 >/dev/null 2>"$T/log-$fam" &

@@ -23,7 +23,7 @@ static const char GEN_HELP[] =
     "  --type T            weight type of the matrices: F32, F16, BF16, Q8_0, Q4_0,\n"
     "                      Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, NVFP4, ... (default F32 for tiny, Q8_0 otherwise)\n"
     "  --type-experts T    type of routed and shared expert matrices (default: --type)\n"
-    "  --chat-template chatml|qwen3-tools|llama3-tools|mistral-tools|deepseek3-tools|glm4-tools\n"
+    "  --chat-template chatml|qwen3-tools|llama3-tools|mistral-tools|deepseek3-tools|glm4-tools|kimi-k2-tools\n"
     "                      tokenizer.chat_template: plain ChatML (default), or a family's\n"
     "                      tool-aware one with its special tokens  (= chat_template=...)\n"
     "  --type Q3_K_M|Q4_K_M|Q5_K_M   the F32 model quantized with llama-quantize's\n"

@@ -3,7 +3,8 @@
  * The calls are written in the syntax of the model's chat template family
  * (Qwen3/Hermes <tool_call> JSON for chatml, DeepSeek-V3's tool-call tokens,
  * gpt-oss harmony's commentary channel, Llama 3.x's JSON, Mistral's
- * [TOOL_CALLS] list), and a grammar built from the
+ * [TOOL_CALLS] list, GLM-4.5's <arg_key> pairs, Kimi-K2's tool-call
+ * section), and a grammar built from the
  * tools' parameter schemas constrains them: only a supplied function can be
  * named, its arguments are JSON valid for its schema. Under tool_choice
  * required or a named function the call's trigger is put after the prompt
@@ -33,6 +34,10 @@ typedef struct tool_syntax {
     bool trigger_in_call;      /* the trigger is the call's own start (not written apart) */
     bool kv_args;              /* GLM-4.5: arguments as <arg_key>K</arg_key>\n<arg_value>V</arg_value>\n, not JSON */
     const char *forced;        /* required / named: the text put after the prompt (NULL: the trigger) */
+    /* Kimi-K2: a call is open ID mid ARGS close, ID = id_ns NAME ":" IDX
+     * (IDX the call's running index in the conversation) and the call's id
+     * (NULL: open NAME mid ARGS close, ids made up) */
+    const char *id_ns;
 } tool_syntax;
 
 #define DS_(x) "<\xef\xbd\x9c" x "\xef\xbd\x9c>"          /* <｜x｜> */
@@ -40,29 +45,35 @@ typedef struct tool_syntax {
 
 static const tool_syntax SYNTAX[] = {
     /* Qwen3's template (and Hermes 2 Pro's) */
-    {"chatml", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true, NULL, NULL, false, false, false, NULL},
+    {"chatml", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true, NULL, NULL, false, false, false, NULL, NULL},
     /* laguna and glm4: their own tool syntaxes are not implemented; the
      * Hermes form, described in the system prompt */
-    {"laguna", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true, NULL, NULL, false, false, false, NULL},
-    {"glm4", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true, NULL, NULL, false, false, false, NULL},
+    {"laguna", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true, NULL, NULL, false, false, false, NULL, NULL},
+    {"glm4", "<tool_call>", "\n", NULL, "\n</tool_call>", "\n<tool_call>", "", true, true, NULL, NULL, false, false, false, NULL, NULL},
     /* DeepSeek-V3's template */
     {"deepseek3", DS_("tool" US "calls" US "begin"), DS_("tool" US "call" US "begin") "function" DS_("tool" US "sep"),
-     "\n```json\n", "\n```" DS_("tool" US "call" US "end"), "", DS_("tool" US "calls" US "end"), false, true, NULL, NULL, false, false, false, NULL},
+     "\n```json\n", "\n```" DS_("tool" US "call" US "end"), "", DS_("tool" US "calls" US "end"), false, true, NULL, NULL, false, false, false, NULL, NULL},
     /* gpt-oss: one call per assistant message, ended by <|call|> */
-    {"harmony", "<|channel|>commentary to=functions.", "", " <|constrain|>json<|message|>", "", "", "", false, false, NULL, NULL, false, false, false, NULL},
+    {"harmony", "<|channel|>commentary to=functions.", "", " <|constrain|>json<|message|>", "", "", "", false, false, NULL, NULL, false, false, false, NULL, NULL},
     /* Llama 3.1-3.3's JSON tool calling: the message is the call, one per
      * turn ({"name": N, "parameters": A}); <|python_tag|> (built-in tools)
      * is not generated */
-    {"llama3", "{\"name\"", "", NULL, "", "", "", true, false, "parameters", NULL, false, true, false, NULL},
+    {"llama3", "{\"name\"", "", NULL, "", "", "", true, false, "parameters", NULL, false, true, false, NULL, NULL},
     /* Mistral's v3+ list: [TOOL_CALLS] [{"name": N, "arguments": A}, ...]
      * (the space optional; the newer [TOOL_CALLS]N[ARGS]A form is not) */
-    {"mistral", "[TOOL_CALLS]", "", NULL, "", ", ", "]", true, true, "arguments", "[", true, false, false, NULL},
+    {"mistral", "[TOOL_CALLS]", "", NULL, "", ", ", "]", true, true, "arguments", "[", true, false, false, NULL, NULL},
     /* GLM-4.5's template: <tool_call>NAME\n then per argument
      * <arg_key>K</arg_key>\n<arg_value>V</arg_value>\n (strings raw, others
      * JSON), </tool_call>; calls joined by \n; an assistant turn with calls
      * opens with an empty think block */
     {"glm45", "<tool_call>", "", "\n", "</tool_call>", "\n<tool_call>", "", false, true, NULL, NULL, false, false,
-     true, "\n<think></think>\n<tool_call>"},
+     true, "\n<think></think>\n<tool_call>", NULL},
+    /* Kimi-K2's (Kimi-K2-Instruct's template, llama.cpp's parser):
+     * <|tool_calls_section_begin|> then per call <|tool_call_begin|>
+     * functions.NAME:IDX<|tool_call_argument_begin|>A<|tool_call_end|>,
+     * <|tool_calls_section_end|>; serve_kimi.c writes the prompt */
+    {"kimi-k2", "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>", "",
+     "<|tool_calls_section_end|>", false, true, NULL, NULL, false, false, false, NULL, "functions."},
 };
 
 static const char *args_key(const tool_syntax *sy) { return sy->args_key ? sy->args_key : "arguments"; }
@@ -78,6 +89,7 @@ static const tool_syntax *syntax_of(srv *s) {
         else if (strstr(t, "[gMASK]<sop>") && strstr(t, "<arg_key>")) f = "glm45";
         else if (strstr(t, "[gMASK]<sop>")) f = "glm4";
         else if (strstr(t, "<|start|>") && strstr(t, "<|message|>")) f = "harmony";
+        else if (strstr(t, "<|im_assistant|>assistant<|im_middle|>")) f = "kimi-k2";
         else if (strstr(t, "<|start_header_id|>") && strstr(t, "<|end_header_id|>") && strstr(t, "<|eot_id|>")) f = "llama3";
         else if (strstr(t, "[INST]") && strstr(t, "[/INST]") && !strstr(t, "<<SYS>>")) f = "mistral";
     }
@@ -228,6 +240,56 @@ static int tool_gbnf(json_t *tool, size_t i, const char **name, char **gbnf, api
     return 0;
 }
 
+/* The most calls one turn of an id_ns syntax may have: each has its own
+ * rule (its index is in its text). */
+enum { MAX_INDEXED = 16 };
+
+/* An id_ns syntax's calls (Kimi-K2): call k (k0, k1, ...) writes the index
+ * idx0 + k, so the ids run on from the history's calls (idx0 of them) and
+ * are unique in the conversation. The name is written with its index, then
+ * the arguments of that tool's schema. */
+static void indexed_grammar(tbuf *b, srv *s, const tool_syntax *sy, const char *const *names, char *const *gbnf, size_t n,
+                            int only, bool parallel, long idx0) {
+    const int nk = parallel && sy->parallel ? MAX_INDEXED : 1;
+    tb_add(b, "root ::=");
+    tb_lit(b, sy->trigger);
+    tb_add(b, " k0");
+    tb_lit_tok(b, s, sy->end);
+    tb_add(b, "\n");
+    for (int k = 0; k < nk; k++) {
+        char line[48];
+        snprintf(line, sizeof line, "k%d ::=", k);
+        tb_add(b, line);
+        tb_lit_tok(b, s, sy->open);
+        tb_lit(b, sy->id_ns);
+        tb_add(b, " (");
+        for (size_t i = 0, alt = 0; i < n; i++) {
+            if (only >= 0 && (size_t)only != i) continue;
+            tbuf id = {0};
+            snprintf(line, sizeof line, ":%ld", idx0 + k);
+            tb_add(&id, names[i]);
+            tb_add(&id, line);
+            if (alt++) tb_add(b, " |");
+            tb_lit(b, id.oom ? "" : id.p);
+            if (id.oom) b->oom = true;
+            free(id.p);
+            tb_lit_tok(b, s, sy->mid);
+            snprintf(line, sizeof line, " t%zu-s0", i);
+            tb_add(b, line);
+        }
+        tb_add(b, " )");
+        tb_lit_tok(b, s, sy->close);
+        if (k + 1 < nk) { snprintf(line, sizeof line, " k%d?", k + 1); tb_add(b, line); }
+        tb_add(b, "\n");
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (only >= 0 && (size_t)only != i) continue;
+        char pre[32];
+        snprintf(pre, sizeof pre, "t%zu-", i);
+        tb_renamed(b, gbnf[i], pre);
+    }
+}
+
 /* The grammar of a turn's calls over the tools allowed (only = -1: all). */
 static void calls_grammar(tbuf *b, srv *s, const tool_syntax *sy, const char *const *names, char *const *gbnf, size_t n,
                           int only, bool parallel) {
@@ -337,6 +399,18 @@ static int test_force(srv *s, srv_tools *t, const char *text, api_err *e) {
     return 0;
 }
 
+/* The calls of the history's assistant messages (malformed ones are the
+ * prompt's 400, later). */
+static long history_calls(json_t *o) {
+    json_t *ms = json_object_get(o, "messages");
+    long c = 0;
+    for (size_t i = 0; i < json_array_size(ms); i++) {
+        json_t *m = json_array_get(ms, i), *ro = json_object_get(m, "role");
+        if (json_is_string(ro) && !strcmp(json_string_value(ro), "assistant")) c += (long)json_array_size(json_object_get(m, "tool_calls"));
+    }
+    return c;
+}
+
 int tools_parse(srv *s, json_t *o, srv_req *r, bool *forced, json_t **tools_json, api_err *e) {
     json_t *tools = json_object_get(o, "tools");
     *forced = false;
@@ -365,7 +439,8 @@ int tools_parse(srv *s, json_t *o, srv_req *r, bool *forced, json_t **tools_json
         if (sy->kv_args) rc = kv_grammars(s, tools, gbnf, &kv_raw, e);
         tbuf g = {0};
         char err[MOE_ERR_LEN];
-        if (rc == 0) calls_grammar(&g, s, sy, names, gbnf, n, only, parallel);
+        if (rc == 0 && sy->id_ns) indexed_grammar(&g, s, sy, names, gbnf, n, only, parallel, history_calls(o));
+        else if (rc == 0) calls_grammar(&g, s, sy, names, gbnf, n, only, parallel);
         if (rc) {}
         else if (g.oom) rc = api_fail(e, 500, NULL, NULL, "out of memory");
         else if ((rc = gcache_build(s, r, 'G', g.p, g.n, err, sizeof err)))
@@ -625,6 +700,7 @@ int tools_messages(srv *s, json_t *ms, const moe_chat_msg *msgs, size_t n, json_
     if (!strcmp(sy->family, "llama3")) return llama3_messages(sy, ms, msgs, n, tools, out, o, n_out, owned, n_owned, e);
     if (!strcmp(sy->family, "mistral")) return mistral_messages(ms, msgs, n, tools, o, n_out, owned, n_owned, e);
     if (!strcmp(sy->family, "harmony")) return harmony_messages(ms, msgs, n, tools, out, n_out, owned, n_owned, e);
+    if (sy->id_ns) return kimi_messages(ms, msgs, n, tools, out, n_out, owned, n_owned, e);
     if (sy->kv_args) return kv_messages(ms, msgs, n, tools, o, n_out, owned, n_owned, e);
     if (tools) {                                   /* the system prompt gets the tools */
         tbuf b = {0};
@@ -752,16 +828,18 @@ static const char *json_end(const char *p) {
     return p + je.position;
 }
 
-static bool add_call(srv_req *r, const char *name, size_t nl) {
+/* A new call named [name, name + nl); its id [id, id + il) as the model
+ * wrote it (Kimi-K2's), or (id NULL) made up. */
+static bool add_call(srv_req *r, const char *name, size_t nl, const char *id, size_t il) {
     srv_tools *t = r->tools;
     srv_tool_call *nc = realloc(t->calls, (size_t)(t->n_calls + 1) * sizeof *nc);
     if (!nc) return false;
     t->calls = nc;
-    char id[48];
-    snprintf(id, sizeof id, "call_%llu_%d", (unsigned long long)r->id, t->n_calls);
+    char mk[48];
+    snprintf(mk, sizeof mk, "call_%llu_%d", (unsigned long long)r->id, t->n_calls);
     srv_tool_call *c = &nc[t->n_calls++];
     memset(c, 0, sizeof *c);
-    c->id = strdup(id);
+    c->id = id ? strndup(id, il) : strdup(mk);
     c->name = strndup(name, nl);
     c->args = strdup("");
     return c->id && c->name && c->args;
@@ -814,8 +892,16 @@ void tools_progress(srv_req *r) {
             t->parse_at = (size_t)(p - base);
             t->phase = PH_NAME;
         } else if (t->phase == PH_NAME) {
-            const char *nm = p, *ne;
-            if (sy->name_in_json) {
+            const char *nm = p, *ne, *id = NULL;
+            size_t il = 0;
+            if (sy->id_ns) {                        /* functions.NAME:IDX, then mid */
+                const char *me = strstr(p, sy->mid);
+                if (!me || !starts(&p, sy->id_ns) || !(ne = memchr(p, ':', (size_t)(me - p)))) return;
+                id = nm;
+                il = (size_t)(me - nm);
+                nm = p;
+                p = me + strlen(sy->mid);
+            } else if (sy->name_in_json) {
                 if (!starts(&p, "{\"name\": \"") || !(ne = strchr(nm = p, '"'))) return;
                 p = ne;
                 if (!starts(&p, "\", \"") || !starts(&p, args_key(sy)) || !starts(&p, "\": ")) return;
@@ -823,7 +909,7 @@ void tools_progress(srv_req *r) {
                 if (!(ne = strstr(nm, sy->mid))) return;
                 p = ne + strlen(sy->mid);
             }
-            if (!add_call(r, nm, (size_t)(ne - nm))) return;
+            if (!add_call(r, nm, (size_t)(ne - nm), id, il)) return;
             t->version++;
             t->args_at = (size_t)(p - base);
             t->phase = PH_ARGS;

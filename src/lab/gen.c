@@ -129,7 +129,7 @@ static const key_def KEYS[] = {
     {"expert_weights_norm", ARCH_LAGUNA | ARCH_GLM4MOE | ARCH_DEEPSEEK2, K_INT, O(expert_weights_norm), 0, 1, NULL, "expert_weights_norm (0/1)"},
     {"gate", ARCH_LAGUNA, K_ENUM, O(gate_per_element), 0, 0, "head|element", "attn_gate: one scalar per head or per element"},
     {"rms_eps", ARCH_BOTH, K_FLOAT, O(rms_eps), 1e-12, 0.1, NULL, "attention.layer_norm_rms_epsilon"},
-    {"chat_template", ARCH_BOTH, K_ENUM, O(chat_template), 0, 0, "chatml|qwen3-tools|llama3-tools|mistral-tools|deepseek3-tools|glm4-tools", "tokenizer.chat_template: plain ChatML, or a family's with tools (and its special tokens)"},
+    {"chat_template", ARCH_BOTH, K_ENUM, O(chat_template), 0, 0, "chatml|qwen3-tools|llama3-tools|mistral-tools|deepseek3-tools|glm4-tools|kimi-k2-tools", "tokenizer.chat_template: plain ChatML, or a family's with tools (and its special tokens)"},
     {"embd_scale", ARCH_BOTH, K_FLOAT, O(embd_scale), 0, 1000, NULL, "standard deviation of token_embd (0: 1, the default); with head_peak, a larger one makes the final hidden state carry its token's embedding, so the logits peak"},
     {"key_outliers", ARCH_BOTH, K_FLOAT, O(key_outliers), 0, 1000, NULL, "keys with outlier channels as trained models have: in every KV head, attn_k's rows of 4 channels (3, 17, head_dim/2+5, head_dim-7) scaled by this factor (0: off; docs/KV_TQ.md)"},
     {"head_peak", ARCH_BOTH, K_FLOAT, O(head_peak), 0, 1000, NULL, "peaked logits like a trained model's: output row v += head_peak x (the head's std) x token_embd row v, so the final hidden state (which carries its token's embedding) favours a few rows by a margin (0: off; docs/SCREEN.md)"},

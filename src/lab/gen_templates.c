@@ -24,7 +24,16 @@
  *   mapping, as in the original), enable_thinking=false as the original
  *   (/nothink after user messages, an empty think block opened), without
  *   its reasoning-content handling; GLM-4.5's special tokens in its id order from
- *   <|endoftext|>, bos [gMASK], eos <|endoftext|>. */
+ *   <|endoftext|>, bos [gMASK], eos <|endoftext|>.
+ * kimi-k2-tools: modelled on Kimi-K2-Instruct-0905's (moonshotai's
+ *   chat_template.jinja; renders the same text but for what is left out): the
+ *   tool_declare turn, a message's name in place of its role, calls as
+ *   <|tool_calls_section_begin|><|tool_call_begin|>ID<|tool_call_argument_begin|>
+ *   ARGS<|tool_call_end|>...<|tool_calls_section_end|> with the calls' own
+ *   ids, results as "## Return of ID\n    C" (the template's whitespace kept),
+ *   without its default system prompt (as llama.cpp's built-in kimi-k2) and
+ *   its image parts; Kimi-K2's special tokens, bos [BOS], eos [EOS]
+ *   (<|im_end|> ends a turn). */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -115,6 +124,25 @@ static const char GLM4_TOOLS[] =
     "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|assistant|>' }}"
     "{{- '\\n<think></think>' if (enable_thinking is defined and not enable_thinking) else '' }}{%- endif %}";
 
+static const char KIMI_K2_TOOLS[] =
+    "{%- if tools -%}<|im_system|>tool_declare<|im_middle|>\n  # Tools\n  {{ tools | tojson }}<|im_end|>{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- set role_name = message.get('name') or message['role'] -%}"
+    "{%- if message['role'] == 'user' -%}<|im_user|>{{ role_name }}<|im_middle|>"
+    "{%- elif message['role'] == 'assistant' -%}<|im_assistant|>{{ role_name }}<|im_middle|>"
+    "{%- else -%}<|im_system|>{{ role_name }}<|im_middle|>{%- endif -%}"
+    "{%- if message['role'] == 'assistant' and message.get('tool_calls') -%}"
+    "{%- if message['content'] -%}{{ message['content'] }}{%- endif -%}<|tool_calls_section_begin|>"
+    "{%- for tool_call in message['tool_calls'] -%}<|tool_call_begin|>{{ tool_call['id'] }}<|tool_call_argument_begin|>"
+    "{%- if tool_call['function']['arguments'] is string -%}{{ tool_call['function']['arguments'] }}"
+    "{%- else -%}{{ tool_call['function']['arguments'] | tojson }}{%- endif -%}<|tool_call_end|>"
+    "{%- endfor -%}<|tool_calls_section_end|>"
+    "{%- elif message['role'] == 'tool' -%}## Return of {{ message.tool_call_id }}\n    {{ message['content'] }}"
+    "{%- elif message['content'] is string -%}{{ message['content'] }}"
+    "{%- endif -%}<|im_end|>"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_assistant|>assistant<|im_middle|>{%- endif -%}";
+
 static const char *const SP_LLAMA3[] = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                                         "<|python_tag|>", "<|eom_id|>", "<|eot_id|>"};
 static const char *const SP_MISTRAL[] = {"<s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
@@ -130,6 +158,10 @@ static const char *const SP_GLM4[] = {
     "<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>", "<|assistant|>",
     "<|observation|>", "<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
     "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"};
+static const char *const SP_KIMI[] = {
+    "[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>",
+    "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
+    "<|tool_call_end|>"};
 
 #define N(a) (int)(sizeof a / sizeof a[0])
 /* indexes 2.. of gen's chat_template choices (0 chatml and 1 qwen3-tools are gen.c's) */
@@ -138,6 +170,7 @@ static const gen_template TEMPLATES[] = {
     {"mistral-tools", MISTRAL_TOOLS, SP_MISTRAL, N(SP_MISTRAL), 0, 10},
     {"deepseek3-tools", DEEPSEEK3_TOOLS, SP_DS3, N(SP_DS3), 0, 12},
     {"glm4-tools", GLM4_TOOLS, SP_GLM4, N(SP_GLM4), 2, 0},
+    {"kimi-k2-tools", KIMI_K2_TOOLS, SP_KIMI, N(SP_KIMI), 0, 1},
 };
 
 const gen_template *moe_gen_template(int64_t i) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tools_family.py FAMILY PORT MODEL MOEFAST LOG — tool calls of one template
-family (llama3, mistral, deepseek3, glm4) on a random-weight model written by
+family (llama3, mistral, deepseek3, glm4, kimi-k2) on a random-weight model written by
 `gen --chat-template FAMILY-tools`, served with MOEFAST_SERVE_TEST_TOOL_TEXT
 = 'Let me check.' + the family's trigger (tests/cli_serve_tools.sh):
   required / named: the raw text starts with the family's call syntax (its
@@ -9,7 +9,12 @@ family (llama3, mistral, deepseek3, glm4) on a random-weight model written by
   auto through the hook: the text before the trigger is content, then a call;
   the same request again (its grammar from the cache) gives the same tokens;
   a conversation with calls and results sent back: the prompt's tokens equal
-    the gen'd template rendered by jinja2 (when installed), and a call follows.
+    the gen'd template rendered by jinja2 (when installed), and a call follows;
+  kimi-k2: each call's id is functions.NAME:IDX, IDX running on from the
+    history's calls; a message's name in its header; bad history is a 400;
+    with KIMI_PARALLEL (the hook writes a first call and starts a second):
+    two calls, and the hook breaking the grammar (parallel false, an index
+    not the running one) fails the request.
 Prints one line per failure; exits 1 on any."""
 import json, os, subprocess, sys, time, urllib.request
 from gguf_meta import gguf_template
@@ -62,12 +67,13 @@ def tok(text):
 US, DS = "\u2581", lambda x: "<\uff5c" + x + "\uff5c>"
 START = {"llama3": '{"name": "', "mistral": '[TOOL_CALLS] [{"name": "',
          "deepseek3": DS(f"tool{US}calls{US}begin") + DS(f"tool{US}call{US}begin") + "function" + DS(f"tool{US}sep"),
-         "glm4": "<tool_call>"}[FAM]
+         "glm4": "<tool_call>", "kimi-k2": "<|tool_calls_section_begin|><|tool_call_begin|>functions."}[FAM]
 # control tokens the grammar must have written as one token each (not the trigger, which is the prompt's)
 MARKERS = {"llama3": [], "mistral": [], "deepseek3": [DS(f"tool{US}call{US}begin"), DS(f"tool{US}sep")],
-           "glm4": ["</tool_call>"]}[FAM]
+           "glm4": ["</tool_call>"],
+           "kimi-k2": ["<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>"]}[FAM]
 TRIGGER = {"llama3": '{"name"', "mistral": "[TOOL_CALLS]", "deepseek3": DS(f"tool{US}calls{US}begin"),
-           "glm4": "\n<think></think>\n<tool_call>"}[FAM]
+           "glm4": "\n<think></think>\n<tool_call>", "kimi-k2": "<|tool_calls_section_begin|>"}[FAM]
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
                                             "days": {"type": "integer", "minimum": 1, "maximum": 7}},
@@ -102,10 +108,33 @@ if os.environ.get("GLM_ESCAPE"):
     print(f"tools {FAM} escape check:", "ok" if fails == 0 else "failed")
     sys.exit(1 if fails else 0)
 
-def valid(name, calls, allowed=("get_weather", "ping")):
+if os.environ.get("KIMI_PARALLEL"):
+    # the hook wrote ping's call (index 0) and starts get_weather's (index 1)
+    # (room for 16 calls, the most a turn may have: this model keeps calling)
+    r = chat("parallel", {**base, "tool_choice": "auto", "parallel_tool_calls": True, "max_tokens": 2000})
+    calls = (r or {}).get("choices", [{}])[0].get("message", {}).get("tool_calls") or []
+    ids = [c["id"] for c in calls]
+    if ids[:2] != ["functions.ping:0", "functions.get_weather:1"] or any(c["id"] != f"functions.{c['function']['name']}:{i}" for i, c in enumerate(calls)):
+        bad("parallel", f"ids {ids}")
+    elif len(calls) != 16: bad("parallel", f"{len(calls)} calls (this model calls until the grammar ends the section at 16)")
+    elif calls[0]["function"]["arguments"] != "{}" or not isinstance(json.loads(calls[1]["function"]["arguments"]).get("city"), str):
+        bad("parallel", f"calls {calls}")
+    # one call only: the grammar ends the section after the first, the hook's second call does not fit
+    st, txt = post({**base, "tool_choice": "auto", "parallel_tool_calls": False})
+    if st != 500 or "grammar" not in txt: bad("parallel-false", f"status {st}: {txt[:200]}")
+    # a call in the history: the first index is 1, the hook's 0 does not fit
+    hist = MSGS + [{"role": "assistant", "content": "", "tool_calls": [{"id": "functions.ping:0", "type": "function",
+                   "function": {"name": "ping", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "functions.ping:0", "content": "pong"}]
+    st, txt = post({**base, "messages": hist, "tool_choice": "auto", "parallel_tool_calls": True})
+    if st != 500 or "grammar" not in txt: bad("index-from-history", f"status {st}: {txt[:200]}")
+    print(f"tools {FAM} parallel checks:", "ok" if fails == 0 else "failed")
+    sys.exit(1 if fails else 0)
+
+def valid(name, calls, allowed=("get_weather", "ping"), idx0=0):
     if not calls: bad(name, "no calls"); return
-    for c in calls:
+    for i, c in enumerate(calls):
         f = c["function"]
+        if FAM == "kimi-k2" and c["id"] != f"functions.{f['name']}:{idx0 + i}": bad(name, f"id {c['id']} (call {idx0 + i})")
         if f["name"] not in allowed: bad(name, f"function {f['name']}"); continue
         a = json.loads(f["arguments"])
         if f["name"] == "get_weather" and not (isinstance(a.get("city"), str) and len(a["city"]) <= 10 and
@@ -142,11 +171,24 @@ if r:
     valid("auto", c["message"].get("tool_calls"))
 
 # a conversation with a call and its result sent back
+CID = "functions.get_weather:0" if FAM == "kimi-k2" else "call_abcdefghi"
 turn = MSGS + [{"role": "assistant", "content": None, "tool_calls": [
-    {"id": "call_abcdefghi", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 2}"}}]},
-    {"role": "tool", "tool_call_id": "call_abcdefghi", "content": "sunny"}, {"role": "user", "content": "And Rome?"}]
+    {"id": CID, "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 2}"}}]},
+    {"role": "tool", "tool_call_id": CID, "content": "sunny"}, {"role": "user", "content": "And Rome?"}]
+if FAM == "kimi-k2":                                # Kimi's guide names the result's function: the header's name
+    turn[3] = dict(turn[3], name="get_weather")
 r = chat("turn", {**base, "messages": turn, "tool_choice": "required"})
-if r: valid("turn", r["choices"][0]["message"].get("tool_calls"))
+if r: valid("turn", r["choices"][0]["message"].get("tool_calls"), idx0=1)
+
+if FAM == "kimi-k2":                                # history the template cannot write: 400s naming messages
+    call = turn[2]["tool_calls"][0]
+    for name, msgs in (("no-id", turn[:2] + [dict(turn[2], tool_calls=[{k: v for k, v in call.items() if k != "id"}])] + turn[3:]),
+                       ("args-number", turn[:2] + [dict(turn[2], tool_calls=[dict(call, function={"name": "get_weather", "arguments": 3})])] + turn[3:]),
+                       ("calls-object", turn[:2] + [dict(turn[2], tool_calls=call)] + turn[3:]),
+                       ("no-call-id", turn[:3] + [{k: v for k, v in turn[3].items() if k != "tool_call_id"}] + turn[4:]),
+                       ("name-number", turn[:3] + [dict(turn[3], name=7)] + turn[4:])):
+        st, txt = post({**base, "messages": msgs})
+        if st != 400 or '"param": "messages"' not in txt.replace('":"', '": "'): bad("bad-" + name, f"status {st}: {txt[:200]}")
 
 try:
     import jinja2
