@@ -260,6 +260,48 @@ static void test_edges(void) {
 
 /* The kernels: scalar == decoding then FP32 arithmetic (near), every ISA ==
  * scalar (bits), over head sizes, group sizes, key counts and code widths. */
+/* accum_tq_rows (a prefill block's rows, each over its own first nkr[r]
+ * keys) == accum_tq of each row alone, bit for bit, at every ISA: runs of
+ * four equal counts, lone rows, a row with no key, counts on both sides of
+ * the 64-key blocks. */
+static void test_accum_rows(void) {
+    moe_rng r;
+    moe_rng_seed(&r, 17);
+    static const int nkr[13] = {141, 141, 141, 141, 70, 70, 70, 70, 1, 0, 65, 64, 141};
+    const int R = 13, nk = 141;
+    const moe_tq_kernels *ks[3] = {&moe_tq_scalar, NULL, NULL};
+    if (moe_kernels_for(MOE_ISA_AVX2)) ks[1] = moe_tq_for(moe_isa_table_for(MOE_ISA_AVX2)->attn);
+    if (moe_kernels_for(MOE_ISA_AVX512)) ks[2] = moe_tq_for(moe_isa_table_for(MOE_ISA_AVX512)->attn);
+    int compared = 0;
+    for (int b = 3; b <= 5; b++)
+        for (int D = 32; D <= 256; D *= 2) {
+            const size_t rb = moe_tq_row_bytes(D, b), ps = (size_t)nk + 3, os = (size_t)D + 16;
+            uint8_t *rows = malloc(rb * (size_t)nk);
+            float *x = malloc(sizeof(float) * (size_t)D * 2), *p = malloc(sizeof(float) * ps * (size_t)R);
+            float *o0 = malloc(sizeof(float) * os * (size_t)R), *o1 = malloc(sizeof(float) * os * (size_t)R);
+            uint64_t s[4];
+            moe_tq_signs(1, b, D, s);
+            for (int j = 0; j < nk; j++) {
+                gauss(&r, x, D);
+                moe_tq_encode(x, s, D, b, x + D, rows + (size_t)j * rb);
+            }
+            for (size_t i = 0; i < ps * (size_t)R; i++) p[i] = (float)moe_rng_uniform(&r);
+            for (int i = 0; i < R; i++)
+                moe_tq_scalar.accum_tq(p + (size_t)i * ps, ps, 1, rows, nkr[i], D, b, o0 + (size_t)i * os, os);
+            for (int k = 0; k < 3; k++) {
+                if (!ks[k]) continue;
+                for (size_t i = 0; i < os * (size_t)R; i++) o1[i] = -1.0f;
+                ks[k]->accum_tq_rows(p, ps, R, nkr, rows, D, b, o1, os);
+                for (int i = 0; i < R; i++)
+                    CHECK_MSG(!memcmp(o0 + (size_t)i * os, o1 + (size_t)i * os, sizeof(float) * (size_t)D),
+                              "accum_tq_rows differs: table %d bits %d D %d row %d (keys %d)", k, b, D, i, nkr[i]);
+                compared++;
+            }
+            free(rows); free(x); free(p); free(o0); free(o1);
+        }
+    printf("  accum_tq_rows: %d comparisons\n", compared);
+}
+
 static void test_kernels(void) {
     moe_rng r;
     moe_rng_seed(&r, 11);
@@ -658,6 +700,7 @@ int main(void) {
     test_edges();
     test_distortion();
     test_kernels();
+    test_accum_rows();
     test_encode();
     test_e2e();
     return check_report("test_kv_tq");

@@ -471,5 +471,55 @@ static void unrotate_avx2(float *y, const uint64_t *s, int D) {
         _mm256_storeu_ps(y + d, _mm256_xor_ps(_mm256_mul_ps(_mm256_loadu_ps(y + d), isd), flips(s, d)));
 }
 
-const moe_tq_kernels moe_tq_avx2 = {scores_tq_avx2, accum_tq_avx2, fwht_avx2, encode_avx2, encode2_avx2,
-                                    rotate_avx2, unrotate_avx2};
+/* accum_tq_rows at AVX2: the float centroids of a block of WK2 keys and one
+ * group of 32 dims are looked up once (permutes and blends per 8: the AVX2
+ * value sum's larger cost) into cbuf and serve every row of the call (a
+ * prefill block's tokens' heads), four rows with the same key count at a
+ * time (16 accumulators, parked in out between blocks), so each o[d] still
+ * takes its fmaf in key order with the reference's w = p * sigma. */
+#define WK2 64   /* keys per block of staged centroids */
+
+static void accum_tq_rows_avx2(const float *p, size_t ps, int R, const int *nkr, const uint8_t *v, int Dv, int bits,
+                               float *out, size_t os) {
+    const tq_tab t = tab_for(bits);
+    const size_t rb = moe_tq_row_bytes(Dv, bits);
+    int mx = 0;
+    for (int r = 0; r < R; r++) mx = nkr[r] > mx ? nkr[r] : mx;
+    float sg[WK2];
+    __m256 cbuf[WK2][4];
+    for (int j0 = 0; j0 < mx; j0 += WK2) {
+        const int nb = mx - j0 < WK2 ? mx - j0 : WK2;
+        for (int jj = 0; jj < nb; jj++) sg[jj] = sigma(v + (size_t)(j0 + jj) * rb, Dv, bits);
+        for (int g = 0; g < Dv / 32; g++) {
+            for (int jj = 0; jj < nb; jj++) group(v + (size_t)(j0 + jj) * rb, Dv, &t, g, cbuf[jj]);
+            for (int r = 0, n4; r < R; r += n4) {
+                n4 = r + 4 <= R && nkr[r + 1] == nkr[r] && nkr[r + 2] == nkr[r] && nkr[r + 3] == nkr[r] ? 4 : 1;
+                const int ke = (nkr[r] < j0 + nb ? nkr[r] : j0 + nb) - j0;   /* this block's keys for these rows */
+                if (ke <= 0) continue;
+                __m256 acc[4][4];
+                UNROLL for (int h = 0; h < 4; h++)
+                    UNROLL for (int i = 0; i < 4; i++)
+                        acc[h][i] = h < n4 && j0 ? _mm256_loadu_ps(out + (size_t)(r + h) * os + 32 * g + 8 * i)
+                                                 : _mm256_setzero_ps();
+                if (n4 == 4)
+                    for (int jj = 0; jj < ke; jj++)
+                        UNROLL for (int h = 0; h < 4; h++) {
+                            const __m256 w = _mm256_set1_ps(p[(size_t)(r + h) * ps + (size_t)(j0 + jj)] * sg[jj]);
+                            UNROLL for (int i = 0; i < 4; i++) acc[h][i] = _mm256_fmadd_ps(w, cbuf[jj][i], acc[h][i]);
+                        }
+                else
+                    for (int jj = 0; jj < ke; jj++) {
+                        const __m256 w = _mm256_set1_ps(p[(size_t)r * ps + (size_t)(j0 + jj)] * sg[jj]);
+                        UNROLL for (int i = 0; i < 4; i++) acc[0][i] = _mm256_fmadd_ps(w, cbuf[jj][i], acc[0][i]);
+                    }
+                for (int h = 0; h < n4; h++)
+                    UNROLL for (int i = 0; i < 4; i++) _mm256_storeu_ps(out + (size_t)(r + h) * os + 32 * g + 8 * i, acc[h][i]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        if (nkr[r] == 0) memset(out + (size_t)r * os, 0, sizeof(float) * (size_t)Dv);
+}
+
+const moe_tq_kernels moe_tq_avx2 = {scores_tq_avx2, accum_tq_avx2, accum_tq_rows_avx2, fwht_avx2,
+                                    encode_avx2,    encode2_avx2,  rotate_avx2,        unrotate_avx2};

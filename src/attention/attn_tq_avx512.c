@@ -489,6 +489,15 @@ static void accum_tq_avx512(const float *p, size_t ps, int G, const uint8_t *v, 
     }
 }
 
+/* accum_tq_rows at AVX-512: accum_tq per run of rows with one key count.
+ * (Sharing the value codes' unpacking across a block's rows, as AVX2 does,
+ * measured no faster here: the fmadds, which the contract fixes, set the
+ * pace.) */
+static void accum_tq_rows_avx512(const float *p, size_t ps, int R, const int *nkr, const uint8_t *v, int Dv, int bits,
+                                 float *out, size_t os) {
+    moe_tq_accum_runs(&moe_tq_avx512, p, ps, R, nkr, v, Dv, bits, out, os);
+}
+
 /* moe_tq_fwht at AVX-512 (D a multiple of 32): stages h = 1, 2, 4, 8 inside
  * each 16-lane vector, lane l paired with lane l ^ h by a permute: a lane
  * with bit h clear takes a + b (itself + partner), one with it set a - b
@@ -627,5 +636,5 @@ static void unrotate_avx512(float *y, const uint64_t *s, int D) {
     }
 }
 
-const moe_tq_kernels moe_tq_avx512 = {scores_tq_avx512, accum_tq_avx512, fwht_avx512, encode_avx512, encode2_avx512,
-                                      rotate_avx512, unrotate_avx512};
+const moe_tq_kernels moe_tq_avx512 = {scores_tq_avx512, accum_tq_avx512, accum_tq_rows_avx512, fwht_avx512,
+                                      encode_avx512,    encode2_avx512,  rotate_avx512,        unrotate_avx512};

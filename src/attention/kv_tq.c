@@ -282,8 +282,21 @@ static void encode2_scalar(const float *x0, const float *x1, const uint64_t *s, 
     if (x1) moe_tq_encode(x1, s, D, bits1, tmp, row1);
 }
 
-const moe_tq_kernels moe_tq_scalar = {scores_tq_scalar, accum_tq_scalar, moe_tq_fwht, moe_tq_encode, encode2_scalar,
-                                      rotate_scalar, unrotate_scalar};
+void moe_tq_accum_runs(const moe_tq_kernels *k, const float *p, size_t ps, int R, const int *nkr, const uint8_t *v,
+                       int Dv, int bits, float *out, size_t os) {
+    for (int r = 0, e; r < R; r = e) {
+        for (e = r + 1; e < R && nkr[e] == nkr[r]; e++) {}
+        k->accum_tq(p + (size_t)r * ps, ps, e - r, v, nkr[r], Dv, bits, out + (size_t)r * os, os);
+    }
+}
+
+static void accum_tq_rows_scalar(const float *p, size_t ps, int R, const int *nkr, const uint8_t *v, int Dv, int bits,
+                                 float *out, size_t os) {
+    moe_tq_accum_runs(&moe_tq_scalar, p, ps, R, nkr, v, Dv, bits, out, os);
+}
+
+const moe_tq_kernels moe_tq_scalar = {scores_tq_scalar, accum_tq_scalar, accum_tq_rows_scalar, moe_tq_fwht,
+                                      moe_tq_encode,    encode2_scalar,  rotate_scalar,        unrotate_scalar};
 
 const moe_tq_kernels *moe_tq_for(const struct moe_attn_kernels *a) {
     return a == &moe_attn_avx512 ? &moe_tq_avx512 : a == &moe_attn_avx2 ? &moe_tq_avx2 : &moe_tq_scalar;

@@ -107,6 +107,10 @@ typedef struct moe_tq_kernels {
                       float *sc, size_t sc_stride);
     void (*accum_tq)(const float *p, size_t p_stride, int G, const uint8_t *v, int nk, int Dv, int bits, float *out,
                      size_t out_stride);
+    /* accum_tq of R rows, row r over its own first nkr[r] keys (the tokens
+     * of a prefill block: each row's bits are accum_tq's for that row) */
+    void (*accum_tq_rows)(const float *p, size_t p_stride, int R, const int *nkr, const uint8_t *v, int Dv, int bits,
+                          float *out, size_t out_stride);
     /* moe_tq_fwht: every butterfly with its operands, so the same bits */
     void (*fwht)(float *t, int D);
     /* moe_tq_encode: the same bytes for every input (the norm's and the
@@ -124,6 +128,10 @@ typedef struct moe_tq_kernels {
 } moe_tq_kernels;
 
 extern const moe_tq_kernels moe_tq_scalar, moe_tq_avx2, moe_tq_avx512;
+/* accum_tq_rows by k's accum_tq over each run of consecutive rows with the
+ * same key count (the scalar and AVX2 tables' accum_tq_rows). */
+void moe_tq_accum_runs(const moe_tq_kernels *k, const float *p, size_t ps, int R, const int *nkr, const uint8_t *v,
+                       int Dv, int bits, float *out, size_t os);
 /* moe_tq_rotate, moe_tq_unrotate and moe_tq_encode with k's kernels (the
  * same bits as those, which use the scalar ones) */
 void moe_tq_rotate_k(const moe_tq_kernels *k, const float *x, const uint64_t *s, int D, float *y);

@@ -128,19 +128,13 @@ static void attn_item_q8(moe_context *c, size_t blk, int G, const float *q, int 
     }
 }
 
-/* kv_tq (kv_tq.h), after the scores: the softmax of the FP32 cache and the
- * value sum in the rotated domain, each head's sum rotated back once. sc:
- * the G heads' scores of keys j0 .. j0+nk-1, rows C apart. kv_tq_k (exact
- * values) sums with the FP32 cache's kernel. */
-static void tq_finish(moe_context *c, int il, int g, size_t blk, int G, int j0, int nk, const float *sinks, float *sc,
-                      float *sums, float *sink_w, float *o) {
-    const moe_hparams *hp = &c->m->hp;
-    const int Dv = hp->head_dim_v;
+/* kv_tq (kv_tq.h), after the scores: the softmax of the FP32 cache over the
+ * G heads' scores of nk keys (rows C apart), numerators in place, the
+ * denominators (the sinks' terms last) in sums. */
+static void tq_softmax(moe_context *c, int G, int nk, const float *sinks, float *sc, float *sums, float *sink_w) {
     const size_t C = (size_t)c->n_ctx;
     const moe_attn_kernels *ak = c->attn;
-    const moe_tq_kernels *tk = moe_tq_for(ak);
-    const uint8_t *vr = (const uint8_t *)c->v_cache + (blk * C + (size_t)j0) * c->tq_vrow;
-    for (int h = 0; h < G; h++) {                                 /* as the FP32 cache's softmax */
+    for (int h = 0; h < G; h++) {
         float *r = sc + (size_t)h * C;
         float mx = ak->max_f32(r, nk);
         if (sinks && sinks[h] > mx) mx = sinks[h];
@@ -150,17 +144,35 @@ static void tq_finish(moe_context *c, int il, int g, size_t blk, int G, int j0, 
     moe_attn_row_sums(sc, C, G, nk, sums);
     if (sinks)
         for (int h = 0; h < G; h++) sums[h] += sink_w[h];
+}
+
+/* The G heads' value sums o (kv_tq's, in the rotated domain) rotated back
+ * once per head and step, then divided by their softmax denominators. */
+static void tq_out(moe_context *c, int il, int g, int G, const float *sums, float *o) {
+    const int Dv = c->m->hp.head_dim_v;
     if (c->tq_vbits) {
         uint64_t s[MOE_TQ_MAX_D / 64];
-        tk->accum_tq(sc, C, G, vr, nk, Dv, c->tq_vbits, o, (size_t)Dv);
         moe_tq_signs(il, g, Dv, s);
-        for (int h = 0; h < G; h++) moe_tq_unrotate_k(tk, o + (size_t)h * Dv, s, Dv);   /* once per head and step */
-    } else ak->accum(sc, C, G, (const float *)(const void *)vr, (size_t)Dv, nk, Dv, o, (size_t)Dv);
+        for (int h = 0; h < G; h++) moe_tq_unrotate_k(moe_tq_for(c->attn), o + (size_t)h * Dv, s, Dv);
+    }
     for (int h = 0; h < G; h++) {
         float *oh = o + (size_t)h * Dv;
         const float inv = 1.0f / sums[h];
         for (int d = 0; d < Dv; d++) oh[d] *= inv;
     }
+}
+
+/* kv_tq, after the scores of one token: softmax, the value sum in the
+ * rotated domain (kv_tq_k, exact values: the FP32 cache's kernel), out. */
+static void tq_finish(moe_context *c, int il, int g, size_t blk, int G, int j0, int nk, const float *sinks, float *sc,
+                      float *sums, float *sink_w, float *o) {
+    const int Dv = c->m->hp.head_dim_v;
+    const size_t C = (size_t)c->n_ctx;
+    const uint8_t *vr = (const uint8_t *)c->v_cache + (blk * C + (size_t)j0) * c->tq_vrow;
+    tq_softmax(c, G, nk, sinks, sc, sums, sink_w);
+    if (c->tq_vbits) moe_tq_for(c->attn)->accum_tq(sc, C, G, vr, nk, Dv, c->tq_vbits, o, (size_t)Dv);
+    else c->attn->accum(sc, C, G, (const float *)(const void *)vr, (size_t)Dv, nk, Dv, o, (size_t)Dv);
+    tq_out(c, il, g, G, sums, o);
 }
 
 /* kv_tq: the scores of the G query heads of nt tokens (token i's at q +
@@ -253,6 +265,37 @@ static int first_visible(const moe_attn_desc *d, int pos) {
     return j0 < 0 ? 0 : j0;
 }
 
+/* kv_tq prefill, tokens ta .. tb-1 of one sequence whose keys all start at
+ * lo (scored, rows C apart in sc): each token's softmax, then one value sum
+ * for all their heads' rows (the codes of a block of keys unpacked once;
+ * row r over its own token's keys: accum_tq's bits), into the thread's
+ * tq_buf (the rotated queries are done with), then each token's heads
+ * rotated back, divided and put in place, and the hook. */
+#define TQ_MAX_ROWS 256
+static void attn_tq_values(attn_task *at, int ta, int tb, int g, int lo, size_t blk, int ith, float *sc, float *sums,
+                           float *sink_w) {
+    moe_context *c = at->c;
+    const moe_attn_desc *d = at->d;
+    const int H = d->n_head, Dv = c->m->hp.head_dim_v, G = H / c->m->hp.n_head_kv;
+    const size_t C = (size_t)c->n_ctx;
+    const float *sinks = d->sinks ? d->sinks + (size_t)g * G : NULL;
+    int nkr[TQ_MAX_ROWS];
+    for (int t = ta; t < tb; t++) {
+        const size_t r = (size_t)(t - ta) * G;
+        tq_softmax(c, G, c->tok_pos[t] - lo + 1, sinks, sc + r * C, sums + r, sink_w + r);
+        for (int h = 0; h < G; h++) nkr[r + (size_t)h] = c->tok_pos[t] - lo + 1;
+    }
+    float *o = c->tq_buf + (size_t)ith * c->tq_stride;
+    const uint8_t *vr = (const uint8_t *)c->v_cache + (blk * C + (size_t)lo) * c->tq_vrow;
+    moe_tq_for(c->attn)->accum_tq_rows(sc, C, (tb - ta) * G, nkr, vr, Dv, c->tq_vbits, o, (size_t)Dv);
+    for (int t = ta; t < tb; t++) {
+        const size_t r = (size_t)(t - ta) * G;
+        tq_out(c, at->il, g, G, sums + r, o + r * Dv);
+        memcpy(c->att + ((size_t)t * H + (size_t)g * G) * Dv, o + r * Dv, sizeof(float) * (size_t)G * Dv);
+        if (at->hook) d->head_hook(c, d, t, g * G, (g + 1) * G);
+    }
+}
+
 /* kv_tq prefill: the items of tokens t0 .. t1-1 for KV head g, the tokens
  * of each sequence in one scores_tq call over the keys any of them sees;
  * each token then takes its own keys' scores (the same bits as its own
@@ -275,6 +318,12 @@ static void attn_tq_tokens(attn_task *at, int t0, int t1, int g, int ith, float 
         const size_t blk = cache_block(c, c->tok_seq[ta], at->il, g);
         tq_scores(c, at->il, g, blk, G, tb - ta, c->q + ((size_t)ta * H + (size_t)g * G) * D, (size_t)H * D, lo,
                   hi - lo + 1, kq_scale, ith, sc);
+        bool same_start = c->tq_vbits && (tb - ta) * G <= TQ_MAX_ROWS;
+        for (int t = ta; t < tb; t++) same_start = same_start && first_visible(d, c->tok_pos[t]) == lo;
+        if (same_start) {                         /* one value sum for the run's rows (accum_tq_rows) */
+            attn_tq_values(at, ta, tb, g, lo, blk, ith, sc, sums, sink_w);
+            continue;
+        }
         for (int t = ta; t < tb; t++) {
             const int pos = c->tok_pos[t], j0 = first_visible(d, pos);
             float *o = c->att + ((size_t)t * H + (size_t)g * G) * Dv;
