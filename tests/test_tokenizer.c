@@ -545,6 +545,8 @@ static void test_kimi_k2_split(void) {
         {"\xe4\xb8\xad'S", "\xe4\xb8\xad|'S"},
         {"\xf0\xa0\x80\x80\xef\xa4\x80" "a", "\xf0\xa0\x80\x80\xef\xa4\x80|a"}, /* ext. B, compatibility ideographs */
         {"a\xc2\x85" "b", "a|\xc2\x85" "b"},                    /* NEL: whitespace, and a leading character */
+        {"!\xe1\xa0\x8e?", "!\xe1\xa0\x8e?"},                  /* U+180E: a control to llama.cpp, no space */
+        {"a \xe1\xa0\x8e" "b", "a| \xe1\xa0\x8e|b"},
     };
     for (size_t i = 0; t && i < sizeof cases / sizeof cases[0]; i++) {
         uint32_t ends[32];

@@ -1107,7 +1107,9 @@ static void bpe_word_merge(const moe_tokenizer *t, scratch *s, const char *w, si
 /* Normalizes a raw fragment the way llama.cpp's unicode_cpts_from_utf8 +
  * re-encoding does (see docs/TOKENIZER.md) into s->buf, and builds the
  * regex subject s->rxbuf (same byte length): surrogates -> U+E000, U+0085 ->
- * U+00A0, so PCRE2's classes agree with llama.cpp's. Returns the length;
+ * U+00A0 (whitespace to llama.cpp, not to PCRE2), U+180E -> U+200B (PCRE2's
+ * \h lists U+180E; llama.cpp's tables make it a control character, as
+ * U+200B is to both), so PCRE2's classes agree with llama.cpp's. Returns the length;
  * *rx points to the subject (the text itself when nothing changed). */
 static size_t bpe_normalize(scratch *s, const char *text, size_t len, const char **norm, const char **rx) {
     const uint8_t *p = (const uint8_t *)text;
@@ -1117,7 +1119,7 @@ static size_t bpe_normalize(scratch *s, const char *text, size_t len, const char
         if (p[i] < 0x80) { i++; continue; }
         uint32_t cp; size_t adv;
         if (!utf8_dec_lenient(p + i, len - i, &cp, &adv) || utf8_len_canon(cp) != adv ||
-            (cp >= 0xD800 && cp <= 0xDFFF) || cp == 0x85) { clean = false; break; }
+            (cp >= 0xD800 && cp <= 0xDFFF) || cp == 0x85 || cp == 0x180E) { clean = false; break; }
         i += adv;
     }
     if (clean) { *norm = text; *rx = text; return len; }
@@ -1131,6 +1133,7 @@ static size_t bpe_normalize(scratch *s, const char *text, size_t len, const char
         size_t k = utf8_put(cp, s->buf + o);
         if (cp >= 0xD800 && cp <= 0xDFFF) utf8_put(0xE000, s->rxbuf + o);
         else if (cp == 0x85) utf8_put(0xA0, s->rxbuf + o);
+        else if (cp == 0x180E) utf8_put(0x200B, s->rxbuf + o);
         else memcpy(s->rxbuf + o, s->buf + o, k);
         o += k; i += adv;
     }
