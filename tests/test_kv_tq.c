@@ -308,7 +308,7 @@ static void test_kernels(void) {
     const moe_isa isas[] = {MOE_ISA_AVX2, MOE_ISA_AVX512};
     int compared = 0;
     for (int b = 3; b <= 5; b++)
-        for (int D = 32; D <= 256; D *= 2)
+        for (int D = 32; D <= 2048; D = D < 256 ? 2 * D : 8 * D)   /* 2048: fewer rows and keys per chunk */
             for (int G = 1; G <= 17; G += (G < 2 ? 1 : G < 5 ? 3 : 12))   /* 17: past AVX-512's chunk of 16 rows */
                 for (int nk = 1; nk <= 141; nk += nk < 41 ? 20 : 100)   /* 141: past accum's blocks of 64 */ {
                     const size_t rb = moe_tq_row_bytes(D, b), qs = (size_t)D + 3, ps = (size_t)nk + 5;
@@ -317,7 +317,7 @@ static void test_kernels(void) {
                     float *p = malloc(sizeof(float) * ps * (size_t)G), *s0 = calloc(ps * (size_t)G, sizeof(float));
                     float *s1 = calloc(ps * (size_t)G, sizeof(float)), *o0 = malloc(sizeof(float) * (size_t)D * G);
                     float *o1 = malloc(sizeof(float) * (size_t)D * G);
-                    uint64_t s[4];
+                    uint64_t s[MOE_TQ_MAX_D / 64];
                     moe_tq_signs(2, G, D, s);
                     for (int j = 0; j < nk; j++) {
                         gauss(&r, x, D);

@@ -139,6 +139,7 @@ static inline __m128i hsum4(__m256i a, __m256i b, __m256i c, __m256i d) {
  * call; the sums are exact, so the reduction tree changes nothing. */
 #define KT8 16   /* keys per tile */
 #define RC8 8    /* query rows per chunk */
+#define QB8 16384 /* bytes of the chunk's query rows, and of the tile's centroids */
 
 /* The signed int8 centroids of dims 64m.. of row kj: lo and hi (above). */
 static inline void lut8_64(const uint8_t *kj, int D, int m, const int bits, __m256i tl, __m256i th, __m256i *lo,
@@ -191,24 +192,28 @@ static inline __attribute__((always_inline)) void scores8_bits(const float *qr, 
     const __m256i tl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ck));
     const __m256i th = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(ck + 16)));
     int16_t qi[MOE_TQ_MAX_D];
-    _Alignas(32) uint8_t qa[RC8][MOE_TQ_MAX_D + 64];   /* + 64: rows not 4 KiB apart */
-    _Alignas(32) int8_t qsg[RC8][MOE_TQ_MAX_D + 64];
-    _Alignas(32) int8_t cb[KT8][MOE_TQ_MAX_D];
+    /* the chunk's rows (at a stride of D + 64: not 4 KiB apart) and the
+     * tile's centroids in QB8 bytes each: the stack stays small at any head
+     * size (fewer rows and keys per chunk past head size 1024) */
+    _Alignas(32) uint8_t qa[QB8];
+    _Alignas(32) int8_t qsg[QB8], cb[QB8];
+    const size_t qst = (size_t)D + 64;
+    const int rc = QB8 / (int)qst < RC8 ? QB8 / (int)qst : RC8, kt = QB8 / D < KT8 ? QB8 / D : KT8;
     float S[RC8];
-    for (int r0 = 0; r0 < G; r0 += RC8) {
-        const int nr = G - r0 < RC8 ? G - r0 : RC8;
+    for (int r0 = 0; r0 < G; r0 += rc) {
+        const int nr = G - r0 < rc ? G - r0 : rc;
         for (int r = 0; r < nr; r++) {
             S[r] = moe_tq_query_q(qr + (size_t)(r0 + r) * qs, D, bits, qi);
-            q8_order(qi, D, qa[r], qsg[r]);
+            q8_order(qi, D, qa + (size_t)r * qst, qsg + (size_t)r * qst);
         }
-        for (int j0 = 0; j0 < nk; j0 += KT8) {
-            const int nj = nk - j0 < KT8 ? nk - j0 : KT8;
+        for (int j0 = 0; j0 < nk; j0 += kt) {
+            const int nj = nk - j0 < kt ? nk - j0 : kt;
             for (int j = 0; j < nj; j++)
                 for (int m = 0; m < D / 64; m++) {
                     __m256i lo, hi;
                     lut8_64(k + (size_t)(j0 + j) * rb, D, m, bits, tl, th, &lo, &hi);
-                    _mm256_store_si256((__m256i *)(cb[j] + 64 * m), lo);
-                    _mm256_store_si256((__m256i *)(cb[j] + 64 * m + 32), hi);
+                    _mm256_store_si256((__m256i *)(cb + (size_t)j * D + 64 * m), lo);
+                    _mm256_store_si256((__m256i *)(cb + (size_t)j * D + 64 * m + 32), hi);
                 }
             for (int h0 = 0; h0 < nr; h0 += HQ) {
                 const int nh = nr - h0 < HQ ? nr - h0 : HQ;
@@ -216,8 +221,9 @@ static inline __attribute__((always_inline)) void scores8_bits(const float *qr, 
                     __m256i acc[HQ];
                     UNROLL for (int h = 0; h < HQ; h++) acc[h] = _mm256_setzero_si256();
                     for (int o = 0; o < D; o += 32) {
-                        const __m256i c = _mm256_load_si256((const __m256i *)(cb[j] + o));
-                        for (int h = 0; h < nh; h++) acc[h] = dot32(acc[h], c, qa[h0 + h] + o, qsg[h0 + h] + o);
+                        const __m256i c = _mm256_load_si256((const __m256i *)(cb + (size_t)j * D + o));
+                        for (int h = 0; h < nh; h++)
+                            acc[h] = dot32(acc[h], c, qa + (size_t)(h0 + h) * qst + o, qsg + (size_t)(h0 + h) * qst + o);
                     }
                     int32_t is[4];
                     _mm_storeu_si128((__m128i *)is, hsum4(acc[0], acc[1], acc[2], acc[3]));

@@ -237,7 +237,8 @@ static float query_q(const float *qr, int D, int bits, int16_t *qi) {
  * The bias is taken off once per row: sum_d qi[d] * 128. Exact in int32,
  * so the same sums as the reference in any order. */
 #define KT 16    /* keys per tile */
-#define RC 16    /* query rows per chunk */
+#define RC 16    /* query rows per chunk (fewer past head size 960: QB) */
+#define QB 16384 /* bytes of the chunk's int8 query rows */
 
 /* r[0..15] (16 dwords each) -> c[w] lane k = r[k] dword w. */
 static inline __attribute__((always_inline)) void transpose16(const __m512i *r, __m512i *c) {
@@ -311,15 +312,17 @@ static inline __attribute__((always_inline)) void scores_tiles(const float *qr, 
     const __m512i th = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(cu + 16)));
     const __m512 vs = _mm512_set1_ps(scale);
     int16_t qi[MOE_TQ_MAX_D];
-    /* rows at a stride of their length + 64: 16 rows 4 KiB apart would share
-     * L1 sets */
-    _Alignas(64) int8_t qbuf[RC * (MOE_TQ_MAX_D + 64)];
+    /* rows at a stride of their length + 64 (16 rows 4 KiB apart would share
+     * L1 sets), as many as QB bytes hold: the stack stays small at any head
+     * size */
+    _Alignas(64) int8_t qbuf[QB];
     const size_t qst = (size_t)(D < 128 ? 128 : D) + 64;
+    const int rc = QB / (int)qst < RC ? QB / (int)qst : RC;
     _Alignas(64) __m512i tile[32], lut[2 * KT], acc[RC];
     float S[RC];
     int32_t qsum[RC];
-    for (int r0 = 0; r0 < G; r0 += RC) {
-        const int nr = G - r0 < RC ? G - r0 : RC;
+    for (int r0 = 0; r0 < G; r0 += rc) {
+        const int nr = G - r0 < rc ? G - r0 : rc;
         for (int r = 0; r < nr; r++) {
             S[r] = query_q(qr + (size_t)(r0 + r) * qs, D, bits, qi);
             qsum[r] = qbytes(qi, D, qbuf + (size_t)r * qst) * 128;
