@@ -3,7 +3,9 @@
  * 24..31. Centroids come from in-register permutes (permutevar8x32,
  * blended on the index's bits 3 and 4 for 16 and 32 entries): float ones
  * for the value sum, whose every fmadd is the scalar reference's fmaf in
- * its order; int32 ones for the scores, whose sum is exact (any order). */
+ * its order. Scores (an exact integer sum, any order): int8 centroids by
+ * vpshufb and vpmaddubsw at 4 and 5 bits from head size 64 (scores8_bits),
+ * int32 ones by the same permutes and vpmulld otherwise. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
@@ -100,7 +102,7 @@ static inline void group(const uint8_t *row, int D, const tq_tab *t, int g, __m2
     for (int i = 0; i < 4; i++) c[i] = lut(t, ix[i]);
 }
 
-/* ---- scores_tq: the integer contract of kv_tq.h ----
+/* ---- scores_tq at 3 bits and head size 32: int32 lanes ----
  * Codes unpack as for the value sum, the integer centroids come from the
  * same permutes (on int32 tables), and each head's int32 lanes take
  * qi[d] * ck[c] (vpmulld): exact, so lane order and tree change nothing. */

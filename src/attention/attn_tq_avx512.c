@@ -3,7 +3,8 @@
  * 32g + 16 + l), the float centroids come from one in-register permute
  * (permutexvar: 8 or 16 entries; permutex2var: 32), and every fmadd is the
  * scalar reference's fmaf in its order, so the results are the same bits.
- * Scores: integer (below), exact in any order. */
+ * Scores: integer (below), exact in any order: 4 and 5 bits (the keys of
+ * every flag) in tiles of 16 keys with int8 vpdpbusd, 3 bits in int16. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
@@ -68,30 +69,29 @@ static inline void group(const uint8_t *row, int D, const tq_tab *t, int g, __m5
     *c1 = _mm512_permutex2var_ps(t->lo, i1, t->hi);
 }
 
-/* ---- scores_tq: the integer contract of kv_tq.h ----
- * A key's codes unpack, a unit of dims at a time (64 at 4 and 5 bits: two
- * groups; 128 at 3 bits: four), into vectors of 32 16-bit codes in the
- * order the packing gives them; vpermw looks up the integer centroids and
- * vpdpwssd multiplies them with the query's integers, which were put into
- * that same order once per call (qperm). The sum is exact, so the lane
- * order and the reduction tree change nothing. */
+/* ---- scores_tq at 3 bits (no flag stores 3-bit keys; the kernel table
+ * takes every width): 16-bit lanes ----
+ * A key's codes unpack, a unit of 128 dims (four groups) at a time, into
+ * vectors of 32 16-bit codes in the order the packing gives them; vpermw
+ * looks up the integer centroids and vpdpwssd multiplies them with the
+ * query's integers, which were put into that same order once per call
+ * (qperm). The sum is exact, so the lane order and the reduction tree
+ * change nothing. 4 and 5 bits: scores_tiles, below. */
 #define HQ 4   /* heads per pass: one reduction sums four */
 
-static inline int unit_dims(int bits) { return bits == 3 ? 128 : 64; }
+static inline int unit_dims(int bits) { (void)bits; return 128; }
 
 /* The dim of word w of vector v of a unit (the unpack order below). */
-static inline int word_dim(int bits, int v, int w) {
-    return bits == 3 ? 32 * (w / 8) + 8 * v + w % 8 : 32 * (w / 16) + 16 * v + w % 16;
-}
+static inline int word_dim(int v, int w) { return 32 * (w / 8) + 8 * v + w % 8; }
 
 /* qi (D values) in unpack order into qp: per unit, U/32 vectors of 32
  * words; dims past D (a unit longer than D) are 0. */
 static void qperm(const int16_t *qi, int D, int bits, int16_t *qp) {
-    const int U = unit_dims(bits), B = bits == 3 ? 8 : 16;          /* word_dim keeps runs of B dims */
+    const int U = unit_dims(bits), B = 8;                            /* word_dim keeps runs of B dims */
     for (int u0 = 0; u0 < D; u0 += U)
         for (int v = 0; v < U / 32; v++)
             for (int w = 0; w < 32; w += B) {
-                const int d = u0 + word_dim(bits, v, w);
+                const int d = u0 + word_dim(v, w);
                 if (d < D) memcpy(qp + u0 + 32 * v + w, qi + d, sizeof(int16_t) * (size_t)B);
                 else memset(qp + u0 + 32 * v + w, 0, sizeof(int16_t) * (size_t)B);
             }
@@ -100,33 +100,20 @@ static void qperm(const int16_t *qi, int D, int bits, int16_t *qp) {
 /* The top-bit word of group g, 0 past the row's groups. */
 static inline uint32_t topw(const uint8_t *plane, int g, int ng) { return g < ng ? ld32(plane + 4 * (size_t)g) : 0; }
 
-/* The 16-bit codes of unit u of a row (U/32 vectors into c). */
+/* The 16-bit codes of unit u of a 3-bit row (four vectors into c). */
 static inline __attribute__((always_inline)) void unit_codes(const uint8_t *row, int D, int u, const int bits,
                                                              __m512i *c) {
-    const int ng = D / 32;
-    if (bits == 3) {
-        const int nb = D / 4 - 32 * u < 32 ? D / 4 - 32 * u : 32;
-        const __m512i x = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8((__mmask32)(0xffffffffu >> (32 - nb)), row + 32 * u));
-        const uint8_t *plane = row + D / 4;
-        uint32_t t[4];
-        for (int k = 0; k < 4; k++) t[k] = topw(plane, 4 * u + k, ng);
-        UNROLL for (int s = 0; s < 4; s++) {
-            uint32_t m = 0;
-            for (int k = 0; k < 4; k++) m |= ((t[k] >> (8 * s)) & 0xffu) << (8 * k);
-            const __m512i i = _mm512_and_si512(_mm512_srli_epi16(x, (unsigned)(2 * s)), _mm512_set1_epi16(3));
-            c[s] = _mm512_mask_add_epi16(i, (__mmask32)m, i, _mm512_set1_epi16(4));
-        }
-        return;
-    }
-    const int nb = D / 2 - 32 * u < 32 ? D / 2 - 32 * u : 32;
+    (void)bits;
+    const int ng = D / 32, nb = D / 4 - 32 * u < 32 ? D / 4 - 32 * u : 32;
     const __m512i x = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8((__mmask32)(0xffffffffu >> (32 - nb)), row + 32 * u));
-    c[0] = _mm512_and_si512(x, _mm512_set1_epi16(15));
-    c[1] = _mm512_srli_epi16(x, 4);
-    if (bits == 5) {
-        const uint8_t *plane = row + D / 2;
-        const uint32_t t0 = topw(plane, 2 * u, ng), t1 = topw(plane, 2 * u + 1, ng);
-        c[0] = _mm512_mask_add_epi16(c[0], (__mmask32)((t0 & 0xffffu) | t1 << 16), c[0], _mm512_set1_epi16(16));
-        c[1] = _mm512_mask_add_epi16(c[1], (__mmask32)((t0 >> 16) | (t1 & 0xffff0000u)), c[1], _mm512_set1_epi16(16));
+    const uint8_t *plane = row + D / 4;
+    uint32_t t[4];
+    for (int k = 0; k < 4; k++) t[k] = topw(plane, 4 * u + k, ng);
+    UNROLL for (int s = 0; s < 4; s++) {
+        uint32_t m = 0;
+        for (int k = 0; k < 4; k++) m |= ((t[k] >> (8 * s)) & 0xffu) << (8 * k);
+        const __m512i i = _mm512_and_si512(_mm512_srli_epi16(x, (unsigned)(2 * s)), _mm512_set1_epi16(3));
+        c[s] = _mm512_mask_add_epi16(i, (__mmask32)m, i, _mm512_set1_epi16(4));
     }
 }
 
