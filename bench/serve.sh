@@ -1,91 +1,127 @@
 #!/bin/sh
 # bench/serve.sh BIN MODEL OUT_JSON — the `moefast serve` benchmark (run by
 # bench/run.sh; timing only). One server (--slots 8 --profile, BENCH_THREADS
-# threads) on 127.0.0.1; for concurrency 1, 2, 4, 8 the load generator
-# (bench/serve/load.mjs: streamed completions, distinct prompts, greedy)
-# measures aggregate tokens/s, time to first token p50/p99 and per-request
-# decode tokens/s; /metrics before and after each level gives the decode-only
-# steps' time, tokens (their aggregate decode tokens/s, the prefills left out)
-# and weight bytes (shared matrices once, the union of the
-# selected experts once per step), compared with the read bandwidth the
-# server measured at start; the server's RSS after each level, then over
-# SERVE_SUSTAIN (3) more rounds at 8 (flat or not). Needs node and the openai
-# package of tests/serve (installed by `make test`; npm ci here otherwise).
-# Environment: BENCH_THREADS (2), SERVE_N (requests per client: 2), SERVE_MAXTOK (64).
+# threads) on 127.0.0.1; the load generator (bench/serve/load.mjs: streamed
+# completions, distinct prompts, greedy) at concurrency 1, 2, 4, 8.
+#
+# Paired and interleaved: after an untimed warm-up level (8 clients: the
+# weights' and KV caches' pages touched), SERVE_ROUNDS rounds each run the four
+# levels in an order rotated per round, so no level always runs first or on a
+# host in the same state; every ratio is taken against concurrency 1 of the
+# same round, and the table gives the median over rounds with the min..max.
+# Per level:
+#   - aggregate tokens/s (load.mjs: tokens / wall, prompts' prefill included),
+#     time to first token p50/p99, per-request decode tokens/s;
+#   - from /metrics before and after: the decode-only steps of exactly c tokens
+#     (moefast_decode_step_by_tokens_*): their aggregate decode tokens/s
+#     (c x steps / seconds) — the issue's "aggregate decode throughput at c
+#     concurrent requests" without the steps of fewer (staggered arrivals and
+#     ends) or the prefill chunks — and their weight bytes per step (shared
+#     matrices once, the union of the selected experts) against the read
+#     bandwidth the server measured at start;
+#   - the server's RSS, and the load generator's CPU seconds (it shares the
+#     machine's cores with the server: said, not hidden).
+# Then SERVE_SUSTAIN (3) more levels at 8: RSS flat or not. Needs node and the
+# openai package of tests/serve (installed by `make test`; npm ci here
+# otherwise). Environment: BENCH_THREADS (2), SERVE_ROUNDS (3), SERVE_N
+# (requests per client: 2), SERVE_MAXTOK (64), SERVE_SUSTAIN (3).
 set -u
 BIN=$1; MODEL=$2; OUTJ=$3
-T=${BENCH_THREADS:-2}; N=${SERVE_N:-2}; MAXTOK=${SERVE_MAXTOK:-64}; SUSTAIN=${SERVE_SUSTAIN:-3}
+T=${BENCH_THREADS:-2}; N=${SERVE_N:-2}; MAXTOK=${SERVE_MAXTOK:-64}; SUSTAIN=${SERVE_SUSTAIN:-3}; ROUNDS=${SERVE_ROUNDS:-3}
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "bench/serve.sh: skipped: node/npm not installed"; exit 0; }
 if [ ! -f tests/serve/node_modules/openai/package.json ] &&
    ! (cd tests/serve && npm ci --no-audit --no-fund --loglevel=error >/dev/null 2>&1); then
   echo "bench/serve.sh: skipped: npm ci in tests/serve failed (registry unreachable?)"; exit 0
 fi
-LOG=$(mktemp /tmp/moefast-bench-serve.XXXXXX) || exit 2
-"$BIN" serve -m "$MODEL" --port 0 --slots 8 --profile -t "$T" --ctx 512 2>"$LOG" &
+W=$(mktemp -d /tmp/moefast-bench-serve.XXXXXX) || exit 2
+"$BIN" serve -m "$MODEL" --port 0 --slots 8 --profile -t "$T" --ctx 512 2>"$W/log" &
 SPID=$!
-trap 'kill "$SPID" 2>/dev/null; rm -f "$LOG"' EXIT
+trap 'kill "$SPID" 2>/dev/null; rm -rf "$W"' EXIT
 PORT=""
 for _ in $(seq 1 600); do
-  PORT=$(sed -n 's/^moefast serve: listening on http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$LOG")
+  PORT=$(sed -n 's/^moefast serve: listening on http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$W/log")
   [ -n "$PORT" ] && break
   kill -0 "$SPID" 2>/dev/null || break
   sleep 0.1
 done
-[ -n "$PORT" ] || { echo "bench/serve.sh: the server did not start: $(cat "$LOG")" >&2; exit 1; }
+[ -n "$PORT" ] || { echo "bench/serve.sh: the server did not start: $(cat "$W/log")" >&2; exit 1; }
 URL=http://127.0.0.1:$PORT
 NAME=$(basename "$MODEL" .gguf)
-# metric NAME: its value now
-metric() { curl -s "$URL/metrics" | awk -v n="$1" '$1 == n { print $2 }'; }
 rss_mb() { awk '/^VmRSS:/ { printf "%.0f", $2 / 1024 }' "/proc/$SPID/status"; }
-snap() { echo "$(metric moefast_decode_step_seconds_sum) $(metric moefast_decode_step_seconds_count) $(metric moefast_decode_step_tokens_total) $(metric moefast_decode_step_weight_bytes_total)"; }
-BW=$(metric moefast_read_bandwidth_bytes_per_second)
-# one level: load.mjs's JSON with the server's figures added
-level() { # concurrency seed
-  s0=$(snap)
-  j=$(BASE=$URL/v1 MODEL=$NAME C=$1 N=$N MAXTOK=$MAXTOK SEED=$2 node bench/serve/load.mjs) || return 1
-  s1=$(snap)
-  echo "$j" | python3 -c '
-import json, sys
-j = json.loads(sys.stdin.read())
-a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
-sec, steps, tok, wb = (b[i] - a[i] for i in range(4))
-bw = float(sys.argv[3])
-j.update(decode_steps=int(steps), decode_step_tokens=int(tok), decode_step_seconds=sec,
-         decode_weight_gb_per_second=wb / sec / 1e9 if sec else None,
-         decode_weight_mb_per_step=wb / steps / 1e6 if steps else None,
-         pct_of_bandwidth=100 * wb / sec / bw if sec and bw else None,
-         rss_mb=int(sys.argv[4]))
-print(json.dumps(j))' "$s0" "$s1" "$BW" "$(rss_mb)"
+# one level: "round concurrency" + load.mjs's JSON + the RSS, and /metrics
+# before and after in $W/m.K.0 / $W/m.K.1 (K the level's number)
+K=0
+level() { # round concurrency seed
+  K=$((K + 1))
+  curl -s "$URL/metrics" >"$W/m.$K.0"
+  j=$(BASE=$URL/v1 MODEL=$NAME C=$2 N=$N MAXTOK=$MAXTOK SEED=$3 node bench/serve/load.mjs) || return 1
+  curl -s "$URL/metrics" >"$W/m.$K.1"
+  echo "$K $1 $2 $(rss_mb) $j" >>"$W/levels"
 }
-echo "-- serve: $NAME, $T threads, 8 slots, $N requests per client, $MAXTOK tokens each; read bandwidth $(awk -v b="$BW" 'BEGIN { printf "%.1f", b / 1e9 }') GB/s"
-: >"$OUTJ.tmp"
-for c in 1 2 4 8; do
-  level "$c" "$c" >>"$OUTJ.tmp" || { echo "bench/serve.sh: load at $c failed" >&2; exit 1; }
+: >"$W/levels"
+BW=$(curl -s "$URL/metrics" | awk '$1 == "moefast_read_bandwidth_bytes_per_second" { print $2 }')
+echo "-- serve: $NAME, $T threads, 8 slots, $N requests per client, $MAXTOK tokens each, $ROUNDS rounds; read bandwidth $(awk -v b="$BW" 'BEGIN { printf "%.1f", b / 1e9 }') GB/s"
+level warmup 8 999 || { echo "bench/serve.sh: the warm-up level failed" >&2; exit 1; }
+for r in $(seq 0 $((ROUNDS - 1))); do
+  for i in 0 1 2 3; do
+    c=$(echo "1 2 4 8" | cut -d' ' -f$(( (i + r) % 4 + 1 )))
+    level "$r" "$c" "$((r * 10 + c))" || { echo "bench/serve.sh: load at $c failed" >&2; exit 1; }
+  done
 done
-rss=""
-for r in $(seq 1 "$SUSTAIN"); do
-  level 8 "$((100 + r))" >/dev/null || break
-  rss="$rss $(rss_mb)"
-done
-python3 - "$OUTJ.tmp" "$OUTJ" "$BW" "$rss" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-rss = [int(x) for x in sys.argv[4].split()]
-base = rows[0]["tokens_per_second"]
-# the decode-only steps' aggregate rate (tokens / seconds of the steps that
-# carried no prompt chunk): decode throughput without the prefills
-for r in rows:
-    r["decode_tokens_per_second"] = r["decode_step_tokens"] / r["decode_step_seconds"] if r["decode_step_seconds"] else None
-dbase = rows[0]["decode_tokens_per_second"]
-print(f"{'conc':>4} {'tok/s':>7} {'x1':>5} {'dec tok/s':>9} {'x1':>5} {'TTFT p50':>9} {'TTFT p99':>9} {'req tok/s':>9} {'MB/step':>8} {'GB/s':>6} {'% bw':>5} {'RSS MB':>7}")
-for r in rows:
-    f = lambda v, s: (s % v) if v is not None else "-"
-    d = r["decode_tokens_per_second"]
-    print(f"{r['concurrency']:>4} {r['tokens_per_second']:7.1f} {r['tokens_per_second'] / base:5.2f} "
-          f"{f(d, '%9.1f')} {f(d / dbase if d and dbase else None, '%5.2f')} {r['ttft_p50']:8.3f}s {r['ttft_p99']:8.3f}s "
-          f"{f(r['request_decode_tps_p50'], '%9.1f')} {f(r['decode_weight_mb_per_step'], '%8.1f')} {f(r['decode_weight_gb_per_second'], '%6.1f')} "
-          f"{f(r['pct_of_bandwidth'], '%5.0f')} {r['rss_mb']:7d}")
-print(f"RSS after {len(rss)} more rounds at 8: {' '.join(map(str, rss))} MB (after the levels: {rows[-1]['rss_mb']} MB)")
-json.dump({"levels": rows, "read_bandwidth_bytes_per_second": float(sys.argv[3]), "rss_sustained_mb": rss}, open(sys.argv[2], "w"), indent=1)
+for r in $(seq 1 "$SUSTAIN"); do level sustain 8 "$((100 + r))" || break; done
+python3 - "$W" "$OUTJ" "$BW" <<'PY'
+import json, re, statistics, sys
+W, outj, bw = sys.argv[1], sys.argv[2], float(sys.argv[3] or 0)
+def metrics(path):
+    m = {}
+    for l in open(path):
+        if l.strip() and not l.startswith("#"):
+            k, v = l.rsplit(" ", 1); m[k] = float(v)
+    return m
+levels = []
+for l in open(f"{W}/levels"):
+    k, rnd, c, rss, j = l.split(" ", 4)
+    c = int(c); j = json.loads(j)
+    a, b = metrics(f"{W}/m.{k}.0"), metrics(f"{W}/m.{k}.1")
+    d = lambda name: b.get(name, 0.0) - a.get(name, 0.0)
+    lab = f'{{tokens="{c}"}}'
+    steps = d("moefast_decode_step_by_tokens_seconds_count" + lab)
+    sec = d("moefast_decode_step_by_tokens_seconds_sum" + lab)
+    wb = d("moefast_decode_step_by_tokens_weight_bytes_total" + lab)
+    j.update(round=rnd, rss_mb=int(rss), steps_at_c=int(steps), seconds_at_c=sec,
+             decode_tps_at_c=c * steps / sec if sec else None,
+             mb_per_step_at_c=wb / steps / 1e6 if steps else None,
+             gbps_at_c=wb / sec / 1e9 if sec else None,
+             pct_bw_at_c=100 * wb / sec / bw if sec and bw else None,
+             decode_only_tps=d("moefast_decode_step_tokens_total") / d("moefast_decode_step_seconds_sum")
+                 if d("moefast_decode_step_seconds_sum") else None)
+    levels.append(j)
+timed = [l for l in levels if l["round"] not in ("warmup", "sustain")]
+rounds = sorted({l["round"] for l in timed})
+# per round, each level's ratios against concurrency 1 of that round
+for l in timed:
+    one = next(x for x in timed if x["round"] == l["round"] and x["concurrency"] == 1)
+    l["x1_tps"] = l["tokens_per_second"] / one["tokens_per_second"]
+    l["x1_decode_at_c"] = l["decode_tps_at_c"] / one["decode_tps_at_c"] if l["decode_tps_at_c"] and one["decode_tps_at_c"] else None
+def med(v):
+    v = [x for x in v if x is not None]
+    return (statistics.median(v), min(v), max(v)) if v else None
+def f(t, fmt):
+    return (fmt % t[0]) if t is not None else "-".rjust(len(fmt % 0.0))
+def fs(t, fmt):
+    return "-" if t is None else f"{fmt % t[0]} ({fmt % t[1]}..{fmt % t[2]})"
+print(f"median over {len(rounds)} rounds (min..max); 'at c': the decode-only steps of exactly c requests")
+print(f"{'conc':>4} {'tok/s':>6} {'x c=1':>18} {'dec tok/s at c':>14} {'x c=1':>18} {'TTFT p50':>8} {'p99':>7} {'req tok/s':>9} {'MB/step':>7} {'GB/s':>5} {'% bw':>4} {'RSS MB':>6} {'client cpu s':>12}")
+summary = []
+for c in (1, 2, 4, 8):
+    L = [l for l in timed if l["concurrency"] == c]
+    s = {k: med([l[k] for l in L]) for k in ("tokens_per_second", "x1_tps", "decode_tps_at_c", "x1_decode_at_c", "ttft_p50", "ttft_p99",
+                                             "request_decode_tps_p50", "mb_per_step_at_c", "gbps_at_c", "pct_bw_at_c", "rss_mb", "client_cpu_seconds")}
+    summary.append(dict(concurrency=c, **s))
+    print(f"{c:>4} {f(s['tokens_per_second'], '%6.1f')} {fs(s['x1_tps'], '%.2f'):>18} {f(s['decode_tps_at_c'], '%14.1f')} {fs(s['x1_decode_at_c'], '%.2f'):>18} "
+          f"{f(s['ttft_p50'], '%7.2fs')} {f(s['ttft_p99'], '%6.2fs')} {f(s['request_decode_tps_p50'], '%9.1f')} {f(s['mb_per_step_at_c'], '%7.1f')} "
+          f"{f(s['gbps_at_c'], '%5.1f')} {f(s['pct_bw_at_c'], '%4.0f')} {f(s['rss_mb'], '%6.0f')} {f(s['client_cpu_seconds'], '%12.1f')}")
+rss = [l["rss_mb"] for l in levels if l["round"] == "sustain"]
+print(f"RSS after the timed levels: {timed[-1]['rss_mb']} MB; after {len(rss)} more levels at 8: {' '.join(map(str, rss))} MB")
+json.dump({"levels": levels, "summary": summary, "read_bandwidth_bytes_per_second": bw, "rss_sustained_mb": rss}, open(outj, "w"), indent=1)
 PY
-rm -f "$OUTJ.tmp"

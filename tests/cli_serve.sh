@@ -395,6 +395,22 @@ for m in moefast_queue_depth moefast_slots_busy; do
   [ "$(awk -v n="$m" '$1 == n { print $2 }' "$T/metrics")" = 0 ] || fail "metric $m not 0"
 done
 grep -q '^# TYPE moefast_step_seconds summary' "$T/metrics" || fail "metrics: no step_seconds summary"
+# the decode-only steps by size add up to the decode-only totals: steps, and
+# tokens (size x steps); the concurrent requests above made steps of several
+python3 - "$T/metrics" <<'EOF' || fail "metrics: decode steps by size"
+import re, sys
+m = {}
+for l in open(sys.argv[1]):
+    if not l.startswith("#") and l.strip():
+        k, v = l.rsplit(" ", 1); m[k] = float(v)
+by = {int(x.group(1)): v for k, v in m.items() if (x := re.fullmatch(r'moefast_decode_step_by_tokens_seconds_count\{tokens="(\d+)"\}', k))}
+assert by and 'moefast_decode_step_by_tokens_seconds_count{tokens="17+"}' not in m, by
+assert sum(by.values()) == m["moefast_decode_step_seconds_count"] > 0, (by, m["moefast_decode_step_seconds_count"])
+assert sum(n * c for n, c in by.items()) == m["moefast_decode_step_tokens_total"], by
+assert max(by) > 1, f"no decode step of several requests: {by}"
+secs = sum(v for k, v in m.items() if k.startswith("moefast_decode_step_by_tokens_seconds_sum"))
+assert abs(secs - m["moefast_decode_step_seconds_sum"]) < 1e-3, (secs, m["moefast_decode_step_seconds_sum"])
+EOF
 grep -Eq '^moefast serve: POST /v1/chat/completions id=[0-9]+ status=200 slot=[0-9]+ in=[0-9]+ cached=[0-9]+ out=[0-9]+ ttft=[0-9.]+s tok/s=[0-9.]+ time=[0-9.]+s finish=(stop|length)$' "$T/a.log" \
   || fail "no request log line: $(tail -n 3 "$T/a.log")"
 grep -Eq '^moefast serve: POST /v1/chat/completions id=[0-9]+ status=400 ' "$T/a.log" || fail "no log line for a 400"

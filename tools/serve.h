@@ -101,6 +101,9 @@ typedef struct srv_slot {
 enum { SRV_N_STATUS = 10 };
 extern const int SRV_STATUS_CODES[SRV_N_STATUS]; /* the statuses counted; the last bucket is "other" */
 
+/* decode-only steps by their number of tokens: 1..16, the last bucket 17 and more */
+enum { SRV_SIZE_BUCKETS = 17 };
+
 typedef struct srv_metrics {
     uint64_t requests[SRV_N_STATUS];
     uint64_t prompt_tokens, completion_tokens, cache_hits, cache_tokens;
@@ -113,6 +116,10 @@ typedef struct srv_metrics {
     /* with --profile: weight bytes the steps streamed (shared matrices
      * once, the union of the selected experts once per step) */
     double weight_bytes, decode_weight_bytes;
+    /* the decode-only steps again, by tokens in the step (bucket n - 1): what
+     * a step of n running requests costs, apart from the steps of fewer */
+    uint64_t size_steps[SRV_SIZE_BUCKETS];
+    double size_seconds[SRV_SIZE_BUCKETS], size_weight_bytes[SRV_SIZE_BUCKETS];
     uint64_t cancelled;
 } srv_metrics;
 

@@ -544,6 +544,10 @@ static void run_step(srv *s) {
         s->met.decode_tokens += (uint64_t)nt;
         s->met.decode_seconds += t1 - t0;
         s->met.decode_weight_bytes += wbytes;
+        const int bk = (nt < SRV_SIZE_BUCKETS ? nt : SRV_SIZE_BUCKETS) - 1;
+        s->met.size_steps[bk]++;
+        s->met.size_seconds[bk] += t1 - t0;
+        s->met.size_weight_bytes[bk] += wbytes;
     }
     if (rc != MOE_OK) {
         fprintf(stderr, "moefast serve: step failed: %s\n", moe_context_error(s->ctx));

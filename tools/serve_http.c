@@ -426,6 +426,11 @@ static int appendf(char **b, size_t *n, size_t *cap, const char *fmt, ...) {
 }
 
 /* Prometheus text exposition format 0.0.4. */
+/* the label of size bucket i: its number of tokens, the last one "17+" */
+static void size_label(char *lab, size_t n, int i) {
+    snprintf(lab, n, "%d%s", i + 1, i + 1 < SRV_SIZE_BUCKETS ? "" : "+");
+}
+
 static char *metrics_text(srv *s) {
     pthread_mutex_lock(&s->mu);
     const srv_metrics m = s->met;
@@ -464,6 +469,28 @@ static char *metrics_text(srv *s) {
                                "# HELP moefast_decode_step_tokens_total Tokens of those steps.\n# TYPE moefast_decode_step_tokens_total counter\n"
                                "moefast_decode_step_tokens_total %llu\n",
                  m.decode_seconds, (unsigned long long)m.decode_steps, (unsigned long long)m.decode_tokens);
+    /* by size: the steps of exactly n tokens (the last bucket: 17 and more),
+     * so a load test reads a step of four apart from the steps of fewer */
+    e |= appendf(&b, &n, &cap, "# HELP moefast_decode_step_by_tokens_seconds The decode-only steps by their number of tokens.\n"
+                               "# TYPE moefast_decode_step_by_tokens_seconds summary\n");
+    for (int i = 0; i < SRV_SIZE_BUCKETS; i++) {
+        if (!m.size_steps[i]) continue;
+        char lab[16];
+        size_label(lab, sizeof lab, i);
+        e |= appendf(&b, &n, &cap, "moefast_decode_step_by_tokens_seconds_sum{tokens=\"%s\"} %.6f\n"
+                                   "moefast_decode_step_by_tokens_seconds_count{tokens=\"%s\"} %llu\n",
+                     lab, m.size_seconds[i], lab, (unsigned long long)m.size_steps[i]);
+    }
+    if (s->profile) {
+        e |= appendf(&b, &n, &cap, "# HELP moefast_decode_step_by_tokens_weight_bytes_total Their weight bytes (--profile).\n"
+                                   "# TYPE moefast_decode_step_by_tokens_weight_bytes_total counter\n");
+        for (int i = 0; i < SRV_SIZE_BUCKETS; i++) {
+            if (!m.size_steps[i]) continue;
+            char lab[16];
+            size_label(lab, sizeof lab, i);
+            e |= appendf(&b, &n, &cap, "moefast_decode_step_by_tokens_weight_bytes_total{tokens=\"%s\"} %.0f\n", lab, m.size_weight_bytes[i]);
+        }
+    }
     if (s->profile)
         e |= appendf(&b, &n, &cap, "# HELP moefast_step_weight_bytes_total Weight bytes the steps streamed (--profile): shared matrices once, the union of the selected experts once per step.\n"
                                    "# TYPE moefast_step_weight_bytes_total counter\nmoefast_step_weight_bytes_total %.0f\n"

@@ -5,7 +5,8 @@
 // request is a prompt-cache hit. Prints one JSON object:
 //   requests, tokens (usage.completion_tokens), wall seconds, aggregate
 //   tokens/s, time to first token p50/p99 (first text chunk), per-request
-//   decode tokens/s p50 ((tokens - 1) / (last chunk - first chunk)).
+//   decode tokens/s p50 ((tokens - 1) / (last chunk - first chunk)), and the
+//   CPU seconds this process used (it shares the cores with the server).
 // Environment: BASE, MODEL, C, N, MAXTOK, WORDS (prompt words), SEED.
 import { createRequire } from 'node:module';
 
@@ -39,7 +40,7 @@ async function one(c, i) {
 }
 
 const pct = (a, p) => { const s = [...a].sort((x, y) => x - y); return s.length ? s[Math.min(s.length - 1, Math.ceil(p * s.length) - 1)] : null; };
-const t0 = performance.now();
+const t0 = performance.now(), cpu0 = process.cpuUsage();
 const res = (await Promise.all(Array.from({ length: C }, async (_, c) => {
   const out = [];
   for (let i = 0; i < N; i++) out.push(await one(c, i));
@@ -51,4 +52,5 @@ console.log(JSON.stringify({
   concurrency: C, requests: res.length, tokens, wall_seconds: wall, tokens_per_second: tokens / wall,
   ttft_p50: pct(res.map((r) => r.ttft), 0.5), ttft_p99: pct(res.map((r) => r.ttft), 0.99),
   request_decode_tps_p50: pct(res.filter((r) => r.decode).map((r) => r.decode), 0.5),
+  client_cpu_seconds: ((u) => (u.user + u.system) / 1e6)(process.cpuUsage(cpu0)),
 }));
