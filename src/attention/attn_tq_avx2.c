@@ -140,7 +140,7 @@ static inline __m128i hsum4(__m256i a, __m256i b, __m256i c, __m256i d) {
  * The centroids of a tile of keys are built once for every row of the
  * call; the sums are exact, so the reduction tree changes nothing. */
 #define KT8 16   /* keys per tile */
-#define RC8 8    /* query rows per chunk */
+#define RC8 32   /* query rows per chunk: a prefill call's 4 tokens x 8 heads build the tile once */
 #define QB8 16384 /* bytes of the chunk's query rows, and of the tile's centroids */
 
 /* The signed int8 centroids of dims 64m.. of row kj: lo and hi (above). */
@@ -168,15 +168,50 @@ static inline void lut8_64(const uint8_t *kj, int D, int m, const int bits, __m2
     *hi = _mm256_blendv_epi8(_mm256_shuffle_epi8(tl, ch), _mm256_shuffle_epi8(th, ch), mh);
 }
 
-/* Query row qi (|qi| <= 127) in the order of lut8_64: |q| into qa, q into qs. */
+/* moe_tq_query_q at AVX2, the same integers: amax is an exact max (a NaN,
+ * an Inf or a zero row goes to the scalar function, which owns those
+ * cases), the products are the same doubles, and cvtpd_epi32 rounds in the
+ * current mode as lrint does (|q * inv| <= Q: no overflow); the clamp to
+ * +-Q as there. D is a multiple of 8. */
+static float query_q(const float *qr, int D, int bits, int16_t *qi) {
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 mx = _mm256_setzero_ps(), un = _mm256_setzero_ps();
+    for (int d = 0; d < D; d += 8) {
+        const __m256 a = _mm256_and_ps(_mm256_loadu_ps(qr + d), absm);
+        un = _mm256_or_ps(un, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+        mx = _mm256_max_ps(mx, a);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    if (_mm256_movemask_ps(un) || amax == 0.0f || amax > 3.4028235e38f) return moe_tq_query_q(qr, D, bits, qi);
+    const int Q = moe_tq_qmax(D);
+    const __m256d inv = _mm256_set1_pd((double)Q / (double)amax);
+    const __m128i hi = _mm_set1_epi32(Q), lo = _mm_set1_epi32(-Q);
+    for (int d = 0; d < D; d += 8) {
+        const __m128i a = _mm256_cvtpd_epi32(_mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(qr + d)), inv));
+        const __m128i b = _mm256_cvtpd_epi32(_mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(qr + d + 4)), inv));
+        _mm_storeu_si128((__m128i *)(void *)(qi + d), _mm_packs_epi32(_mm_min_epi32(_mm_max_epi32(a, lo), hi),
+                                                                       _mm_min_epi32(_mm_max_epi32(b, lo), hi)));
+    }
+    return (amax / (float)Q) * moe_tq_cscale(bits);
+}
+
+/* Query row qi (|qi| <= 127) in the order of lut8_64: |q| into qa, q into
+ * qs. Per 64 dims the 16-dim chunks go 0, 2 | 1, 3: packs_epi16 of chunks
+ * 0 and 2 interleaves their 128-bit halves, permute4x64 0xD8 puts them
+ * back in order. */
 static void q8_order(const int16_t *qi, int D, uint8_t *qa, int8_t *qs) {
-    for (int m = 0; m < D / 64; m++)
-        for (int half = 0; half < 2; half++)
-            for (int p = 0; p < 32; p++) {
-                const int d = 64 * m + 32 * (p / 16) + 16 * half + p % 16, o = 64 * m + 32 * half + p;
-                qs[o] = (int8_t)qi[d];
-                qa[o] = (uint8_t)(qi[d] < 0 ? -qi[d] : qi[d]);
-            }
+    for (int m = 0; m < D / 64; m++) {
+        const __m256i *q = (const __m256i *)(const void *)(qi + 64 * m);
+        const __m256i a = _mm256_permute4x64_epi64(_mm256_packs_epi16(_mm256_loadu_si256(q), _mm256_loadu_si256(q + 2)), 0xD8);
+        const __m256i b = _mm256_permute4x64_epi64(_mm256_packs_epi16(_mm256_loadu_si256(q + 1), _mm256_loadu_si256(q + 3)), 0xD8);
+        _mm256_storeu_si256((__m256i *)(void *)(qs + 64 * m), a);
+        _mm256_storeu_si256((__m256i *)(void *)(qs + 64 * m + 32), b);
+        _mm256_storeu_si256((__m256i *)(void *)(qa + 64 * m), _mm256_abs_epi8(a));
+        _mm256_storeu_si256((__m256i *)(void *)(qa + 64 * m + 32), _mm256_abs_epi8(b));
+    }
 }
 
 static inline __m256i dot32(__m256i acc, __m256i c, const uint8_t *qa, const int8_t *qs) {
@@ -205,7 +240,7 @@ static inline __attribute__((always_inline)) void scores8_bits(const float *qr, 
     for (int r0 = 0; r0 < G; r0 += rc) {
         const int nr = G - r0 < rc ? G - r0 : rc;
         for (int r = 0; r < nr; r++) {
-            S[r] = moe_tq_query_q(qr + (size_t)(r0 + r) * qs, D, bits, qi);
+            S[r] = query_q(qr + (size_t)(r0 + r) * qs, D, bits, qi);
             q8_order(qi, D, qa + (size_t)r * qst, qsg + (size_t)r * qst);
         }
         for (int j0 = 0; j0 < nk; j0 += kt) {
@@ -258,7 +293,7 @@ static void scores_tq_avx2(const float *qr, size_t qs, int G, const uint8_t *k, 
     for (int h0 = 0; h0 < G; h0 += HQ) {
         const int nh = G - h0 < HQ ? G - h0 : HQ;
         float S[4] = {0};
-        for (int h = 0; h < nh; h++) S[h] = moe_tq_query_q(qr + (size_t)(h0 + h) * qs, D, bits, qi + (size_t)h * D);
+        for (int h = 0; h < nh; h++) S[h] = query_q(qr + (size_t)(h0 + h) * qs, D, bits, qi + (size_t)h * D);
         const __m128 Sv = _mm_loadu_ps(S);
         for (int j = 0; j < nk; j++) {
             const uint8_t *kj = k + (size_t)j * rb;
