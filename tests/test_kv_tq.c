@@ -263,15 +263,15 @@ static void test_edges(void) {
 /* accum_tq_rows (a prefill block's rows, each over its own first nkr[r]
  * keys) == accum_tq of each row alone, bit for bit, at every ISA: runs of
  * four equal counts, lone rows, a row with no key, counts on both sides of
- * the 64-key blocks, more rows than one pass takes. */
+ * the 64-key blocks, more rows than a prefill block has. */
 static void test_accum_rows(void) {
     moe_rng r;
     moe_rng_seed(&r, 17);
-    /* 45 rows: past the AVX2 kernel's 32 rows per pass of its weights' buffer */
+    /* 45 rows: more than a prefill block of 4 tokens x 8 heads */
     static const int nk13[13] = {141, 141, 141, 141, 70, 70, 70, 70, 1, 0, 65, 64, 141};
     enum { R = 45 };
     int nkr[R];
-    for (int i = 0; i < R; i++) nkr[i] = nk13[i % 13];   /* a run of four across row 32 */
+    for (int i = 0; i < R; i++) nkr[i] = nk13[i % 13];
     const int nk = 141;
     const moe_tq_kernels *ks[3] = {&moe_tq_scalar, NULL, NULL};
     if (moe_kernels_for(MOE_ISA_AVX2)) ks[1] = moe_tq_for(moe_isa_table_for(MOE_ISA_AVX2)->attn);
