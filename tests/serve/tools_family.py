@@ -10,6 +10,8 @@ family (llama3, mistral, deepseek3, glm4, kimi-k2) on a random-weight model writ
   the same request again (its grammar from the cache) gives the same tokens;
   a conversation with calls and results sent back: the prompt's tokens equal
     the gen'd template rendered by jinja2 (when installed), and a call follows;
+    kimi-k2 also without a system message (the template's default system
+    turn, after the tools turn), with a named first message, and without tools;
   kimi-k2: each call's id is functions.NAME:IDX, IDX running on from the
     history's calls; a message's name in its header; bad history is a 400;
     with KIMI_PARALLEL (the hook writes a first call and starts a second):
@@ -81,6 +83,7 @@ WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLengt
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather.", "parameters": WEATHER}},
          {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}]
 MSGS = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Weather in Paris?"}]
+KIMI_SYS = "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>"
 base = {"messages": MSGS, "tools": TOOLS, "max_tokens": 120, "temperature": 0, "return_tokens": True,
         "parallel_tool_calls": False}
 
@@ -199,12 +202,21 @@ if jinja2 and FAM != "deepseek3":                   # deepseek3-tools renders pl
     env = jinja2.Environment()
     env.filters["tojson"] = lambda x, indent=None: json.dumps(x, ensure_ascii=False, indent=indent)  # transformers'
     tmpl = env.from_string(gguf_template(MODEL))
-    for name, msgs in (("prompt-tools", MSGS), ("prompt-turn", turn)):
+    cases = [("prompt-tools", MSGS), ("prompt-turn", turn)]
+    if FAM == "kimi-k2":                            # no system message: the template's default system turn
+        cases += [("prompt-nosys", MSGS[1:]), ("prompt-nosys-turn", turn[1:]),
+                  ("prompt-named-sys", [dict(MSGS[0], name="boss")] + MSGS[1:]),
+                  ("prompt-named-user", [dict(MSGS[1], name="bob")])]
+    for name, msgs in cases:
         jm = [dict(m, content=m["content"] or "") for m in msgs]
         if FAM == "glm4":                          # GLM-4.5's template takes the arguments as a mapping
             jm = [dict(m, tool_calls=[dict(tc, function=dict(tc["function"], arguments=json.loads(tc["function"]["arguments"])))
                                       for tc in m["tool_calls"]]) if m.get("tool_calls") else m for m in jm]
         text = tmpl.render(messages=jm, tools=TOOLS, add_generation_prompt=True)
+        if FAM == "kimi-k2":                        # the gen'd template writes it after the tools turn
+            d = text.find(KIMI_SYS)
+            if (d >= 0) != (msgs[0]["role"] != "system") or (d >= 0 and text.find("tool_declare") > d):
+                bad(name + "-default", f"default system turn at {d}: {text[:300]!r}")
         # the same prompt tokens: greedy continuations of the chat (tools shown,
         # nothing constrained under none) and of the rendered text are equal
         st, txt = post_to("completions", {"prompt": text, "max_tokens": 6, "temperature": 0, "return_tokens": True})
@@ -226,6 +238,14 @@ if jinja2 and FAM != "deepseek3":                   # deepseek3-tools renders pl
             r = chat(name, {**base, "messages": msgs, "tool_choice": choice, "max_tokens": 1})
             if r and r["usage"]["prompt_tokens"] != n:
                 bad(f"{name}-{choice}", f"prompt {r['usage']['prompt_tokens']} tokens, the template gives {n}:\n{text + suffix}")
+
+    if FAM == "kimi-k2":                            # no tools (chat.c alone): the default when no system message
+        for name, msgs in (("plain-sys", MSGS), ("plain-nosys", MSGS[1:])):
+            text = tmpl.render(messages=msgs, add_generation_prompt=True)
+            if (KIMI_SYS in text) != (msgs[0]["role"] != "system"): bad(name, f"template text {text!r}")
+            r = chat(name, {"messages": msgs, "max_tokens": 1, "temperature": 0})
+            if r and r["usage"]["prompt_tokens"] != tok(text)["n_tokens"]:
+                bad(name, f"prompt {r['usage']['prompt_tokens']} tokens, the template gives {tok(text)['n_tokens']}:\n{text}")
 
 with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/metrics", timeout=30) as m:
     hits = [l for l in m.read().decode().splitlines() if l.startswith("moefast_grammar_cache_hits_total ")]
