@@ -15,8 +15,9 @@ family (llama3, mistral, deepseek3, glm4, kimi-k2) on a random-weight model writ
   kimi-k2: each call's id is functions.NAME:IDX, IDX running on from the
     history's calls; a message's name in its header; bad history is a 400;
     with KIMI_PARALLEL (the hook writes a first call and starts a second):
-    two calls, and the hook breaking the grammar (parallel false, an index
-    not the running one) fails the request.
+    more calls, and the hook breaking the grammar (parallel false, an index
+    not the running one) fails the request; with KIMI_MAX (the hook writes
+    63 calls): the model's 64th ends the turn, the most calls it may have.
 Prints one line per failure; exits 1 on any."""
 import json, os, subprocess, sys, time, urllib.request
 from gguf_meta import gguf_template
@@ -111,15 +112,37 @@ if os.environ.get("GLM_ESCAPE"):
     print(f"tools {FAM} escape check:", "ok" if fails == 0 else "failed")
     sys.exit(1 if fails else 0)
 
+if os.environ.get("KIMI_MAX"):
+    # the hook wrote 63 calls (ping, indexes 0..62; 1068 of max_tokens); this model keeps calling:
+    # it writes the 64th (index 63), the most a turn may have, then the
+    # grammar ends the section
+    r = chat("max-calls", {**base, "tool_choice": "auto", "parallel_tool_calls": True, "max_tokens": 1400})
+    c = (r or {}).get("choices", [{}])[0]
+    calls = c.get("message", {}).get("tool_calls") or []
+    if len(calls) != 64 or c.get("finish_reason") != "tool_calls" or \
+       any(x["id"] != f"functions.{x['function']['name']}:{i}" for i, x in enumerate(calls)):
+        bad("max-calls", f"{len(calls)} calls (want 64), finish {c.get('finish_reason')}, ids {[x['id'] for x in calls[60:]]}")
+    print(f"tools {FAM} max-calls check:", "ok" if fails == 0 else "failed")
+    sys.exit(1 if fails else 0)
+
 if os.environ.get("KIMI_PARALLEL"):
     # the hook wrote ping's call (index 0) and starts get_weather's (index 1)
-    # (room for 16 calls, the most a turn may have: this model keeps calling)
-    r = chat("parallel", {**base, "tool_choice": "auto", "parallel_tool_calls": True, "max_tokens": 2000})
-    calls = (r or {}).get("choices", [{}])[0].get("message", {}).get("tool_calls") or []
+    # (this model keeps calling: max_tokens cuts it a few calls on, each ~80
+    # tokens, so streamed: the calls written before the cut; the most a turn
+    # may have is KIMI_MAX's check)
+    st, txt = post({**base, "tool_choice": "auto", "parallel_tool_calls": True, "max_tokens": 500, "stream": True})
+    got = {}
+    for line in txt.splitlines() if st == 200 else []:
+        if not line.startswith("data: ") or line == "data: [DONE]": continue
+        for tc in json.loads(line[6:])["choices"][0].get("delta", {}).get("tool_calls") or []:
+            c = got.setdefault(tc["index"], {"id": "", "function": {"name": "", "arguments": ""}})
+            c["id"] += tc.get("id") or ""
+            for k in ("name", "arguments"): c["function"][k] += tc.get("function", {}).get(k) or ""
+    calls = [c for _, c in sorted(got.items())]
     ids = [c["id"] for c in calls]
     if ids[:2] != ["functions.ping:0", "functions.get_weather:1"] or any(c["id"] != f"functions.{c['function']['name']}:{i}" for i, c in enumerate(calls)):
         bad("parallel", f"ids {ids}")
-    elif len(calls) != 16: bad("parallel", f"{len(calls)} calls (this model calls until the grammar ends the section at 16)")
+    elif len(calls) < 4: bad("parallel", f"{len(calls)} calls (this model keeps calling)")
     elif calls[0]["function"]["arguments"] != "{}" or not isinstance(json.loads(calls[1]["function"]["arguments"]).get("city"), str):
         bad("parallel", f"calls {calls}")
     # one call only: the grammar ends the section after the first, the hook's second call does not fit
