@@ -12,8 +12,8 @@
 #   deepseek3 and harmony (--chat-format) calls in their syntaxes;
 #   llama3, mistral, deepseek3, glm4 (GLM-4.5's <arg_key> calls) and kimi-k2
 #     models with their own templates and special tokens (gen --chat-template
-#     F-tools): tests/serve/tools_family.py; Kimi-K2's parallel calls and
-#     running call indexes through the hook;
+#     F-tools): tests/serve/tools_family.py; Kimi-K2's parallel calls,
+#     running call indexes and the 64-call limit through the hook;
 #   streamed calls (deltas as the call is generated) reassemble to the
 #     non-streamed ones, also sampled strings with multi-byte characters;
 #   a call cut by max_tokens ends with finish_reason length;
@@ -70,6 +70,11 @@ GLM_ESCAPE=1 python3 tests/serve/tools_family.py glm4 "$PORT" "$M" "$REL" "$T/lo
 M=$T/kimi-k2.gguf
 start "$T/log-kimi-par" "--ctx 8192" MOEFAST_SERVE_TEST_TOOL_TEXT='Let me check.<|tool_calls_section_begin|><|tool_call_begin|>functions.ping:0<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>'
 KIMI_PARALLEL=1 python3 tests/serve/tools_family.py kimi-k2 "$PORT" "$M" "$REL" "$T/log-kimi-par" || rc=1
+# ... and 63 whole calls: the model's is the 64th, the most one turn may have
+H='Let me check.<|tool_calls_section_begin|>'
+i=0; while [ $i -lt 63 ]; do H="$H<|tool_call_begin|>functions.ping:$i<|tool_call_argument_begin|>{}<|tool_call_end|>"; i=$((i + 1)); done
+start "$T/log-kimi-64" "--ctx 8192" MOEFAST_SERVE_TEST_TOOL_TEXT="$H"
+KIMI_MAX=1 python3 tests/serve/tools_family.py kimi-k2 "$PORT" "$M" "$REL" "$T/log-kimi-64" || rc=1
 M=$M0
 # the official openai npm client (installed by tests/cli_serve.sh's npm ci)
 if ! command -v node >/dev/null 2>&1 || [ ! -f tests/serve/node_modules/openai/package.json ]; then
@@ -81,7 +86,7 @@ else
 fi
 for p in $PIDS; do kill -TERM "$p"; wait "$p" || { echo "FAIL: server $p exit $?"; rc=1; }; done
 PIDS=""
-for l in "$T/log1" "$T/log2" "$T/log3" "$T/log-llama3" "$T/log-mistral" "$T/log-deepseek3" "$T/log-glm4" "$T/log-glm4-esc" "$T/log-kimi-k2" "$T/log-kimi-par"; do
+for l in "$T/log1" "$T/log2" "$T/log3" "$T/log-llama3" "$T/log-mistral" "$T/log-deepseek3" "$T/log-glm4" "$T/log-glm4-esc" "$T/log-kimi-k2" "$T/log-kimi-par" "$T/log-kimi-64"; do
   grep -q "ERROR: AddressSanitizer\|LeakSanitizer\|runtime error" "$l" && { echo "FAIL: sanitizer: $(cat "$l")"; rc=1; }
 done
 exit $rc

@@ -181,6 +181,79 @@ static void test_kimi_k2(void) {
                                                 "<|im_assistant|>assistant<|im_middle|>");
 }
 
+/* Kimi-K2 templates that write a default system turn (moonshotai's
+ * Kimi-K2-Instruct-0905, a fragment: its tools turn, the default's lines,
+ * its generation prompt; llama.cpp's models/templates/moonshotai-Kimi-K2.jinja,
+ * Moonlight's "You are a helpful assistant"): the texts wanted are what
+ * jinja2 renders from the whole templates (with and without transformers'
+ * trim_blocks / lstrip_blocks, the same) for the same messages; the tools
+ * turn and names as serve writes them (pseudo-roles tool_declare, name). */
+static void test_kimi_k2_default_system(void) {
+    static const char K2I[] =
+        "{%- if tools -%}\n  <|im_system|>tool_declare<|im_middle|>\n  # Tools\n  {{ tools | tojson }}<|im_end|>\n{%- endif -%}\n"
+        "{%- for message in messages -%}\n  {%- if loop.first and messages[0]['role'] != 'system' -%}\n"
+        "    <|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>\n  {%- endif -%}\n"
+        "  {%- set role_name =  message.get('name') or  message['role'] -%}\n"
+        "{%- if add_generation_prompt -%}\n  <|im_assistant|>assistant<|im_middle|>\n{%- endif -%}";
+#define KIMI_SYS "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>"
+    CHECK(moe_chat_detect(K2I) && !strcmp(moe_chat_detect(K2I), "kimi-k2"));
+    /* a system message first: none */
+    expect_render(K2I, NULL, CONV, 2, true, "<|im_system|>system<|im_middle|>You are terse.<|im_end|>"
+                                            "<|im_user|>user<|im_middle|>Hello!<|im_end|><|im_assistant|>assistant<|im_middle|>");
+    /* none: the default, also under --chat-format kimi-k2 with this template */
+    static const char NOSYS[] = KIMI_SYS "<|im_user|>user<|im_middle|>Hello!<|im_end|><|im_assistant|>assistant<|im_middle|>Hi.<|im_end|>"
+                                "<|im_user|>user<|im_middle|>Bye<|im_end|><|im_assistant|>assistant<|im_middle|>";
+    expect_render(K2I, NULL, CONV + 1, 3, true, NOSYS);
+    expect_render(K2I, "kimi-k2", CONV + 1, 3, true, NOSYS);
+    /* a tool result first: the default too; an empty conversation: none (the default is in the messages' loop) */
+    static const moe_chat_msg TF[] = {{"tool", "## Return of functions.f:0\n    R"}};
+    expect_render(K2I, NULL, TF, 1, true, KIMI_SYS "<|im_system|>tool<|im_middle|>## Return of functions.f:0\n    R<|im_end|>"
+                                          "<|im_assistant|>assistant<|im_middle|>");
+    expect_render(K2I, NULL, NULL, 0, true, "<|im_assistant|>assistant<|im_middle|>");
+    /* the tools turn first, then the default; a named first message: by its role */
+    static const moe_chat_msg TU[] = {{"tool_declare", "\n  # Tools\n  [{\"a\": 1}]"}, {"name", "bob"}, {"user", "U"}};
+    static const char TOOLS_TURN[] = "<|im_system|>tool_declare<|im_middle|>\n  # Tools\n  [{\"a\": 1}]<|im_end|>";
+    char want[512];
+    snprintf(want, sizeof want, "%s%s<|im_user|>bob<|im_middle|>U<|im_end|>", TOOLS_TURN, KIMI_SYS);
+    expect_render(K2I, NULL, TU, 3, false, want);
+    static const moe_chat_msg TS[] = {{"tool_declare", "\n  # Tools\n  [{\"a\": 1}]"}, {"system", "You are terse."}, {"user", "Hello!"}};
+    snprintf(want, sizeof want, "%s<|im_system|>system<|im_middle|>You are terse.<|im_end|><|im_user|>user<|im_middle|>Hello!<|im_end|>", TOOLS_TURN);
+    expect_render(K2I, NULL, TS, 3, false, want);
+    static const moe_chat_msg NS[] = {{"name", "boss"}, {"system", "S"}, {"user", "U"}};
+    expect_render(K2I, NULL, NS, 3, true, "<|im_system|>boss<|im_middle|>S<|im_end|><|im_user|>user<|im_middle|>U<|im_end|>"
+                                          "<|im_assistant|>assistant<|im_middle|>");
+    /* llama.cpp's built-in (no template, or its test template): no default, the pseudo-roles still written */
+    expect_render(NULL, "kimi-k2", TU, 3, false, "<|im_system|>tool_declare<|im_middle|>\n  # Tools\n  [{\"a\": 1}]<|im_end|>"
+                                                 "<|im_user|>bob<|im_middle|>U<|im_end|>");
+    /* Moonlight's sentence, in a quoted literal; a header with template
+     * syntax before it is passed over */
+    static const char MOON[] =
+        "{%- if loop.first and messages[0]['role'] != 'system' -%}\n"
+        "    {{ '<|im_system|>system<|im_middle|>You are a helpful assistant<|im_end|>' }}\n  {%- endif -%}\n"
+        "  {%- if message['role'] == 'system' -%}\n    {{ '<|im_system|>system<|im_middle|>' }}\n"
+        "  {%- elif message['role'] == 'assistant' -%}\n    {{ '<|im_assistant|>assistant<|im_middle|>' }}\n"
+        "  {%- if message['content'] is string -%}\n    {{- message['content'] + '<|im_end|>' -}}";
+    static const moe_chat_msg UT[] = {{"user", "Hello!"}, {"tool", "R"}};
+    expect_render(MOON, NULL, UT, 2, true, "<|im_system|>system<|im_middle|>You are a helpful assistant<|im_end|>"
+                                           "<|im_user|>user<|im_middle|>Hello!<|im_end|><|im_system|>tool<|im_middle|>R<|im_end|>"
+                                           "<|im_assistant|>assistant<|im_middle|>");
+    static const char LATE[] = "{{ '<|im_system|>system<|im_middle|>' + m }}<|im_end|> != 'system' <|im_system|>system<|im_middle|>D.<|im_end|>"
+                               " <|im_assistant|>assistant<|im_middle|>";
+    expect_render(LATE, NULL, CONV + 1, 1, false, "<|im_system|>system<|im_middle|>D.<|im_end|><|im_user|>user<|im_middle|>Hello!<|im_end|>");
+    /* templates whose header text is not a plain literal, or without the
+     * first-message test, or cut short: no default */
+    static const char *const NONE[] = {
+        "!= 'system' <|im_system|>system<|im_middle|>{{ m }}<|im_end|><|im_assistant|>assistant<|im_middle|>",
+        "!= 'system' <|im_system|>system<|im_middle|>Say \"hi\"<|im_end|><|im_assistant|>assistant<|im_middle|>",
+        "!= 'system' <|im_system|>system<|im_middle|><|im_end|><|im_assistant|>assistant<|im_middle|>",
+        "<|im_system|>system<|im_middle|>You are Kimi.<|im_end|><|im_assistant|>assistant<|im_middle|>",
+        "<|im_assistant|>assistant<|im_middle|> != 'system' <|im_system|>system<|im_middle|>You are Kimi.",
+    };
+    for (size_t i = 0; i < sizeof NONE / sizeof NONE[0]; i++)
+        expect_render(NONE[i], NULL, CONV + 1, 1, false, "<|im_user|>user<|im_middle|>Hello!<|im_end|>");
+#undef KIMI_SYS
+}
+
 static void test_qwen3_think(void) {
     static const moe_chat_msg M[] = {
         {"system", "S"},
@@ -208,6 +281,7 @@ int main(void) {
     test_llama3_mistral();
     test_qwen3_think();
     test_kimi_k2();
+    test_kimi_k2_default_system();
     char *qwen3 = template_of("vocab/qwen3-vocab.gguf");
     char *synth_q = template_of("oracle/qwen3moe-tiny-q8_0.gguf"); /* the F32 files' templates */
     char *synth_l = template_of("oracle/laguna-tiny-q8_0.gguf");

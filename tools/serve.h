@@ -288,7 +288,8 @@ int  harmony_messages(json_t *ms, const moe_chat_msg *msgs, size_t n, json_t *to
                       char ***owned, size_t *n_owned, api_err *e);
 /* serve_kimi.c: tools_messages for Kimi-K2: the tool_declare turn, calls
  * and results as Kimi-K2-Instruct's template writes them, a message's
- * `name` in place of its role. *out (n + 1 entries) may be reallocated. */
+ * `name` in place of its role (chat.c's kimi-k2 pseudo-roles tool_declare
+ * and name). *out (2n + 1 entries) may be reallocated. */
 int  kimi_messages(json_t *ms, const moe_chat_msg *msgs, size_t n, json_t *tools, moe_chat_msg **out, size_t *n_out,
                    char ***owned, size_t *n_owned, api_err *e);
 /* The trigger text to put after the prompt (required / named), or NULL. */

@@ -15,19 +15,17 @@
  *   every turn's header <|im_user|> / <|im_assistant|> / <|im_system|> (for
  *     every other role) + NAME + <|im_middle|>, NAME the message's `name`
  *     when it has a non-empty one, else its role.
- * chat.c's kimi-k2 renderer writes the role headers; a turn with a header
- * of its own (the tools, a named message) goes to it under a role it does
- * not know, which it writes as the content then <|im_end|>. Like chat.c
- * (and llama.cpp's built-in kimi-k2), the template's default system prompt
- * is not added. */
+ * chat.c's kimi-k2 renderer writes the role headers, the tools turn (its
+ * pseudo-role tool_declare, content "\n  # Tools\n  TOOLS"), a message's name
+ * (the pseudo-role name before it) and, when the model's template writes it,
+ * the template's default system turn (after the tools, when the first message
+ * is not a system one; docs/SERVE.md, "Tool calls"). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "serve.h"
-
-#define RAW_ROLE "kimi_turn"   /* a role chat.c has no header for: content + <|im_end|> */
 
 static int keep(char ***owned, size_t *n_owned, tbuf *b, api_err *e) {
     char **no = b->oom ? NULL : realloc(*owned, (*n_owned + 1) * sizeof *no);
@@ -65,16 +63,16 @@ static int calls_text(tbuf *b, json_t *tc, size_t i, api_err *e) {
 
 int kimi_messages(json_t *ms, const moe_chat_msg *msgs, size_t n, json_t *tools, moe_chat_msg **out, size_t *n_out,
                   char ***owned, size_t *n_owned, api_err *e) {
-    moe_chat_msg *o = realloc(*out, (n + 1) * sizeof *o);
+    moe_chat_msg *o = realloc(*out, (2 * n + 1) * sizeof *o);   /* the tools, a name before each message */
     if (!o) return api_fail(e, 500, NULL, NULL, "out of memory");
     *out = o;
     size_t k = 0;
     if (tools) {
         tbuf b = {0};
-        tb_add(&b, "<|im_system|>tool_declare<|im_middle|>\n  # Tools\n  ");
+        tb_add(&b, "\n  # Tools\n  ");
         tb_json(&b, tools);
         if (keep(owned, n_owned, &b, e)) return -1;
-        o[k++] = (moe_chat_msg){RAW_ROLE, (*owned)[*n_owned - 1]};
+        o[k++] = (moe_chat_msg){"tool_declare", (*owned)[*n_owned - 1]};
     }
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(ms, i), *tc = json_object_get(m, "tool_calls"), *nm = json_object_get(m, "name");
@@ -88,14 +86,10 @@ int kimi_messages(json_t *ms, const moe_chat_msg *msgs, size_t n, json_t *tools,
         if (tool && !json_is_string(json_object_get(m, "tool_call_id")))
             return api_fail(e, 400, "messages", "missing_required_parameter", "'messages[%zu].tool_call_id' is required for role 'tool'", i);
         /* the template tests `message.get('tool_calls')`: an empty list is none */
-        if (!named && !tool && !(calls && json_array_size(tc))) { o[k++] = msgs[i]; continue; }
+        if (named) o[k++] = (moe_chat_msg){"name", json_string_value(nm)};
+        if (!tool && !(calls && json_array_size(tc))) { o[k++] = msgs[i]; continue; }
         tbuf b = {0};
         tb_add(&b, "");
-        if (named) {
-            tb_add(&b, !strcmp(r, "user") ? "<|im_user|>" : !strcmp(r, "assistant") ? "<|im_assistant|>" : "<|im_system|>");
-            tb_add(&b, json_string_value(nm));
-            tb_add(&b, "<|im_middle|>");
-        }
         if (tool) {
             tb_add(&b, "## Return of ");
             tb_add(&b, json_string_value(json_object_get(m, "tool_call_id")));
@@ -104,7 +98,7 @@ int kimi_messages(json_t *ms, const moe_chat_msg *msgs, size_t n, json_t *tools,
         tb_add(&b, msgs[i].content);
         if (calls && json_array_size(tc) && calls_text(&b, tc, i, e)) { free(b.p); return -1; }
         if (keep(owned, n_owned, &b, e)) return -1;
-        o[k++] = (moe_chat_msg){named ? RAW_ROLE : r, (*owned)[*n_owned - 1]};
+        o[k++] = (moe_chat_msg){r, (*owned)[*n_owned - 1]};
     }
     *n_out = k;
     return 0;

@@ -241,8 +241,11 @@ static int tool_gbnf(json_t *tool, size_t i, const char **name, char **gbnf, api
 }
 
 /* The most calls one turn of an id_ns syntax may have: each has its own
- * rule (its index is in its text). */
-enum { MAX_INDEXED = 16 };
+ * rule (its index is in its text), so the grammar grows with this times the
+ * tools. 64 (was 16) costs little: a first call's request with 64 tools took
+ * 11.5 s against 9.7 s at 16 (rel, 2 busy cores; the same cost without
+ * parallel calls is 0.05 s), 2 to 32 tools the same at either. */
+enum { MAX_INDEXED = 64 };
 
 /* An id_ns syntax's calls (Kimi-K2): call k (k0, k1, ...) writes the index
  * idx0 + k, so the ids run on from the history's calls (idx0 of them) and

@@ -31,7 +31,9 @@
  *   <|tool_calls_section_begin|><|tool_call_begin|>ID<|tool_call_argument_begin|>
  *   ARGS<|tool_call_end|>...<|tool_calls_section_end|> with the calls' own
  *   ids, results as "## Return of ID\n    C" (the template's whitespace kept),
- *   without its default system prompt (as llama.cpp's built-in kimi-k2) and
+ *   its default system turn (<|im_system|>system<|im_middle|>You are Kimi, an
+ *   AI assistant created by Moonshot AI.<|im_end|> after the tools turn when
+ *   the first message is not a system one, written by the same lines), without
  *   its image parts; Kimi-K2's special tokens, bos [BOS], eos [EOS]
  *   (<|im_end|> ends a turn). */
 #include <stddef.h>
@@ -127,6 +129,8 @@ static const char GLM4_TOOLS[] =
 static const char KIMI_K2_TOOLS[] =
     "{%- if tools -%}<|im_system|>tool_declare<|im_middle|>\n  # Tools\n  {{ tools | tojson }}<|im_end|>{%- endif -%}"
     "{%- for message in messages -%}"
+    "{%- if loop.first and messages[0]['role'] != 'system' -%}"
+    "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>{%- endif -%}"
     "{%- set role_name = message.get('name') or message['role'] -%}"
     "{%- if message['role'] == 'user' -%}<|im_user|>{{ role_name }}<|im_middle|>"
     "{%- elif message['role'] == 'assistant' -%}<|im_assistant|>{{ role_name }}<|im_middle|>"

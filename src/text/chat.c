@@ -334,17 +334,67 @@ static void render_mistral(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen
 
 /* Kimi-K2 (llama.cpp's LLM_CHAT_TEMPLATE_KIMI_K2): each turn a role token,
  * the role's name, <|im_middle|>, the content, <|im_end|>; tool results as a
- * system-token turn named tool. Other roles get no header, as there. */
-static void render_kimi_k2(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) {
+ * system-token turn named tool. Other roles get no header, as there.
+ * moonshotai's templates add what the built-in leaves out; kimi_k2 writes
+ * those parts (serve's tool turns use the pseudo-roles):
+ *   dflt: the default system turn, <|im_system|>system<|im_middle|>DFLT
+ *     <|im_end|>, before the first message when that is not a system one
+ *     (Kimi-K2-Instruct's `loop.first and messages[0]['role'] != 'system'`:
+ *     after the tools turn, nothing for an empty conversation); NULL: none;
+ *   "tool_declare": the tools turn, <|im_system|>tool_declare<|im_middle|>C
+ *     <|im_end|>, which the template writes first, outside the messages (so
+ *     it is not the "first message" above);
+ *   "name": the next message's header names C in place of its role (the
+ *     template's `message.get('name') or message['role']`; "" names none). */
+static void kimi_k2(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen, const char *dflt, size_t dflt_len) {
+    bool first = true;
+    const char *name = NULL;
     for (size_t i = 0; i < n; i++) {
         const char *r = msgs[i].role;
-        if (!strcmp(r, "system")) sb_add(b, "<|im_system|>system<|im_middle|>");
-        else if (!strcmp(r, "user")) sb_add(b, "<|im_user|>user<|im_middle|>");
-        else if (!strcmp(r, "assistant")) sb_add(b, "<|im_assistant|>assistant<|im_middle|>");
-        else if (!strcmp(r, "tool")) sb_add(b, "<|im_system|>tool<|im_middle|>");
+        if (!strcmp(r, "tool_declare")) {
+            sb_add(b, "<|im_system|>tool_declare<|im_middle|>"); sb_add(b, msgs[i].content); sb_add(b, "<|im_end|>");
+            continue;
+        }
+        if (!strcmp(r, "name")) { name = *msgs[i].content ? msgs[i].content : NULL; continue; }
+        if (first && dflt && strcmp(r, "system")) {
+            sb_add(b, "<|im_system|>system<|im_middle|>"); sb_addn(b, dflt, dflt + dflt_len); sb_add(b, "<|im_end|>");
+        }
+        first = false;
+        const bool user = !strcmp(r, "user"), asst = !strcmp(r, "assistant");
+        if (user || asst || name || !strcmp(r, "system") || !strcmp(r, "tool")) {
+            sb_add(b, user ? "<|im_user|>" : asst ? "<|im_assistant|>" : "<|im_system|>");
+            sb_add(b, name ? name : r);
+            sb_add(b, "<|im_middle|>");
+        }
+        name = NULL;
         sb_add(b, msgs[i].content); sb_add(b, "<|im_end|>");
     }
     if (gen) sb_add(b, "<|im_assistant|>assistant<|im_middle|>");
+}
+
+static void render_kimi_k2(sbuf *b, const moe_chat_msg *msgs, size_t n, bool gen) { kimi_k2(b, msgs, n, gen, NULL, 0); }
+
+/* The default system sentence a Kimi template writes, or NULL: the text
+ * between the first <|im_system|>system<|im_middle|> and <|im_end|> that is a
+ * plain literal (no template syntax, quotes, escapes or tags), in a template
+ * that tests for a first message that is not a system one. Kimi-K2-Instruct
+ * (-0905) and -Thinking: "You are Kimi, an AI assistant created by Moonshot
+ * AI."; Moonlight / Kimi-VL: "You are a helpful assistant". llama.cpp's
+ * built-in kimi-k2 writes none, nor does its test template (which has no
+ * such literal), so that keeps rendering as llama.cpp does. */
+static const char *kimi_default_system(const char *tmpl, size_t *len) {
+    static const char HDR[] = "<|im_system|>system<|im_middle|>";
+    if (!tmpl || !(strstr(tmpl, "!= 'system'") || strstr(tmpl, "!= \"system\""))) return NULL;
+    for (const char *p = tmpl; (p = strstr(p, HDR)); p++) {
+        const char *s = p + sizeof HDR - 1, *e = strstr(s, "<|im_end|>");
+        if (!e) return NULL;
+        size_t l = (size_t)(e - s);
+        if (l == 0 || l > 1024) continue;
+        bool plain = true;
+        for (const char *c = s; c < e && plain; c++) plain = !strchr("{}%'\"\\<>\n\r", *c);
+        if (plain) { *len = l; return s; }
+    }
+    return NULL;
 }
 
 static const struct { const char *name; render_fn fn; } FORMATS[] = {
@@ -416,7 +466,13 @@ int moe_chat_render_tmpl(const char *tmpl, const char *format, const moe_chat_ms
     }
     sbuf b = {0};
     sb_add(&b, ""); /* an empty conversation still gives "" */
-    fn(&b, msgs, n, add_generation_prompt);
+    if (fn == render_kimi_k2) {                    /* the template's own default system turn, if it writes one */
+        size_t dl = 0;
+        const char *d = kimi_default_system(tmpl, &dl);
+        kimi_k2(&b, msgs, n, add_generation_prompt, d, dl);
+    } else {
+        fn(&b, msgs, n, add_generation_prompt);
+    }
     if (b.oom) { free(b.p); return moe_errf(err, errlen, MOE_ENOMEM, "chat: out of memory rendering %zu messages", n); }
     *out = b.p;
     return MOE_OK;

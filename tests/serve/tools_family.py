@@ -10,11 +10,14 @@ family (llama3, mistral, deepseek3, glm4, kimi-k2) on a random-weight model writ
   the same request again (its grammar from the cache) gives the same tokens;
   a conversation with calls and results sent back: the prompt's tokens equal
     the gen'd template rendered by jinja2 (when installed), and a call follows;
+    kimi-k2 also without a system message (the template's default system
+    turn, after the tools turn), with a named first message, and without tools;
   kimi-k2: each call's id is functions.NAME:IDX, IDX running on from the
     history's calls; a message's name in its header; bad history is a 400;
     with KIMI_PARALLEL (the hook writes a first call and starts a second):
-    two calls, and the hook breaking the grammar (parallel false, an index
-    not the running one) fails the request.
+    more calls, and the hook breaking the grammar (parallel false, an index
+    not the running one) fails the request; with KIMI_MAX (the hook writes
+    63 calls): the model's 64th ends the turn, the most calls it may have.
 Prints one line per failure; exits 1 on any."""
 import json, os, subprocess, sys, time, urllib.request
 from gguf_meta import gguf_template
@@ -81,6 +84,7 @@ WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLengt
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather.", "parameters": WEATHER}},
          {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}]
 MSGS = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Weather in Paris?"}]
+KIMI_SYS = "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>"
 base = {"messages": MSGS, "tools": TOOLS, "max_tokens": 120, "temperature": 0, "return_tokens": True,
         "parallel_tool_calls": False}
 
@@ -108,15 +112,37 @@ if os.environ.get("GLM_ESCAPE"):
     print(f"tools {FAM} escape check:", "ok" if fails == 0 else "failed")
     sys.exit(1 if fails else 0)
 
+if os.environ.get("KIMI_MAX"):
+    # the hook wrote 63 calls (ping, indexes 0..62; 1068 of max_tokens); this model keeps calling:
+    # it writes the 64th (index 63), the most a turn may have, then the
+    # grammar ends the section
+    r = chat("max-calls", {**base, "tool_choice": "auto", "parallel_tool_calls": True, "max_tokens": 1400})
+    c = (r or {}).get("choices", [{}])[0]
+    calls = c.get("message", {}).get("tool_calls") or []
+    if len(calls) != 64 or c.get("finish_reason") != "tool_calls" or \
+       any(x["id"] != f"functions.{x['function']['name']}:{i}" for i, x in enumerate(calls)):
+        bad("max-calls", f"{len(calls)} calls (want 64), finish {c.get('finish_reason')}, ids {[x['id'] for x in calls[60:]]}")
+    print(f"tools {FAM} max-calls check:", "ok" if fails == 0 else "failed")
+    sys.exit(1 if fails else 0)
+
 if os.environ.get("KIMI_PARALLEL"):
     # the hook wrote ping's call (index 0) and starts get_weather's (index 1)
-    # (room for 16 calls, the most a turn may have: this model keeps calling)
-    r = chat("parallel", {**base, "tool_choice": "auto", "parallel_tool_calls": True, "max_tokens": 2000})
-    calls = (r or {}).get("choices", [{}])[0].get("message", {}).get("tool_calls") or []
+    # (this model keeps calling: max_tokens cuts it a few calls on, each ~80
+    # tokens, so streamed: the calls written before the cut; the most a turn
+    # may have is KIMI_MAX's check)
+    st, txt = post({**base, "tool_choice": "auto", "parallel_tool_calls": True, "max_tokens": 500, "stream": True})
+    got = {}
+    for line in txt.splitlines() if st == 200 else []:
+        if not line.startswith("data: ") or line == "data: [DONE]": continue
+        for tc in json.loads(line[6:])["choices"][0].get("delta", {}).get("tool_calls") or []:
+            c = got.setdefault(tc["index"], {"id": "", "function": {"name": "", "arguments": ""}})
+            c["id"] += tc.get("id") or ""
+            for k in ("name", "arguments"): c["function"][k] += tc.get("function", {}).get(k) or ""
+    calls = [c for _, c in sorted(got.items())]
     ids = [c["id"] for c in calls]
     if ids[:2] != ["functions.ping:0", "functions.get_weather:1"] or any(c["id"] != f"functions.{c['function']['name']}:{i}" for i, c in enumerate(calls)):
         bad("parallel", f"ids {ids}")
-    elif len(calls) != 16: bad("parallel", f"{len(calls)} calls (this model calls until the grammar ends the section at 16)")
+    elif len(calls) < 4: bad("parallel", f"{len(calls)} calls (this model keeps calling)")
     elif calls[0]["function"]["arguments"] != "{}" or not isinstance(json.loads(calls[1]["function"]["arguments"]).get("city"), str):
         bad("parallel", f"calls {calls}")
     # one call only: the grammar ends the section after the first, the hook's second call does not fit
@@ -199,12 +225,21 @@ if jinja2 and FAM != "deepseek3":                   # deepseek3-tools renders pl
     env = jinja2.Environment()
     env.filters["tojson"] = lambda x, indent=None: json.dumps(x, ensure_ascii=False, indent=indent)  # transformers'
     tmpl = env.from_string(gguf_template(MODEL))
-    for name, msgs in (("prompt-tools", MSGS), ("prompt-turn", turn)):
+    cases = [("prompt-tools", MSGS), ("prompt-turn", turn)]
+    if FAM == "kimi-k2":                            # no system message: the template's default system turn
+        cases += [("prompt-nosys", MSGS[1:]), ("prompt-nosys-turn", turn[1:]),
+                  ("prompt-named-sys", [dict(MSGS[0], name="boss")] + MSGS[1:]),
+                  ("prompt-named-user", [dict(MSGS[1], name="bob")])]
+    for name, msgs in cases:
         jm = [dict(m, content=m["content"] or "") for m in msgs]
         if FAM == "glm4":                          # GLM-4.5's template takes the arguments as a mapping
             jm = [dict(m, tool_calls=[dict(tc, function=dict(tc["function"], arguments=json.loads(tc["function"]["arguments"])))
                                       for tc in m["tool_calls"]]) if m.get("tool_calls") else m for m in jm]
         text = tmpl.render(messages=jm, tools=TOOLS, add_generation_prompt=True)
+        if FAM == "kimi-k2":                        # the gen'd template writes it after the tools turn
+            d = text.find(KIMI_SYS)
+            if (d >= 0) != (msgs[0]["role"] != "system") or (d >= 0 and text.find("tool_declare") > d):
+                bad(name + "-default", f"default system turn at {d}: {text[:300]!r}")
         # the same prompt tokens: greedy continuations of the chat (tools shown,
         # nothing constrained under none) and of the rendered text are equal
         st, txt = post_to("completions", {"prompt": text, "max_tokens": 6, "temperature": 0, "return_tokens": True})
@@ -226,6 +261,14 @@ if jinja2 and FAM != "deepseek3":                   # deepseek3-tools renders pl
             r = chat(name, {**base, "messages": msgs, "tool_choice": choice, "max_tokens": 1})
             if r and r["usage"]["prompt_tokens"] != n:
                 bad(f"{name}-{choice}", f"prompt {r['usage']['prompt_tokens']} tokens, the template gives {n}:\n{text + suffix}")
+
+    if FAM == "kimi-k2":                            # no tools (chat.c alone): the default when no system message
+        for name, msgs in (("plain-sys", MSGS), ("plain-nosys", MSGS[1:])):
+            text = tmpl.render(messages=msgs, add_generation_prompt=True)
+            if (KIMI_SYS in text) != (msgs[0]["role"] != "system"): bad(name, f"template text {text!r}")
+            r = chat(name, {"messages": msgs, "max_tokens": 1, "temperature": 0})
+            if r and r["usage"]["prompt_tokens"] != tok(text)["n_tokens"]:
+                bad(name, f"prompt {r['usage']['prompt_tokens']} tokens, the template gives {tok(text)['n_tokens']}:\n{text}")
 
 with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/metrics", timeout=30) as m:
     hits = [l for l in m.read().decode().splitlines() if l.startswith("moefast_grammar_cache_hits_total ")]
