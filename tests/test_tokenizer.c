@@ -547,6 +547,11 @@ static void test_kimi_k2_split(void) {
         {"a\xc2\x85" "b", "a|\xc2\x85" "b"},                    /* NEL: whitespace, and a leading character */
         {"!\xe1\xa0\x8e?", "!\xe1\xa0\x8e?"},                  /* U+180E: a control to llama.cpp, no space */
         {"a \xe1\xa0\x8e" "b", "a| \xe1\xa0\x8e|b"},
+        /* CJK Extension I (Unicode 15.1): a letter to llama.cpp, outside its
+         * Han list: inside a word, apart from Han; unassigned to PCRE2 10.42
+         * (without the stand-in: "a|\U0002EBF0b") */
+        {"a\xf0\xae\xaf\xb0" "b", "a\xf0\xae\xaf\xb0" "b"},
+        {"\xe4\xb8\xad\xf0\xae\xb9\x9d" "x", "\xe4\xb8\xad|\xf0\xae\xb9\x9d" "x"},
     };
     for (size_t i = 0; t && i < sizeof cases / sizeof cases[0]; i++) {
         uint32_t ends[32];

@@ -1109,8 +1109,15 @@ static void bpe_word_merge(const moe_tokenizer *t, scratch *s, const char *w, si
  * regex subject s->rxbuf (same byte length): surrogates -> U+E000, U+0085 ->
  * U+00A0 (whitespace to llama.cpp, not to PCRE2), U+180E -> U+200B (PCRE2's
  * \h lists U+180E; llama.cpp's tables make it a control character, as
- * U+200B is to both), so PCRE2's classes agree with llama.cpp's. Returns the length;
+ * U+200B is to both), CJK Extension I U+2EBF0..U+2EE5D -> U+10000 (Unicode
+ * 15.1's ideographs: letters (Lo) to llama.cpp's tables, unassigned to
+ * Debian's PCRE2 10.42; U+10000 is a Lo letter of the same UTF-8 length in
+ * no range any expression names, Kimi's Han list included, which stops
+ * before Extension I as llama.cpp's does), so PCRE2's classes agree with
+ * llama.cpp's. Returns the length;
  * *rx points to the subject (the text itself when nothing changed). */
+static bool is_cjk_ext_i(uint32_t cp) { return cp >= 0x2EBF0 && cp <= 0x2EE5D; }
+
 static size_t bpe_normalize(scratch *s, const char *text, size_t len, const char **norm, const char **rx) {
     const uint8_t *p = (const uint8_t *)text;
     size_t i = 0;
@@ -1119,7 +1126,7 @@ static size_t bpe_normalize(scratch *s, const char *text, size_t len, const char
         if (p[i] < 0x80) { i++; continue; }
         uint32_t cp; size_t adv;
         if (!utf8_dec_lenient(p + i, len - i, &cp, &adv) || utf8_len_canon(cp) != adv ||
-            (cp >= 0xD800 && cp <= 0xDFFF) || cp == 0x85 || cp == 0x180E) { clean = false; break; }
+            (cp >= 0xD800 && cp <= 0xDFFF) || cp == 0x85 || cp == 0x180E || is_cjk_ext_i(cp)) { clean = false; break; }
         i += adv;
     }
     if (clean) { *norm = text; *rx = text; return len; }
@@ -1134,6 +1141,7 @@ static size_t bpe_normalize(scratch *s, const char *text, size_t len, const char
         if (cp >= 0xD800 && cp <= 0xDFFF) utf8_put(0xE000, s->rxbuf + o);
         else if (cp == 0x85) utf8_put(0xA0, s->rxbuf + o);
         else if (cp == 0x180E) utf8_put(0x200B, s->rxbuf + o);
+        else if (is_cjk_ext_i(cp)) utf8_put(0x10000, s->rxbuf + o);
         else memcpy(s->rxbuf + o, s->buf + o, k);
         o += k; i += adv;
     }
