@@ -252,6 +252,8 @@ static inline __attribute__((always_inline)) void scores8_bits(const float *qr, 
                     _mm256_store_si256((__m256i *)(cb + (size_t)j * D + 64 * m), lo);
                     _mm256_store_si256((__m256i *)(cb + (size_t)j * D + 64 * m + 32), hi);
                 }
+            float sig[KT8];                          /* each key's scale, once for every row */
+            for (int j = 0; j < nj; j++) sig[j] = sigma(k + (size_t)(j0 + j) * rb, D, bits);
             for (int h0 = 0; h0 < nr; h0 += HQ) {
                 const int nh = nr - h0 < HQ ? nr - h0 : HQ;
                 for (int j = 0; j < nj; j++) {
@@ -264,9 +266,8 @@ static inline __attribute__((always_inline)) void scores8_bits(const float *qr, 
                     }
                     int32_t is[4];
                     _mm_storeu_si128((__m128i *)is, hsum4(acc[0], acc[1], acc[2], acc[3]));
-                    const float sig = sigma(k + (size_t)(j0 + j) * rb, D, bits);
                     for (int h = 0; h < nh; h++)
-                        sc[(size_t)(r0 + h0 + h) * scs + (size_t)(j0 + j)] = (((float)is[h] * S[h0 + h]) * sig) * scale;
+                        sc[(size_t)(r0 + h0 + h) * scs + (size_t)(j0 + j)] = (((float)is[h] * S[h0 + h]) * sig[j]) * scale;
                 }
             }
         }
