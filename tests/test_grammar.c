@@ -3,6 +3,7 @@
  * rejected), masks equal to a brute-force walk of every token, masked
  * sampling (greedy is the argmax over the allowed tokens), limits. */
 #include <math.h>
+#include <stdarg.h>
 #include <jansson.h>
 #include "check.h"
 #include "moefast.h"
@@ -150,6 +151,64 @@ static void test_gbnf_match(void) {
     CHECK(moe_grammar_parse("a ::= \"1\"\nb ::= \"2\"", 19, "b", &g, g_err, sizeof g_err) == MOE_OK);
     if (g) { CHECK_EQ_INT(match_g(g, "2"), 1); CHECK_EQ_INT(match_g(g, "1"), -1); }
     moe_grammar_free(g);
+}
+
+/* A growing text for generated grammars (NULL p after a failed allocation). */
+typedef struct { char *p; size_t n, cap; } tbuf_t;
+
+static void tb_catf(tbuf_t *b, const char *fmt, ...) {
+    char tmp[128];
+    va_list ap;
+    va_start(ap, fmt);
+    const int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= sizeof tmp) { free(b->p); *b = (tbuf_t){0}; return; }
+    if (b->n + (size_t)k + 1 > b->cap) {
+        const size_t nc = (b->cap ? b->cap * 2 : 4096) + (size_t)k;
+        char *np = realloc(b->p, nc);
+        if (!np) { free(b->p); *b = (tbuf_t){0}; return; }
+        b->p = np; b->cap = nc;
+    }
+    memcpy(b->p + b->n, tmp, (size_t)k + 1);
+    b->n += (size_t)k;
+}
+#define tb_cat(b, s) tb_catf((b), "%s", (s))
+
+/* Many rules, referred to before they are defined, with names that are
+ * prefixes of one another (r1000, r100, r10, r1: the longer first): each
+ * reference finds its own rule through the parser's name index as it grows
+ * (Kimi-K2's parallel tool calls refer to thousands); a rule defined twice
+ * and an undefined one are still found among them. */
+static void test_many_rules(void) {
+    enum { NR = 3000 };
+    tbuf_t b = {0};
+    tb_cat(&b, "root ::= (");
+    for (int i = NR - 1; i >= 0; i--) tb_catf(&b, "%s \"%d:\" r%d", i < NR - 1 ? " |" : "", i, i);
+    tb_cat(&b, ")\n");
+    for (int i = 0; i < NR; i++) tb_catf(&b, "r%d ::= \"<%d>\"\n", i, i);
+    CHECK(b.p != NULL);
+    if (!b.p) return;
+    moe_grammar *g = NULL;
+    CHECK(moe_grammar_parse(b.p, b.n, NULL, &g, g_err, sizeof g_err) == MOE_OK);
+    CHECK(g && g->n_rules == NR + 2);                 /* root, its group, r0..r2999 */
+    static const int probe[] = {0, 1, 10, 100, 1000, 2999, 17, 170, 1700, 299};
+    for (size_t i = 0; g && i < sizeof probe / sizeof probe[0]; i++) {
+        char ok[32], no[32];
+        snprintf(ok, sizeof ok, "%d:<%d>", probe[i], probe[i]);
+        snprintf(no, sizeof no, "%d:<%d0>", probe[i], probe[i]);
+        CHECK_MSG(match_g(g, ok) == 1, "%s", ok);
+        CHECK_MSG(match_g(g, no) == -1, "%s", no);
+    }
+    moe_grammar_free(g);
+    g = NULL;
+    tb_cat(&b, "r1234 ::= \"again\"\n");
+    CHECK(moe_grammar_parse(b.p, b.n, NULL, &g, g_err, sizeof g_err) != MOE_OK && !g);
+    CHECK_STR_CONTAINS(g_err, "rule 'r1234' is defined twice");
+    b.n -= strlen("r1234 ::= \"again\"\n");
+    tb_cat(&b, "x ::= r30000\n");
+    CHECK(moe_grammar_parse(b.p, b.n, NULL, &g, g_err, sizeof g_err) != MOE_OK && !g);
+    CHECK_STR_CONTAINS(g_err, "undefined rule 'r30000'");
+    free(b.p);
 }
 
 /* ---- JSON Schema ---------------------------------------------------------------- */
@@ -693,6 +752,7 @@ int main(void) {
     BV = byte_vocab();
     test_parse_errors();
     test_gbnf_match();
+    test_many_rules();
     test_schema();
     test_schema_errors();
     test_end_and_limits();
