@@ -1116,7 +1116,14 @@ static void bpe_word_merge(const moe_tokenizer *t, scratch *s, const char *w, si
  * before Extension I as llama.cpp's does), so PCRE2's classes agree with
  * llama.cpp's. Returns the length;
  * *rx points to the subject (the text itself when nothing changed). */
-static bool is_cjk_ext_i(uint32_t cp) { return cp >= 0x2EBF0 && cp <= 0x2EE5D; }
+/* The code point the regex subject carries in cp's place (above), or 0: cp itself. */
+static uint32_t rx_stand_in(uint32_t cp) {
+    if (cp >= 0xD800 && cp <= 0xDFFF) return 0xE000;
+    if (cp == 0x85) return 0xA0;
+    if (cp == 0x180E) return 0x200B;
+    if (cp >= 0x2EBF0 && cp <= 0x2EE5D) return 0x10000;   /* CJK Extension I */
+    return 0;
+}
 
 static size_t bpe_normalize(scratch *s, const char *text, size_t len, const char **norm, const char **rx) {
     const uint8_t *p = (const uint8_t *)text;
@@ -1126,7 +1133,7 @@ static size_t bpe_normalize(scratch *s, const char *text, size_t len, const char
         if (p[i] < 0x80) { i++; continue; }
         uint32_t cp; size_t adv;
         if (!utf8_dec_lenient(p + i, len - i, &cp, &adv) || utf8_len_canon(cp) != adv ||
-            (cp >= 0xD800 && cp <= 0xDFFF) || cp == 0x85 || cp == 0x180E || is_cjk_ext_i(cp)) { clean = false; break; }
+            rx_stand_in(cp)) { clean = false; break; }
         i += adv;
     }
     if (clean) { *norm = text; *rx = text; return len; }
@@ -1138,10 +1145,8 @@ static size_t bpe_normalize(scratch *s, const char *text, size_t len, const char
         uint32_t cp; size_t adv;
         if (!utf8_dec_lenient(p + i, len - i, &cp, &adv)) cp = 0xFFFD; /* adv = 1 */
         size_t k = utf8_put(cp, s->buf + o);
-        if (cp >= 0xD800 && cp <= 0xDFFF) utf8_put(0xE000, s->rxbuf + o);
-        else if (cp == 0x85) utf8_put(0xA0, s->rxbuf + o);
-        else if (cp == 0x180E) utf8_put(0x200B, s->rxbuf + o);
-        else if (is_cjk_ext_i(cp)) utf8_put(0x10000, s->rxbuf + o);
+        const uint32_t sub = rx_stand_in(cp);
+        if (sub) utf8_put(sub, s->rxbuf + o);
         else memcpy(s->rxbuf + o, s->buf + o, k);
         o += k; i += adv;
     }
