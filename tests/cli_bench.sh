@@ -166,6 +166,26 @@ for i in 0 1; do
   awk -v r="$rr" -v p="$pp" 'BEGIN { exit !(r > 0 && r >= p * (1 - 1e-6)) }' || bad "window $i: roofline $rr % against the limit's $pp %"
 done
 num_ok $d/d.json decode.compute_ceiling.kernels[0].gb_per_second "v > 0"
+# attention's items from cache join the roofline: timed, named by the cache
+# format, their bytes the step's mean KV bytes; so per window the roofline
+# share is at least the weights' roofline's and the limit with KV's
+num_ok $d/d.json decode.compute_ceiling.attention.gb_per_second "v > 0"
+jget $d/d.json decode.compute_ceiling.attention.kernel | grep -q '^"attention, F32 cache, [0-9]* keys"$' ||
+  bad "attention kernel: $(jget $d/d.json decode.compute_ceiling.attention.kernel)"
+ab=$(jget $d/d.json decode.compute_ceiling.attention.bytes_per_token); kb=$(jget $d/d.json decode.kv_bytes_per_token)
+awk -v a="$ab" -v k="$kb" 'BEGIN { exit !(k > 0 && (a - k) / k < 1e-9 && (k - a) / k < 1e-9) }' ||
+  bad "attention part $ab bytes, the steps' KV $kb"
+wb=$(jget $d/d.json decode.bytes_per_token)
+for i in 0 1; do
+  rr=$(jget $d/d.json "decode.pct_of_roofline_runs[$i]"); rw=$(jget $d/d.json "decode.pct_of_weights_roofline_runs[$i]")
+  pp=$(jget $d/d.json "decode.pct_runs[$i]")
+  awk -v r="$rr" -v w="$rw" -v p="$pp" -v k="$kb" -v b="$wb" 'BEGIN {
+      exit !(w > 0 && r >= w * (1 - 1e-6) && r >= p * (b + k) / b * (1 - 1e-6)) }' ||
+    bad "window $i: roofline $rr %, weights only $rw %, limit $pp % (with KV: x ($wb + $kb) / $wb)"
+done
+grep -q "^    attention, F32 cache, .* MB/token at .* GB/s from cache" "$d/dt.txt" ||
+  bad "text report lacks the attention kernel: $(cat "$d/dt.txt")"
+grep -q "the weights' kernels alone: .* %" "$d/dt.txt" || bad "text report lacks the weights' roofline: $(cat "$d/dt.txt")"
 jget $d/d.json decode.compute_ceiling.kernels[0].kernel | grep -q "^\"F32" || bad "first ceiling kernel: $(jget $d/d.json decode.compute_ceiling.kernels[0].kernel)"
 cs=$(jget $d/d.json decode.compute_ceiling.seconds_per_token); ct=$(jget $d/d.json decode.compute_ceiling.tokens_per_second)
 rt=$(jget $d/d.json decode.roofline_tokens_per_second); pr=$(jget $d/d.json decode.pct_of_roofline)

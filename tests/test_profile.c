@@ -104,8 +104,11 @@ static double kv_of(const moe_session *s, int pos, int n) {
             const int window = c->m->layers[il].attn.window;
             int j0 = window > 0 ? p - window + 1 : 0;
             if (j0 < 0) j0 = 0;
-            b += (double)(p - j0 + 1) * hp->n_head_kv * (hp->head_dim + hp->head_dim_v) *
-                 (c->kv_q8 ? 34.0 / 32.0 : c->kv_half ? 2 : 4);   /* kv_q8: a code and 1/32 of a half */
+            if (c->kv_tq)                                     /* kv_tq: a packed row per key and value */
+                b += (double)(p - j0 + 1) * hp->n_head_kv * (double)(c->tq_krow + c->tq_vrow);
+            else
+                b += (double)(p - j0 + 1) * hp->n_head_kv * (hp->head_dim + hp->head_dim_v) *
+                     (c->kv_q8 ? 34.0 / 32.0 : c->kv_half ? 2 : 4);   /* kv_q8: a code and 1/32 of a half */
         }
     return b;
 }
@@ -226,6 +229,32 @@ static void check_ceiling(moe_session *s, const expect_t *x, bool act_q8, const 
     CHECK_MSG(sec > 0, "%s: ceiling without parts: %g s", what, sec);
 }
 
+/* moe_session_attention_ceiling at the last cached position: the timed
+ * layers' KV bytes are the step's (every layer is grouped-query here), at a
+ * rate, named by the cache format; a position not cached or a NULL part is
+ * MOE_EINVAL naming it. */
+static void check_attention_ceiling(moe_session *s, const char *format, const char *what) {
+    char err[MOE_ERR_LEN], want[64];
+    moe_ceiling_part part;
+    double kv = -1;
+    const int pos = moe_session_n_past(s) - 1;
+    if (moe_session_attention_ceiling(s, pos, &part, &kv, err, sizeof err) != MOE_OK) {
+        CHECK_MSG(0, "%s: attention ceiling: %s", what, err);
+        return;
+    }
+    CHECK_MSG(kv > 0 && kv == moe_session_kv_bytes_at(s, pos), "%s: attention ceiling KV %.0f bytes, the step's %.0f", what,
+              kv, moe_session_kv_bytes_at(s, pos));
+    CHECK_MSG(part.bytes_per_token == kv, "%s: %.0f of %.0f KV bytes timed", what, part.bytes_per_token, kv);
+    CHECK_MSG(part.gb_per_s > 0 && part.gb_per_s < 1e5, "%s: attention at %g GB/s", what, part.gb_per_s);
+    snprintf(want, sizeof want, "attention, %s cache, %d keys", format, pos + 1);
+    CHECK_MSG(!strcmp(part.kernel, want), "%s: attention kernel '%s', expected '%s'", what, part.kernel, want);
+    CHECK_EQ_INT(moe_session_attention_ceiling(s, pos + 1, &part, &kv, err, sizeof err), MOE_EINVAL);
+    CHECK_MSG(strstr(err, "position") && kv == 0, "%s: uncached position: '%s', kv %g", what, err, kv);
+    CHECK_EQ_INT(moe_session_attention_ceiling(s, -1, &part, NULL, err, sizeof err), MOE_EINVAL);
+    CHECK_EQ_INT(moe_session_attention_ceiling(s, pos, NULL, NULL, err, sizeof err), MOE_EINVAL);
+    CHECK_EQ_INT(moe_session_attention_ceiling(NULL, pos, &part, NULL, err, sizeof err), MOE_EINVAL);
+}
+
 /* The whole check on one model and flag set. */
 static void check_model(const char *path, const char *flags, bool diff) {
     char err[MOE_ERR_LEN], what[256];
@@ -302,6 +331,11 @@ static void check_model(const char *path, const char *flags, bool diff) {
     /* the compute ceiling, between steps: the steps below still give the
      * unprofiled session's logits */
     check_ceiling(s, &x, strstr(flags, "+act_q8") != NULL, what);
+    check_attention_ceiling(s,
+                            strstr(flags, "+kv_tq") ? "kv_tq" : strstr(flags, "+kv_q8") ? "kv_q8"
+                            : strstr(flags, "+kv_f16")  ? "F16"
+                                                        : "F32",
+                            what);
     /* the same steps again, logits compared with the unprofiled session's */
     moe_session_truncate(s, NPRE);
     moe_session_profile_enable(s, true);
@@ -376,8 +410,9 @@ int main(void) {
     /* qwen3moe: plain MoE layers; under act_q8 the hidden_q8 phase, with
      * kv_f16 half-size KV bytes. laguna: a dense lead layer, sliding-window
      * layers, the attention gate and a shared expert; kv_q8's KV bytes. */
-    static const struct { const char *file; const char *flags[4]; } cases[] = {
-        {"qwen3moe-tiny-q8_0.gguf", {"default", "+act_q8,+kv_f16", "-parallel_glue,-fused_gate_up", "-gemm_batch,+act_q8"}},
+    static const struct { const char *file; const char *flags[5]; } cases[] = {
+        {"qwen3moe-tiny-q8_0.gguf",
+         {"default", "+act_q8,+kv_f16", "-parallel_glue,-fused_gate_up", "-gemm_batch,+act_q8", "+kv_tq"}},
         {"laguna-tiny-f32.gguf", {"default", "-parallel_glue", "-gemm_batch", "+kv_q8"}},
     };
     char path[512];
@@ -389,7 +424,7 @@ int main(void) {
         if (!p) continue;
         snprintf(path, sizeof path, "%s", p);
         ran++;
-        for (int k = 0; k < 4 && cases[c].flags[k]; k++) check_model(path, cases[c].flags[k], false);
+        for (int k = 0; k < 5 && cases[c].flags[k]; k++) check_model(path, cases[c].flags[k], false);
         check_model(path, "default", true);   /* differential mode: the twin adds nothing */
         if (c == 0) check_api(path);
     }

@@ -133,6 +133,15 @@ static json_t *json_ceiling(const bench_run *b) {
         json_array_append_new(jk, e);
     }
     json_object_set_new(jce, "kernels", jk);
+    const moe_ceiling_part *a = u->attn_part;
+    json_t *ja = json_null();
+    if (a && a->gb_per_s > 0) {
+        ja = json_object();
+        json_object_set_new(ja, "kernel", json_string(a->kernel));
+        json_object_set_new(ja, "bytes_per_token", json_real(a->bytes_per_token * u->attn_scale));
+        json_object_set_new(ja, "gb_per_second", json_real(a->gb_per_s));
+    }
+    json_object_set_new(jce, "attention", ja);
     return jce;
 }
 
@@ -161,6 +170,9 @@ static json_t *json_decode(const bench_run *b) {
     json_object_set_new(jd, "roofline_tokens_per_second", num_or_null(have_ceil && u->roof_tps > 0, u->roof_tps));
     json_object_set_new(jd, "pct_of_roofline", num_or_null(have_ceil && u->roof_tps > 0, u->pct_roof));
     json_object_set_new(jd, "pct_of_roofline_runs", have_ceil ? runs_array(tm->roof, repeat) : json_null());
+    json_object_set_new(jd, "pct_of_weights_roofline",
+                        num_or_null(have_ceil && u->roof_tps > 0, u->pct_roof_w));
+    json_object_set_new(jd, "pct_of_weights_roofline_runs", have_ceil ? runs_array(tm->roof_w, repeat) : json_null());
     json_object_set_new(jd, "bandwidth_runs_gb_per_second", per_window ? runs_array(tm->bw, repeat) : json_null());
     json_object_set_new(jd, "bandwidth_before_runs_gb_per_second",
                         per_window ? runs_array(tm->bw0, repeat) : json_null());
@@ -267,23 +279,27 @@ static void text_bandwidth(const bench_run *b) {
                "                                  per step / bandwidth)\n", u->pct_kv);
 }
 
+static void text_part(const moe_ceiling_part *p, double scale, double bw) {
+    const double bytes = p->bytes_per_token * scale;
+    printf("    %-28s %9.3f MB/token at %7.2f GB/s from cache = %6.3f ms%s\n", p->kernel, bytes / 1e6, p->gb_per_s,
+           p->gb_per_s > 0 ? bytes / p->gb_per_s / 1e6 : 0.0,
+           p->gb_per_s < bw ? "  (slower than that window's memory)" : "");
+}
+
 static void text_ceiling(const bench_run *b) {
     const bench_summary *u = &b->sum;
     const int th = b->threads_used;
-    printf("  compute ceiling      %10.1f tok/s (the step's matrix products with their weights in cache,\n"
-           "                                  %d thread%s; attention, norms and glue not in it), per kernel\n"
-           "                                  (measured after the last window):\n",
+    printf("  compute ceiling      %10.1f tok/s (the step's matrix products and attention items with their\n"
+           "                                  weights and KV cache in cache, %d thread%s; norms and glue not in\n"
+           "                                  it), per kernel (measured after the last window):\n",
            1.0 / u->ceil_s, th, th == 1 ? "" : "s");
-    for (int i = 0; i < u->n_ceil_parts && i < MAX_CEIL_PARTS; i++) {
-        const moe_ceiling_part *p = &u->ceil_parts[i];
-        printf("    %-28s %9.3f MB/token at %7.2f GB/s from cache = %6.3f ms%s\n", p->kernel,
-               p->bytes_per_token / 1e6, p->gb_per_s, p->gb_per_s > 0 ? p->bytes_per_token / p->gb_per_s / 1e6 : 0.0,
-               p->gb_per_s < u->ceil_bw ? "  (slower than that window's memory)" : "");
-    }
+    for (int i = 0; i < u->n_ceil_parts && i < MAX_CEIL_PARTS; i++) text_part(&u->ceil_parts[i], 1, u->ceil_bw);
+    if (u->attn_part && u->attn_part->gb_per_s > 0) text_part(u->attn_part, u->attn_scale, u->ceil_bw);
     if (u->roof_tps > 0)
         printf("  roofline             %10.1f %% (the steps against the roofline, %.1f tok/s: each kernel's bytes at\n"
-               "                                  the slower of the read bandwidth and its rate from cache)\n",
-               u->pct_roof, u->roof_tps);
+               "                                  the slower of the read bandwidth and its rate from cache;\n"
+               "                                  the weights' kernels alone: %.1f %%)\n",
+               u->pct_roof, u->roof_tps, u->pct_roof_w);
 }
 
 static void text_decode(const bench_run *b) {

@@ -153,8 +153,9 @@ static void usage(FILE *f) {
             "  prefill window: one forward of a P-token prompt (default 512), seconds / P\n"
             "  decode window:  P-token seed prefill + D teacher-forced steps (default 128), seconds / D;\n"
             "           set against the read bandwidth measured before and after each window, and\n"
-            "           against the roofline: each kind of matrix product timed from cache right\n"
-            "           after the window, its bytes at the slower of that rate and the bandwidth\n"
+            "           against the roofline: each kind of matrix product and the attention items\n"
+            "           timed from cache right after the window, its bytes (weights, KV cache) at\n"
+            "           the slower of that rate and the bandwidth\n"
             "           (--no-bandwidth skips both; docs/MEASUREMENT.md)\n"
             "  --trace: prompt and teacher-forced tokens from the trace's first case, every\n"
             "           step's argmax checked against it (see docs/MEASUREMENT.md)\n"
@@ -384,8 +385,12 @@ static int alloc_buffers(bench_run *b) {
     tm->parts = calloc(R * MAX_CEIL_PARTS, sizeof *tm->parts);
     tm->n_parts = calloc(R, sizeof(int));
     tm->roof = calloc(R, sizeof(double));
+    tm->roof_w = calloc(R, sizeof(double));
+    tm->attn = calloc(R, sizeof *tm->attn);
+    tm->attn_kv = calloc(R, sizeof(double));
     if (!b->logits || !b->argmax_ids || !tm->prefill || !tm->decode || !tm->seed || !tm->steps || !tm->bw0 ||
-        !tm->bw1 || !tm->bw || !tm->pct || !tm->steady || !tm->ceil || !tm->parts || !tm->n_parts || !tm->roof)
+        !tm->bw1 || !tm->bw || !tm->pct || !tm->steady || !tm->ceil || !tm->parts || !tm->n_parts || !tm->roof ||
+        !tm->roof_w || !tm->attn || !tm->attn_kv)
         return cli_fail(CMD, "out of memory");
     return 0;
 }
@@ -555,6 +560,14 @@ static int decode_window(bench_run *b, int r, bool prof) {
         moe_session_compute_ceiling(s, tm->parts + (size_t)r * MAX_CEIL_PARTS, MAX_CEIL_PARTS, &tm->n_parts[r],
                                     &tm->ceil[r], err, sizeof err) != MOE_OK)
         return cli_fail(CMD, "compute ceiling: %s", err);
+    /* the attention items from cache, at the steps' mean position (the
+     * positions they read are all cached now) */
+    if (o->bandwidth && !o->ab) {
+        moe_ceiling_part *a = &tm->attn[r];
+        if (moe_session_attention_ceiling(s, b->P + b->D / 2, a, &tm->attn_kv[r], err, sizeof err) != MOE_OK)
+            return cli_fail(CMD, "attention ceiling: %s", err);
+        if (a->gb_per_s > 0 && tm->attn_kv[r] > 0) tm->ceil[r] += a->bytes_per_token * b->kvpt / tm->attn_kv[r] / (a->gb_per_s * 1e9);
+    }
     if (prof && profile_take(s, &b->prof_decode, b->D, tm->steps[r]) != 0)
         return cli_fail(CMD, "--phases: cannot read the profile");
     return 0;
@@ -602,47 +615,66 @@ static void summarize_bandwidth(bench_run *b) {
 /* The roofline: the phases run one after another and each multiplies one
  * kind of matrix, so a step takes at least the sum over kernels of its bytes
  * at the slower of the read bandwidth and the kernel's rate from cache (the
- * rest of bytes_per_token, one embedding row, at the bandwidth). Per window,
- * against its own bandwidth and ceiling; summarized over the same windows as
- * the bandwidth limit. The last window's kernels are the ones printed. Kinds
- * past MAX_CEIL_PARTS (a model with that many formats and row lengths) count
- * at the bandwidth. */
+ * rest of bytes_per_token, one embedding row, at the bandwidth) — the
+ * weights' kernels and attention's, whose operand is the KV cache (its mean
+ * bytes per step; layers whose attention is not timed at the bandwidth).
+ * Per window, against its own bandwidth and ceiling; summarized over the
+ * same windows as the bandwidth limit. The last window's kernels are the
+ * ones printed. Kinds past MAX_CEIL_PARTS (a model with that many formats and
+ * row lengths) count at the bandwidth. Also the weights' roofline alone. */
+static double weights_roof(const timings *tm, int r, double bpt, double bwr) {
+    const moe_ceiling_part *pp = tm->parts + (size_t)r * MAX_CEIL_PARTS;
+    double rest = bpt, roof = 0;
+    for (int i = 0; i < tm->n_parts[r] && i < MAX_CEIL_PARTS; i++) {
+        const double rate = pp[i].gb_per_s * 1e9 < bwr ? pp[i].gb_per_s * 1e9 : bwr;
+        roof += rate > 0 ? pp[i].bytes_per_token / rate : 0;
+        rest -= pp[i].bytes_per_token;
+    }
+    return roof + (rest > 0 ? rest / bwr : 0);
+}
+
+static double attention_roof(const timings *tm, int r, double kvpt, double bwr) {
+    if (tm->attn_kv[r] <= 0) return kvpt / bwr;
+    const moe_ceiling_part *a = &tm->attn[r];
+    const double scale = kvpt / tm->attn_kv[r];                  /* to the mean step's bytes */
+    const double timed = a->bytes_per_token * scale, untimed = kvpt - timed;
+    const double rate = a->gb_per_s * 1e9 < bwr ? a->gb_per_s * 1e9 : bwr;
+    return (rate > 0 ? timed / rate : 0) + (untimed > 0 ? untimed / bwr : 0);
+}
+
 static void summarize_roofline(bench_run *b) {
     bench_summary *u = &b->sum;
     timings *tm = &b->tm;
     const int R = b->o.repeat;
-    const uint64_t bpt = b->bpt;
     int last_parts = -1;
-    if (u->have_d && b->o.bandwidth && !b->o.ab && bpt) {
-        double cs[R], prs[R], rts[R];
+    if (u->have_d && b->o.bandwidth && !b->o.ab && b->bpt) {
+        double cs[R], prs[R], pws[R], rts[R];
         int nc = 0, np = 0;
         for (int r = 0; r < R; r++) {
             if (tm->ceil[r] <= 0) continue;
             cs[nc++] = tm->ceil[r];
             last_parts = r;
             if (tm->bw[r] <= 0 || tm->steps[r] <= 0) continue;
-            const moe_ceiling_part *pp = tm->parts + (size_t)r * MAX_CEIL_PARTS;
-            const double bwr = tm->bw[r] * 1e9;
-            double rest = (double)bpt, roof = 0;
-            for (int i = 0; i < tm->n_parts[r] && i < MAX_CEIL_PARTS; i++) {
-                const double rate = pp[i].gb_per_s * 1e9 < bwr ? pp[i].gb_per_s * 1e9 : bwr;
-                roof += rate > 0 ? pp[i].bytes_per_token / rate : 0;
-                rest -= pp[i].bytes_per_token;
-            }
-            roof += rest > 0 ? rest / bwr : 0;
+            const double bwr = tm->bw[r] * 1e9, roof_w = weights_roof(tm, r, (double)b->bpt, bwr);
+            const double roof = roof_w + attention_roof(tm, r, b->kvpt, bwr);
             tm->roof[r] = 100.0 * roof * b->D / tm->steps[r];
+            tm->roof_w[r] = 100.0 * roof_w * b->D / tm->steps[r];
             if (u->bws.steady && !tm->steady[r]) continue;    /* the summary: the limit's windows */
             rts[np] = 1.0 / roof;
+            pws[np] = tm->roof_w[r];
             prs[np++] = tm->roof[r];
         }
         u->ceil_s = nc ? median(cs, nc) : 0;
         u->pct_roof = np ? median(prs, np) : 0;
+        u->pct_roof_w = np ? median(pws, np) : 0;
         u->roof_tps = np ? median(rts, np) : 0;
     }
     u->have_ceil = u->ceil_s > 0 && last_parts >= 0;
     u->ceil_parts = u->have_ceil ? tm->parts + (size_t)last_parts * MAX_CEIL_PARTS : NULL;
     u->n_ceil_parts = u->have_ceil ? tm->n_parts[last_parts] : 0;
     u->ceil_bw = u->have_ceil ? tm->bw[last_parts] : 0;
+    u->attn_part = u->have_ceil ? &tm->attn[last_parts] : NULL;
+    u->attn_scale = u->have_ceil && tm->attn_kv[last_parts] > 0 ? b->kvpt / tm->attn_kv[last_parts] : 0;
 }
 
 /* --ab pairs: steps (2k, 2k+1) of every repeat (an odd D's last step, A, has
@@ -702,6 +734,9 @@ static void bench_free(bench_run *b) {
     free(b->tm.parts);
     free(b->tm.n_parts);
     free(b->tm.roof);
+    free(b->tm.roof_w);
+    free(b->tm.attn);
+    free(b->tm.attn_kv);
     free(b->argmax_ids);
     free(b->logits);
     free(b->ids);

@@ -44,6 +44,19 @@ typedef struct moe_ceiling_part {
  * MOE_EINVAL on a bad argument, MOE_ENOMEM. */
 int  moe_session_compute_ceiling(moe_session *s, moe_ceiling_part *parts, int max, int *n_parts, double *seconds,
                                  char *err, size_t errlen);
+/* The attention side of the roofline: how fast the session's attention
+ * kernels run a decode step's (layer, KV head) items at position pos
+ * (scores, softmax and the weighted sum of values, as the forward pass runs
+ * them) when each item's keys and values are already in cache, every thread
+ * repeating an item of its own. part->bytes_per_token: the KV bytes of the
+ * timed layers at pos; part->gb_per_s: those bytes over the time their items
+ * take. *kv_bytes (may be NULL): the step's KV bytes over every layer, the
+ * untimed ones included (latent attention, whose kernels are not timed: its
+ * bytes count at the bandwidth). Positions 0..pos of sequence 0 must be
+ * cached (MOE_EINVAL otherwise). Allocates and takes ~0.1 s: call it
+ * between forward calls. */
+int  moe_session_attention_ceiling(moe_session *s, int pos, moe_ceiling_part *part, double *kv_bytes, char *err,
+                                   size_t errlen);
 
 /* ---- optimisation flags (see `moefast flags`) --------------------------- */
 

@@ -170,3 +170,99 @@ int moe_context_compute_ceiling_(moe_context *s, moe_ceiling_part *parts, int ma
     free(k);
     return MOE_OK;
 }
+
+/* ---- attention: a decode step's items with their keys and values in cache
+ *
+ * The roofline's other kind of product: the scores (query heads x keys) and
+ * the weighted sum (weights x values) of every (layer, KV head) item, whose
+ * operand is the KV cache. Each thread repeats one item of its own KV head
+ * at the given position (a head's keys and values: 590 KB in FP32 at 576
+ * keys, in one core's L2), as the forward pass runs it; layers of the same
+ * shape (query heads, KV bytes: a sliding window caps them) are timed once.
+ * Latent-attention layers (v_from_k, mla.c) have their own kernels and are
+ * not timed: their bytes count at the bandwidth. */
+typedef struct {
+    moe_context *c;
+    int il, pos, reps;
+    float *o;                    /* [n_threads][o_stride] */
+    size_t o_stride;
+} attn_ceil_task;
+
+static void attn_ceil_worker(void *ctx, int ith, int nth) {
+    (void)nth;
+    const attn_ceil_task *t = ctx;
+    const moe_hparams *hp = &t->c->m->hp;
+    const int g = ith % hp->n_head_kv, G = t->c->m->layers[t->il].attn.n_head / hp->n_head_kv;
+    const float *q = t->c->q + (size_t)g * (size_t)G * (size_t)hp->head_dim;   /* the last step's queries */
+    for (int i = 0; i < t->reps; i++)
+        moe_attn_decode_item(t->c, t->il, t->pos, g, q, t->o + (size_t)ith * t->o_stride, ith);
+}
+
+static double attn_run_once(moe_context *c, attn_ceil_task *t) {
+    const double t0 = moe_now();
+    moe_ctx_par(c, attn_ceil_worker, t);
+    return moe_now() - t0;
+}
+
+/* Items per second, all threads together, of layer il's items (the fastest
+ * of RUNS runs after a warm-up and a sizing run). */
+static double time_attn_layer(moe_context *c, attn_ceil_task *t, int il) {
+    t->il = il;
+    t->reps = 1;
+    attn_run_once(c, t);
+    const double t1 = attn_run_once(c, t);
+    const double want = t1 > 0 ? RUN_SECONDS / t1 : 1e5;
+    t->reps = want < 1 ? 1 : want > 1e5 ? 100000 : (int)want;
+    double best = 0;
+    for (int i = 0; i < RUNS; i++) {
+        const double ti = attn_run_once(c, t);
+        if (i == 0 || ti < best) best = ti;
+    }
+    return best > 0 ? (double)t->reps * (double)c->n_threads / best : 0;
+}
+
+static const char *kv_format_name(const moe_context *c) {
+    return c->kv_tq ? (c->tq_kbits == 4 ? "kv_tq_small" : "kv_tq") : c->kv_q8 ? "kv_q8" : c->kv_half ? "F16" : "F32";
+}
+
+int moe_context_attention_ceiling_(moe_context *c, int pos, moe_ceiling_part *part, double *kv_bytes, char *err,
+                                   size_t errlen) {
+    if (kv_bytes) *kv_bytes = 0;
+    if (!c || !part) return moe_errf(err, errlen, MOE_EINVAL, "moe_session_attention_ceiling: session or part is NULL");
+    memset(part, 0, sizeof *part);
+    if (pos < 0 || pos >= moe_context_seq_len(c, 0))
+        return moe_errf(err, errlen, MOE_EINVAL, "moe_session_attention_ceiling: position %d is not cached (0..%d)", pos,
+                        moe_context_seq_len(c, 0) - 1);
+    const moe_model *m = c->m;
+    const moe_hparams *hp = &m->hp;
+    const size_t o_stride = (size_t)hp->n_head_max * (size_t)hp->head_dim_v;
+    float *o = moe_calloc_aligned((size_t)c->n_threads * o_stride, sizeof(float), 0);
+    double *rate = calloc((size_t)hp->n_layer, sizeof *rate);     /* items per second, per layer */
+    if (!o || !rate) {
+        moe_free_aligned(o);
+        free(rate);
+        return moe_errf(err, errlen, MOE_ENOMEM, "out of memory");
+    }
+    attn_ceil_task t = {c, 0, pos, 1, o, o_stride};
+    double seconds = 0, bytes = 0, all = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const moe_attn_desc *d = &m->layers[il].attn;
+        const double b = moe_attn_kv_bytes(c, d, pos);
+        all += b;
+        if (d->v_from_k) continue;
+        for (int j = 0; j < il && rate[il] == 0; j++)             /* a layer of the same shape, timed already */
+            if (rate[j] > 0 && m->layers[j].attn.n_head == d->n_head && moe_attn_kv_bytes(c, &m->layers[j].attn, pos) == b)
+                rate[il] = rate[j];
+        if (rate[il] == 0) rate[il] = time_attn_layer(c, &t, il);
+        if (rate[il] <= 0) continue;
+        seconds += hp->n_head_kv / rate[il];
+        bytes += b;
+    }
+    snprintf(part->kernel, sizeof part->kernel, "attention, %s cache, %d keys", kv_format_name(c), pos + 1);
+    part->bytes_per_token = bytes;
+    part->gb_per_s = seconds > 0 ? bytes / seconds / 1e9 : 0;
+    if (kv_bytes) *kv_bytes = all;
+    moe_free_aligned(o);
+    free(rate);
+    return MOE_OK;
+}

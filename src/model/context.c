@@ -667,6 +667,13 @@ int moe_session_compute_ceiling(moe_session *s, moe_ceiling_part *parts, int max
     return moe_context_compute_ceiling_(s->c, parts, max, n_parts, seconds, err, errlen);
 }
 
+int moe_session_attention_ceiling(moe_session *s, int pos, moe_ceiling_part *part, double *kv_bytes, char *err,
+                                  size_t errlen) {
+    if (kv_bytes) *kv_bytes = 0;
+    if (!s) return moe_errf(err, errlen, MOE_EINVAL, "moe_session_attention_ceiling: session is NULL");
+    return moe_context_attention_ceiling_(s->c, pos, part, kv_bytes, err, errlen);
+}
+
 double moe_session_kv_bytes_at(const moe_session *s, int pos) {
     if (!s || pos < 0) return 0;
     const moe_model *m = s->c->m;

@@ -360,6 +360,14 @@ int moe_context_compute_ceiling_(moe_context *c, moe_ceiling_part *parts, int ma
                                  char *err, size_t errlen);
 /* KV-cache bytes one layer's attention reads for a token at position pos. */
 double moe_attn_kv_bytes(const moe_context *c, const moe_attn_desc *d, int pos);
+/* attention.c: the item (layer il, KV head g) of a decode step of sequence 0
+ * at position pos, as the forward pass runs it (the same kernels, scratch of
+ * thread ith), with query heads q and output o (G heads each): for
+ * ceiling.c, which times it. Positions 0..pos must be cached; the layer a
+ * grouped-query one (not v_from_k). */
+void moe_attn_decode_item(moe_context *c, int il, int pos, int g, const float *q, float *o, int ith);
+int moe_context_attention_ceiling_(moe_context *c, int pos, moe_ceiling_part *part, double *kv_bytes, char *err,
+                                   size_t errlen);
 
 /* matmul.c: rows [r0, r1) of Y[t][r] = W_mat . X[t] with the context's
  * kernels, as every matrix product of the forward pass is computed (a8

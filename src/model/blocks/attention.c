@@ -334,12 +334,12 @@ static void attn_tq_tokens(attn_task *at, int t0, int t1, int g, int ith, float 
     }
 }
 
-/* One item = (token t, KV head g) with the G query heads that share it:
- * scores over the visible keys j0..pos in position order, softmax per head,
- * weighted sum of values. Items are independent, so any split over threads
- * and any batch gives the same bits. */
-static void attn_worker(void *arg, int ith, int nth) {
-    attn_task *at = arg;
+/* One item = (a token at position pos of sequence seq, KV head g) with the
+ * G query heads q that share it: scores over the visible keys j0..pos in
+ * position order, softmax per head, weighted sum of values into o. decode:
+ * the step has one token, whose keys and values come from memory. Items are
+ * independent, so any split over threads and any batch gives the same bits. */
+static void attn_item(const attn_task *at, int seq, int pos, int g, const float *q, float *o, int ith, bool decode) {
     moe_context *c = at->c;
     const moe_attn_desc *d = at->d;
     const moe_hparams *hp = &c->m->hp;
@@ -350,63 +350,81 @@ static void attn_worker(void *arg, int ith, int nth) {
     float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * C;  /* [G][n_ctx] */
     float *sums = c->attn_sum + (size_t)ith * 2 * (size_t)hp->n_head_max;   /* [G] */
     float *sink_w = sums + hp->n_head_max;                                 /* [G]: exp(sink - max) */
+    const int j0 = first_visible(d, pos), nk = pos - j0 + 1;
+    const size_t blk = cache_block(c, seq, at->il, g);
+    const float *sinks = d->sinks ? d->sinks + (size_t)g * G : NULL;      /* the group's G sinks */
+    if (c->kv_tq) {                               /* kv_tq: the codes, queries rotated (kv_tq.h) */
+        attn_item_tq(c, at->il, g, blk, G, q, j0, nk, kq_scale, ith, sinks, sc, sums, sink_w, o);
+        return;
+    }
+    if (c->kv_q8) {                               /* the same steps on 8-bit blocks, keys indexed absolutely */
+        attn_item_q8(c, blk, G, q, j0, nk, kq_scale, ith, decode, sinks, sc, sums, o);
+        return;
+    }
     /* key_stream: a decode step's keys and values come from memory, so the
      * FP32 cache is read by the kernels ordered for that (attn.h) */
     const moe_attn_kernels *ak = c->attn;
-    const bool stream = c->n_tok == 1 && moe_flag_on(c->flags, MOE_FLAG_KEY_STREAM);
-    void (*const scores_f32)(const float *, size_t, int, const float *, size_t, int, int, float, float *, size_t) =
-        stream ? ak->scores_stream : ak->scores;
-    void (*const accum_f32)(const float *, size_t, int, const float *, size_t, int, int, float *, size_t) =
-        stream ? ak->accum_stream : ak->accum;
-    /* Items are dealt out cyclically: in a prompt, later tokens see more keys,
-     * so contiguous shares would leave the last thread with most of the work.
-     * Which thread runs an item never changes its result. */
+    const bool stream = decode && moe_flag_on(c->flags, MOE_FLAG_KEY_STREAM);
+    const size_t kg = (blk * C + (size_t)j0) * (size_t)D;                 /* keys [nk][D] */
+    const size_t vg = (blk * C + (size_t)j0) * (size_t)Dv;                /* values [nk][Dv] */
+    if (c->kv_half) ak->scores_h(q, (size_t)D, G, (const uint16_t *)c->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
+    else (stream ? ak->scores_stream : ak->scores)(q, (size_t)D, G, (const float *)c->k_cache + kg, (size_t)D, nk, D,
+                                                     kq_scale, sc, C);
+    for (int h = 0; h < G; h++) {                                         /* softmax numerators per head */
+        float *r = sc + (size_t)h * C;
+        float mx = ak->max_f32(r, nk);
+        /* a sink: the max includes it, its exp joins the sum (ggml's soft_max with sinks) */
+        if (sinks && sinks[h] > mx) mx = sinks[h];
+        if (sinks) sink_w[h] = moe_expf(sinks[h] - mx);
+        ak->exp_shift(r, nk, mx);                                         /* r[j] = exp(r[j] - max) */
+    }
+    moe_attn_row_sums(sc, C, G, nk, sums);                                /* denominators, in key order */
+    if (sinks)                                                            /* the sink's term last */
+        for (int h = 0; h < G; h++) sums[h] += sink_w[h];
+    if (c->kv_half) ak->accum_h(sc, C, G, (const uint16_t *)c->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
+    else (stream ? ak->accum_stream : ak->accum)(sc, C, G, (const float *)c->v_cache + vg, (size_t)Dv, nk, Dv, o,
+                                                 (size_t)Dv);
+    for (int h = 0; h < G; h++) {
+        const float inv = 1.0f / sums[h];
+        for (int dd = 0; dd < Dv; dd++) o[(size_t)h * Dv + dd] *= inv;
+    }
+}
+
+/* The step's items, dealt out cyclically over the threads: in a prompt,
+ * later tokens see more keys, so contiguous shares would leave the last
+ * thread with most of the work. Which thread runs an item never changes its
+ * result. */
+static void attn_worker(void *arg, int ith, int nth) {
+    attn_task *at = arg;
+    moe_context *c = at->c;
+    const moe_attn_desc *d = at->d;
+    const moe_hparams *hp = &c->m->hp;
+    const int H = d->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, Dv = hp->head_dim_v;
+    const int G = H / Hkv;
     const int T = tq_block_tokens(c, G);
     if (T > 1) {                                  /* kv_tq prefill: items of T tokens (attn_tq_tokens) */
+        const size_t C = (size_t)c->n_ctx;
+        float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * C;
+        float *sums = c->attn_sum + (size_t)ith * 2 * (size_t)hp->n_head_max;
         const int nb = (c->n_tok + T - 1) / T;
         for (int64_t it = ith; it < (int64_t)nb * Hkv; it += nth) {
             const int t0 = (int)(it / Hkv) * T, g = (int)(it % Hkv);
-            attn_tq_tokens(at, t0, t0 + T < c->n_tok ? t0 + T : c->n_tok, g, ith, sc, sums, sink_w);
+            attn_tq_tokens(at, t0, t0 + T < c->n_tok ? t0 + T : c->n_tok, g, ith, sc, sums, sums + hp->n_head_max);
         }
         return;
     }
     for (int64_t it = ith; it < (int64_t)c->n_tok * Hkv; it += nth) {
         const int t = (int)(it / Hkv), g = (int)(it % Hkv);
         if (at->prep) attn_prep(c, d, at->il, t, g, ith);     /* its own KV head's new row, before reading it */
-        const int pos = c->tok_pos[t], j0 = first_visible(d, pos), nk = pos - j0 + 1;
-        const size_t blk = cache_block(c, c->tok_seq[t], at->il, g);
-        const float *q = c->q + ((size_t)t * H + (size_t)g * G) * D;      /* heads g*G .. g*G+G-1 */
-        float *o = c->att + ((size_t)t * H + (size_t)g * G) * Dv;
-        const float *sinks = d->sinks ? d->sinks + (size_t)g * G : NULL;  /* the group's G sinks */
-        if (c->kv_tq) {                           /* kv_tq: the codes, queries rotated (kv_tq.h) */
-            attn_item_tq(c, at->il, g, blk, G, q, j0, nk, kq_scale, ith, sinks, sc, sums, sink_w, o);
-        } else if (c->kv_q8) {                    /* the same steps on 8-bit blocks, keys indexed absolutely */
-            attn_item_q8(c, blk, G, q, j0, nk, kq_scale, ith, c->n_tok == 1, sinks, sc, sums, o);
-        } else {
-            const size_t kg = (blk * C + (size_t)j0) * (size_t)D;         /* keys [nk][D] */
-            const size_t vg = (blk * C + (size_t)j0) * (size_t)Dv;        /* values [nk][Dv] */
-            if (c->kv_half) ak->scores_h(q, (size_t)D, G, (const uint16_t *)c->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
-            else scores_f32(q, (size_t)D, G, (const float *)c->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
-            for (int h = 0; h < G; h++) {                                 /* softmax numerators per head */
-                float *r = sc + (size_t)h * C;
-                float mx = ak->max_f32(r, nk);
-                /* a sink: the max includes it, its exp joins the sum (ggml's soft_max with sinks) */
-                if (sinks && sinks[h] > mx) mx = sinks[h];
-                if (sinks) sink_w[h] = moe_expf(sinks[h] - mx);
-                ak->exp_shift(r, nk, mx);                                 /* r[j] = exp(r[j] - max) */
-            }
-            moe_attn_row_sums(sc, C, G, nk, sums);                        /* denominators, in key order */
-            if (sinks)                                                    /* the sink's term last */
-                for (int h = 0; h < G; h++) sums[h] += sink_w[h];
-            if (c->kv_half) ak->accum_h(sc, C, G, (const uint16_t *)c->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
-            else accum_f32(sc, C, G, (const float *)c->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
-            for (int h = 0; h < G; h++) {
-                float inv = 1.0f / sums[h];
-                for (int dd = 0; dd < Dv; dd++) o[(size_t)h * Dv + dd] *= inv;
-            }
-        }
+        attn_item(at, c->tok_seq[t], c->tok_pos[t], g, c->q + ((size_t)t * H + (size_t)g * G) * D,
+                  c->att + ((size_t)t * H + (size_t)g * G) * Dv, ith, c->n_tok == 1);
         if (at->hook) d->head_hook(c, d, t, g * G, (g + 1) * G);
     }
+}
+
+void moe_attn_decode_item(moe_context *c, int il, int pos, int g, const float *q, float *o, int ith) {
+    const attn_task at = {c, &c->m->layers[il].attn, il, false, false};
+    attn_item(&at, 0, pos, g, q, o, ith, true);
 }
 
 double moe_attn_kv_bytes(const moe_context *c, const moe_attn_desc *d, int pos) {
