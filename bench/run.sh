@@ -8,6 +8,9 @@
 #      where the default kernel level is AVX-512, also the first model's fp32
 #      run at the AVX2 level (MOEFAST_ISA=avx2: what a CPU without AVX-512 gets);
 #   3b. bench_batch_decode: decode steps of 1/2/4/8 sequences on the qwen3moe model;
+#   3c. decode against the roofline on every bench configuration, the K-quant
+#      and IQ4_XS mixes included, both numerics (bench/roofline.sh; BENCH_ROOFLINE=0
+#      skips it; it makes the mixes' files when missing);
 #   4. `moefast serve` at concurrency 1/2/4/8 on the qwen3moe model (bench/serve.sh;
 #      BENCH_SERVE=0 skips it);
 #   4b. expert parallelism over MPI at N = 1, 2, 3 ranks (bench/mpi.sh; BENCH_MPI=0
@@ -140,6 +143,10 @@ if [ -f "$MODELS/qwen3moe-bench-q8_0.gguf" ]; then
   echo "== batched decode steps of 1, 2, 4, 8 sequences (bench_batch_decode)"
   "$B/bench/bench_batch_decode" "$MODELS/qwen3moe-bench-q8_0.gguf" 16 64 ||
     { echo "bench/run.sh: bench_batch_decode failed" >&2; status=1; }
+fi
+if [ "${BENCH_ROOFLINE:-1}" != 0 ]; then
+  echo "== decode against the roofline on every bench configuration (bench/roofline.sh)"
+  sh bench/roofline.sh "$B" || { echo "bench/run.sh: bench/roofline.sh failed" >&2; status=1; }
 fi
 if [ "${BENCH_SERVE:-1}" != 0 ] && [ -f "$MODELS/qwen3moe-bench-q8_0.gguf" ]; then
   echo "== moefast serve at concurrency 1, 2, 4, 8 (bench/serve.sh)"

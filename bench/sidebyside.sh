@@ -45,22 +45,7 @@ for e in llama ik; do
   else engines="$engines $e"; fi
 done
 
-# make_model NAME: the file, generated or quantized from the Q8_0 one when
-# missing (the mixes: docs/QUANT_MIXES.md; the same choices as llama-quantize)
-make_model() {
-  [ -f "$MODELS/$1.gguf" ] && return 0
-  mm_arch=${1%%-bench-*}; mm_kind=${1#*-bench-}
-  case $mm_kind in
-    q8_0) "$BIN" gen --arch "$mm_arch" --preset bench --type Q8_0 -o "$MODELS/$1.gguf" ;;
-    bf16-nvfp4) "$BIN" gen --arch "$mm_arch" --preset bench --type BF16 --type-experts NVFP4 -o "$MODELS/$1.gguf" ;;
-    bf16-mxfp4) "$BIN" gen --arch "$mm_arch" --preset bench --type BF16 --type-experts MXFP4 -o "$MODELS/$1.gguf" ;;
-    q4_k_m|q5_k_m|q3_k_m|iq4_xs|q2_k)
-      mm_out=$MODELS/$1.gguf; mm_type=$(echo "$mm_kind" | tr a-z A-Z)
-      make_model "$mm_arch-bench-q8_0" &&
-        "$BIN" quantize "$MODELS/$mm_arch-bench-q8_0.gguf" "$mm_out" "$mm_type" >/dev/null ;;
-    *) echo "bench/sidebyside.sh: unknown model '$1'" >&2; return 1 ;;
-  esac
-}
+. bench/models.sh   # make_model
 
 # the first "avg_ts" (mean tokens/s of its one repetition) of llama-bench's
 # JSON output (-o json; CSV would need a real parser: fields hold commas)

@@ -1,0 +1,20 @@
+# bench/models.sh — sourced by the bench scripts (needs BIN and MODELS set):
+# make_model NAME makes build/models/NAME.gguf when missing: the Q8_0 and
+# BF16 + FP4 bench models by `moefast gen`, the named mixes (Q4_K_M, Q5_K_M,
+# Q3_K_M, IQ4_XS, Q2_K: llama-quantize's per-tensor choices,
+# docs/QUANT_MIXES.md) by `moefast quantize` from the architecture's Q8_0
+# model, as a user requantizes a file. Returns non-zero for an unknown name.
+make_model() {
+  [ -f "$MODELS/$1.gguf" ] && return 0
+  mm_arch=${1%%-bench-*}; mm_kind=${1#*-bench-}
+  case $mm_kind in
+    q8_0) "$BIN" gen --arch "$mm_arch" --preset bench --type Q8_0 -o "$MODELS/$1.gguf" ;;
+    bf16-nvfp4) "$BIN" gen --arch "$mm_arch" --preset bench --type BF16 --type-experts NVFP4 -o "$MODELS/$1.gguf" ;;
+    bf16-mxfp4) "$BIN" gen --arch "$mm_arch" --preset bench --type BF16 --type-experts MXFP4 -o "$MODELS/$1.gguf" ;;
+    q4_k_m|q5_k_m|q3_k_m|iq4_xs|q2_k)
+      mm_out=$MODELS/$1.gguf; mm_type=$(echo "$mm_kind" | tr a-z A-Z)
+      make_model "$mm_arch-bench-q8_0" &&
+        "$BIN" quantize "$MODELS/$mm_arch-bench-q8_0.gguf" "$mm_out" "$mm_type" >/dev/null ;;
+    *) echo "bench: unknown model '$1'" >&2; return 1 ;;
+  esac
+}
