@@ -261,10 +261,10 @@ void moe_gemm_a8_q8_0_avx2(const void *w, size_t rb, int64_t nrows, const void *
 enum { FMT_Q4_0, FMT_MXFP4, FMT_NVFP4, FMT_Q4_K, FMT_Q6_K };
 
 /* moe_ue4m3_half[c | 0x80] of 8 canonical a8 scale bytes c (see
- * act8_avx512.c: c << 20 as a float times 2^119). */
+ * act8_avx512.c: c << 7 as an IEEE half times 2^7; never a subnormal
+ * float into the multiply). */
 ALWAYS_INLINE __m256 ue4m3_half8(__m128i bytes) {
-    return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu8_epi32(bytes), 20)),
-                         _mm256_set1_ps(0x1p119f));
+    return _mm256_mul_ps(_mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(bytes), 7)), _mm256_set1_ps(0x1p7f));
 }
 /* moe_e8m0_half of 8 bytes: (e - 1) << 23 for e >= 2, 0x00200000 << e for e < 2. */
 ALWAYS_INLINE __m256 e8m0_half8(__m128i bytes) {

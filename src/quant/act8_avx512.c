@@ -187,13 +187,17 @@ void moe_gemm_a8_q8_0_avx512(const void *w, size_t rb, int64_t nrows, const void
 enum { FMT_Q4_0, FMT_MXFP4, FMT_NVFP4, FMT_Q4_K, FMT_Q6_K };
 
 /* moe_ue4m3_half[c | 0x80] of 16 canonical a8 scale bytes c (act8_ref.c:
- * bit 7 clear, no special byte): c << 20 is a float whose exponent field is
- * the UE4M3 exponent and whose top 3 mantissa bits its mantissa; times 2^119
- * (exact, a power of two; subnormal inputs become normal) it is (8 + m) *
- * 2^(e - 11) or m * 2^-10 for e = 0. */
+ * bit 7 clear, no special byte): c << 7 is an IEEE half whose exponent field
+ * is the UE4M3 exponent e and whose top 3 mantissa bits its mantissa m, so
+ * the half is (8 + m) * 2^(e - 18), or m * 2^-17 for e = 0 (a subnormal
+ * half, a normal float); times 2^7 (exact) it is (8 + m) * 2^(e - 11) or
+ * m * 2^-10. Not c << 20 as a float: for e = 0 that is a subnormal float,
+ * and a multiply with a subnormal input takes a microcode assist on Intel
+ * cores (10x slower kernels on files with small weights, whose scales are
+ * all UE4M3 subnormals); the half conversion has no such input. */
 ALWAYS_INLINE __m512 ue4m3_half16(__m128i bytes) {
-    const __m512i f = _mm512_slli_epi32(_mm512_cvtepu8_epi32(bytes), 20);
-    return _mm512_mul_ps(_mm512_castsi512_ps(f), _mm512_set1_ps(0x1p119f));
+    const __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(bytes), 7);
+    return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(0x1p7f));
 }
 /* moe_e8m0_half of 16 bytes: (e - 1) << 23 for e >= 2, 0x00200000 << e for e < 2. */
 ALWAYS_INLINE __m512 e8m0_half16(__m128i bytes) {
