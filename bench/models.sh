@@ -18,3 +18,12 @@ make_model() {
     *) echo "bench: unknown model '$1'" >&2; return 1 ;;
   esac
 }
+# model_files NAME...: make each (make_model) and print the paths of those
+# that exist, space-separated; a name that cannot be made is said on stderr.
+model_files() {
+  mf_out=""
+  for mf_m in "$@"; do
+    if make_model "$mf_m"; then mf_out="$mf_out $MODELS/$mf_m.gguf"; else echo "bench: no $mf_m" >&2; fi
+  done
+  echo "$mf_out"
+}

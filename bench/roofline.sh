@@ -35,10 +35,8 @@ mkdir -p "$MODELS" "$OUT"
 . bench/models.sh   # make_model
 . scripts/jget.sh
 
-files=""
-for m in $SEL; do
-  if make_model "$m"; then files="$files $MODELS/$m.gguf"; else echo "bench/roofline.sh: no $m" >&2; fi
-done
+# shellcheck disable=SC2086
+files=$(model_files $SEL)
 TSV=$OUT/roofline.tsv
 : >"$TSV"
 status=0

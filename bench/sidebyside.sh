@@ -84,10 +84,8 @@ one_run() {
 }
 
 . scripts/jget.sh
-files=""
-for m in $SEL; do
-  if make_model "$m"; then files="$files $MODELS/$m.gguf"; else echo "bench/sidebyside.sh: no $m" >&2; fi
-done
+# shellcheck disable=SC2086
+files=$(model_files $SEL)
 TSV=$OUT/sidebyside.tsv
 : >"$TSV"
 r=0
