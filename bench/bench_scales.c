@@ -64,9 +64,10 @@ static double rate(const moe_kernels *k, uint32_t type, bool a8, const mats *m) 
 int main(void) {
     const moe_kernels *k = moe_kernels_active();
     mats m = {0};
-    m.rb = 0;
-    for (uint32_t t = 0; t < MOE_T_COUNT; t++)          /* the widest row of any format */
-        if (moe_type_get(t) && moe_type_get(t)->supported && moe_row_bytes(t, N) > m.rb) m.rb = (size_t)moe_row_bytes(t, N);
+    for (uint32_t t = 0; t < MOE_T_COUNT; t++) {        /* the widest row of any format */
+        const moe_type_info *ti = moe_type_get(t);
+        if (ti && ti->supported && moe_row_bytes(t, N) > m.rb) m.rb = (size_t)moe_row_bytes(t, N);
+    }
     m.w = moe_calloc_aligned((size_t)ROWS * m.rb, 1, 0);
     m.wa = moe_calloc_aligned((size_t)ROWS * m.rb, 1, 0);
     m.x = moe_calloc_aligned(N, sizeof(float), 0);

@@ -31,6 +31,9 @@ ALL="qwen3moe-bench-q8_0 qwen3moe-bench-q4_k_m qwen3moe-bench-q5_k_m qwen3moe-be
 SEL=${ROOF_MODELS:-$ALL}
 NUMS=${ROOF_NUMERICS:-fp32 q8}
 [ -x "$BIN" ] || { echo "bench/roofline.sh: $BIN is missing (run: make bench)" >&2; exit 2; }
+for nm in $NUMS; do
+  case $nm in fp32|q8) ;; *) echo "bench/roofline.sh: unknown numerics '$nm' (fp32, q8)" >&2; exit 2 ;; esac
+done
 mkdir -p "$MODELS" "$OUT"
 . bench/models.sh   # make_model
 . scripts/jget.sh
@@ -46,7 +49,7 @@ while [ $r -le "$ROUNDS" ]; do
   for f in $files; do
     m=$(basename "$f" .gguf)
     for nm in $NUMS; do
-      case $nm in fp32) fl=default ;; q8) fl="+act_q8,+kv_f16" ;; *) echo "bench/roofline.sh: unknown numerics $nm" >&2; exit 2 ;; esac
+      if [ "$nm" = fp32 ]; then fl=default; else fl="+act_q8,+kv_f16"; fi
       j=$OUT/roofline.$$.json
       if "$BIN" bench -m "$f" -t "$T" --flags "$fl" --window decode --repeat 1 --json >"$j" 2>"$j.err"; then
         printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$m" "$nm" \

@@ -59,8 +59,8 @@ typedef struct {
     double *ceil;                 /* [repeat] the compute ceiling measured right after window r, s per step */
     moe_ceiling_part *parts;      /* [repeat][MAX_CEIL_PARTS] its kernels */
     int *n_parts;                 /* [repeat] */
-    moe_ceiling_part *attn;       /* [repeat] the step's attention items from cache, at its mean position */
-    double *attn_kv;              /* [repeat] the KV bytes of every layer at that position (attn: the timed ones) */
+    moe_ceiling_part *attn;       /* [repeat] the attention items from cache at the steps' mean position,
+                                   * bytes_per_token: the timed layers' share of kvpt (0: none timed) */
     double *roof;                 /* [repeat] the window's steps as % of its roofline (0: not computed) */
     double *roof_w;               /* [repeat] ... of the roofline without attention (the weights' kernels only) */
 } timings;
@@ -87,8 +87,7 @@ typedef struct {
     double ceil_s, pct_roof, roof_tps;
     double pct_roof_w;                  /* the steps against the roofline of the weights' kernels alone */
     const moe_ceiling_part *ceil_parts; /* the last measured window's kernels */
-    const moe_ceiling_part *attn_part;  /* ... and its attention items (bytes 0: none timed) */
-    double attn_scale;                  /* the step's mean KV bytes / the KV bytes at attn_part's position */
+    const moe_ceiling_part *attn_part;  /* ... and its attention items (gb_per_s 0: none timed) */
     int n_ceil_parts;
     double ceil_bw;                     /* that window's bandwidth (0: none) */
 } bench_summary;

@@ -138,7 +138,7 @@ static json_t *json_ceiling(const bench_run *b) {
     if (a && a->gb_per_s > 0) {
         ja = json_object();
         json_object_set_new(ja, "kernel", json_string(a->kernel));
-        json_object_set_new(ja, "bytes_per_token", json_real(a->bytes_per_token * u->attn_scale));
+        json_object_set_new(ja, "bytes_per_token", json_real(a->bytes_per_token));
         json_object_set_new(ja, "gb_per_second", json_real(a->gb_per_s));
     }
     json_object_set_new(jce, "attention", ja);
@@ -279,10 +279,9 @@ static void text_bandwidth(const bench_run *b) {
                "                                  per step / bandwidth)\n", u->pct_kv);
 }
 
-static void text_part(const moe_ceiling_part *p, double scale, double bw) {
-    const double bytes = p->bytes_per_token * scale;
-    printf("    %-28s %9.3f MB/token at %7.2f GB/s from cache = %6.3f ms%s\n", p->kernel, bytes / 1e6, p->gb_per_s,
-           p->gb_per_s > 0 ? bytes / p->gb_per_s / 1e6 : 0.0,
+static void text_part(const moe_ceiling_part *p, double bw) {
+    printf("    %-28s %9.3f MB/token at %7.2f GB/s from cache = %6.3f ms%s\n", p->kernel, p->bytes_per_token / 1e6,
+           p->gb_per_s, p->gb_per_s > 0 ? p->bytes_per_token / p->gb_per_s / 1e6 : 0.0,
            p->gb_per_s < bw ? "  (slower than that window's memory)" : "");
 }
 
@@ -293,8 +292,8 @@ static void text_ceiling(const bench_run *b) {
            "                                  weights and KV cache in cache, %d thread%s; norms and glue not in\n"
            "                                  it), per kernel (measured after the last window):\n",
            1.0 / u->ceil_s, th, th == 1 ? "" : "s");
-    for (int i = 0; i < u->n_ceil_parts && i < MAX_CEIL_PARTS; i++) text_part(&u->ceil_parts[i], 1, u->ceil_bw);
-    if (u->attn_part && u->attn_part->gb_per_s > 0) text_part(u->attn_part, u->attn_scale, u->ceil_bw);
+    for (int i = 0; i < u->n_ceil_parts && i < MAX_CEIL_PARTS; i++) text_part(&u->ceil_parts[i], u->ceil_bw);
+    if (u->attn_part && u->attn_part->gb_per_s > 0) text_part(u->attn_part, u->ceil_bw);
     if (u->roof_tps > 0)
         printf("  roofline             %10.1f %% (the steps against the roofline, %.1f tok/s: each kernel's bytes at\n"
                "                                  the slower of the read bandwidth and its rate from cache;\n"

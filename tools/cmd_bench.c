@@ -387,10 +387,9 @@ static int alloc_buffers(bench_run *b) {
     tm->roof = calloc(R, sizeof(double));
     tm->roof_w = calloc(R, sizeof(double));
     tm->attn = calloc(R, sizeof *tm->attn);
-    tm->attn_kv = calloc(R, sizeof(double));
     if (!b->logits || !b->argmax_ids || !tm->prefill || !tm->decode || !tm->seed || !tm->steps || !tm->bw0 ||
         !tm->bw1 || !tm->bw || !tm->pct || !tm->steady || !tm->ceil || !tm->parts || !tm->n_parts || !tm->roof ||
-        !tm->roof_w || !tm->attn || !tm->attn_kv)
+        !tm->roof_w || !tm->attn)
         return cli_fail(CMD, "out of memory");
     return 0;
 }
@@ -561,12 +560,15 @@ static int decode_window(bench_run *b, int r, bool prof) {
                                     &tm->ceil[r], err, sizeof err) != MOE_OK)
         return cli_fail(CMD, "compute ceiling: %s", err);
     /* the attention items from cache, at the steps' mean position (the
-     * positions they read are all cached now) */
+     * positions they read are all cached now); their bytes scaled to the
+     * steps' mean KV bytes, as the limit with KV counts them */
     if (o->bandwidth && !o->ab) {
         moe_ceiling_part *a = &tm->attn[r];
-        if (moe_session_attention_ceiling(s, b->P + b->D / 2, a, &tm->attn_kv[r], err, sizeof err) != MOE_OK)
+        double kv_at = 0;
+        if (moe_session_attention_ceiling(s, b->P + b->D / 2, a, &kv_at, err, sizeof err) != MOE_OK)
             return cli_fail(CMD, "attention ceiling: %s", err);
-        if (a->gb_per_s > 0 && tm->attn_kv[r] > 0) tm->ceil[r] += a->bytes_per_token * b->kvpt / tm->attn_kv[r] / (a->gb_per_s * 1e9);
+        a->bytes_per_token = kv_at > 0 ? a->bytes_per_token * b->kvpt / kv_at : 0;
+        if (a->gb_per_s > 0) tm->ceil[r] += a->bytes_per_token / (a->gb_per_s * 1e9);
     }
     if (prof && profile_take(s, &b->prof_decode, b->D, tm->steps[r]) != 0)
         return cli_fail(CMD, "--phases: cannot read the profile");
@@ -634,12 +636,10 @@ static double weights_roof(const timings *tm, int r, double bpt, double bwr) {
 }
 
 static double attention_roof(const timings *tm, int r, double kvpt, double bwr) {
-    if (tm->attn_kv[r] <= 0) return kvpt / bwr;
     const moe_ceiling_part *a = &tm->attn[r];
-    const double scale = kvpt / tm->attn_kv[r];                  /* to the mean step's bytes */
-    const double timed = a->bytes_per_token * scale, untimed = kvpt - timed;
+    const double timed = a->gb_per_s > 0 ? a->bytes_per_token : 0, untimed = kvpt - timed;
     const double rate = a->gb_per_s * 1e9 < bwr ? a->gb_per_s * 1e9 : bwr;
-    return (rate > 0 ? timed / rate : 0) + (untimed > 0 ? untimed / bwr : 0);
+    return (timed > 0 ? timed / rate : 0) + (untimed > 0 ? untimed / bwr : 0);
 }
 
 static void summarize_roofline(bench_run *b) {
@@ -674,7 +674,6 @@ static void summarize_roofline(bench_run *b) {
     u->n_ceil_parts = u->have_ceil ? tm->n_parts[last_parts] : 0;
     u->ceil_bw = u->have_ceil ? tm->bw[last_parts] : 0;
     u->attn_part = u->have_ceil ? &tm->attn[last_parts] : NULL;
-    u->attn_scale = u->have_ceil && tm->attn_kv[last_parts] > 0 ? b->kvpt / tm->attn_kv[last_parts] : 0;
 }
 
 /* --ab pairs: steps (2k, 2k+1) of every repeat (an odd D's last step, A, has
@@ -736,7 +735,6 @@ static void bench_free(bench_run *b) {
     free(b->tm.roof);
     free(b->tm.roof_w);
     free(b->tm.attn);
-    free(b->tm.attn_kv);
     free(b->argmax_ids);
     free(b->logits);
     free(b->ids);
