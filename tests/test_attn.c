@@ -1,7 +1,7 @@
 /* test_attn.c — the attention kernels of every ISA level equal the scalar
  * reference bit for bit, for head sizes that are and are not multiples of 16
  * and group sizes 1..7 (the FP32 cache also in decode's order: scores_stream,
- * accum_stream). */
+ * accum_stream; the F16 cache also with kv_prefetch's prefetches). */
 #include <math.h>
 #include <stdint.h>
 
@@ -17,10 +17,14 @@ int main(void) {
     moe_rng_seed(&r, 7);
     const int dims[] = {1, 8, 15, 16, 17, 40, 64, 100, 128, 130, 256};
     const moe_isa isas[] = {MOE_ISA_AVX2, MOE_ISA_AVX512};
+    /* 150 keys: past kv_prefetch's distances (64 keys, 32 values), so the
+     * F16 kernels' in-loop prefetches run too */
+    const int nks[] = {1, 10, 19, 28, 37, 150};
     int compared = 0;
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
         for (int G = 1; G <= 7; G++)
-            for (int nk = 1; nk <= 37; nk += 9) {
+            for (size_t ni = 0; ni < sizeof nks / sizeof nks[0]; ni++) {
+                const int nk = nks[ni];
                 const int D = dims[di], Dv = dims[(di + 3) % (sizeof dims / sizeof dims[0])];
                 const size_t qs = (size_t)D + 3, ks = (size_t)D + 5, vs = (size_t)Dv + 7, scs = (size_t)nk + 2;
                 float *q = malloc(sizeof(float) * qs * G), *k = malloc(sizeof(float) * ks * nk);
@@ -65,6 +69,12 @@ int main(void) {
                     a->accum_h(p, scs, G, vh, vs, nk, Dv, o1, (size_t)Dv);
                     CHECK_MSG(!memcmp(s0, s1, sizeof(float) * scs * G), "half scores differ: isa %d D %d G %d nk %d", (int)all[ii], D, G, nk);
                     CHECK_MSG(!memcmp(o0, o1, sizeof(float) * (size_t)Dv * G), "half accum differs: isa %d Dv %d G %d nk %d", (int)all[ii], Dv, G, nk);
+                    memset(s1, 0, sizeof(float) * scs * G);           /* kv_prefetch */
+                    memset(o1, 0, sizeof(float) * (size_t)Dv * G);
+                    a->scores_h_prefetch(q, qs, G, kh, ks, nk, D, 0.125f, s1, scs);
+                    a->accum_h_prefetch(p, scs, G, vh, vs, nk, Dv, o1, (size_t)Dv);
+                    CHECK_MSG(!memcmp(s0, s1, sizeof(float) * scs * G), "half scores_prefetch differ: isa %d D %d G %d nk %d", (int)all[ii], D, G, nk);
+                    CHECK_MSG(!memcmp(o0, o1, sizeof(float) * (size_t)Dv * G), "half accum_prefetch differs: isa %d Dv %d G %d nk %d", (int)all[ii], Dv, G, nk);
                 }
                 free(kh); free(vh);
                 free(q); free(k); free(v); free(p); free(s0); free(s1); free(o0); free(o1);

@@ -198,4 +198,5 @@ static float softmax_q8_scalar(float *r, int n) {
 const moe_attn_kernels moe_attn_scalar = {scores_scalar,   accum_scalar,     scores_h_scalar, accum_h_scalar,
                                           exp_shift_scalar, silu_mul_scalar, to_half_scalar,  combine_scalar,
                                           scores_q8_scalar, accum_q8_scalar, softmax_q8_scalar, max_f32_scalar,
-                                          scores_scalar,   accum_scalar,     accum_q8_scalar, swiglu_clamp_scalar};
+                                          scores_scalar,   accum_scalar,     accum_q8_scalar, swiglu_clamp_scalar,
+                                          scores_h_scalar, accum_h_scalar};

@@ -89,7 +89,32 @@ typedef struct moe_attn_kernels {
      * to [-7, 7] (NaN stays), g[i] = x / (1 + moe_expf(1.702 * -x)) * (y + 1):
      * elementwise, the same bits on every ISA (llama.cpp's swiglu_oai). */
     void (*swiglu_clamp)(float *g, const float *u, int64_t n);
+    /* Decode over the F16 cache with software prefetch (flag kv_prefetch):
+     * the same bits as scores_h / accum_h, in their load orders, plus
+     * prefetches. A decode step's keys and values come from memory, one
+     * stream per item, and the hardware prefetcher starts over at every 4 KB
+     * page; so the score tiles prefetch the rows MOE_KV_PREFETCH_KEYS keys
+     * ahead (the first ones at the start) and the value tiles theirs
+     * MOE_KV_PREFETCH_VALUES ahead. The scalar level's are its plain
+     * kernels. (The FP32 cache's decode kernels with the same prefetches
+     * measured within noise: docs/PERFORMANCE.md.) */
+    void (*scores_h_prefetch)(const float *q, size_t q_stride, int G, const uint16_t *k, size_t k_stride,
+                              int n_keys, int D, float scale, float *sc, size_t sc_stride);
+    void (*accum_h_prefetch)(const float *p, size_t p_stride, int G, const uint16_t *v, size_t v_stride,
+                             int n_keys, int Dv, float *out, size_t out_stride);
 } moe_attn_kernels;
+
+/* kv_prefetch's distances, in key rows: far enough that a row of 256-512
+ * bytes arrives from memory before its tile needs it (16 rows, as kv_q8's
+ * value_prefetch uses, hid too little of a step's attention time; docs/PERFORMANCE.md) */
+#define MOE_KV_PREFETCH_KEYS 64
+#define MOE_KV_PREFETCH_VALUES 32
+
+/* A hint to bring bytes [p, p + n) into L1, a 64-byte line at a time: never
+ * a fault, never a change to any result. */
+static inline void moe_prefetch_bytes(const void *p, size_t n) {
+    for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o, 0, 3);
+}
 
 /* How far ahead accum_q8_stream prefetches, in keys (rows of Dv bytes):
  * 16 keys gave 1-2.5 % of a kv_q8 decode step on the bench models (`bench

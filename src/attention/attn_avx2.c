@@ -128,8 +128,16 @@ static inline __attribute__((always_inline)) void scores_tile22(const float *q, 
 
 static inline __attribute__((always_inline)) void scores_impl(const float *q, size_t qs, int G, const void *k,
                                                               size_t ks, int nk, int D, float scale, float *sc,
-                                                              size_t scs, const int h16, const int stream) {
+                                                              size_t scs, const int h16, const int stream,
+                                                              const int pf) {
+    /* pf (kv_prefetch, attn.h): the first MOE_KV_PREFETCH_KEYS rows at the
+     * start, then with each step of keys the rows that many keys ahead */
+    const size_t row = ks * (h16 ? 2 : 4);
+#define SCORES_PREFETCH(n)                                                                                       \
+    if (pf && j + (n) + MOE_KV_PREFETCH_KEYS <= nk)                                                              \
+        moe_prefetch_bytes((const char *)k + (size_t)(j + MOE_KV_PREFETCH_KEYS) * row, (size_t)(n) * row)
     int j = 0;
+    if (pf) moe_prefetch_bytes(k, (size_t)(nk < MOE_KV_PREFETCH_KEYS ? nk : MOE_KV_PREFETCH_KEYS) * row);
     /* head size a multiple of 16, keys not in key_stream order: heads in
      * pairs x 2 keys (bench_attn, us per item, FP32 cache from L2: 12.6 ->
      * 9.5 qwen3moe, 16.5 -> 12.0 laguna sliding; kv_f16 from L2 19.5-21.7
@@ -138,30 +146,37 @@ static inline __attribute__((always_inline)) void scores_impl(const float *q, si
      * 2 x 3 tiles: read as 2 x 2 from memory it took 22-43 us against 15-17 */
     if (!stream && D % 16 == 0)
         for (; j + 2 <= nk; j += 2) {
+            SCORES_PREFETCH(2);
             int h0 = 0;
             for (; h0 + 2 <= G; h0 += 2) scores_tile22(q, qs, h0, k, ks, j, D, scale, sc, scs, h16);
             if (h0 < G) scores_tile(q, qs, h0, k, ks, j, D, scale, sc, scs, 1, 2, h16, stream);
         }
     for (; j + 3 <= nk; j += 3) {                 /* heads in pairs x 3 keys, then a last head */
+        SCORES_PREFETCH(3);
         int h0 = 0;
         for (; h0 + 2 <= G; h0 += 2) scores_tile(q, qs, h0, k, ks, j, D, scale, sc, scs, 2, 3, h16, stream);
         if (h0 < G) scores_tile(q, qs, h0, k, ks, j, D, scale, sc, scs, 1, 3, h16, stream);
     }
     for (; j < nk; j++)
         for (int h = 0; h < G; h++) scores_tile(q, qs, h, k, ks, j, D, scale, sc, scs, 1, 1, h16, 0);
+#undef SCORES_PREFETCH
 }
 
 /* One tile of the weighted sum: HN heads x NC vectors of 8 dims from d0,
  * over all keys in order, accumulators in registers; each value vector is
- * converted once and serves HN heads. */
+ * converted once and serves HN heads. pf (kv_prefetch): each key prefetches
+ * the tile's part of the row MOE_KV_PREFETCH_VALUES keys on. */
 static inline __attribute__((always_inline)) void accum_tile(const float *p, size_t ps, int h0, const void *v,
                                                              size_t vs, int nk, int d0, int Dv, float *out, size_t os,
                                                              const int HN, const int NC, const int h16,
-                                                             const int full) {
+                                                             const int full, const int pf) {
+    const size_t es = h16 ? 2 : 4;
     __m256 o[8];
     UNROLL for (int i = 0; i < HN * NC; i++) o[i] = _mm256_setzero_ps();
     for (int j = 0; j < nk; j++) {
         const size_t vj = (size_t)j * vs + (size_t)d0;
+        if (pf && j + MOE_KV_PREFETCH_VALUES < nk)
+            moe_prefetch_bytes((const char *)v + (vj + (size_t)MOE_KV_PREFETCH_VALUES * vs) * es, (size_t)NC * 8 * es);
         __m256 a[4];
         UNROLL for (int hh = 0; hh < HN; hh++) a[hh] = _mm256_set1_ps(p[(size_t)(h0 + hh) * ps + (size_t)j]);
         UNROLL for (int c = 0; c < NC; c++) {
@@ -189,7 +204,7 @@ static inline __attribute__((always_inline)) void accum_tile(const float *p, siz
  * (accum_stream). */
 static inline __attribute__((always_inline)) void accum_impl(const float *p, size_t ps, int G, const void *v, size_t vs,
                                                              int nk, int Dv, float *out, size_t os, const int h16,
-                                                             const int quad) {
+                                                             const int quad, const int pf) {
     int h0 = 0;
     /* full (half cache): the tile's dims all exist, so its loads need no
      * test; a test per load with the tail's buffer spilled the tile
@@ -199,8 +214,8 @@ static inline __attribute__((always_inline)) void accum_impl(const float *p, siz
      * from L2), and keeps the tested loads. */
 #define ACCUM_TILES(HN, NC)                                                                        \
     for (int d0 = 0; d0 < Dv; d0 += 8 * (NC)) {                                                    \
-        if (h16 && Dv - d0 >= 8 * (NC)) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, HN, NC, h16, 1); \
-        else accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, HN, NC, h16, 0);                    \
+        if (h16 && Dv - d0 >= 8 * (NC)) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, HN, NC, h16, 1, pf); \
+        else accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, HN, NC, h16, 0, pf);                    \
     }
     if (quad)
         for (; h0 + 4 <= G; h0 += 4) ACCUM_TILES(4, 2)
@@ -211,27 +226,36 @@ static inline __attribute__((always_inline)) void accum_impl(const float *p, siz
 
 static void scores_avx2(const float *q, size_t qs, int G, const float *k, size_t ks, int nk, int D, float scale,
                         float *sc, size_t scs) {
-    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 0, 0);
+    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 0, 0, 0);
 }
 static void scores_h_avx2(const float *q, size_t qs, int G, const uint16_t *k, size_t ks, int nk, int D, float scale,
                           float *sc, size_t scs) {
-    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 1, 0);
+    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 1, 0, 0);
 }
 static void scores_stream_avx2(const float *q, size_t qs, int G, const float *k, size_t ks, int nk, int D, float scale,
                                float *sc, size_t scs) {
-    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 0, 1);
+    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 0, 1, 0);
 }
 static void accum_stream_avx2(const float *p, size_t ps, int G, const float *v, size_t vs, int nk, int Dv, float *out,
                               size_t os) {
-    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 0, 0);
+    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 0, 0, 0);
 }
 static void accum_avx2(const float *p, size_t ps, int G, const float *v, size_t vs, int nk, int Dv, float *out,
                        size_t os) {
-    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 0, 1);
+    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 0, 1, 0);
 }
 static void accum_h_avx2(const float *p, size_t ps, int G, const uint16_t *v, size_t vs, int nk, int Dv, float *out,
                          size_t os) {
-    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 1, 1);
+    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 1, 1, 0);
+}
+/* kv_prefetch (attn.h): scores_h and accum_h with the prefetches */
+static void scores_h_prefetch_avx2(const float *q, size_t qs, int G, const uint16_t *k, size_t ks, int nk, int D,
+                                   float scale, float *sc, size_t scs) {
+    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 1, 0, 1);
+}
+static void accum_h_prefetch_avx2(const float *p, size_t ps, int G, const uint16_t *v, size_t vs, int nk, int Dv,
+                                  float *out, size_t os) {
+    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 1, 1, 1);
 }
 
 /* exp: the scalar reference's loop (the compiler may vectorize it; the
@@ -505,4 +529,5 @@ static float max_f32_avx2(const float *r, int n) {
 const moe_attn_kernels moe_attn_avx2 = {scores_avx2,    accum_avx2,     scores_h_avx2,  accum_h_avx2,
                                         exp_shift_avx2, silu_mul_avx2, to_half_avx2,   combine_avx2,
                                         scores_q8_avx2, accum_q8_avx2,  softmax_q8_avx2, max_f32_avx2,
-                                        scores_stream_avx2, accum_stream_avx2, accum_q8_stream_avx2, swiglu_clamp_avx2};
+                                        scores_stream_avx2, accum_stream_avx2, accum_q8_stream_avx2, swiglu_clamp_avx2,
+                                        scores_h_prefetch_avx2, accum_h_prefetch_avx2};

@@ -67,15 +67,22 @@ static inline __attribute__((always_inline)) void scores_tile(const float *q, si
     }
 }
 
+/* pf (kv_prefetch, attn.h): the first MOE_KV_PREFETCH_KEYS rows at the
+ * start, then per block of 16 keys the block that many rows ahead */
 static inline __attribute__((always_inline)) void scores_impl(const float *q, size_t qs, int G, const void *k,
                                                               size_t ks, int nk, int D, float scale, float *sc,
-                                                              size_t scs, const int h16, const int stream) {
+                                                              size_t scs, const int h16, const int stream,
+                                                              const int pf) {
+    const size_t row = ks * (h16 ? 2 : 4);                  /* bytes from one key to the next */
     int j = 0;
+    if (pf) moe_prefetch_bytes(k, (size_t)(nk < MOE_KV_PREFETCH_KEYS ? nk : MOE_KV_PREFETCH_KEYS) * row);
     if (D % 16 == 0) {
         /* blocks of 16 keys (4 KB of half keys, in L1 for every head group):
          * heads in groups of 4 (4 tiles of 4 keys), then 2, then 1 */
         const __m512 vs = _mm512_set1_ps(scale);
         for (; j + 16 <= nk; j += 16) {
+            if (pf && j + 16 + MOE_KV_PREFETCH_KEYS <= nk)
+                moe_prefetch_bytes((const char *)k + (size_t)(j + MOE_KV_PREFETCH_KEYS) * row, 16 * row);
             int h0 = 0;
             for (; h0 + 4 <= G; h0 += 4)
                 for (int u = 0; u < 16; u += 4) scores_tile(q, qs, h0, k, ks, j + u, D, vs, sc, scs, 4, h16, stream);
@@ -103,10 +110,12 @@ static inline __attribute__((always_inline)) void scores_impl(const float *q, si
 /* One tile of the weighted sum: HN heads x 16/HN vectors of 16 dims
  * (d0 .. d0 + 256/HN), over all keys in order, sixteen accumulators in
  * registers; each value vector is converted once and serves HN heads.
- * Vectors past Dv are masked to nothing. */
+ * Vectors past Dv are masked to nothing. pf (kv_prefetch): each key
+ * prefetches the tile's part of the row MOE_KV_PREFETCH_VALUES keys on. */
 static inline __attribute__((always_inline)) void accum_tile(const float *p, size_t ps, int h0, const void *v,
                                                              size_t vs, int nk, int d0, int Dv, float *out, size_t os,
-                                                             const int HN, const int h16) {
+                                                             const int HN, const int h16, const int pf) {
+    const size_t es = h16 ? 2 : 4;
     const int NC = 16 / HN;
     __mmask16 m[16];
     __m512 acc[16];
@@ -114,6 +123,8 @@ static inline __attribute__((always_inline)) void accum_tile(const float *p, siz
     UNROLL for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
     for (int j = 0; j < nk; j++) {
         const size_t vj = (size_t)j * vs + (size_t)d0;
+        if (pf && j + MOE_KV_PREFETCH_VALUES < nk)
+            moe_prefetch_bytes((const char *)v + (vj + (size_t)MOE_KV_PREFETCH_VALUES * vs) * es, (size_t)NC * 16 * es);
         __m512 a[4];
         UNROLL for (int hh = 0; hh < HN; hh++) a[hh] = _mm512_set1_ps(p[(size_t)(h0 + hh) * ps + (size_t)j]);
         UNROLL for (int c = 0; c < NC; c++) {
@@ -127,38 +138,48 @@ static inline __attribute__((always_inline)) void accum_tile(const float *p, siz
 }
 
 static inline __attribute__((always_inline)) void accum_impl(const float *p, size_t ps, int G, const void *v, size_t vs,
-                                                             int nk, int Dv, float *out, size_t os, const int h16) {
+                                                             int nk, int Dv, float *out, size_t os, const int h16,
+                                                             const int pf) {
     int h0 = 0;
     for (; h0 + 4 <= G; h0 += 4)
-        for (int d0 = 0; d0 < Dv; d0 += 64) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, 4, h16);
+        for (int d0 = 0; d0 < Dv; d0 += 64) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, 4, h16, pf);
     if (h0 + 2 <= G) {
-        for (int d0 = 0; d0 < Dv; d0 += 128) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, 2, h16);
+        for (int d0 = 0; d0 < Dv; d0 += 128) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, 2, h16, pf);
         h0 += 2;
     }
     if (h0 < G)
-        for (int d0 = 0; d0 < Dv; d0 += 256) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, 1, h16);
+        for (int d0 = 0; d0 < Dv; d0 += 256) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, 1, h16, pf);
 }
 
 static void scores_avx512(const float *q, size_t qs, int G, const float *k, size_t ks, int nk, int D, float scale,
                           float *sc, size_t scs) {
-    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 0, 0);
+    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 0, 0, 0);
 }
 /* half keys: the interleaved order measured as fast or faster from memory too */
 static void scores_h_avx512(const float *q, size_t qs, int G, const uint16_t *k, size_t ks, int nk, int D,
                             float scale, float *sc, size_t scs) {
-    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 1, 0);
+    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 1, 0, 0);
 }
 static void scores_stream_avx512(const float *q, size_t qs, int G, const float *k, size_t ks, int nk, int D,
                                  float scale, float *sc, size_t scs) {
-    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 0, 1);
+    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 0, 1, 0);
 }
 static void accum_avx512(const float *p, size_t ps, int G, const float *v, size_t vs, int nk, int Dv, float *out,
                          size_t os) {
-    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 0);
+    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 0, 0);
 }
 static void accum_h_avx512(const float *p, size_t ps, int G, const uint16_t *v, size_t vs, int nk, int Dv,
                            float *out, size_t os) {
-    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 1);
+    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 1, 0);
+}
+/* kv_prefetch (attn.h): scores_h and accum_h with the prefetches */
+static void scores_h_prefetch_avx512(const float *q, size_t qs, int G, const uint16_t *k, size_t ks, int nk, int D,
+                                     float scale, float *sc, size_t scs) {
+    scores_impl(q, qs, G, k, ks, nk, D, scale, sc, scs, 1, 0, 1);
+}
+static void accum_h_prefetch_avx512(const float *p, size_t ps, int G, const uint16_t *v, size_t vs, int nk, int Dv,
+                                    float *out, size_t os) {
+    accum_impl(p, ps, G, v, vs, nk, Dv, out, os, 1, 1);
 }
 
 /* moe_expf (src/util.h) 16 lanes at a time, operation for operation: the
@@ -428,4 +449,5 @@ static float softmax_q8_avx512(float *r, int n) {
 const moe_attn_kernels moe_attn_avx512 = {scores_avx512,   accum_avx512,     scores_h_avx512, accum_h_avx512,
                                           exp_shift_avx512, silu_mul_avx512, to_half_avx512,  combine_avx512,
                                           scores_q8_avx512, accum_q8_avx512, softmax_q8_avx512, max_f32_avx512,
-                                          scores_stream_avx512, accum_avx512, accum_q8_stream_avx512, swiglu_clamp_avx512};
+                                          scores_stream_avx512, accum_avx512, accum_q8_stream_avx512, swiglu_clamp_avx512,
+                                          scores_h_prefetch_avx512, accum_h_prefetch_avx512};

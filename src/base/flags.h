@@ -36,6 +36,7 @@ typedef enum moe_flag {
     MOE_FLAG_KEY_STREAM,      /* decode scores over the FP32 cache read key row by key row (attn.h scores_stream) */
     MOE_FLAG_ALIGNED_BUFFERS, /* session buffers start on a 64-byte cache line (off: 16 bytes past one) */
     MOE_FLAG_VALUE_PREFETCH,  /* decode over the kv_q8 cache: value rows prefetched ahead (attn.h accum_q8_stream) */
+    MOE_FLAG_KV_PREFETCH,     /* decode over the F16 cache: key and value rows prefetched ahead (attn.h) */
     MOE_FLAG_LM_SCREEN,       /* top-k / argmax outputs: the certified lm-head screen (model/screen.h) */
     MOE_FLAG_ACT_Q8,          /* NUMERICS: 8-bit activation blocks, integer dot products (act8_ref.c) */
     MOE_FLAG_KV_F16,          /* NUMERICS: KV cache stored as IEEE half */

@@ -361,15 +361,22 @@ static void attn_item(const attn_task *at, int seq, int pos, int g, const float 
         attn_item_q8(c, blk, G, q, j0, nk, kq_scale, ith, decode, sinks, sc, sums, o);
         return;
     }
-    /* key_stream: a decode step's keys and values come from memory, so the
-     * FP32 cache is read by the kernels ordered for that (attn.h) */
+    /* key_stream (FP32) and kv_prefetch (F16): a decode step's keys and
+     * values come from memory, so the cache is read by the kernels ordered
+     * or prefetching for that (attn.h) */
     const moe_attn_kernels *ak = c->attn;
     const bool stream = decode && moe_flag_on(c->flags, MOE_FLAG_KEY_STREAM);
+    const bool pf = decode && c->kv_half && moe_flag_on(c->flags, MOE_FLAG_KV_PREFETCH);
     const size_t kg = (blk * C + (size_t)j0) * (size_t)D;                 /* keys [nk][D] */
     const size_t vg = (blk * C + (size_t)j0) * (size_t)Dv;                /* values [nk][Dv] */
-    if (c->kv_half) ak->scores_h(q, (size_t)D, G, (const uint16_t *)c->k_cache + kg, (size_t)D, nk, D, kq_scale, sc, C);
+    if (c->kv_half)
+        (pf ? ak->scores_h_prefetch : ak->scores_h)(q, (size_t)D, G, (const uint16_t *)c->k_cache + kg, (size_t)D, nk,
+                                                    D, kq_scale, sc, C);
     else (stream ? ak->scores_stream : ak->scores)(q, (size_t)D, G, (const float *)c->k_cache + kg, (size_t)D, nk, D,
                                                      kq_scale, sc, C);
+    if (pf)                         /* the first value rows arrive while the softmax runs */
+        moe_prefetch_bytes((const uint16_t *)c->v_cache + vg,
+                           (size_t)(nk < MOE_KV_PREFETCH_VALUES ? nk : MOE_KV_PREFETCH_VALUES) * (size_t)Dv * 2);
     for (int h = 0; h < G; h++) {                                         /* softmax numerators per head */
         float *r = sc + (size_t)h * C;
         float mx = ak->max_f32(r, nk);
@@ -381,7 +388,9 @@ static void attn_item(const attn_task *at, int seq, int pos, int g, const float 
     moe_attn_row_sums(sc, C, G, nk, sums);                                /* denominators, in key order */
     if (sinks)                                                            /* the sink's term last */
         for (int h = 0; h < G; h++) sums[h] += sink_w[h];
-    if (c->kv_half) ak->accum_h(sc, C, G, (const uint16_t *)c->v_cache + vg, (size_t)Dv, nk, Dv, o, (size_t)Dv);
+    if (c->kv_half)
+        (pf ? ak->accum_h_prefetch : ak->accum_h)(sc, C, G, (const uint16_t *)c->v_cache + vg, (size_t)Dv, nk, Dv, o,
+                                                  (size_t)Dv);
     else (stream ? ak->accum_stream : ak->accum)(sc, C, G, (const float *)c->v_cache + vg, (size_t)Dv, nk, Dv, o,
                                                  (size_t)Dv);
     for (int h = 0; h < G; h++) {
