@@ -24,17 +24,23 @@
 # Then SERVE_SUSTAIN (3) more levels at 8: RSS flat or not. Needs node and the
 # openai package of tests/serve (installed by `make test`; npm ci here
 # otherwise). Environment: BENCH_THREADS (2), SERVE_ROUNDS (3), SERVE_N
-# (requests per client: 2), SERVE_MAXTOK (64), SERVE_SUSTAIN (3).
+# (requests per client: 2), SERVE_MAXTOK (64), SERVE_SUSTAIN (3), SERVE_FLAGS
+# (the server's --flags; default: none given, the default numerics).
 set -u
 BIN=$1; MODEL=$2; OUTJ=$3
 T=${BENCH_THREADS:-2}; N=${SERVE_N:-2}; MAXTOK=${SERVE_MAXTOK:-64}; SUSTAIN=${SERVE_SUSTAIN:-3}; ROUNDS=${SERVE_ROUNDS:-3}
+FLAGS=${SERVE_FLAGS:-}
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "bench/serve.sh: skipped: node/npm not installed"; exit 0; }
 if [ ! -f tests/serve/node_modules/openai/package.json ] &&
    ! (cd tests/serve && npm ci --no-audit --no-fund --loglevel=error >/dev/null 2>&1); then
   echo "bench/serve.sh: skipped: npm ci in tests/serve failed (registry unreachable?)"; exit 0
 fi
 W=$(mktemp -d /tmp/moefast-bench-serve.XXXXXX) || exit 2
-"$BIN" serve -m "$MODEL" --port 0 --slots 8 --profile -t "$T" --ctx 512 2>"$W/log" &
+if [ -n "$FLAGS" ]; then
+  "$BIN" serve -m "$MODEL" --port 0 --slots 8 --profile -t "$T" --ctx 512 --flags "$FLAGS" 2>"$W/log" &
+else
+  "$BIN" serve -m "$MODEL" --port 0 --slots 8 --profile -t "$T" --ctx 512 2>"$W/log" &
+fi
 SPID=$!
 trap 'kill "$SPID" 2>/dev/null; rm -rf "$W"' EXIT
 PORT=""

@@ -221,20 +221,24 @@ void moe_gemv_a8_q8_0_avx2(const void *w, size_t rb, int64_t nrows, const void *
     if (nrows & 1) tile_q8_0(W + (size_t)(nrows - 1) * rb, rb, xa, 0, y + nrows - 1, 0, 1, n, 1, 1);
 }
 
-/* Prefill: 4 rows x 2 tokens per tile; the 4 rows stay in L1 while all
- * tokens pass. */
+/* Prefill and batched decode: 4 rows x 2 tokens per tile; the 4 rows stay
+ * in L1 while all tokens pass. A tile's rows are r + i q (q = nrows/4), far
+ * apart, as in act8_avx512.c (adjacent rows from memory lose the
+ * prefetcher at a few tokens). */
 void moe_gemm_a8_q8_0_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs, int64_t ntok,
                            float *y, size_t ys, int64_t n) {
     const uint8_t *W = w, *X = xa;
-    int64_t r = 0;
-    for (; r + 4 <= nrows; r += 4) {
+    const int64_t q = nrows / 4;
+    for (int64_t r = 0; r < q; r++) {
         int64_t t = 0;
         for (; t + 2 <= ntok; t += 2)
-            tile_q8_0(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 4, 2);
+            tile_q8_0(W + (size_t)r * rb, (size_t)q * rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys,
+                      (size_t)q, n, 4, 2);
         for (; t < ntok; t++)
-            tile_q8_0(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 4, 1);
+            tile_q8_0(W + (size_t)r * rb, (size_t)q * rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys,
+                      (size_t)q, n, 4, 1);
     }
-    for (; r < nrows; r++)
+    for (int64_t r = 4 * q; r < nrows; r++)
         for (int64_t t = 0; t < ntok; t++)
             tile_q8_0(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 1, 1);
 }
@@ -728,15 +732,17 @@ ALWAYS_INLINE void panel_gemm(const uint8_t *W, size_t rb, int64_t nrows, const 
             panel_gemm(W, rb, nrows, X, xs, ntok, y, ys, n, FMT);                                            \
             return;                                                                                          \
         }                                                                                                    \
-        int64_t r = 0;                                                                                       \
-        for (; r + GEMM_R <= nrows; r += GEMM_R) {                                                                     \
+        /* a tile's rows r + i q, far apart (moe_gemm_a8_q8_0_avx2) */                                      \
+        const int64_t q = nrows / GEMM_R;                                                                    \
+        const size_t qs = (size_t)q * rb;                                                                    \
+        for (int64_t r = 0; r < q; r++) {                                                                    \
             int64_t t = 0;                                                                                   \
-            for (; t + GEMM_T <= ntok; t += GEMM_T)                                                                    \
-                tile_4bit(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, GEMM_R, GEMM_T, FMT); \
+            for (; t + GEMM_T <= ntok; t += GEMM_T)                                                          \
+                tile_4bit(W + (size_t)r * rb, qs, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, (size_t)q, n, GEMM_R, GEMM_T, FMT); \
             for (; t < ntok; t++)                                                                            \
-                tile_4bit(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, GEMM_R, 1, FMT); \
+                tile_4bit(W + (size_t)r * rb, qs, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, (size_t)q, n, GEMM_R, 1, FMT); \
         }                                                                                                    \
-        for (; r < nrows; r++)                                                                               \
+        for (int64_t r = GEMM_R * q; r < nrows; r++)                                                        \
             for (int64_t t = 0; t < ntok; t++)                                                               \
                 tile_4bit(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 1, 1, FMT); \
     }

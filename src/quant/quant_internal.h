@@ -374,7 +374,8 @@ static inline float moe_a8_reduce16(const float a[16]) {
  * act8_kquant_*.c) over their TILE(w, rs, xa, xs, y, ys, yr, n, R, T, F)
  * kernel of R rows x T tokens: gemv takes rows r and r + nrows/2 in one tile
  * (two far-apart streams keep the hardware prefetcher on, as act8_avx2.c),
- * gemm 4 rows x 2 tokens, then the tails. Defines moe_gemv_a8_NAME_ISA and
+ * gemm 4 rows x 2 tokens (rows r + i q, q = nrows/4: far apart too, for a
+ * batched decode step's few tokens), then the tails. Defines moe_gemv_a8_NAME_ISA and
  * moe_gemm_a8_NAME_ISA. */
 #define MOE_A8_TILED_KERNELS(name, isa, TILE, F)                                                             \
     void moe_gemv_a8_##name##_##isa(const void *w, size_t rb, int64_t nrows, const void *xa, float *y,       \
@@ -388,15 +389,17 @@ static inline float moe_a8_reduce16(const float a[16]) {
     void moe_gemm_a8_##name##_##isa(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,      \
                                     int64_t ntok, float *y, size_t ys, int64_t n) {                          \
         const uint8_t *W = w, *X = xa;                                                                       \
-        int64_t r = 0;                                                                                       \
-        for (; r + 4 <= nrows; r += 4) {                                                                     \
+        const int64_t q = nrows / 4;                                                                         \
+        for (int64_t r = 0; r < q; r++) {                                                                    \
             int64_t t = 0;                                                                                   \
             for (; t + 2 <= ntok; t += 2)                                                                    \
-                TILE(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 4, 2, F); \
+                TILE(W + (size_t)r * rb, (size_t)q * rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys,  \
+                     (size_t)q, n, 4, 2, F);                                                                 \
             for (; t < ntok; t++)                                                                            \
-                TILE(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 4, 1, F); \
+                TILE(W + (size_t)r * rb, (size_t)q * rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys,  \
+                     (size_t)q, n, 4, 1, F);                                                                 \
         }                                                                                                    \
-        for (; r < nrows; r++)                                                                               \
+        for (int64_t r = 4 * q; r < nrows; r++)                                                              \
             for (int64_t t = 0; t < ntok; t++)                                                               \
                 TILE(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 1, 1, F); \
     }
