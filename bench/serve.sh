@@ -36,11 +36,7 @@ if [ ! -f tests/serve/node_modules/openai/package.json ] &&
   echo "bench/serve.sh: skipped: npm ci in tests/serve failed (registry unreachable?)"; exit 0
 fi
 W=$(mktemp -d /tmp/moefast-bench-serve.XXXXXX) || exit 2
-if [ -n "$FLAGS" ]; then
-  "$BIN" serve -m "$MODEL" --port 0 --slots 8 --profile -t "$T" --ctx 512 --flags "$FLAGS" 2>"$W/log" &
-else
-  "$BIN" serve -m "$MODEL" --port 0 --slots 8 --profile -t "$T" --ctx 512 2>"$W/log" &
-fi
+"$BIN" serve -m "$MODEL" --port 0 --slots 8 --profile -t "$T" --ctx 512 ${FLAGS:+--flags "$FLAGS"} 2>"$W/log" &
 SPID=$!
 trap 'kill "$SPID" 2>/dev/null; rm -rf "$W"' EXIT
 PORT=""
