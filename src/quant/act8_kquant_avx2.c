@@ -7,9 +7,14 @@
  * load or FMA needs a mask. The integer products: Q5_K, Q3_K, Q2_K's u <=
  * 31 makes vpmaddubsw exact (two slabs: |sum| <= 4 * 31 * 127; Q3_K / Q2_K's
  * four slabs of a half <= 8 * 7 * 127), then one vpmaddwd by 1 to int32;
- * IQ4_XS's u reaches 241, so act8_avx2.c's exact even/odd split (two
- * vpmaddwd). The halves' integer scales (Q3_K, Q2_K) multiply with vpmulld
- * (exact, < 2^24); the float steps per block lane are the contract's. */
+ * IQ4_XS takes its signed levels q = kv[c] (|q| <= 127) instead of the
+ * reference's u = q + 128 and correction: vpmaddubsw of |q| against the
+ * activations with q's sign (vpsignb; moe_quantize_act8 clamps to
+ * [-127, 127], so a pair is <= 2 * 127 * 127 < 32767: exact), then vpmaddwd
+ * by 1 — the same int32 block sums (sum u*a - 128 sum a = sum q*a) in 4
+ * instructions per 32 bytes and row x token where the even/odd split took
+ * 9. The halves' integer scales (Q3_K, Q2_K) multiply with vpmulld (exact,
+ * < 2^24); the float steps per block lane are the contract's. */
 #include "quant/act8_kquant.h"
 
 #include <immintrin.h>
@@ -97,24 +102,22 @@ ALWAYS_INLINE __m256i slab_u(__m256i z, __m256i h, const int t, const int F) {
         return _mm256_or_si256(v, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
     }
     const __m256i nib = _mm256_and_si256(t % 2 ? _mm256_srli_epi16(z, 4) : z, _mm256_set1_epi8(0x0F));
-    if (F == KF_IQ4_XS) {
-        const __m256i tab = _mm256_broadcastsi128_si256(_mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129,
-                                                                      (char)141, (char)153, (char)166, (char)181,
-                                                                      (char)197, (char)217, (char)241));
+    if (F == KF_IQ4_XS) {   /* the signed level kv[c] (moe_kq_iq4nl), not u = kv + 128 */
+        const __m256i tab = _mm256_broadcastsi128_si256(_mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1,
+                                                                      13, 25, 38, 53, 69, 89, 113));
         return _mm256_shuffle_epi8(tab, nib);
     }
     const __m256i hb = t <= 4 ? _mm256_slli_epi16(h, 4 - t) : _mm256_srli_epi16(h, t - 4);
     return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
 }
 
-/* is += the exact products of u (unsigned bytes, any) and a, per dword. */
-ALWAYS_INLINE __m256i dot4(__m256i is, __m256i u, __m256i a) {
-    const __m256i ue = _mm256_and_si256(u, _mm256_set1_epi16(0xFF)), uo = _mm256_srli_epi16(u, 8);
-    const __m256i ae = _mm256_srai_epi16(_mm256_slli_epi16(a, 8), 8), ao = _mm256_srai_epi16(a, 8);
-    return _mm256_add_epi32(is, _mm256_add_epi32(_mm256_madd_epi16(ue, ae), _mm256_madd_epi16(uo, ao)));
-}
 /* int16 pair sums to int32 lanes. */
 ALWAYS_INLINE __m256i widen(__m256i s16) { return _mm256_madd_epi16(s16, _mm256_set1_epi16(1)); }
+/* is += the exact products of signed levels q (|q| <= 127; qa = |q|) and
+ * activations a (|a| <= 127), per dword (see the top of the file). */
+ALWAYS_INLINE __m256i dot_signed(__m256i is, __m256i qa, __m256i q, __m256i a) {
+    return _mm256_add_epi32(is, widen(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(a, q))));
+}
 
 /* R rows x T tokens of super-block L of one group (row r at G + r*gs). */
 ALWAYS_INLINE void group_k(const uint8_t *G, size_t gs, int gn, const uint8_t *A, size_t xs, int L, __m256 acc[4][4],
@@ -130,9 +133,8 @@ ALWAYS_INLINE void group_k(const uint8_t *G, size_t gs, int gn, const uint8_t *A
     UNROLL for (int h = 0; h < NP; h++) {
         UNROLL for (int t = 0; t < T; t++) {
             const uint8_t *At = A + (size_t)t * xs + 32 * L;
-            const __m256i s = F == KF_IQ4_XS ? ld(At + 512)
-                              : F == KF_Q3_K ? _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ld(At + 640 + 64 * h), 2))
-                                             : _mm256_setzero_si256();
+            const __m256i s = F == KF_Q3_K ? _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ld(At + 640 + 64 * h), 2))
+                                           : _mm256_setzero_si256();
             UNROLL for (int r = 0; r < R; r++) is[r][t] = s;
         }
         if (NP == 2) {            /* the half's 4 slabs from its 2-bit chunk */
@@ -158,12 +160,13 @@ ALWAYS_INLINE void group_k(const uint8_t *G, size_t gs, int gn, const uint8_t *A
                     const uint8_t *lo = G + (size_t)r * gs + (F == KF_Q5_K ? A8K_Q5_LO(gn) : A8K_IQ4_LO(gn));
                     const __m256i z = ld(lo + 4 * gn * p + 32 * L);
                     const __m256i u0 = slab_u(z, hrun[r], 2 * p, F), u1 = slab_u(z, hrun[r], 2 * p + 1, F);
+                    const __m256i ua0 = _mm256_abs_epi8(u0), ua1 = _mm256_abs_epi8(u1);   /* IQ4_XS */
                     UNROLL for (int t = 0; t < T; t++) {
                         const uint8_t *At = A + (size_t)t * xs + 128 * p + 32 * L;
                         const __m256i a0 = ld(At), a1 = ld(At + 64);
                         if (F == KF_IQ4_XS) {
-                            is[r][t] = dot4(is[r][t], u0, a0);
-                            is[r][t] = dot4(is[r][t], u1, a1);
+                            is[r][t] = dot_signed(is[r][t], ua0, u0, a0);
+                            is[r][t] = dot_signed(is[r][t], ua1, u1, a1);
                         } else {
                             is[r][t] = _mm256_add_epi32(is[r][t], widen(_mm256_add_epi16(_mm256_maddubs_epi16(u0, a0),
                                                                                        _mm256_maddubs_epi16(u1, a1))));
@@ -245,9 +248,8 @@ ALWAYS_INLINE void group_p(const khalf *K, int64_t ks, const uint8_t *A, size_t 
     UNROLL for (int h = 0; h < NP; h++) {
         UNROLL for (int t = 0; t < T; t++) {
             const uint8_t *At = A + (size_t)t * xs + 32 * L;
-            const __m256i s = F == KF_IQ4_XS ? ld(At + 512)
-                              : F == KF_Q3_K ? _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ld(At + 640 + 64 * h), 2))
-                                             : _mm256_setzero_si256();
+            const __m256i s = F == KF_Q3_K ? _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ld(At + 640 + 64 * h), 2))
+                                           : _mm256_setzero_si256();
             UNROLL for (int r = 0; r < R; r++) is[r][t] = s;
         }
         if (NP == 2) {
@@ -274,8 +276,8 @@ ALWAYS_INLINE void group_p(const khalf *K, int64_t ks, const uint8_t *A, size_t 
                     UNROLL for (int r = 0; r < R; r++) {
                         const __m256i u0 = K[r * ks].u[2 * p], u1 = K[r * ks].u[2 * p + 1];
                         if (F == KF_IQ4_XS) {
-                            is[r][t] = dot4(is[r][t], u0, a0);
-                            is[r][t] = dot4(is[r][t], u1, a1);
+                            is[r][t] = dot_signed(is[r][t], _mm256_abs_epi8(u0), u0, a0);
+                            is[r][t] = dot_signed(is[r][t], _mm256_abs_epi8(u1), u1, a1);
                         } else {
                             is[r][t] = _mm256_add_epi32(is[r][t], widen(_mm256_add_epi16(_mm256_maddubs_epi16(u0, a0),
                                                                                        _mm256_maddubs_epi16(u1, a1))));

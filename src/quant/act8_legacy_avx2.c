@@ -3,12 +3,14 @@
  *
  * As act8_legacy_avx512.c, in lane halves (act8_avx2.c): a ymm holds bytes
  * 32L.. of a slab, blocks 8L..8L+7, whose int32 lanes are exactly those
- * blocks' lanes of the contract. The integer products are act8_avx2.c's
- * exact even/odd split for IQ4_NL (u & 0xFF, u >> 8 against the
- * sign-extended even and odd activation bytes, two vpmaddwd: its u reaches
- * 241, where vpmaddubsw would saturate); the others' u <= 31 makes
- * vpmaddubsw exact (bench_quant AVX2 'a8 128x2048', 1 thread, L2: Q4_1 /
- * Q5_0 / Q5_1 16.4 / 15.8 / 17.3 GB/s with the split for all). A row's last, partial group (gn < 16) is read
+ * blocks' lanes of the contract. The integer products: the others' u <= 31
+ * makes vpmaddubsw exact (bench_quant AVX2 'a8 128x2048', 1 thread, L2:
+ * Q4_1 / Q5_0 / Q5_1 16.4 / 15.8 / 17.3 GB/s where act8_avx2.c's even/odd
+ * split took them all); IQ4_NL's u = kv + 128 reaches 241, where vpmaddubsw
+ * would saturate, so it takes the signed level q = kv (|q| <= 127) instead,
+ * with act8_kquant_avx2.c's sign trick (vpmaddubsw of |q| and the
+ * activation with q's sign, exact for activations in [-127, 127]) and no
+ * correction: the same int32 sums. A row's last, partial group (gn < 16) is read
  * with dword-masked loads (vpmaskmovd: nothing past the group is touched)
  * and its FMAs blended in for lanes j < gn only. */
 #include "quant/quant_internal.h"
@@ -34,10 +36,9 @@ ALWAYS_INLINE float hsum16(__m256 lo, __m256 hi) {
 ALWAYS_INLINE __m256i slab_u(__m256i z, __m256i h, const int t, const int F) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i nib = _mm256_and_si256(t % 2 ? _mm256_srli_epi16(z, 4) : z, m4);
-    if (F == LF_IQ4_NL) {
-        const __m256i tab = _mm256_broadcastsi128_si256(_mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129,
-                                                                      (char)141, (char)153, (char)166, (char)181,
-                                                                      (char)197, (char)217, (char)241));
+    if (F == LF_IQ4_NL) {   /* the signed level kv[c] (moe_kq_iq4nl) */
+        const __m256i tab = _mm256_broadcastsi128_si256(_mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1,
+                                                                      13, 25, 38, 53, 69, 89, 113));
         return _mm256_shuffle_epi8(tab, nib);
     }
     if (!LF_FIVE(F)) return nib;
@@ -45,11 +46,10 @@ ALWAYS_INLINE __m256i slab_u(__m256i z, __m256i h, const int t, const int F) {
     return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
 }
 
-/* is += the exact products of u (unsigned bytes) and a (signed bytes), per dword. */
-ALWAYS_INLINE __m256i dot4(__m256i is, __m256i u, __m256i a) {
-    const __m256i ue = _mm256_and_si256(u, _mm256_set1_epi16(0xFF)), uo = _mm256_srli_epi16(u, 8);
-    const __m256i ae = _mm256_srai_epi16(_mm256_slli_epi16(a, 8), 8), ao = _mm256_srai_epi16(a, 8);
-    return _mm256_add_epi32(is, _mm256_add_epi32(_mm256_madd_epi16(ue, ae), _mm256_madd_epi16(uo, ao)));
+/* is += the exact products of signed levels q (|q| <= 127; qa = |q|) and
+ * activations a (|a| <= 127), per dword. */
+ALWAYS_INLINE __m256i dot_signed(__m256i is, __m256i qa, __m256i q, __m256i a) {
+    return _mm256_add_epi32(is, _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(a, q)), _mm256_set1_epi16(1)));
 }
 
 /* 32 bytes at p: plain in a full group, else the dwords in live only. */
@@ -74,7 +74,7 @@ ALWAYS_INLINE void group_l(const uint8_t *G, size_t gs, int gn, const uint8_t *A
     __m256i is[4][4], h[4];
     UNROLL for (int t = 0; t < T; t++) {
         const __m256i c = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 512 + 32 * L));
-        const __m256i s = F == LF_IQ4_NL ? c : F == LF_Q5_0 ? _mm256_srai_epi32(c, 3) : _mm256_setzero_si256();
+        const __m256i s = F == LF_Q5_0 ? _mm256_srai_epi32(c, 3) : _mm256_setzero_si256();
         UNROLL for (int r = 0; r < R; r++) is[r][t] = s;
     }
     UNROLL for (int r = 0; r < R; r++)
@@ -83,12 +83,13 @@ ALWAYS_INLINE void group_l(const uint8_t *G, size_t gs, int gn, const uint8_t *A
         UNROLL for (int r = 0; r < R; r++) {
             const __m256i z = ld_run(G + (size_t)r * gs + (ns + 4 * p) * gn + 32 * L, live, PARTIAL);
             const __m256i u0 = slab_u(z, h[r], 2 * p, F), u1 = slab_u(z, h[r], 2 * p + 1, F);
+            const __m256i ua0 = _mm256_abs_epi8(u0), ua1 = _mm256_abs_epi8(u1);   /* IQ4_NL */
             UNROLL for (int t = 0; t < T; t++) {
                 const uint8_t *At = A + (size_t)t * xs + 128 * p + 32 * L;
                 const __m256i a0 = _mm256_loadu_si256((const __m256i *)At), a1 = _mm256_loadu_si256((const __m256i *)(At + 64));
                 if (F == LF_IQ4_NL) {
-                    is[r][t] = dot4(is[r][t], u0, a0);
-                    is[r][t] = dot4(is[r][t], u1, a1);
+                    is[r][t] = dot_signed(is[r][t], ua0, u0, a0);
+                    is[r][t] = dot_signed(is[r][t], ua1, u1, a1);
                 } else { /* u <= 31: vpmaddubsw is exact, |pair| <= 2*31*128, two slabs <= 15872 */
                     const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(u0, a0), _mm256_maddubs_epi16(u1, a1));
                     is[r][t] = _mm256_add_epi32(is[r][t], _mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
