@@ -30,193 +30,209 @@ ALWAYS_INLINE float f16s(const uint8_t *p) { return _cvtsh_ss(moe_rd16(p)); }
 ALWAYS_INLINE __m256 u8f(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)); }
 ALWAYS_INLINE __m256 i8f(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)); }
 
-/* ---- part dequantizers: v[2q] = lanes 0..7, v[2q+1] = lanes 8..15 of chunk q */
+/* ---- dequantizers, one vector at a time: dq_NAME(row, i, q, st, S) is
+ * vector q of part i (q = 2c is lanes 0..7 and q = 2c + 1 lanes 8..15 of the
+ * part's 16-value chunk c), with the reference's float operations. The tile
+ * calls it for q = 0, 1, ... and feeds each vector to its FMAs at once, so
+ * a row's part is never held whole: a part of 64 values is 8 vectors, and
+ * with a 4-row tile's 8 accumulators and the scales that is more than
+ * AVX2's 16 registers (GCC kept the accumulators on the stack, an FMA with
+ * a memory operand and a store per update). The loads and nibble masks that
+ * vectors of one part share are computed once (common subexpressions of
+ * the unrolled calls). A K-quant part (64 of a super-block's 256 values)
+ * reads the per-row state st[] that vector 0 of the block's first part
+ * fills.
+ *
+ * Codes are worked on as 16 bytes repeated in both 128-bit lanes (one
+ * vbroadcasti128 load), and 8 of them become 8 int32 lanes by an in-lane
+ * byte shuffle: vpmovzxbd / vpmovsxbd from a register is a lane-crossing
+ * op that Zen 3 issues about once per 1.4 cycles, the shuffle twice per
+ * cycle, and it was the FP32 K-quant gemv's bottleneck there. The integers
+ * are the same, so are the floats. */
 
-ALWAYS_INLINE void dq_q8_0(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
-    const uint8_t *b = row + i * QB_Q8_0 * S;
-    const __m256 d = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(b)]);   /* a broadcast load (quant_internal.h) */
-    UNROLL for (int j = 0; j < 4; j++) v[j] = _mm256_mul_ps(i8f(ld64(b + 2 + 8 * j)), d);
+ALWAYS_INLINE __m256i ld128x2(const uint8_t *p) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+}
+/* the low (nib = 0) or high nibbles of each byte */
+ALWAYS_INLINE __m256i nibbles(__m256i q, const int nib) {
+    return _mm256_and_si256(nib ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(15));
+}
+#define Z (-128) /* a vpshufb index that writes 0 */
+/* bytes 8h..8h+7 of a both-lanes vector as 8 floats: unsigned (byte k to
+ * the low byte of lane k) or signed (to the high byte, then an arithmetic
+ * shift) */
+ALWAYS_INLINE __m256 u8f2(__m256i b, const int h) {
+    const __m256i lo = _mm256_setr_epi8(0, Z, Z, Z, 1, Z, Z, Z, 2, Z, Z, Z, 3, Z, Z, Z,
+                                        4, Z, Z, Z, 5, Z, Z, Z, 6, Z, Z, Z, 7, Z, Z, Z);
+    const __m256i hi = _mm256_setr_epi8(8, Z, Z, Z, 9, Z, Z, Z, 10, Z, Z, Z, 11, Z, Z, Z,
+                                        12, Z, Z, Z, 13, Z, Z, Z, 14, Z, Z, Z, 15, Z, Z, Z);
+    return _mm256_cvtepi32_ps(_mm256_shuffle_epi8(b, h ? hi : lo));
+}
+ALWAYS_INLINE __m256 i8f2(__m256i b, const int h) {
+    const __m256i lo = _mm256_setr_epi8(Z, Z, Z, 0, Z, Z, Z, 1, Z, Z, Z, 2, Z, Z, Z, 3,
+                                        Z, Z, Z, 4, Z, Z, Z, 5, Z, Z, Z, 6, Z, Z, Z, 7);
+    const __m256i hi = _mm256_setr_epi8(Z, Z, Z, 8, Z, Z, Z, 9, Z, Z, Z, 10, Z, Z, Z, 11,
+                                        Z, Z, Z, 12, Z, Z, Z, 13, Z, Z, Z, 14, Z, Z, Z, 15);
+    return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_shuffle_epi8(b, h ? hi : lo), 24));
+}
+#undef Z
+/* a 16-entry int8 level table in both lanes, indexed by codes */
+ALWAYS_INLINE __m256i levels(const int8_t *tab, __m256i codes) {
+    return _mm256_shuffle_epi8(ld128x2((const uint8_t *)tab), codes);
 }
 
-ALWAYS_INLINE void dq_q4_0(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+/* Q8_0: vpmovsxbd from memory (a load op, not the slow register form) */
+ALWAYS_INLINE __m256 dq_q8_0(const uint8_t *row, int64_t i, const int q, float *st, const int S) {
+    const uint8_t *b = row + i * QB_Q8_0 * S;
+    const __m256 d = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(b)]);   /* a broadcast load (quant_internal.h) */
+    return _mm256_mul_ps(i8f(ld64(b + 2 + 8 * q)), d);
+}
+
+/* 32-value blocks of nibbles: vectors 0, 1 from the low nibbles, 2, 3 from the high */
+ALWAYS_INLINE __m256 dq_q4_0(const uint8_t *row, int64_t i, const int q, float *st, const int S) {
     const uint8_t *b = row + i * QB_Q4_0 * S;
     const __m256 d = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(b)]);
-    const __m128i q = ld128(b + 2), m = _mm_set1_epi8(15), c8 = _mm_set1_epi8(8);
-    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m), c8);
-    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m), c8);
-    v[0] = _mm256_mul_ps(i8f(lo), d);
-    v[1] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(lo, lo)), d);
-    v[2] = _mm256_mul_ps(i8f(hi), d);
-    v[3] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(hi, hi)), d);
+    const __m256i c = _mm256_sub_epi8(nibbles(ld128x2(b + 2), q >> 1), _mm256_set1_epi8(8));
+    return _mm256_mul_ps(i8f2(c, q & 1), d);
 }
 
 /* Q4_1: (float)c * d + m, the product then the sum. */
-ALWAYS_INLINE void dq_q4_1(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+ALWAYS_INLINE __m256 dq_q4_1(const uint8_t *row, int64_t i, const int q, float *st, const int S) {
     const uint8_t *b = row + i * QB_Q4_1 * S;
     const __m256 d = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(b)]), m = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(b + 2)]);
-    const __m128i q = ld128(b + 4), m15 = _mm_set1_epi8(15);
-    const __m128i lo = _mm_and_si128(q, m15), hi = _mm_and_si128(_mm_srli_epi16(q, 4), m15);
-    v[0] = _mm256_add_ps(_mm256_mul_ps(u8f(lo), d), m);
-    v[1] = _mm256_add_ps(_mm256_mul_ps(u8f(_mm_unpackhi_epi64(lo, lo)), d), m);
-    v[2] = _mm256_add_ps(_mm256_mul_ps(u8f(hi), d), m);
-    v[3] = _mm256_add_ps(_mm256_mul_ps(u8f(_mm_unpackhi_epi64(hi, hi)), d), m);
+    const __m256i c = nibbles(ld128x2(b + 4), q >> 1);
+    return _mm256_add_ps(_mm256_mul_ps(u8f2(c, q & 1), d), m);
 }
 
 /* IQ4_NL: the int8 level by vpshufb, then (float)kv * d. */
-ALWAYS_INLINE void dq_iq4_nl(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+ALWAYS_INLINE __m256 dq_iq4_nl(const uint8_t *row, int64_t i, const int q, float *st, const int S) {
     const uint8_t *b = row + i * QB_IQ4_NL * S;
     const __m256 d = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(b)]);
-    const __m128i kv = _mm_loadu_si128((const __m128i *)moe_kvalues_iq4nl), m = _mm_set1_epi8(15);
-    const __m128i q = ld128(b + 2);
-    const __m128i lo = _mm_shuffle_epi8(kv, _mm_and_si128(q, m));
-    const __m128i hi = _mm_shuffle_epi8(kv, _mm_and_si128(_mm_srli_epi16(q, 4), m));
-    v[0] = _mm256_mul_ps(i8f(lo), d);
-    v[1] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(lo, lo)), d);
-    v[2] = _mm256_mul_ps(i8f(hi), d);
-    v[3] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(hi, hi)), d);
+    const __m256i c = levels(moe_kvalues_iq4nl, nibbles(ld128x2(b + 2), q >> 1));
+    return _mm256_mul_ps(i8f2(c, q & 1), d);
 }
 
 /* Q5_0 / Q5_1: the 5-bit codes as bytes: bit j of qh spread to byte j
  * (a byte shuffle of qh, an AND with the bit, a compare) as 0x10, ORed
- * into the nibbles; lo = values 0..15, hi = 16..31. */
-ALWAYS_INLINE void q5_codes(const uint8_t *b, __m128i *lo, __m128i *hi) {
+ * into the nibbles; hi = 0: values 0..15, hi = 1: values 16..31. */
+ALWAYS_INLINE __m256i q5_codes(const uint8_t *b, const int hi) {
     uint32_t qh;
     memcpy(&qh, b, 4);
-    const __m128i h = _mm_cvtsi32_si128((int)qh), m15 = _mm_set1_epi8(15), c16 = _mm_set1_epi8(16);
-    const __m128i bits = _mm_set1_epi64x((long long)0x8040201008040201ull);
-    const __m128i h0 = _mm_shuffle_epi8(h, _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-    const __m128i h1 = _mm_shuffle_epi8(h, _mm_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-    const __m128i b0 = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h0, bits), bits), c16);
-    const __m128i b1 = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h1, bits), bits), c16);
-    const __m128i q = ld128(b + 4);
-    *lo = _mm_or_si128(_mm_and_si128(q, m15), b0);
-    *hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q, 4), m15), b1);
+    const __m256i h = _mm256_set1_epi32((int)qh);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i spread = hi ? _mm256_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+                                                 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)
+                              : _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m256i hb = _mm256_shuffle_epi8(h, spread);
+    const __m256i b5 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, bits), bits), _mm256_set1_epi8(16));
+    return _mm256_or_si256(nibbles(ld128x2(b + 4), hi), b5);
 }
-ALWAYS_INLINE void dq_q5_0(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+ALWAYS_INLINE __m256 dq_q5_0(const uint8_t *row, int64_t i, const int q, float *st, const int S) {
     const uint8_t *b = row + i * QB_Q5_0 * S;
     const __m256 d = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(b)]);
-    __m128i lo, hi;
-    q5_codes(b + 2, &lo, &hi);
-    const __m128i c16 = _mm_set1_epi8(16);
-    lo = _mm_sub_epi8(lo, c16);
-    hi = _mm_sub_epi8(hi, c16);
-    v[0] = _mm256_mul_ps(i8f(lo), d);
-    v[1] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(lo, lo)), d);
-    v[2] = _mm256_mul_ps(i8f(hi), d);
-    v[3] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(hi, hi)), d);
+    const __m256i c = _mm256_sub_epi8(q5_codes(b + 2, q >> 1), _mm256_set1_epi8(16));
+    return _mm256_mul_ps(i8f2(c, q & 1), d);
 }
-ALWAYS_INLINE void dq_q5_1(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+ALWAYS_INLINE __m256 dq_q5_1(const uint8_t *row, int64_t i, const int q, float *st, const int S) {
     const uint8_t *b = row + i * QB_Q5_1 * S;
     const __m256 d = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(b)]), m = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(b + 2)]);
-    __m128i lo, hi;
-    q5_codes(b + 4, &lo, &hi);
-    v[0] = _mm256_add_ps(_mm256_mul_ps(u8f(lo), d), m);
-    v[1] = _mm256_add_ps(_mm256_mul_ps(u8f(_mm_unpackhi_epi64(lo, lo)), d), m);
-    v[2] = _mm256_add_ps(_mm256_mul_ps(u8f(hi), d), m);
-    v[3] = _mm256_add_ps(_mm256_mul_ps(u8f(_mm_unpackhi_epi64(hi, hi)), d), m);
+    const __m256i c = q5_codes(b + 4, q >> 1);
+    return _mm256_add_ps(_mm256_mul_ps(u8f2(c, q & 1), d), m);
 }
 
-ALWAYS_INLINE void dq_mxfp4(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+ALWAYS_INLINE __m256 dq_mxfp4(const uint8_t *row, int64_t i, const int q, float *st, const int S) {
     const uint8_t *b = row + i * QB_MXFP4 * S;
     const __m256 d = _mm256_set1_ps(moe_e8m0_half_tab[b[0]]);
-    const __m128i kv = _mm_loadu_si128((const __m128i *)moe_kvalues_fp4), m = _mm_set1_epi8(15);
-    const __m128i q = ld128(b + 1);
-    const __m128i lo = _mm_shuffle_epi8(kv, _mm_and_si128(q, m));
-    const __m128i hi = _mm_shuffle_epi8(kv, _mm_and_si128(_mm_srli_epi16(q, 4), m));
-    v[0] = _mm256_mul_ps(i8f(lo), d);
-    v[1] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(lo, lo)), d);
-    v[2] = _mm256_mul_ps(i8f(hi), d);
-    v[3] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(hi, hi)), d);
+    const __m256i c = levels(moe_kvalues_fp4, nibbles(ld128x2(b + 1), q >> 1));
+    return _mm256_mul_ps(i8f2(c, q & 1), d);
 }
 
-ALWAYS_INLINE void dq_nvfp4(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+/* NVFP4: sub-block s (16 values, its own scale) is vectors 2s (low
+ * nibbles of its 8 bytes) and 2s + 1 (high nibbles); 16 bytes = two
+ * sub-blocks are loaded at once */
+ALWAYS_INLINE __m256 dq_nvfp4(const uint8_t *row, int64_t i, const int q, float *st, const int S) {
     const uint8_t *b = row + i * QB_NVFP4 * S;
-    const __m128i kv = _mm_loadu_si128((const __m128i *)moe_kvalues_fp4), m = _mm_set1_epi8(15);
-    UNROLL for (int s = 0; s < 4; s++) {
-        const __m256 d = _mm256_set1_ps(moe_ue4m3_half[b[s]]);
-        const __m128i q = ld64(b + 4 + 8 * s);
-        v[2 * s] = _mm256_mul_ps(i8f(_mm_shuffle_epi8(kv, _mm_and_si128(q, m))), d);
-        v[2 * s + 1] = _mm256_mul_ps(i8f(_mm_shuffle_epi8(kv, _mm_and_si128(_mm_srli_epi16(q, 4), m))), d);
-    }
+    const int s = q >> 1;
+    const __m256 d = _mm256_set1_ps(moe_ue4m3_half[b[s]]);
+    const __m256i c = levels(moe_kvalues_fp4, nibbles(ld128x2(b + 4 + 16 * (s >> 1)), q & 1));
+    return _mm256_mul_ps(i8f2(c, s & 1), d);
 }
 
 /* K-quant super-block state (see quant_avx512.c): Q4_K st[j] = d*sc_j,
- * st[8+j] = dmin*m_j; Q6_K st[j] = d*sc[j]. */
+ * st[8+j] = dmin*m_j; Q6_K st[j] = d*sc[j]. Every prep_* ends with
+ * state_stored: the parts read st[] back by broadcast loads, where GCC
+ * would otherwise keep the stored vectors in registers for the whole block
+ * (4 rows x 2 vectors more than AVX2 holds beside the accumulators). */
+ALWAYS_INLINE void state_stored(float *st) { __asm__("" : "+m"(*(float(*)[16])st)); }
+/* moe_q4k_unpack16 in registers (the scalar one went through memory, a
+ * store-forwarding stall per block and row): bytes 0..7 the scales, 8..15
+ * the mins; scale/min j < 4 is s[j] / s[j+4] & 63, j >= 4 takes the low /
+ * high nibble of s[j+4] and bits 6, 7 of s[j-4] / s[j] as bits 4, 5. */
+ALWAYS_INLINE __m128i q4k_scales_mins(const uint8_t *s) {
+    const __m128i q = ld128(s);
+    const __m128i a = _mm_shuffle_epi8(q, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i b = _mm_shuffle_epi8(q, _mm_setr_epi8(-128, -128, -128, -128, 0, 1, 2, 3, -128, -128, -128, -128, 4, 5, 6, 7));
+    const __m128i lo = _mm_or_si128(
+        _mm_and_si128(a, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0)),
+        _mm_and_si128(_mm_srli_epi16(a, 4), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15)));
+    return _mm_or_si128(lo, _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30)));
+}
 ALWAYS_INLINE void prep_q4_k(const uint8_t *b, float *st) {
-    uint8_t u[16];
-    moe_q4k_unpack16(b + 4, u);
-    const __m128i v = ld128(u);
+    const __m128i v = q4k_scales_mins(b + 4);
     _mm256_storeu_ps(st, _mm256_mul_ps(_mm256_set1_ps(f16s(b)), u8f(v)));
     _mm256_storeu_ps(st + 8, _mm256_mul_ps(_mm256_set1_ps(f16s(b + 2)), u8f(_mm_unpackhi_epi64(v, v))));
+    state_stored(st);
 }
 ALWAYS_INLINE void prep_q6_k(const uint8_t *b, float *st) {
     const __m256 d = _mm256_set1_ps(f16s(b + 208));
     const __m128i v = ld128(b + 192);
     _mm256_storeu_ps(st, _mm256_mul_ps(d, i8f(v)));
     _mm256_storeu_ps(st + 8, _mm256_mul_ps(d, i8f(_mm_unpackhi_epi64(v, v))));
+    state_stored(st);
 }
 
-ALWAYS_INLINE void dq_q4_k(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+/* Q4_K part c = 32 bytes of codes: vectors 0..3 are the low nibbles of
+ * bytes 0..15, 16..31 (sub-block 2c: d1, mm1), vectors 4..7 their high
+ * nibbles (sub-block 2c + 1: d2, mm2). Q5_K is the same with a 5th bit. */
+ALWAYS_INLINE __m256 dq_q4_k(const uint8_t *row, int64_t i, const int q, float *st, const int S) {
     const uint8_t *b = row + (i >> 2) * QB_Q4_K * S;
-    const int c = (int)(i & 3);
-    if (c == 0) prep_q4_k(b, st);
-    const __m256 d1 = _mm256_set1_ps(st[2 * c]), mm1 = _mm256_set1_ps(st[8 + 2 * c]);
-    const __m256 d2 = _mm256_set1_ps(st[2 * c + 1]), mm2 = _mm256_set1_ps(st[9 + 2 * c]);
-    const uint8_t *q = b + 16 + 32 * c;
-    const __m128i m = _mm_set1_epi8(15);
-    UNROLL for (int h = 0; h < 2; h++) {
-        const __m128i qq = ld128(q + 16 * h);
-        const __m128i lo = _mm_and_si128(qq, m), hi = _mm_and_si128(_mm_srli_epi16(qq, 4), m);
-        v[2 * h] = _mm256_sub_ps(_mm256_mul_ps(d1, u8f(lo)), mm1);
-        v[2 * h + 1] = _mm256_sub_ps(_mm256_mul_ps(d1, u8f(_mm_unpackhi_epi64(lo, lo))), mm1);
-        v[4 + 2 * h] = _mm256_sub_ps(_mm256_mul_ps(d2, u8f(hi)), mm2);
-        v[4 + 2 * h + 1] = _mm256_sub_ps(_mm256_mul_ps(d2, u8f(_mm_unpackhi_epi64(hi, hi))), mm2);
-    }
+    const int c = (int)(i & 3), hn = q >> 2, u = (q >> 1) & 1;
+    if (q == 0 && c == 0) prep_q4_k(b, st);
+    const __m256 d = _mm256_set1_ps(st[2 * c + hn]), m = _mm256_set1_ps(st[8 + 2 * c + hn]);
+    const __m256i n = nibbles(ld128x2(b + 16 + 32 * c + 16 * u), hn);
+    return _mm256_sub_ps(_mm256_mul_ps(d, u8f2(n, q & 1)), m);
 }
 
-ALWAYS_INLINE void dq_q6_k(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+/* Q6_K part p: half h = p/2 of the block; vectors 4gg + 2u + {0, 1} are 16
+ * values of group g = 2(p&1) + gg, 16-byte run u, scale st[8h + 2g + u]. */
+ALWAYS_INLINE __m256 dq_q6_k(const uint8_t *row, int64_t i, const int q, float *st, const int S) {
     const uint8_t *b = row + (i >> 2) * QB_Q6_K * S;
-    const int p = (int)(i & 3), h = p >> 1, hi = p & 1;
-    if (p == 0) prep_q6_k(b, st);
+    const int p = (int)(i & 3), h = p >> 1, hi = p & 1, gg = q >> 2, u = (q >> 1) & 1, g = 2 * hi + gg;
+    if (q == 0 && p == 0) prep_q6_k(b, st);
     const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
-    const __m128i m15 = _mm_set1_epi8(15), m3 = _mm_set1_epi8(3), c32 = _mm_set1_epi8(32);
-    UNROLL for (int gg = 0; gg < 2; gg++) {
-        const int g = 2 * hi + gg;
-        UNROLL for (int u = 0; u < 2; u++) {
-            const __m128i l8 = ld128(ql + 32 * gg + 16 * u), h8 = ld128(qh + 16 * u);
-            const __m128i lo = hi ? _mm_and_si128(_mm_srli_epi16(l8, 4), m15) : _mm_and_si128(l8, m15);
-            const __m128i hb = _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h8, 2 * g), m3), 4);
-            const __m128i q = _mm_sub_epi8(_mm_or_si128(lo, hb), c32);
-            const __m256 s = _mm256_set1_ps(st[8 * h + 2 * g + u]);
-            v[2 * (2 * gg + u)] = _mm256_mul_ps(i8f(q), s);
-            v[2 * (2 * gg + u) + 1] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(q, q)), s);
-        }
-    }
+    const __m256i lo = nibbles(ld128x2(ql + 32 * gg + 16 * u), hi);
+    const __m256i h8 = ld128x2(qh + 16 * u);
+    const __m256i hb = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h8, 2 * g), _mm256_set1_epi8(3)), 4);
+    const __m256i c = _mm256_sub_epi8(_mm256_or_si256(lo, hb), _mm256_set1_epi8(32));
+    return _mm256_mul_ps(i8f2(c, q & 1), _mm256_set1_ps(st[8 * h + 2 * g + u]));
 }
 
 /* ---- Q5_K, Q3_K, Q2_K, IQ4_XS (specification: kquant_ref.c; state as in
  * quant_avx512.c) ---------------------------------------------------------- */
 
-/* Q5_K: the Q4_K header and state (prep_q4_k); codes get their 5th bit from qh. */
-ALWAYS_INLINE void dq_q5_k(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+/* Q5_K: the Q4_K header and state (prep_q4_k); codes get their 5th bit from
+ * qh: bits 2c, 2c+1 moved to bit 4 (one variable shift per 16 bytes). */
+ALWAYS_INLINE __m256 dq_q5_k(const uint8_t *row, int64_t i, const int q, float *st, const int S) {
     const uint8_t *b = row + (i >> 2) * QB_Q5_K * S;
-    const int c = (int)(i & 3);
-    if (c == 0) prep_q4_k(b, st);
-    const __m256 d1 = _mm256_set1_ps(st[2 * c]), mm1 = _mm256_set1_ps(st[8 + 2 * c]);
-    const __m256 d2 = _mm256_set1_ps(st[2 * c + 1]), mm2 = _mm256_set1_ps(st[9 + 2 * c]);
+    const int c = (int)(i & 3), hn = q >> 2, u = (q >> 1) & 1;
+    if (q == 0 && c == 0) prep_q4_k(b, st);
+    const __m256 d = _mm256_set1_ps(st[2 * c + hn]), m = _mm256_set1_ps(st[8 + 2 * c + hn]);
     const uint8_t *qs = b + 48 + 32 * c, *qh = b + 16;
-    const __m128i m15 = _mm_set1_epi8(15), c16 = _mm_set1_epi8(16);
-    UNROLL for (int u = 0; u < 2; u++) {
-        /* bits 2c, 2c+1 of qh moved to bit 4 (one variable shift per 16 bytes) */
-        const __m128i q8 = ld128(qs + 16 * u), h8 = _mm_srli_epi16(ld128(qh + 16 * u), 2 * c);
-        const __m128i lo = _mm_or_si128(_mm_and_si128(q8, m15), _mm_and_si128(_mm_slli_epi16(h8, 4), c16));
-        const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q8, 4), m15),
-                                        _mm_and_si128(_mm_slli_epi16(h8, 3), c16));
-        v[2 * u] = _mm256_sub_ps(_mm256_mul_ps(d1, u8f(lo)), mm1);
-        v[2 * u + 1] = _mm256_sub_ps(_mm256_mul_ps(d1, u8f(_mm_unpackhi_epi64(lo, lo))), mm1);
-        v[4 + 2 * u] = _mm256_sub_ps(_mm256_mul_ps(d2, u8f(hi)), mm2);
-        v[4 + 2 * u + 1] = _mm256_sub_ps(_mm256_mul_ps(d2, u8f(_mm_unpackhi_epi64(hi, hi))), mm2);
-    }
+    const __m256i h8 = _mm256_srli_epi16(ld128x2(qh + 16 * u), 2 * c);
+    const __m256i b5 = _mm256_and_si256(hn ? _mm256_slli_epi16(h8, 3) : _mm256_slli_epi16(h8, 4), _mm256_set1_epi8(16));
+    const __m256i n = _mm256_or_si256(nibbles(ld128x2(qs + 16 * u), hn), b5);
+    return _mm256_sub_ps(_mm256_mul_ps(d, u8f2(n, q & 1)), m);
 }
 
 /* Q3_K: the 16 scales minus 32 as int8 (moe_q3k_scales, vectorized): low
@@ -234,24 +250,20 @@ ALWAYS_INLINE void prep_q3_k(const uint8_t *b, float *st) {
     const __m128i v = q3k_scales16(b + 96);
     _mm256_storeu_ps(st, _mm256_mul_ps(d, i8f(v)));
     _mm256_storeu_ps(st + 8, _mm256_mul_ps(d, i8f(_mm_unpackhi_epi64(v, v))));
+    state_stored(st);
 }
-ALWAYS_INLINE void dq_q3_k(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+/* Q3_K and Q2_K part p: vectors 4jj + 2u + {0, 1} are 16 values of the
+ * 2-bit field j = 2(p&1) + jj of 16-byte run u in half h = p/2, scale
+ * index 4p + 2jj + u. */
+ALWAYS_INLINE __m256 dq_q3_k(const uint8_t *row, int64_t i, const int q, float *st, const int S) {
     const uint8_t *b = row + (i >> 2) * QB_Q3_K * S;
-    const int p = (int)(i & 3), h = p >> 1;
-    if (p == 0) prep_q3_k(b, st);
+    const int p = (int)(i & 3), h = p >> 1, jj = q >> 2, u = (q >> 1) & 1, j = 2 * (p & 1) + jj;
+    if (q == 0 && p == 0) prep_q3_k(b, st);
     const uint8_t *qs = b + 32 + 32 * h;
-    const __m128i m3 = _mm_set1_epi8(3), one = _mm_set1_epi8(1), c4 = _mm_set1_epi8(4);
-    UNROLL for (int jj = 0; jj < 2; jj++) {
-        const int j = 2 * (p & 1) + jj;
-        UNROLL for (int u = 0; u < 2; u++) {
-            const __m128i c = _mm_and_si128(_mm_srli_epi16(ld128(qs + 16 * u), 2 * j), m3);
-            const __m128i hb = _mm_and_si128(_mm_srli_epi16(ld128(b + 16 * u), 4 * h + j), one);
-            const __m128i q = _mm_sub_epi8(_mm_or_si128(c, _mm_slli_epi16(hb, 2)), c4);
-            const __m256 s = _mm256_set1_ps(st[4 * p + 2 * jj + u]);
-            v[2 * (2 * jj + u)] = _mm256_mul_ps(i8f(q), s);
-            v[2 * (2 * jj + u) + 1] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(q, q)), s);
-        }
-    }
+    const __m256i c = _mm256_and_si256(_mm256_srli_epi16(ld128x2(qs + 16 * u), 2 * j), _mm256_set1_epi8(3));
+    const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(ld128x2(b + 16 * u), 4 * h + j), _mm256_set1_epi8(1));
+    const __m256i v = _mm256_sub_epi8(_mm256_or_si256(c, _mm256_slli_epi16(hb, 2)), _mm256_set1_epi8(4));
+    return _mm256_mul_ps(i8f2(v, q & 1), _mm256_set1_ps(st[4 * p + 2 * jj + u]));
 }
 
 ALWAYS_INLINE void prep_q2_k(const uint8_t *b, float *st) {
@@ -259,47 +271,33 @@ ALWAYS_INLINE void prep_q2_k(const uint8_t *b, float *st) {
     const __m128i sc = _mm_and_si128(ld128(b), _mm_set1_epi8(15));
     _mm256_storeu_ps(st, _mm256_mul_ps(d, u8f(sc)));
     _mm256_storeu_ps(st + 8, _mm256_mul_ps(d, u8f(_mm_unpackhi_epi64(sc, sc))));
+    state_stored(st);
 }
-ALWAYS_INLINE void dq_q2_k(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+ALWAYS_INLINE __m256 dq_q2_k(const uint8_t *row, int64_t i, const int q, float *st, const int S) {
     const uint8_t *b = row + (i >> 2) * QB_Q2_K * S;
-    const int p = (int)(i & 3), h = p >> 1;
-    if (p == 0) prep_q2_k(b, st);
+    const int p = (int)(i & 3), h = p >> 1, jj = q >> 2, u = (q >> 1) & 1, j = 2 * (p & 1) + jj;
+    const int sb = 4 * p + 2 * jj + u;
+    if (q == 0 && p == 0) prep_q2_k(b, st);
     const float dmin = moe_f16_f32_tab[moe_rd16(b + 82)];
-    const uint8_t *qs = b + 16 + 32 * h;
-    const __m128i m3 = _mm_set1_epi8(3);
-    UNROLL for (int jj = 0; jj < 2; jj++) {
-        const int j = 2 * (p & 1) + jj;
-        UNROLL for (int u = 0; u < 2; u++) {
-            const int sb = 4 * p + 2 * jj + u;
-            const __m128i c = _mm_and_si128(_mm_srli_epi16(ld128(qs + 16 * u), 2 * j), m3);
-            const __m256 dl = _mm256_set1_ps(st[sb]), ml = _mm256_set1_ps(dmin * (float)(b[sb] >> 4));
-            v[2 * (2 * jj + u)] = _mm256_sub_ps(_mm256_mul_ps(dl, u8f(c)), ml);
-            v[2 * (2 * jj + u) + 1] = _mm256_sub_ps(_mm256_mul_ps(dl, u8f(_mm_unpackhi_epi64(c, c))), ml);
-        }
-    }
+    const __m256i c = _mm256_and_si256(_mm256_srli_epi16(ld128x2(b + 16 + 32 * h + 16 * u), 2 * j), _mm256_set1_epi8(3));
+    const __m256 dl = _mm256_set1_ps(st[sb]), ml = _mm256_set1_ps(dmin * (float)(b[sb] >> 4));
+    return _mm256_sub_ps(_mm256_mul_ps(dl, u8f2(c, q & 1)), ml);
 }
 
 ALWAYS_INLINE void prep_iq4_xs(const uint8_t *b, float *st) {
     const float d = f16s(b);
     for (int ib = 0; ib < 8; ib++) st[ib] = d * (float)moe_iq4xs_scale(b, ib);
+    state_stored(st);
 }
-/* IQ4_XS: codes -> the int8 levels by vpshufb, then (float)kv * dl. */
-ALWAYS_INLINE void dq_iq4_xs(const uint8_t *row, int64_t i, __m256 *v, float *st, const int S) {
+/* IQ4_XS part p: sub-blocks ib = 2p + s of 32 values, vectors 4s + {0, 1}
+ * from the low nibbles of its 16 bytes, 4s + {2, 3} from the high ones;
+ * codes -> the int8 levels by vpshufb, then (float)kv * dl. */
+ALWAYS_INLINE __m256 dq_iq4_xs(const uint8_t *row, int64_t i, const int q, float *st, const int S) {
     const uint8_t *b = row + (i >> 2) * QB_IQ4_XS * S;
-    const int p = (int)(i & 3);
-    if (p == 0) prep_iq4_xs(b, st);
-    const __m128i kv = _mm_loadu_si128((const __m128i *)moe_kq_iq4nl), m = _mm_set1_epi8(15);
-    UNROLL for (int s = 0; s < 2; s++) {
-        const int ib = 2 * p + s;
-        const __m256 d = _mm256_set1_ps(st[ib]);
-        const __m128i q = ld128(b + 8 + 16 * ib);
-        const __m128i lo = _mm_shuffle_epi8(kv, _mm_and_si128(q, m));
-        const __m128i hi = _mm_shuffle_epi8(kv, _mm_and_si128(_mm_srli_epi16(q, 4), m));
-        v[4 * s] = _mm256_mul_ps(i8f(lo), d);
-        v[4 * s + 1] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(lo, lo)), d);
-        v[4 * s + 2] = _mm256_mul_ps(i8f(hi), d);
-        v[4 * s + 3] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(hi, hi)), d);
-    }
+    const int p = (int)(i & 3), ib = 2 * p + (q >> 2);
+    if (q == 0 && p == 0) prep_iq4_xs(b, st);
+    const __m256i c = levels(moe_kq_iq4nl, nibbles(ld128x2(b + 8 + 16 * ib), (q >> 1) & 1));
+    return _mm256_mul_ps(i8f2(c, q & 1), _mm256_set1_ps(st[ib]));
 }
 
 /* ---- tiles ---------------------------------------------------------------- */
@@ -308,13 +306,15 @@ ALWAYS_INLINE void dq_iq4_xs(const uint8_t *row, int64_t i, __m256 *v, float *st
  * quant_avx512.c for the measurement behind 8 KB. */
 #define PF_DIST 8192
 
-/* The R x T tile: each row's part is dequantized and used at once (its
- * 2*NV vectors, the activations as memory operands), so a gemv tile holds 8
- * accumulators and one row's part. Dequantizing all R rows first held 16
- * more vectors than AVX2's 16 registers: GCC spilled accumulators and
- * weights to the stack in the loop (bench_quant, AVX2, 1 thread, weights in
- * L2: Q8_0 17.0-17.3 -> 19.8-19.9 GB/s, NVFP4 6.6 -> 7.5; 2-thread x4
- * lm-head Q8_0 27-31 -> 36). */
+/* The R x T tile: each row's part is dequantized a vector at a time and
+ * each vector used at once, the activations as memory operands, so a gemv
+ * tile holds its 8 accumulators, the part's scales and one vector.
+ * Dequantizing all R rows first, or one row's whole part (8 vectors for 64
+ * values), held more than AVX2's 16 registers, and so did the part's
+ * activation vectors once GCC loaded them a single time for all R rows:
+ * either way it spilled the accumulators to the stack in the loop. The
+ * empty asm hides that the rows read the same activations, so each FMA
+ * loads its own (from L1, where they are). */
 #define DEF_BLOCK_KERNELS(NAME, SUBV, NV, DQ, PB, QBYTES)                                                 \
     ALWAYS_INLINE void tile_##NAME(const uint8_t *w, size_t rb, const float *x, size_t xs,         \
                                    float *y, size_t ys, int64_t n, const int R, const int T,      \
@@ -328,11 +328,14 @@ ALWAYS_INLINE void dq_iq4_xs(const uint8_t *row, int64_t i, __m256 *v, float *st
             UNROLL for (int rr = 0; rr < R; rr++)                                                  \
                 _mm_prefetch((const char *)w + rr * rb + i * (PB) * S + PF_DIST, _MM_HINT_T0);         \
             UNROLL for (int rr = 0; rr < R; rr++) {                                                \
-                __m256 v[2 * (NV)];                                                                \
-                DQ(w + rr * rb, i, v, st[rr], S);                                                  \
-                UNROLL for (int q = 0; q < 2 * (NV); q++) UNROLL for (int tt = 0; tt < T; tt++)    \
-                    acc[rr][tt][q & 1] = _mm256_fmadd_ps(v[q], _mm256_loadu_ps(x + tt * xs + i * (SUBV) + 8 * q), \
-                                                         acc[rr][tt][q & 1]);                      \
+                const float *xr = x + i * (SUBV);                                                  \
+                __asm__("" : "+r"(xr)); /* one load per use: see above */                        \
+                UNROLL for (int q = 0; q < 2 * (NV); q++) {                                        \
+                    const __m256 v = DQ(w + rr * rb, i, q, st[rr], S);                             \
+                    UNROLL for (int tt = 0; tt < T; tt++)                                          \
+                        acc[rr][tt][q & 1] = _mm256_fmadd_ps(v, _mm256_loadu_ps(xr + tt * xs + 8 * q), \
+                                                             acc[rr][tt][q & 1]);                  \
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
         UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
@@ -625,15 +628,11 @@ ALWAYS_INLINE void wide_tiles_r(const float *wb, int64_t nk, const float *x, siz
 MOE_DEF_WIDE_TILES
 
 /* one part of one row into the buffer (quant_internal.h: DEF_WIDE_FILL);
- * v[2q] and v[2q+1] are lanes 0-7 and 8-15 of the part's chunk q */
+ * vectors 2c and 2c+1 are lanes 0-7 and 8-15 of the part's chunk c */
 #define WIDE_PART(NAME, NV, row, i, st, S, o)                                                      \
     do {                                                                                           \
-        __m256 v_[2 * (NV)];                                                                       \
-        dq_##NAME(row, i, v_, st, S);                                                              \
-        UNROLL for (int q_ = 0; q_ < (NV); q_++) {                                                 \
-            _mm256_store_ps((o) + q_ * 64, v_[2 * q_]);                                            \
-            _mm256_store_ps((o) + q_ * 64 + 8, v_[2 * q_ + 1]);                                    \
-        }                                                                                          \
+        UNROLL for (int q_ = 0; q_ < 2 * (NV); q_++)                                               \
+            _mm256_store_ps((o) + (q_ >> 1) * 64 + (q_ & 1) * 8, dq_##NAME(row, i, q_, st, S));    \
     } while (0)
 MOE_WIDE_FORMATS(DEF_WIDE_BLOCK)
 MOE_KQ_WIDE_FORMATS(DEF_WIDE_BLOCK)
