@@ -61,6 +61,8 @@
 
 #include <immintrin.h>
 
+#include "quant/simd_avx2.h"
+
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
 /* An empty asm that "changes" v. Integer additions are associative, and
@@ -68,14 +70,6 @@
  * computing all products of a tile before adding them: many more live
  * registers than AVX2 has, and the spills cost a third of the speed. */
 #define KEEP(v) __asm__("" : "+x"(v))
-
-/* The tree of quant.h: a[l]+a[l+8] (lo + hi), then +4, +2, +1. */
-ALWAYS_INLINE float hsum16(__m256 lo, __m256 hi) {
-    const __m256 s8 = _mm256_add_ps(lo, hi);
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
 
 /* dword lanes of half h present in a group of gn blocks (lane l = block 8h + l) */
 ALWAYS_INLINE __m256i live_lanes(int gn, int h) {

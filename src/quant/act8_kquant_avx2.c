@@ -19,19 +19,14 @@
 
 #include <immintrin.h>
 
+#include "quant/simd_avx2.h"
+
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
 
 enum { KF_Q5_K, KF_Q3_K, KF_Q2_K, KF_IQ4_XS };
 #define KF_QB(F) ((F) == KF_Q5_K ? QB_Q5_K : (F) == KF_Q3_K ? QB_Q3_K : (F) == KF_Q2_K ? QB_Q2_K : QB_IQ4_XS)
 #define KF_HALVES(F) ((F) == KF_Q3_K || (F) == KF_Q2_K)
-
-ALWAYS_INLINE float hsum16(__m256 lo, __m256 hi) {
-    const __m256 s8 = _mm256_add_ps(lo, hi);
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
 
 ALWAYS_INLINE __m256i ld(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 ALWAYS_INLINE __m256 f16_bcast(const uint8_t *p) { return _mm256_cvtph_ps(_mm_set1_epi16((short)moe_rd16(p))); }
@@ -112,12 +107,6 @@ ALWAYS_INLINE __m256i slab_u(__m256i z, __m256i h, const int t, const int F) {
 
 /* int16 pair sums to int32 lanes. */
 ALWAYS_INLINE __m256i widen(__m256i s16) { return _mm256_madd_epi16(s16, _mm256_set1_epi16(1)); }
-/* is += the exact products of signed levels q (|q| <= 127; qa = |q|) and
- * activations a (|a| <= 127), per dword (see the top of the file). */
-ALWAYS_INLINE __m256i dot_signed(__m256i is, __m256i qa, __m256i q, __m256i a) {
-    return _mm256_add_epi32(is, widen(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(a, q))));
-}
-
 /* R rows x T tokens of super-block L of one group (row r at G + r*gs). */
 ALWAYS_INLINE void group_k(const uint8_t *G, size_t gs, int gn, const uint8_t *A, size_t xs, int L, __m256 acc[4][4],
                            const int R, const int T, const int F) {

@@ -18,6 +18,8 @@
 
 #include <immintrin.h>
 
+#include "quant/simd_avx2.h"
+
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
 
@@ -25,13 +27,6 @@ enum { LF_Q4_1, LF_Q5_0, LF_Q5_1, LF_IQ4_NL };
 #define LF_HAS_M(F) ((F) == LF_Q4_1 || (F) == LF_Q5_1)
 #define LF_FIVE(F) ((F) == LF_Q5_0 || (F) == LF_Q5_1)
 #define LF_BPB(F) ((F) == LF_Q4_1 ? 20 : (F) == LF_Q5_0 ? 22 : (F) == LF_Q5_1 ? 24 : 18)
-
-ALWAYS_INLINE float hsum16(__m256 lo, __m256 hi) {
-    const __m256 s8 = _mm256_add_ps(lo, hi);
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
 
 /* u of slab t (lane half) from its pair z (and, 5-bit formats, the hi area h). */
 ALWAYS_INLINE __m256i slab_u(__m256i z, __m256i h, const int t, const int F) {
@@ -44,12 +39,6 @@ ALWAYS_INLINE __m256i slab_u(__m256i z, __m256i h, const int t, const int F) {
     if (!LF_FIVE(F)) return nib;
     const __m256i hb = t <= 4 ? _mm256_slli_epi16(h, 4 - t) : _mm256_srli_epi16(h, t - 4);
     return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
-}
-
-/* is += the exact products of signed levels q (|q| <= 127; qa = |q|) and
- * activations a (|a| <= 127), per dword. */
-ALWAYS_INLINE __m256i dot_signed(__m256i is, __m256i qa, __m256i q, __m256i a) {
-    return _mm256_add_epi32(is, _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(a, q)), _mm256_set1_epi16(1)));
 }
 
 /* 32 bytes at p: plain in a full group, else the dwords in live only. */

@@ -11,15 +11,10 @@
 
 #include <immintrin.h>
 
+#include "quant/simd_avx2.h"
+
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
-
-ALWAYS_INLINE float hsum16(__m256 lo, __m256 hi) {
-    const __m256 s8 = _mm256_add_ps(lo, hi);
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
 
 /* Sub-block ib (values 32ib..32ib+31) of block b with scale base d:
  * v[2h] lanes 0..7 and v[2h+1] lanes 8..15 of half h. The 4 entries as
