@@ -307,9 +307,10 @@ ALWAYS_INLINE __m256 dq_iq4_xs(const uint8_t *row, int64_t i, const int q, float
  * Dequantizing all R rows first, or one row's whole part (8 vectors for 64
  * values), held more than AVX2's 16 registers, and so did the part's
  * activation vectors once GCC loaded them a single time for all R rows:
- * either way it spilled the accumulators to the stack in the loop. The
- * empty asm hides that the rows read the same activations, so each FMA
- * loads its own (from L1, where they are). */
+ * either way it spilled the accumulators to the stack in the loop. For the
+ * 64-value parts the empty asm hides that the rows read the same
+ * activations, so each FMA loads its own (from L1, where they are); a
+ * 32-value part's 4 activation vectors fit beside the accumulators. */
 #define DEF_BLOCK_KERNELS(NAME, SUBV, NV, DQ, PB, QBYTES)                                                 \
     ALWAYS_INLINE void tile_##NAME(const uint8_t *w, size_t rb, const float *x, size_t xs,         \
                                    float *y, size_t ys, int64_t n, const int R, const int T,      \
@@ -324,7 +325,7 @@ ALWAYS_INLINE __m256 dq_iq4_xs(const uint8_t *row, int64_t i, const int q, float
                 _mm_prefetch((const char *)w + rr * rb + i * (PB) * S + PF_DIST, _MM_HINT_T0);         \
             UNROLL for (int rr = 0; rr < R; rr++) {                                                \
                 const float *xr = x + i * (SUBV);                                                  \
-                __asm__("" : "+r"(xr)); /* one load per use: see above */                        \
+                if ((NV) == 4) __asm__("" : "+r"(xr)); /* one load per use (above) */            \
                 UNROLL for (int q = 0; q < 2 * (NV); q++) {                                        \
                     const __m256 v = DQ(w + rr * rb, i, q, st[rr], S);                             \
                     UNROLL for (int tt = 0; tt < T; tt++)                                          \
