@@ -98,7 +98,7 @@ ALWAYS_INLINE __m256i slab_u(__m256i z, __m256i h, const int t, const int F) {
     }
     const __m256i nib = _mm256_and_si256(t % 2 ? _mm256_srli_epi16(z, 4) : z, _mm256_set1_epi8(0x0F));
     if (F == KF_IQ4_XS) {   /* the signed level kv[c] (moe_kq_iq4nl), not u = kv + 128 */
-        const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)moe_kq_iq4nl));
+        const __m256i tab = ld128x2(moe_kq_iq4nl);
         return _mm256_shuffle_epi8(tab, nib);
     }
     const __m256i hb = t <= 4 ? _mm256_slli_epi16(h, 4 - t) : _mm256_srli_epi16(h, t - 4);

@@ -29,25 +29,19 @@ ALWAYS_INLINE __m256 i8f(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_e
  * vector q of part i (q = 2c is lanes 0..7 and q = 2c + 1 lanes 8..15 of the
  * part's 16-value chunk c), with the reference's float operations. The tile
  * calls it for q = 0, 1, ... and feeds each vector to its FMAs at once, so
- * a row's part is never held whole: a part of 64 values is 8 vectors, and
- * with a 4-row tile's 8 accumulators and the scales that is more than
- * AVX2's 16 registers (GCC kept the accumulators on the stack, an FMA with
- * a memory operand and a store per update). The loads and nibble masks that
- * vectors of one part share are computed once (common subexpressions of
- * the unrolled calls). A K-quant part (64 of a super-block's 256 values)
+ * a row's part is never held whole (why: the tile, below). The loads and
+ * nibble masks that vectors of one part share are computed once (common
+ * subexpressions of the unrolled calls). A K-quant part (64 of a super-block's 256 values)
  * reads the per-row state st[] that vector 0 of the block's first part
  * fills.
  *
- * Codes are worked on as 16 bytes repeated in both 128-bit lanes (one
- * vbroadcasti128 load), and 8 of them become 8 int32 lanes by an in-lane
- * byte shuffle: vpmovzxbd / vpmovsxbd from a register is a lane-crossing
+ * Codes are worked on as 16 bytes repeated in both 128-bit lanes
+ * (ld128x2), and 8 of them become 8 int32 lanes by an in-lane byte
+ * shuffle: vpmovzxbd / vpmovsxbd from a register is a lane-crossing
  * op that Zen 3 issues about once per 1.4 cycles, the shuffle twice per
  * cycle, and it was the FP32 K-quant gemv's bottleneck there. The integers
  * are the same, so are the floats. */
 
-ALWAYS_INLINE __m256i ld128x2(const uint8_t *p) {
-    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
-}
 /* the low (nib = 0) or high nibbles of each byte */
 ALWAYS_INLINE __m256i nibbles(__m256i q, const int nib) {
     return _mm256_and_si256(nib ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(15));
@@ -73,7 +67,7 @@ ALWAYS_INLINE __m256 i8f2(__m256i b, const int h) {
 #undef Z
 /* a 16-entry int8 level table in both lanes, indexed by codes */
 ALWAYS_INLINE __m256i levels(const int8_t *tab, __m256i codes) {
-    return _mm256_shuffle_epi8(ld128x2((const uint8_t *)tab), codes);
+    return _mm256_shuffle_epi8(ld128x2(tab), codes);
 }
 
 /* Q8_0: vpmovsxbd from memory (a load op, not the slow register form) */

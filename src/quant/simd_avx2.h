@@ -6,6 +6,12 @@
 
 #include <immintrin.h>
 
+/* 16 bytes repeated in both 128-bit lanes (one vbroadcasti128 load): codes
+ * or a 16-entry vpshufb table for in-lane work on 32 bytes. */
+static inline __attribute__((always_inline)) __m256i ld128x2(const void *p) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+}
+
 /* The tree of quant.h over the 16 lanes held as lo = lanes 0..7, hi =
  * 8..15: a[l]+a[l+8] (lo + hi), then +4, +2, +1 (lower lane first). */
 static inline __attribute__((always_inline)) float hsum16(__m256 lo, __m256 hi) {
