@@ -23,7 +23,13 @@
  * --store (first): instead, the cache store of one item per ISA level: a key
  * and a value row of head size 128 coded (kv_tq: K5 + V4 in one encode2 call,
  * as attn_prep does, the sign words included) or kv_q8's (quantize_act8 and the block stores of
- * both), over 1024 random rows; ns per item, the median of 7 x 16 passes. */
+ * both), over 1024 random rows; ns per item, the median of 7 x 16 passes.
+ * --prefill N (first): instead, a prefill's attention at depth N, as the
+ * forward pass calls it on qwen3moe-bench (G = 4, head size 128): per block of
+ * 4 tokens (positions N-4 .. N-1, one head's cache), kv_q8 runs each token's
+ * item (quantize, scores_q8, softmax_q8, accum_q8), kv_tq one scores_tq call
+ * for the block's 16 rows, each row's softmax, one accum_tq_rows and the
+ * rotations; us per (token, KV head) item, the median of 7 x 40 blocks. */
 #include "attention/attn.h"
 #include "attention/kv_tq.h"
 #include "quant/quant.h"
@@ -217,12 +223,113 @@ static int store_bench(void) {
     return 0;
 }
 
+/* --prefill N: the header's prefill shape, per ISA level asked (all if none) */
+static int prefill_bench(int nk, int argc, char **argv) {
+    enum { G = 4, T = 4, R = G * T, BLOCKS = 40 };
+    CP = (nk + 15) / 16 * 16;
+    moe_rng r;
+    moe_rng_seed(&r, 13);
+    const size_t ab = (size_t)moe_act8_row_bytes(D);
+    float *q = moe_calloc_aligned(sizeof(float), (size_t)R * D, 0), *sc = moe_calloc_aligned(sizeof(float), (size_t)R * CP, 0);
+    float *wb = moe_calloc_aligned(sizeof(float), (size_t)G * (D / 32) * CP, 0), *o = moe_calloc_aligned(sizeof(float), (size_t)R * D, 0);
+    float *qr = moe_calloc_aligned(sizeof(float), (size_t)R * D, 0);
+    uint8_t *qa = moe_calloc_aligned(ab, G, 0);
+    cache cq = {0}, ct = {0};
+    if (!q || !sc || !wb || !o || !qr || !qa || cache_fill(&cq, FMT_Q8, 1, &r) || cache_fill(&ct, FMT_TQ, 1, &r)) {
+        fprintf(stderr, "bench_attn: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < R * D; i++) q[i] = (float)moe_rng_normal(&r);
+    const char *isa_names[MOE_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+    printf("prefill attention at depth %d: blocks of %d tokens x G = %d heads, head size %d, one head's cache, 1 thread;\n"
+           "us per (token, KV head) item, median of %d x %d blocks\n", nk, T, G, D, REPS, BLOCKS);
+    printf("%-7s %-7s %8s %8s %8s %8s\n", "isa", "cache", "scores", "softmax", "v sum", "total");
+    uint64_t sg[D / 64];
+    moe_tq_signs(0, 0, D, sg);
+    volatile float sink = 0;
+    for (int isa = MOE_ISA_COUNT - 1; isa >= 0; isa--) {
+        const moe_kernels *k = moe_kernels_for((moe_isa)isa);
+        if (!k || isa == MOE_ISA_SCALAR) continue;
+        bool want = argc <= 1;
+        for (int i = 1; i < argc; i++) want |= !strcmp(argv[i], isa_names[isa]);
+        if (!want) continue;
+        const moe_attn_kernels *a = moe_isa_table_for((moe_isa)isa)->attn;
+        const moe_tq_kernels *tk = moe_tq_for(a);
+        for (int fmt = FMT_Q8; fmt <= FMT_TQ; fmt++) {
+            double t[3][REPS];
+            for (int rep = 0; rep < REPS; rep++) {
+                double part[3] = {0, 0, 0};
+                for (int b = 0; b < BLOCKS; b++) {
+                    double t0 = now_s(), t1, t2;
+                    if (fmt == FMT_Q8) {
+                        t1 = t2 = t0;
+                        for (int tok = 0; tok < T; tok++) {
+                            const int n = nk - T + 1 + tok;
+                            const double s0 = now_s();
+                            for (int h = 0; h < G; h++) k->quantize_act8(q + (size_t)(tok * G + h) * D, qa + (size_t)h * ab, D);
+                            a->scores_q8(qa, ab, G, (const int8_t *)cq.k, cq.kd, CP, 0, n, D, 0.088f, sc, CP);
+                            const double s1 = now_s();
+                            float s = 0;
+                            for (int h = 0; h < G; h++) s += a->softmax_q8(sc + (size_t)h * CP, n);
+                            const double s2 = now_s();
+                            a->accum_q8(sc, CP, G, (const int8_t *)cq.v, cq.vd, CP, 0, n, D, wb, o, D);
+                            const double s3 = now_s();
+                            sink += s + o[0];
+                            part[0] += s1 - s0, part[1] += s2 - s1, part[2] += s3 - s2;
+                        }
+                        continue;
+                    }
+                    for (int i = 0; i < R; i++) moe_tq_rotate_k(tk, q + (size_t)i * D, sg, D, qr + (size_t)i * D);
+                    tk->scores_tq(qr, D, R, ct.k, nk, D, 5, 0.088f, sc, CP);
+                    t1 = now_s();
+                    int nkr[R];
+                    float sums[R];
+                    for (int tok = 0; tok < T; tok++) {             /* tq_softmax: the FP32 cache's */
+                        const int n = nk - T + 1 + tok;
+                        for (int h = 0; h < G; h++) {
+                            float *row = sc + (size_t)(tok * G + h) * CP;
+                            nkr[tok * G + h] = n;
+                            a->exp_shift(row, n, a->max_f32(row, n));
+                        }
+                        moe_attn_row_sums(sc + (size_t)tok * G * CP, CP, G, n, sums + tok * G);
+                    }
+                    t2 = now_s();
+                    tk->accum_tq_rows(sc, CP, R, nkr, ct.v, D, 4, o, D);
+                    for (int i = 0; i < R; i++) moe_tq_unrotate_k(tk, o + (size_t)i * D, sg, D);
+                    const double t3 = now_s();
+                    sink += sums[0] + o[0];
+                    part[0] += t1 - t0, part[1] += t2 - t1, part[2] += t3 - t2;
+                }
+                for (int p = 0; p < 3; p++) t[p][rep] = part[p] / (BLOCKS * T) * 1e6;
+            }
+            double med[3];
+            for (int p = 0; p < 3; p++) {
+                qsort(t[p], REPS, sizeof(double), cmp_d);
+                med[p] = t[p][REPS / 2];
+            }
+            printf("%-7s %-7s %8.2f %8.2f %8.2f %8.2f\n", isa_names[isa], FMT_NAME[fmt], med[0], med[1], med[2],
+                   med[0] + med[1] + med[2]);
+        }
+    }
+    (void)sink;
+    cache_free(&cq);
+    cache_free(&ct);
+    moe_free_aligned(q), moe_free_aligned(sc), moe_free_aligned(wb), moe_free_aligned(o), moe_free_aligned(qr);
+    moe_free_aligned(qa);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     static struct { const char *name; int G, nk; } shapes[] = {{"qwen3moe G=4 576 keys", 4, 576},
                                                                   {"laguna SWA G=6 512 keys", 6, 512}};
     size_t n_shapes = 2;
     char deep[48];
     if (argc > 1 && !strcmp(argv[1], "--store")) return store_bench();
+    if (argc > 2 && !strcmp(argv[1], "--prefill")) {
+        const int nk = atoi(argv[2]);
+        if (nk < 16 || nk > 1 << 16) { fprintf(stderr, "bench_attn: --prefill N: 16 .. 65536\n"); return 2; }
+        return prefill_bench(nk, argc - 2, argv + 2);
+    }
     const bool keys_mode = argc > 2 && !strcmp(argv[1], "--keys");
     if (keys_mode) {                                       /* one decode step's items at depth N */
         const int nk = atoi(argv[2]);

@@ -3,9 +3,11 @@
  * 24..31. Centroids come from in-register permutes (permutevar8x32,
  * blended on the index's bits 3 and 4 for 16 and 32 entries): float ones
  * for the value sum, whose every fmadd is the scalar reference's fmaf in
- * its order. Scores (an exact integer sum, any order): int8 centroids by
- * vpshufb and vpmaddubsw at 4 and 5 bits from head size 64 (scores8_bits),
- * int32 ones by the same permutes and vpmulld otherwise. */
+ * its order (decode and prefill alike through accum_tq_rows: centroids
+ * staged once per block of keys for all rows). Scores (an exact integer
+ * sum, any order): int8 centroids by vpshufb and vpmaddubsw at 4 and 5 bits
+ * from head size 64 (scores8_bits), int32 ones by the same permutes and
+ * vpmulld otherwise. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
@@ -93,13 +95,6 @@ static inline void group_idx(const uint8_t *row, int D, int bits, int g, __m256i
     ix[1] = i1;
     ix[2] = i2;
     ix[3] = i3;
-}
-
-/* The centroids of dims 32g + 8i .. 32g + 8i + 7, i = 0..3, in c[i]. */
-static inline void group(const uint8_t *row, int D, const tq_tab *t, int g, __m256 *c) {
-    __m256i ix[4];
-    group_idx(row, D, t->bits, g, ix);
-    for (int i = 0; i < 4; i++) c[i] = lut(t, ix[i]);
 }
 
 /* ---- scores_tq at 3 bits and head size 32: int32 lanes ----
@@ -214,10 +209,58 @@ static void q8_order(const int16_t *qi, int D, uint8_t *qa, int8_t *qs) {
     }
 }
 
-static inline __m256i dot32(__m256i acc, __m256i c, const uint8_t *qa, const int8_t *qs) {
-    const __m256i a = _mm256_loadu_si256((const __m256i *)qa), s = _mm256_loadu_si256((const __m256i *)qs);
+/* acc + the 32 products |q| * sign(c, q) (q = s, |q| = a), pairs widened */
+static inline __m256i dot32(__m256i acc, __m256i c, __m256i a, __m256i s) {
     const __m256i p = _mm256_maddubs_epi16(a, _mm256_sign_epi8(c, s));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+/* Row h's score of key j, ((isum_h * S_h) * sigma_j) * scale as the
+ * reference rounds it, from the four rows' int32 lanes. */
+static inline __attribute__((always_inline)) void store_scores(const __m256i *acc, __m128 Sv, float sig, __m128 vs,
+                                                               float *o, size_t os, int j, const int NH) {
+    const __m128 f = _mm_mul_ps(_mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(hsum4(acc[0], acc[1], acc[2], acc[3])), Sv),
+                                           _mm_set1_ps(sig)), vs);
+    float r[4];
+    _mm_storeu_ps(r, f);
+    UNROLL for (int h = 0; h < NH; h++) o[(size_t)h * os + (size_t)j] = r[h];
+}
+
+/* The scores of NH query rows (|q| in qa, q in qs, rows qst apart) against
+ * the nj keys whose int8 centroids are at cb (D bytes each), two keys at a
+ * time so that each query load serves both; row h's at o + h * os. */
+static inline __attribute__((always_inline)) void score_keys8(const int8_t *cb, int nj, int D, const uint8_t *qa,
+                                                              const int8_t *qs, size_t qst, const int NH, __m128 Sv,
+                                                              const float *sig, float scale, float *o, size_t os) {
+    const __m128 vs = _mm_set1_ps(scale);
+    int j = 0;
+    for (; j + 2 <= nj; j += 2) {
+        __m256i acc[2][HQ];
+        UNROLL for (int h = 0; h < HQ; h++) acc[0][h] = acc[1][h] = _mm256_setzero_si256();
+        for (int d = 0; d < D; d += 32) {
+            const __m256i c0 = _mm256_load_si256((const __m256i *)(cb + (size_t)j * D + d));
+            const __m256i c1 = _mm256_load_si256((const __m256i *)(cb + (size_t)(j + 1) * D + d));
+            UNROLL for (int h = 0; h < NH; h++) {
+                const __m256i a = _mm256_loadu_si256((const __m256i *)(qa + (size_t)h * qst + d));
+                const __m256i s = _mm256_loadu_si256((const __m256i *)(qs + (size_t)h * qst + d));
+                acc[0][h] = dot32(acc[0][h], c0, a, s);
+                acc[1][h] = dot32(acc[1][h], c1, a, s);
+            }
+        }
+        store_scores(acc[0], Sv, sig[j], vs, o, os, j, NH);
+        store_scores(acc[1], Sv, sig[j + 1], vs, o, os, j + 1, NH);
+    }
+    if (j < nj) {                           /* an odd last key */
+        __m256i acc[HQ];
+        UNROLL for (int h = 0; h < HQ; h++) acc[h] = _mm256_setzero_si256();
+        for (int d = 0; d < D; d += 32) {
+            const __m256i c = _mm256_load_si256((const __m256i *)(cb + (size_t)j * D + d));
+            UNROLL for (int h = 0; h < NH; h++)
+                acc[h] = dot32(acc[h], c, _mm256_loadu_si256((const __m256i *)(qa + (size_t)h * qst + d)),
+                               _mm256_loadu_si256((const __m256i *)(qs + (size_t)h * qst + d)));
+        }
+        store_scores(acc, Sv, sig[j], vs, o, os, j, NH);
+    }
 }
 
 static inline __attribute__((always_inline)) void scores8_bits(const float *qr, size_t qs, int G, const uint8_t *k,
@@ -236,7 +279,7 @@ static inline __attribute__((always_inline)) void scores8_bits(const float *qr, 
     _Alignas(32) int8_t qsg[QB8], cb[QB8];
     const size_t qst = (size_t)D + 64;
     const int rc = QB8 / (int)qst < RC8 ? QB8 / (int)qst : RC8, kt = QB8 / D < KT8 ? QB8 / D : KT8;
-    float S[RC8];
+    float S[RC8 + HQ] = {0};   /* + HQ: a last pass of fewer rows loads 4 */
     for (int r0 = 0; r0 < G; r0 += rc) {
         const int nr = G - r0 < rc ? G - r0 : rc;
         for (int r = 0; r < nr; r++) {
@@ -256,18 +299,15 @@ static inline __attribute__((always_inline)) void scores8_bits(const float *qr, 
             for (int j = 0; j < nj; j++) sig[j] = sigma(k + (size_t)(j0 + j) * rb, D, bits);
             for (int h0 = 0; h0 < nr; h0 += HQ) {
                 const int nh = nr - h0 < HQ ? nr - h0 : HQ;
-                for (int j = 0; j < nj; j++) {
-                    __m256i acc[HQ];
-                    UNROLL for (int h = 0; h < HQ; h++) acc[h] = _mm256_setzero_si256();
-                    for (int o = 0; o < D; o += 32) {
-                        const __m256i c = _mm256_load_si256((const __m256i *)(cb + (size_t)j * D + o));
-                        for (int h = 0; h < nh; h++)
-                            acc[h] = dot32(acc[h], c, qa + (size_t)(h0 + h) * qst + o, qsg + (size_t)(h0 + h) * qst + o);
-                    }
-                    int32_t is[4];
-                    _mm_storeu_si128((__m128i *)is, hsum4(acc[0], acc[1], acc[2], acc[3]));
-                    for (int h = 0; h < nh; h++)
-                        sc[(size_t)(r0 + h0 + h) * scs + (size_t)(j0 + j)] = (((float)is[h] * S[h0 + h]) * sig[j]) * scale;
+                const __m128 Sv = _mm_loadu_ps(S + h0);
+                float *o = sc + (size_t)(r0 + h0) * scs + (size_t)j0;
+                const uint8_t *a = qa + (size_t)h0 * qst;
+                const int8_t *sg = qsg + (size_t)h0 * qst;
+                switch (nh) {        /* the accumulators in registers: a constant head count */
+                case 4: score_keys8(cb, nj, D, a, sg, qst, 4, Sv, sig, scale, o, scs); break;
+                case 3: score_keys8(cb, nj, D, a, sg, qst, 3, Sv, sig, scale, o, scs); break;
+                case 2: score_keys8(cb, nj, D, a, sg, qst, 2, Sv, sig, scale, o, scs); break;
+                default: score_keys8(cb, nj, D, a, sg, qst, 1, Sv, sig, scale, o, scs); break;
                 }
             }
         }
@@ -315,58 +355,6 @@ static void scores_tq_avx2(const float *qr, size_t qs, int G, const uint8_t *k, 
             float o[4];
             _mm_storeu_ps(o, f);
             for (int h = 0; h < nh; h++) sc[(size_t)(h0 + h) * scs + (size_t)j] = o[h];
-        }
-    }
-}
-
-#define DB 2   /* groups of 32 dims per pass: 8 accumulators */
-
-/* Four heads h0 .. h0+3 at once: each value row's codes are unpacked once
- * per pass for the four (16 accumulators: 4 heads x one group's 4 vectors). */
-static void accum4_avx2(const float *p, size_t ps, int h0, const uint8_t *v, int nk, int Dv, const tq_tab *t,
-                        size_t rb, float *out, size_t os) {
-    for (int g = 0; g < Dv / 32; g++) {
-        __m256 acc[4][4];
-        UNROLL for (int h = 0; h < 4; h++)
-            UNROLL for (int i = 0; i < 4; i++) acc[h][i] = _mm256_setzero_ps();
-        for (int j = 0; j < nk; j++) {
-            const uint8_t *vj = v + (size_t)j * rb;
-            const float sig = sigma(vj, Dv, t->bits);
-            __m256 c[4];
-            group(vj, Dv, t, g, c);
-            UNROLL for (int h = 0; h < 4; h++) {
-                const __m256 w = _mm256_set1_ps(p[(size_t)(h0 + h) * ps + (size_t)j] * sig);
-                UNROLL for (int i = 0; i < 4; i++) acc[h][i] = _mm256_fmadd_ps(w, c[i], acc[h][i]);
-            }
-        }
-        UNROLL for (int h = 0; h < 4; h++)
-            UNROLL for (int i = 0; i < 4; i++) _mm256_storeu_ps(out + (size_t)(h0 + h) * os + 32 * g + 8 * i, acc[h][i]);
-    }
-}
-
-static void accum_tq_avx2(const float *p, size_t ps, int G, const uint8_t *v, int nk, int Dv, int bits, float *out,
-                          size_t os) {
-    const tq_tab t = tab_for(bits);
-    const size_t rb = moe_tq_row_bytes(Dv, bits);
-    int h0 = 0;
-    for (; h0 + 4 <= G; h0 += 4) accum4_avx2(p, ps, h0, v, nk, Dv, &t, rb, out, os);
-    for (int h = h0; h < G; h++) {
-        float *o = out + (size_t)h * os;
-        const float *ph = p + (size_t)h * ps;
-        for (int g0 = 0; g0 < Dv / 32; g0 += DB) {
-            const int ng = Dv / 32 - g0 < DB ? Dv / 32 - g0 : DB;
-            __m256 acc[4 * DB];
-            UNROLL for (int i = 0; i < 4 * DB; i++) acc[i] = _mm256_setzero_ps();
-            for (int j = 0; j < nk; j++) {
-                const uint8_t *vj = v + (size_t)j * rb;
-                const __m256 w = _mm256_set1_ps(ph[j] * sigma(vj, Dv, bits));
-                UNROLL for (int i = 0; i < ng; i++) {
-                    __m256 c[4];
-                    group(vj, Dv, &t, g0 + i, c);
-                    UNROLL for (int r = 0; r < 4; r++) acc[4 * i + r] = _mm256_fmadd_ps(w, c[r], acc[4 * i + r]);
-                }
-            }
-            UNROLL for (int i = 0; i < 4 * ng; i++) _mm256_storeu_ps(o + 32 * g0 + 8 * i, acc[i]);
         }
     }
 }
@@ -518,10 +506,48 @@ static void unrotate_avx2(float *y, const uint64_t *s, int D) {
 /* accum_tq_rows at AVX2: the float centroids of a block of WK2 keys and one
  * group of 32 dims are looked up once (permutes and blends per 8: the AVX2
  * value sum's larger cost) into cbuf and serve every row of the call (a
- * prefill block's tokens' heads), four rows with the same key count at a
- * time (16 accumulators, parked in out between blocks), so each o[d] still
- * takes its fmaf in key order with the reference's w = p * sigma. */
+ * prefill block's tokens' heads). Each row's weights w = p * sigma of the
+ * block are one vector product per 8 keys (the reference's float product),
+ * made once per block for a chunk of RW rows; then two rows with the same
+ * key count at a time take a key's four centroid vectors from registers (8
+ * accumulators, parked in out between blocks), so each o[d] still takes its
+ * fmaf in key order. */
 #define WK2 64   /* keys per block of staged centroids */
+#define RW 32    /* rows per chunk of staged weights */
+
+/* rows r .. r + NR - 1 (NR = 1, 2) over the block's first ke keys, group g */
+static inline __attribute__((always_inline)) void accum_rows_group(const float (*w)[WK2], const __m256 (*cbuf)[4], int ke,
+                                                                   bool first, float *out, size_t os, int g, const int NR) {
+    __m256 acc[2][4];
+    UNROLL for (int h = 0; h < NR; h++)
+        UNROLL for (int i = 0; i < 4; i++)
+            acc[h][i] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(out + (size_t)h * os + 32 * g + 8 * i);
+    for (int jj = 0; jj < ke; jj++) {
+        __m256 c[4];
+        UNROLL for (int i = 0; i < 4; i++) {
+            c[i] = cbuf[jj][i];
+            if (NR == 2) __asm__("" : "+x"(c[i]));   /* one load for both rows, not a memory operand each */
+        }
+        UNROLL for (int h = 0; h < NR; h++) {
+            const __m256 wv = _mm256_broadcast_ss(&w[h][jj]);
+            UNROLL for (int i = 0; i < 4; i++) acc[h][i] = _mm256_fmadd_ps(wv, c[i], acc[h][i]);
+        }
+    }
+    UNROLL for (int h = 0; h < NR; h++)
+        UNROLL for (int i = 0; i < 4; i++) _mm256_storeu_ps(out + (size_t)h * os + 32 * g + 8 * i, acc[h][i]);
+}
+
+/* cbuf[jj] = the centroids of group g of the nb rows from v (rb bytes
+ * apart), at a constant code width */
+static inline __attribute__((always_inline)) void stage_group(const uint8_t *v, size_t rb, int nb, int Dv,
+                                                              const tq_tab *t, int g, __m256 (*cbuf)[4], const int bits) {
+    const tq_tab tc = {{t->t[0], t->t[1], t->t[2], t->t[3]}, bits};
+    for (int jj = 0; jj < nb; jj++) {
+        __m256i ix[4];
+        group_idx(v + (size_t)jj * rb, Dv, bits, g, ix);
+        UNROLL for (int i = 0; i < 4; i++) cbuf[jj][i] = lut(&tc, ix[i]);
+    }
+}
 
 static void accum_tq_rows_avx2(const float *p, size_t ps, int R, const int *nkr, const uint8_t *v, int Dv, int bits,
                                float *out, size_t os) {
@@ -529,40 +555,51 @@ static void accum_tq_rows_avx2(const float *p, size_t ps, int R, const int *nkr,
     const size_t rb = moe_tq_row_bytes(Dv, bits);
     int mx = 0;
     for (int r = 0; r < R; r++) mx = nkr[r] > mx ? nkr[r] : mx;
-    float sg[WK2];
+    _Alignas(32) float sg[WK2];
+    _Alignas(32) float w[RW][WK2];
     __m256 cbuf[WK2][4];
     for (int j0 = 0; j0 < mx; j0 += WK2) {
         const int nb = mx - j0 < WK2 ? mx - j0 : WK2;
         for (int jj = 0; jj < nb; jj++) sg[jj] = sigma(v + (size_t)(j0 + jj) * rb, Dv, bits);
-        for (int g = 0; g < Dv / 32; g++) {
-            for (int jj = 0; jj < nb; jj++) group(v + (size_t)(j0 + jj) * rb, Dv, &t, g, cbuf[jj]);
-            for (int r = 0, n4; r < R; r += n4) {
-                n4 = r + 4 <= R && nkr[r + 1] == nkr[r] && nkr[r + 2] == nkr[r] && nkr[r + 3] == nkr[r] ? 4 : 1;
-                const int ke = (nkr[r] < j0 + nb ? nkr[r] : j0 + nb) - j0;   /* this block's keys for these rows */
-                if (ke <= 0) continue;
-                __m256 acc[4][4];
-                UNROLL for (int h = 0; h < 4; h++)
-                    UNROLL for (int i = 0; i < 4; i++)
-                        acc[h][i] = h < n4 && j0 ? _mm256_loadu_ps(out + (size_t)(r + h) * os + 32 * g + 8 * i)
-                                                 : _mm256_setzero_ps();
-                if (n4 == 4)
-                    for (int jj = 0; jj < ke; jj++)
-                        UNROLL for (int h = 0; h < 4; h++) {
-                            const __m256 w = _mm256_set1_ps(p[(size_t)(r + h) * ps + (size_t)(j0 + jj)] * sg[jj]);
-                            UNROLL for (int i = 0; i < 4; i++) acc[h][i] = _mm256_fmadd_ps(w, cbuf[jj][i], acc[h][i]);
-                        }
-                else
-                    for (int jj = 0; jj < ke; jj++) {
-                        const __m256 w = _mm256_set1_ps(p[(size_t)r * ps + (size_t)(j0 + jj)] * sg[jj]);
-                        UNROLL for (int i = 0; i < 4; i++) acc[0][i] = _mm256_fmadd_ps(w, cbuf[jj][i], acc[0][i]);
-                    }
-                for (int h = 0; h < n4; h++)
-                    UNROLL for (int i = 0; i < 4; i++) _mm256_storeu_ps(out + (size_t)(r + h) * os + 32 * g + 8 * i, acc[h][i]);
+        for (int r0 = 0; r0 < R; r0 += RW) {
+            const int nr = R - r0 < RW ? R - r0 : RW;
+            for (int r = 0; r < nr; r++) {
+                const int ke = (nkr[r0 + r] < j0 + nb ? nkr[r0 + r] : j0 + nb) - j0;
+                const float *pr = p + (size_t)(r0 + r) * ps + (size_t)j0;
+                int jj = 0;
+                for (; jj + 8 <= ke; jj += 8)
+                    _mm256_store_ps(&w[r][jj], _mm256_mul_ps(_mm256_loadu_ps(pr + jj), _mm256_load_ps(sg + jj)));
+                for (; jj < ke; jj++) w[r][jj] = pr[jj] * sg[jj];
+            }
+            for (int g = 0; g < Dv / 32; g++) {
+                switch (bits) {      /* a constant code width: lookups without branches */
+                case 3: stage_group(v + (size_t)j0 * rb, rb, nb, Dv, &t, g, cbuf, 3); break;
+                case 4: stage_group(v + (size_t)j0 * rb, rb, nb, Dv, &t, g, cbuf, 4); break;
+                default: stage_group(v + (size_t)j0 * rb, rb, nb, Dv, &t, g, cbuf, 5); break;
+                }
+                for (int r = 0, n2; r < nr; r += n2) {
+                    n2 = r + 2 <= nr && nkr[r0 + r + 1] == nkr[r0 + r] ? 2 : 1;
+                    const int ke = (nkr[r0 + r] < j0 + nb ? nkr[r0 + r] : j0 + nb) - j0;   /* this block's keys */
+                    if (ke <= 0) continue;
+                    float *o = out + (size_t)(r0 + r) * os;
+                    if (n2 == 2) accum_rows_group(w + r, cbuf, ke, j0 == 0, o, os, g, 2);
+                    else accum_rows_group(w + r, cbuf, ke, j0 == 0, o, os, g, 1);
+                }
             }
         }
     }
     for (int r = 0; r < R; r++)
         if (nkr[r] == 0) memset(out + (size_t)r * os, 0, sizeof(float) * (size_t)Dv);
+}
+
+/* accum_tq at AVX2: accum_tq_rows with every row over all nk keys (its
+ * bits are accum_tq's per row), in chunks of RW rows. */
+static void accum_tq_avx2(const float *p, size_t ps, int G, const uint8_t *v, int nk, int Dv, int bits, float *out,
+                          size_t os) {
+    int nkr[RW];
+    for (int i = 0; i < RW; i++) nkr[i] = nk;
+    for (int h0 = 0; h0 < G; h0 += RW)
+        accum_tq_rows_avx2(p + (size_t)h0 * ps, ps, G - h0 < RW ? G - h0 : RW, nkr, v, Dv, bits, out + (size_t)h0 * os, os);
 }
 
 const moe_tq_kernels moe_tq_avx2 = {scores_tq_avx2, accum_tq_avx2, accum_tq_rows_avx2, fwht_avx2,
