@@ -414,6 +414,43 @@ int main(void) {
         CHECK(moe_f16_to_f32(kdd[17]) == moe_f16_to_f32(moe_f32_to_f16(16.0f / 127.0f)));
     }
 
+    /* half keys for G = 8 and 12 (the main loop stops at 7): the AVX2 tiles
+     * of 4 heads x 1 key for G % 4 == 0, with and without kv_prefetch, equal
+     * the scalar float kernel fed the converted keys (own generator: the
+     * loops above keep their data) */
+    {
+        moe_rng r8;
+        moe_rng_seed(&r8, 8);
+        const int d8[] = {16, 64, 128, 136}, n8[] = {1, 19, 150};
+        for (size_t di = 0; di < 4; di++)
+            for (int G = 8; G <= 12; G += 4)
+                for (size_t ni = 0; ni < 3; ni++) {
+                    const int D = d8[di], nk = n8[ni];
+                    const size_t qs = (size_t)D + 3, ks = (size_t)D + 5, scs = (size_t)nk + 2;
+                    float *q = malloc(sizeof(float) * qs * G), *k = malloc(sizeof(float) * ks * nk);
+                    float *s0 = calloc(scs * G, sizeof(float)), *s1 = calloc(scs * G, sizeof(float));
+                    uint16_t *kh = malloc(sizeof(uint16_t) * ks * nk);
+                    for (size_t i = 0; i < qs * G; i++) q[i] = (float)moe_rng_normal(&r8);
+                    for (size_t i = 0; i < ks * nk; i++) {
+                        kh[i] = moe_f32_to_f16((float)moe_rng_normal(&r8));
+                        k[i] = moe_f16_to_f32(kh[i]);
+                    }
+                    moe_attn_scalar.scores(q, qs, G, k, ks, nk, D, 0.125f, s0, scs);
+                    for (size_t ii = 0; ii < 2; ii++) {
+                        if (!moe_kernels_for(isas[ii])) continue;
+                        const moe_attn_kernels *a = attn_for(isas[ii]);
+                        for (int pf = 0; pf < 2; pf++) {
+                            memset(s1, 0, sizeof(float) * scs * G);
+                            (pf ? a->scores_h_prefetch : a->scores_h)(q, qs, G, kh, ks, nk, D, 0.125f, s1, scs);
+                            CHECK_MSG(!memcmp(s0, s1, sizeof(float) * scs * G),
+                                      "half scores differ: isa %d D %d G %d nk %d prefetch %d", (int)isas[ii], D, G, nk, pf);
+                        }
+                        compared++;
+                    }
+                    free(q); free(k); free(s0); free(s1); free(kh);
+                }
+    }
+
     /* the reference itself: a hand-computed case */
     float q1[17], k1[17];
     for (int i = 0; i < 17; i++) { q1[i] = 1.0f; k1[i] = (float)i; }
