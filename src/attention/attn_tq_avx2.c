@@ -541,7 +541,8 @@ static inline __attribute__((always_inline)) void accum_rows_group(const float (
  * apart), at a constant code width */
 static inline __attribute__((always_inline)) void stage_group(const uint8_t *v, size_t rb, int nb, int Dv,
                                                               const tq_tab *t, int g, __m256 (*cbuf)[4], const int bits) {
-    const tq_tab tc = {{t->t[0], t->t[1], t->t[2], t->t[3]}, bits};
+    tq_tab tc = *t;
+    tc.bits = bits;                          /* a constant: lut's width tests fold away */
     for (int jj = 0; jj < nb; jj++) {
         __m256i ix[4];
         group_idx(v + (size_t)jj * rb, Dv, bits, g, ix);

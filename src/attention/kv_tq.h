@@ -129,7 +129,8 @@ typedef struct moe_tq_kernels {
 
 extern const moe_tq_kernels moe_tq_scalar, moe_tq_avx2, moe_tq_avx512;
 /* accum_tq_rows by k's accum_tq over each run of consecutive rows with the
- * same key count (the scalar and AVX2 tables' accum_tq_rows). */
+ * same key count (the scalar and AVX-512 tables' accum_tq_rows; AVX2 stages
+ * centroids for all rows instead, and its accum_tq is that). */
 void moe_tq_accum_runs(const moe_tq_kernels *k, const float *p, size_t ps, int R, const int *nkr, const uint8_t *v,
                        int Dv, int bits, float *out, size_t os);
 /* moe_tq_rotate, moe_tq_unrotate and moe_tq_encode with k's kernels (the
