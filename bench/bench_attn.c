@@ -260,9 +260,7 @@ static int prefill_bench(int nk, int argc, char **argv) {
             for (int rep = 0; rep < REPS; rep++) {
                 double part[3] = {0, 0, 0};
                 for (int b = 0; b < BLOCKS; b++) {
-                    double t0 = now_s(), t1, t2;
-                    if (fmt == FMT_Q8) {
-                        t1 = t2 = t0;
+                    if (fmt == FMT_Q8) {                       /* each token's item */
                         for (int tok = 0; tok < T; tok++) {
                             const int n = nk - T + 1 + tok;
                             const double s0 = now_s();
@@ -279,9 +277,10 @@ static int prefill_bench(int nk, int argc, char **argv) {
                         }
                         continue;
                     }
+                    const double t0 = now_s();                 /* kv_tq: the block's calls */
                     for (int i = 0; i < R; i++) moe_tq_rotate_k(tk, q + (size_t)i * D, sg, D, qr + (size_t)i * D);
                     tk->scores_tq(qr, D, R, ct.k, nk, D, 5, 0.088f, sc, CP);
-                    t1 = now_s();
+                    const double t1 = now_s();
                     int nkr[R];
                     float sums[R];
                     for (int tok = 0; tok < T; tok++) {             /* tq_softmax: the FP32 cache's */
@@ -293,7 +292,7 @@ static int prefill_bench(int nk, int argc, char **argv) {
                         }
                         moe_attn_row_sums(sc + (size_t)tok * G * CP, CP, G, n, sums + tok * G);
                     }
-                    t2 = now_s();
+                    const double t2 = now_s();
                     tk->accum_tq_rows(sc, CP, R, nkr, ct.v, D, 4, o, D);
                     for (int i = 0; i < R; i++) moe_tq_unrotate_k(tk, o + (size_t)i * D, sg, D);
                     const double t3 = now_s();
