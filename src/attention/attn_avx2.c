@@ -5,13 +5,7 @@
 
 #include "attention/attn.h"
 #include "base/util.h"
-
-static inline float hsum16(__m256 lo, __m256 hi) {
-    const __m256 s8 = _mm256_add_ps(lo, hi);
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
+#include "quant/simd_avx2.h"   /* hsum16, dot_signed */
 
 /* hsum16 of four dots at once, (lo_i, hi_i) for i < 4: returns [s_0, s_1,
  * s_2, s_3]. Every add is one of hsum16's, with the same operands in the same
@@ -400,7 +394,6 @@ static void combine_avx2(const float *eout, const int32_t *slot, const float *w,
 static inline __attribute__((always_inline)) void sq8_tile(const uint8_t *qa, size_t qas, int h0, const int8_t *kt,
                                                            const uint16_t *kd, size_t kds, int jt, int D, float scale,
                                                            float *sc, size_t scs, int lo, int hi, const int HN) {
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[2][2];
     UNROLL for (int hh = 0; hh < HN; hh++) acc[hh][0] = acc[hh][1] = _mm256_setzero_ps();
     for (int b = 0; b < D / 32; b++) {
@@ -413,8 +406,8 @@ static inline __attribute__((always_inline)) void sq8_tile(const uint8_t *qa, si
             UNROLL for (int hh = 0; hh < HN; hh++) {
                 const __m256i qv = _mm256_set1_epi32(moe_a8_i32(qa + (size_t)(h0 + hh) * qas + qb + 64 * (size_t)t));
                 const __m256i qabs = _mm256_abs_epi8(qv);
-                is[hh][0] = _mm256_add_epi32(is[hh][0], _mm256_madd_epi16(_mm256_maddubs_epi16(qabs, _mm256_sign_epi8(k0, qv)), ones));
-                is[hh][1] = _mm256_add_epi32(is[hh][1], _mm256_madd_epi16(_mm256_maddubs_epi16(qabs, _mm256_sign_epi8(k1, qv)), ones));
+                is[hh][0] = dot_signed(is[hh][0], qabs, qv, k0);
+                is[hh][1] = dot_signed(is[hh][1], qabs, qv, k1);
             }
         }
         const uint16_t *kb = kd + (size_t)b * kds + (size_t)jt;

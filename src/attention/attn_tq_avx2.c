@@ -15,6 +15,7 @@
 
 #include "attention/kv_tq.h"
 #include "base/util.h"
+#include "quant/simd_avx2.h"
 
 #define UNROLL _Pragma("GCC unroll 16")
 
@@ -209,12 +210,6 @@ static void q8_order(const int16_t *qi, int D, uint8_t *qa, int8_t *qs) {
     }
 }
 
-/* acc + the 32 products |q| * sign(c, q) (q = s, |q| = a), pairs widened */
-static inline __m256i dot32(__m256i acc, __m256i c, __m256i a, __m256i s) {
-    const __m256i p = _mm256_maddubs_epi16(a, _mm256_sign_epi8(c, s));
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-}
-
 /* Row h's score of key j, ((isum_h * S_h) * sigma_j) * scale as the
  * reference rounds it, from the four rows' int32 lanes. */
 static inline __attribute__((always_inline)) void store_scores(const __m256i *acc, __m128 Sv, float sig, __m128 vs,
@@ -243,8 +238,8 @@ static inline __attribute__((always_inline)) void score_keys8(const int8_t *cb, 
             UNROLL for (int h = 0; h < NH; h++) {
                 const __m256i a = _mm256_loadu_si256((const __m256i *)(qa + (size_t)h * qst + d));
                 const __m256i s = _mm256_loadu_si256((const __m256i *)(qs + (size_t)h * qst + d));
-                acc[0][h] = dot32(acc[0][h], c0, a, s);
-                acc[1][h] = dot32(acc[1][h], c1, a, s);
+                acc[0][h] = dot_signed(acc[0][h], a, s, c0);
+                acc[1][h] = dot_signed(acc[1][h], a, s, c1);
             }
         }
         store_scores(acc[0], Sv, sig[j], vs, o, os, j, NH);
@@ -256,8 +251,8 @@ static inline __attribute__((always_inline)) void score_keys8(const int8_t *cb, 
         for (int d = 0; d < D; d += 32) {
             const __m256i c = _mm256_load_si256((const __m256i *)(cb + (size_t)j * D + d));
             UNROLL for (int h = 0; h < NH; h++)
-                acc[h] = dot32(acc[h], c, _mm256_loadu_si256((const __m256i *)(qa + (size_t)h * qst + d)),
-                               _mm256_loadu_si256((const __m256i *)(qs + (size_t)h * qst + d)));
+                acc[h] = dot_signed(acc[h], _mm256_loadu_si256((const __m256i *)(qa + (size_t)h * qst + d)),
+                                    _mm256_loadu_si256((const __m256i *)(qs + (size_t)h * qst + d)), c);
         }
         store_scores(acc, Sv, sig[j], vs, o, os, j, NH);
     }

@@ -1,5 +1,6 @@
 /* simd_avx2.h — helpers shared by the files compiled for AVX2 (quant_avx2.c,
- * act8_*avx2.c, iq2_avx2.c, iq3_avx2.c), as hsum_avx512.h is at AVX-512.
+ * act8_*avx2.c, iq2_avx2.c, iq3_avx2.c, attention/attn_avx2.c,
+ * attention/attn_tq_avx2.c), as hsum_avx512.h is at AVX-512.
  * Include after <immintrin.h>, from AVX2 translation units only. */
 #ifndef MOE_SIMD_AVX2_H
 #define MOE_SIMD_AVX2_H
@@ -22,7 +23,8 @@ static inline __attribute__((always_inline)) float hsum16(__m256 lo, __m256 hi) 
 }
 
 /* is += the exact products of signed byte levels q (|q| <= 127; qa = |q|)
- * and activation codes a (|a| <= 127, as moe_quantize_act8 clamps them),
+ * and signed bytes a (|a| <= 127: activation codes as moe_quantize_act8
+ * clamps them, kv_q8 keys, kv_tq's integer centroids),
  * four per dword: vpmaddubsw of |q| against a with q's sign (a pair is at
  * most 2*127*127 < 32767, no saturation), then vpmaddwd by 1. */
 static inline __attribute__((always_inline)) __m256i dot_signed(__m256i is, __m256i qa, __m256i q, __m256i a) {
