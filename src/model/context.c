@@ -176,6 +176,7 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
     s->kv_half = moe_flag_on(flags, MOE_FLAG_KV_F16);
     s->kv_q8 = moe_flag_on(flags, MOE_FLAG_KV_Q8);
     s->ctx_pad = (n_ctx + 15) / 16 * 16;
+    s->sc_stride = (size_t)s->ctx_pad + 16;
     s->kv_tq = tq || tq_small;
     s->tq_kbits = !s->kv_tq || tq_v ? 0 : tq ? 5 : 4;
     s->tq_vbits = !s->kv_tq || tq_k ? 0 : tq ? 4 : 3;
@@ -227,7 +228,7 @@ static int context_create(moe_model *m, const moe_context_params *p, uint64_t fl
     size_t hid = max3(B * K * (size_t)hp->n_ff_exp + B * (size_t)hp->n_ff_shexp, B * (size_t)hp->n_ff, 1);
     s->hg = xcalloc(hid, sizeof(float), &al);
     s->hu = xcalloc(hid, sizeof(float), &al);
-    s->scores = xcalloc((size_t)n_threads * Hm * C, sizeof(float), &al);
+    s->scores = xcalloc((size_t)n_threads * Hm * s->sc_stride, sizeof(float), &al);
     s->attn_sum = xcalloc((size_t)n_threads * 2 * Hm, sizeof(float), &al);   /* sums, then the sinks' terms */
     if (shadow) s->logits_tmp = xcalloc(B * (size_t)hp->n_vocab, sizeof(float), &al); /* the twin's logits */
     const size_t Vs = (size_t)hp->n_vocab;                /* top-k outputs: the screen's scratch */

@@ -292,7 +292,9 @@ struct moe_context {
     int32_t *expert_rows;       /* [n_expert]: a chunk's rows per expert, then its next free row */
     moe_ffn_job *jobs;          /* [n_expert + 1] */
     int64_t *job_pre;           /* [2][n_expert + 2]: row and work prefix sums */
-    float *scores;              /* [n_threads][n_head_max][n_ctx] */
+    float *scores;              /* [n_threads][n_head_max][sc_stride] */
+    size_t sc_stride;           /* floats between score rows: ctx_pad + 16, so the rows of a
+                                 * tile are not a multiple of 4 KiB apart (one L1 set) */
     float *attn_sum;            /* [n_threads][2][n_head_max]: softmax sums, the sinks' terms */
     float *logits_tmp;          /* differential twin only: [n_batch][n_vocab] */
     float *blk_tok;             /* [n_batch][hp.blk_tok]: scratch of blocks that need their own (mla.c) */

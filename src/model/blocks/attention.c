@@ -107,9 +107,9 @@ static void attn_item_q8(moe_context *c, size_t blk, int G, const float *q, int 
     uint8_t *qa = c->q_a8 + (size_t)ith * (size_t)hp->n_head_max * c->a8_row;
     for (int h = 0; h < G; h++) c->kern->quantize_act8(q + (size_t)h * D, qa + (size_t)h * c->a8_row, D);
     c->attn->scores_q8(qa, c->a8_row, G, (const int8_t *)c->k_cache + blk * Cp * (size_t)D,
-                       c->k_scale + blk * (size_t)(D / 32) * Cp, Cp, j0, nk, D, kq_scale, sc, C);
+                       c->k_scale + blk * (size_t)(D / 32) * Cp, Cp, j0, nk, D, kq_scale, sc, c->sc_stride);
     for (int h = 0; h < G; h++) {
-        float *r = sc + (size_t)h * C + (size_t)j0;
+        float *r = sc + (size_t)h * c->sc_stride + (size_t)j0;
         /* a sink joins the denominator, shifted by the scores' own maximum
          * (softmax_q8's; a sink far above it gives weights 0, its limit) */
         const float mx = sinks ? c->attn->max_f32(r, nk) : 0.0f;
@@ -119,7 +119,7 @@ static void attn_item_q8(moe_context *c, size_t blk, int G, const float *q, int 
     float *w = c->attn_w + (size_t)ith * (size_t)hp->n_head_max * (size_t)(Dv / 32) * C;
     /* value_prefetch: a decode step's values come from memory (attn.h) */
     const bool pf = stream && moe_flag_on(c->flags, MOE_FLAG_VALUE_PREFETCH);
-    (pf ? c->attn->accum_q8_stream : c->attn->accum_q8)(sc, C, G, (const int8_t *)c->v_cache + blk * Cp * (size_t)Dv,
+    (pf ? c->attn->accum_q8_stream : c->attn->accum_q8)(sc, c->sc_stride, G, (const int8_t *)c->v_cache + blk * Cp * (size_t)Dv,
                                                         c->v_scale + blk * (size_t)(Dv / 32) * Cp, Cp, j0, nk, Dv, w, o,
                                                         (size_t)Dv);
     for (int h = 0; h < G; h++) {
@@ -129,19 +129,19 @@ static void attn_item_q8(moe_context *c, size_t blk, int G, const float *q, int 
 }
 
 /* kv_tq (kv_tq.h), after the scores: the softmax of the FP32 cache over the
- * G heads' scores of nk keys (rows C apart), numerators in place, the
+ * G heads' scores of nk keys (rows sc_stride apart), numerators in place, the
  * denominators (the sinks' terms last) in sums. */
 static void tq_softmax(moe_context *c, int G, int nk, const float *sinks, float *sc, float *sums, float *sink_w) {
-    const size_t C = (size_t)c->n_ctx;
+    const size_t S = c->sc_stride;
     const moe_attn_kernels *ak = c->attn;
     for (int h = 0; h < G; h++) {
-        float *r = sc + (size_t)h * C;
+        float *r = sc + (size_t)h * S;
         float mx = ak->max_f32(r, nk);
         if (sinks && sinks[h] > mx) mx = sinks[h];
         if (sinks) sink_w[h] = moe_expf(sinks[h] - mx);
         ak->exp_shift(r, nk, mx);
     }
-    moe_attn_row_sums(sc, C, G, nk, sums);
+    moe_attn_row_sums(sc, S, G, nk, sums);
     if (sinks)
         for (int h = 0; h < G; h++) sums[h] += sink_w[h];
 }
@@ -170,8 +170,8 @@ static void tq_finish(moe_context *c, int il, int g, size_t blk, int G, int j0, 
     const size_t C = (size_t)c->n_ctx;
     const uint8_t *vr = (const uint8_t *)c->v_cache + (blk * C + (size_t)j0) * c->tq_vrow;
     tq_softmax(c, G, nk, sinks, sc, sums, sink_w);
-    if (c->tq_vbits) moe_tq_for(c->attn)->accum_tq(sc, C, G, vr, nk, Dv, c->tq_vbits, o, (size_t)Dv);
-    else c->attn->accum(sc, C, G, (const float *)(const void *)vr, (size_t)Dv, nk, Dv, o, (size_t)Dv);
+    if (c->tq_vbits) moe_tq_for(c->attn)->accum_tq(sc, c->sc_stride, G, vr, nk, Dv, c->tq_vbits, o, (size_t)Dv);
+    else c->attn->accum(sc, c->sc_stride, G, (const float *)(const void *)vr, (size_t)Dv, nk, Dv, o, (size_t)Dv);
     tq_out(c, il, g, G, sums, o);
 }
 
@@ -188,7 +188,7 @@ static void tq_scores(moe_context *c, int il, int g, size_t blk, int G, int nt, 
     const moe_tq_kernels *tk = moe_tq_for(c->attn);
     const uint8_t *kr = (const uint8_t *)c->k_cache + (blk * C + (size_t)j0) * c->tq_krow;
     if (!c->tq_kbits) {
-        c->attn->scores(q, (size_t)D, G, (const float *)(const void *)kr, (size_t)D, nk, D, kq_scale, sc, C);
+        c->attn->scores(q, (size_t)D, G, (const float *)(const void *)kr, (size_t)D, nk, D, kq_scale, sc, c->sc_stride);
         return;
     }
     uint64_t s[MOE_TQ_MAX_D / 64];
@@ -197,7 +197,7 @@ static void tq_scores(moe_context *c, int il, int g, size_t blk, int G, int nt, 
     for (int i = 0; i < nt; i++)
         for (int h = 0; h < G; h++)
             moe_tq_rotate_k(tk, q + (size_t)i * qtok + (size_t)h * D, s, D, qr + ((size_t)i * G + (size_t)h) * D);
-    tk->scores_tq(qr, (size_t)D, nt * G, kr, nk, D, c->tq_kbits, kq_scale, sc, C);
+    tk->scores_tq(qr, (size_t)D, nt * G, kr, nk, D, c->tq_kbits, kq_scale, sc, c->sc_stride);
 }
 
 /* kv_tq: one item (token, KV head g with its G query heads): its scores,
@@ -266,7 +266,7 @@ static int first_visible(const moe_attn_desc *d, int pos) {
 }
 
 /* kv_tq prefill, tokens ta .. tb-1 of one sequence whose keys all start at
- * lo (scored, rows C apart in sc): each token's softmax, then one value sum
+ * lo (scored, rows sc_stride apart in sc): each token's softmax, then one value sum
  * for all their heads' rows (the codes of a block of keys unpacked once;
  * row r over its own token's keys: accum_tq's bits), into the thread's
  * tq_buf (the rotated queries are done with), then each token's heads
@@ -282,12 +282,12 @@ static void attn_tq_values(attn_task *at, int ta, int tb, int g, int lo, size_t 
     int nkr[TQ_MAX_ROWS];
     for (int t = ta; t < tb; t++) {
         const size_t r = (size_t)(t - ta) * G;
-        tq_softmax(c, G, c->tok_pos[t] - lo + 1, sinks, sc + r * C, sums + r, sink_w + r);
+        tq_softmax(c, G, c->tok_pos[t] - lo + 1, sinks, sc + r * c->sc_stride, sums + r, sink_w + r);
         for (int h = 0; h < G; h++) nkr[r + (size_t)h] = c->tok_pos[t] - lo + 1;
     }
     float *o = c->tq_buf + (size_t)ith * c->tq_stride;
     const uint8_t *vr = (const uint8_t *)c->v_cache + (blk * C + (size_t)lo) * c->tq_vrow;
-    moe_tq_for(c->attn)->accum_tq_rows(sc, C, (tb - ta) * G, nkr, vr, Dv, c->tq_vbits, o, (size_t)Dv);
+    moe_tq_for(c->attn)->accum_tq_rows(sc, c->sc_stride, (tb - ta) * G, nkr, vr, Dv, c->tq_vbits, o, (size_t)Dv);
     for (int t = ta; t < tb; t++) {
         const size_t r = (size_t)(t - ta) * G;
         tq_out(c, at->il, g, G, sums + r, o + r * Dv);
@@ -306,7 +306,6 @@ static void attn_tq_tokens(attn_task *at, int t0, int t1, int g, int ith, float 
     const moe_hparams *hp = &c->m->hp;
     const int H = d->n_head, D = hp->head_dim, Dv = hp->head_dim_v, G = H / hp->n_head_kv;
     const float kq_scale = 1.0f / sqrtf((float)D);
-    const size_t C = (size_t)c->n_ctx;
     const float *sinks = d->sinks ? d->sinks + (size_t)g * G : NULL;
     for (int ta = t0, tb; ta < t1; ta = tb) {
         int lo = first_visible(d, c->tok_pos[ta]), hi = c->tok_pos[ta];
@@ -327,7 +326,7 @@ static void attn_tq_tokens(attn_task *at, int t0, int t1, int g, int ith, float 
         for (int t = ta; t < tb; t++) {
             const int pos = c->tok_pos[t], j0 = first_visible(d, pos);
             float *o = c->att + ((size_t)t * H + (size_t)g * G) * Dv;
-            tq_finish(c, at->il, g, blk, G, j0, pos - j0 + 1, sinks, sc + (size_t)(t - ta) * G * C + (size_t)(j0 - lo),
+            tq_finish(c, at->il, g, blk, G, j0, pos - j0 + 1, sinks, sc + (size_t)(t - ta) * G * c->sc_stride + (size_t)(j0 - lo),
                       sums, sink_w, o);
             if (at->hook) d->head_hook(c, d, t, g * G, (g + 1) * G);
         }
@@ -347,7 +346,7 @@ static void attn_item(const attn_task *at, int seq, int pos, int g, const float 
     const int G = H / Hkv;
     const float kq_scale = 1.0f / sqrtf((float)D);
     const size_t C = (size_t)c->n_ctx;
-    float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * C;  /* [G][n_ctx] */
+    float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * c->sc_stride;  /* [G][sc_stride] */
     float *sums = c->attn_sum + (size_t)ith * 2 * (size_t)hp->n_head_max;   /* [G] */
     float *sink_w = sums + hp->n_head_max;                                 /* [G]: exp(sink - max) */
     const int j0 = first_visible(d, pos), nk = pos - j0 + 1;
@@ -371,27 +370,27 @@ static void attn_item(const attn_task *at, int seq, int pos, int g, const float 
     const size_t vg = (blk * C + (size_t)j0) * (size_t)Dv;                /* values [nk][Dv] */
     if (c->kv_half)
         (pf ? ak->scores_h_prefetch : ak->scores_h)(q, (size_t)D, G, (const uint16_t *)c->k_cache + kg, (size_t)D, nk,
-                                                    D, kq_scale, sc, C);
+                                                    D, kq_scale, sc, c->sc_stride);
     else (stream ? ak->scores_stream : ak->scores)(q, (size_t)D, G, (const float *)c->k_cache + kg, (size_t)D, nk, D,
-                                                     kq_scale, sc, C);
+                                                     kq_scale, sc, c->sc_stride);
     if (pf)                         /* the first value rows arrive while the softmax runs */
         moe_prefetch_bytes((const uint16_t *)c->v_cache + vg,
                            (size_t)(nk < MOE_KV_PREFETCH_VALUES ? nk : MOE_KV_PREFETCH_VALUES) * (size_t)Dv * 2);
     for (int h = 0; h < G; h++) {                                         /* softmax numerators per head */
-        float *r = sc + (size_t)h * C;
+        float *r = sc + (size_t)h * c->sc_stride;
         float mx = ak->max_f32(r, nk);
         /* a sink: the max includes it, its exp joins the sum (ggml's soft_max with sinks) */
         if (sinks && sinks[h] > mx) mx = sinks[h];
         if (sinks) sink_w[h] = moe_expf(sinks[h] - mx);
         ak->exp_shift(r, nk, mx);                                         /* r[j] = exp(r[j] - max) */
     }
-    moe_attn_row_sums(sc, C, G, nk, sums);                                /* denominators, in key order */
+    moe_attn_row_sums(sc, c->sc_stride, G, nk, sums);                     /* denominators, in key order */
     if (sinks)                                                            /* the sink's term last */
         for (int h = 0; h < G; h++) sums[h] += sink_w[h];
     if (c->kv_half)
-        (pf ? ak->accum_h_prefetch : ak->accum_h)(sc, C, G, (const uint16_t *)c->v_cache + vg, (size_t)Dv, nk, Dv, o,
+        (pf ? ak->accum_h_prefetch : ak->accum_h)(sc, c->sc_stride, G, (const uint16_t *)c->v_cache + vg, (size_t)Dv, nk, Dv, o,
                                                   (size_t)Dv);
-    else (stream ? ak->accum_stream : ak->accum)(sc, C, G, (const float *)c->v_cache + vg, (size_t)Dv, nk, Dv, o,
+    else (stream ? ak->accum_stream : ak->accum)(sc, c->sc_stride, G, (const float *)c->v_cache + vg, (size_t)Dv, nk, Dv, o,
                                                  (size_t)Dv);
     for (int h = 0; h < G; h++) {
         const float inv = 1.0f / sums[h];
@@ -412,8 +411,7 @@ static void attn_worker(void *arg, int ith, int nth) {
     const int G = H / Hkv;
     const int T = tq_block_tokens(c, G);
     if (T > 1) {                                  /* kv_tq prefill: items of T tokens (attn_tq_tokens) */
-        const size_t C = (size_t)c->n_ctx;
-        float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * C;
+        float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * c->sc_stride;
         float *sums = c->attn_sum + (size_t)ith * 2 * (size_t)hp->n_head_max;
         const int nb = (c->n_tok + T - 1) / T;
         for (int64_t it = ith; it < (int64_t)nb * Hkv; it += nth) {
