@@ -312,7 +312,8 @@ static void test_kernels(void) {
     const moe_isa isas[] = {MOE_ISA_AVX2, MOE_ISA_AVX512};
     int compared = 0;
     for (int b = 3; b <= 5; b++)
-        for (int D = 32; D <= 2048; D = D < 256 ? 2 * D : 8 * D)   /* 2048: fewer rows and keys per chunk */
+        /* 2048: fewer rows and keys per chunk; 4096: tiles of fewer than 8 keys */
+        for (int D = 32; D <= MOE_TQ_MAX_D; D = D < 256 || D >= 2048 ? 2 * D : 8 * D)
             /* 3: a last pass of 3 rows; 17: past AVX-512's chunk of 16; 41: past
              * AVX2's chunk of 32 weight rows (at the smaller head sizes) */
             for (int G = 1; G <= (D <= 128 ? 41 : 17); G += (G < 3 ? 1 : G < 5 ? 2 : 12))
@@ -515,8 +516,8 @@ static void check_tq_v_scores(const char *path) {
     if (ok) {
         const moe_hparams *hp = &m[0]->hp;
         const int G = hp->n_head_max / hp->n_head_kv, V = moe_model_n_vocab(m[0]);
-        const size_t C = (size_t)s[0]->c->n_ctx;
-        CHECK(hp->n_layer == 1 && s[1]->c->n_ctx == s[0]->c->n_ctx);
+        const size_t C = (size_t)s[0]->c->n_ctx, SC = s[0]->c->sc_stride;   /* cache rows, score rows */
+        CHECK(hp->n_layer == 1 && s[1]->c->n_ctx == s[0]->c->n_ctx && s[1]->c->sc_stride == SC);
         float *lg = malloc(sizeof(float) * (size_t)V);
         int same_v = 0, same_k = 0, tq_differs = 0;
         for (int t = 0; t < NTOK; t++) {
@@ -526,7 +527,7 @@ static void check_tq_v_scores(const char *path) {
             bool k_eq = !memcmp(s[2]->c->attn_sum, s[3]->c->attn_sum, sizeof(float) * (size_t)G);
             bool d = false;
             for (int h = 0; h < G; h++) {
-                const size_t o = (size_t)h * C;
+                const size_t o = (size_t)h * SC;
                 v_eq = v_eq && !memcmp(s[0]->c->scores + o, s[1]->c->scores + o, sizeof(float) * nk);
                 k_eq = k_eq && !memcmp(s[2]->c->scores + o, s[3]->c->scores + o, sizeof(float) * nk);
                 d = d || memcmp(s[0]->c->scores + o, s[2]->c->scores + o, sizeof(float) * nk);

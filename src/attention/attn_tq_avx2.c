@@ -210,52 +210,44 @@ static void q8_order(const int16_t *qi, int D, uint8_t *qa, int8_t *qs) {
     }
 }
 
-/* Row h's score of key j, ((isum_h * S_h) * sigma_j) * scale as the
- * reference rounds it, from the four rows' int32 lanes. */
-static inline __attribute__((always_inline)) void store_scores(const __m256i *acc, __m128 Sv, float sig, __m128 vs,
-                                                               float *o, size_t os, int j, const int NH) {
-    const __m128 f = _mm_mul_ps(_mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(hsum4(acc[0], acc[1], acc[2], acc[3])), Sv),
-                                           _mm_set1_ps(sig)), vs);
-    float r[4];
-    _mm_storeu_ps(r, f);
-    UNROLL for (int h = 0; h < NH; h++) o[(size_t)h * os + (size_t)j] = r[h];
+/* The sums of the int32 lanes of a[0..7], in lane k of the result: exact,
+ * any order. */
+static inline __m256i hsum8(const __m256i *a) {
+    const __m256i a01 = _mm256_add_epi32(_mm256_unpacklo_epi32(a[0], a[1]), _mm256_unpackhi_epi32(a[0], a[1]));
+    const __m256i a23 = _mm256_add_epi32(_mm256_unpacklo_epi32(a[2], a[3]), _mm256_unpackhi_epi32(a[2], a[3]));
+    const __m256i a45 = _mm256_add_epi32(_mm256_unpacklo_epi32(a[4], a[5]), _mm256_unpackhi_epi32(a[4], a[5]));
+    const __m256i a67 = _mm256_add_epi32(_mm256_unpacklo_epi32(a[6], a[7]), _mm256_unpackhi_epi32(a[6], a[7]));
+    /* per 128-bit half: lanes 0..3 = partial sums of a0, a1, a2, a3 (a4 .. a7) */
+    const __m256i b03 = _mm256_add_epi32(_mm256_unpacklo_epi64(a01, a23), _mm256_unpackhi_epi64(a01, a23));
+    const __m256i b47 = _mm256_add_epi32(_mm256_unpacklo_epi64(a45, a67), _mm256_unpackhi_epi64(a45, a67));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(b03, b47, 0x20), _mm256_permute2x128_si256(b03, b47, 0x31));
 }
 
-/* The scores of NH query rows (|q| in qa, q in qs, rows qst apart) against
- * the nj keys whose int8 centroids are at cb (D bytes each), two keys at a
- * time so that each query load serves both; row h's at o + h * os. */
-static inline __attribute__((always_inline)) void score_keys8(const int8_t *cb, int nj, int D, const uint8_t *qa,
-                                                              const int8_t *qs, size_t qst, const int NH, __m128 Sv,
-                                                              const float *sig, float scale, float *o, size_t os) {
-    const __m128 vs = _mm_set1_ps(scale);
-    int j = 0;
-    for (; j + 2 <= nj; j += 2) {
-        __m256i acc[2][HQ];
-        UNROLL for (int h = 0; h < HQ; h++) acc[0][h] = acc[1][h] = _mm256_setzero_si256();
-        for (int d = 0; d < D; d += 32) {
-            const __m256i c0 = _mm256_load_si256((const __m256i *)(cb + (size_t)j * D + d));
-            const __m256i c1 = _mm256_load_si256((const __m256i *)(cb + (size_t)(j + 1) * D + d));
-            UNROLL for (int h = 0; h < NH; h++) {
-                const __m256i a = _mm256_loadu_si256((const __m256i *)(qa + (size_t)h * qst + d));
-                const __m256i s = _mm256_loadu_si256((const __m256i *)(qs + (size_t)h * qst + d));
-                acc[0][h] = dot_signed(acc[0][h], a, s, c0);
-                acc[1][h] = dot_signed(acc[1][h], a, s, c1);
-            }
-        }
-        store_scores(acc[0], Sv, sig[j], vs, o, os, j, NH);
-        store_scores(acc[1], Sv, sig[j + 1], vs, o, os, j + 1, NH);
+/* One query row (|q| in qa, q in qs) against 8 keys whose int8 centroids
+ * are at cb (D bytes each): each query load serves the 8 keys, and the 8
+ * scores, ((isum * S) * sigma_j) * scale as the reference rounds them, leave
+ * in one store (keys beyond nj are computed on whatever cb holds and not
+ * stored). */
+static inline __attribute__((always_inline)) void score_row8(const int8_t *cb, int nj, int D, const uint8_t *qa,
+                                                             const int8_t *qs, float S, const float *sig, float scale,
+                                                             float *o) {
+    __m256i acc[8];
+    UNROLL for (int k = 0; k < 8; k++) acc[k] = _mm256_setzero_si256();
+    for (int d = 0; d < D; d += 32) {
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(qa + d));
+        const __m256i s = _mm256_loadu_si256((const __m256i *)(qs + d));
+        UNROLL for (int k = 0; k < 8; k++)
+            acc[k] = dot_signed(acc[k], a, s, _mm256_load_si256((const __m256i *)(cb + (size_t)k * D + d)));
     }
-    if (j < nj) {                           /* an odd last key */
-        __m256i acc[HQ];
-        UNROLL for (int h = 0; h < HQ; h++) acc[h] = _mm256_setzero_si256();
-        for (int d = 0; d < D; d += 32) {
-            const __m256i c = _mm256_load_si256((const __m256i *)(cb + (size_t)j * D + d));
-            UNROLL for (int h = 0; h < NH; h++)
-                acc[h] = dot_signed(acc[h], _mm256_loadu_si256((const __m256i *)(qa + (size_t)h * qst + d)),
-                                    _mm256_loadu_si256((const __m256i *)(qs + (size_t)h * qst + d)), c);
-        }
-        store_scores(acc, Sv, sig[j], vs, o, os, j, NH);
+    const __m256 f = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hsum8(acc)), _mm256_set1_ps(S)),
+                                                 _mm256_loadu_ps(sig)), _mm256_set1_ps(scale));
+    if (nj >= 8) {
+        _mm256_storeu_ps(o, f);
+        return;
     }
+    float r[8];
+    _mm256_storeu_ps(r, f);
+    for (int k = 0; k < nj; k++) o[k] = r[k];
 }
 
 static inline __attribute__((always_inline)) void scores8_bits(const float *qr, size_t qs, int G, const uint8_t *k,
@@ -267,14 +259,15 @@ static inline __attribute__((always_inline)) void scores8_bits(const float *qr, 
     const __m256i tl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ck));
     const __m256i th = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(ck + 16)));
     int16_t qi[MOE_TQ_MAX_D];
-    /* the chunk's rows (at a stride of D + 64: not 4 KiB apart) and the
-     * tile's centroids in QB8 bytes each: the stack stays small at any head
-     * size (fewer rows and keys per chunk past head size 1024) */
+    /* the chunk's rows (at a stride of D + 64: not 4 KiB apart) in QB8
+     * bytes and the tile's centroids in QB8 too, or 8 keys' past head size
+     * 2048 (score_row8 reads keys 8 at a time): the stack stays small at any
+     * head size (fewer rows and keys per chunk past head size 1024) */
     _Alignas(32) uint8_t qa[QB8];
-    _Alignas(32) int8_t qsg[QB8], cb[QB8];
+    _Alignas(32) int8_t qsg[QB8], cb[2 * QB8];
     const size_t qst = (size_t)D + 64;
     const int rc = QB8 / (int)qst < RC8 ? QB8 / (int)qst : RC8, kt = QB8 / D < KT8 ? QB8 / D : KT8;
-    float S[RC8 + HQ] = {0};   /* + HQ: a last pass of fewer rows loads 4 */
+    float S[RC8], sig[KT8 < 8 ? 8 : KT8] = {0};   /* sig: each key's scale, once for every row */
     for (int r0 = 0; r0 < G; r0 += rc) {
         const int nr = G - r0 < rc ? G - r0 : rc;
         for (int r = 0; r < nr; r++) {
@@ -290,21 +283,12 @@ static inline __attribute__((always_inline)) void scores8_bits(const float *qr, 
                     _mm256_store_si256((__m256i *)(cb + (size_t)j * D + 64 * m), lo);
                     _mm256_store_si256((__m256i *)(cb + (size_t)j * D + 64 * m + 32), hi);
                 }
-            float sig[KT8];                          /* each key's scale, once for every row */
+            if (nj % 8) memset(cb + (size_t)nj * D, 0, (size_t)(8 - nj % 8) * (size_t)D);   /* lanes not stored */
             for (int j = 0; j < nj; j++) sig[j] = sigma(k + (size_t)(j0 + j) * rb, D, bits);
-            for (int h0 = 0; h0 < nr; h0 += HQ) {
-                const int nh = nr - h0 < HQ ? nr - h0 : HQ;
-                const __m128 Sv = _mm_loadu_ps(S + h0);
-                float *o = sc + (size_t)(r0 + h0) * scs + (size_t)j0;
-                const uint8_t *a = qa + (size_t)h0 * qst;
-                const int8_t *sg = qsg + (size_t)h0 * qst;
-                switch (nh) {        /* the accumulators in registers: a constant head count */
-                case 4: score_keys8(cb, nj, D, a, sg, qst, 4, Sv, sig, scale, o, scs); break;
-                case 3: score_keys8(cb, nj, D, a, sg, qst, 3, Sv, sig, scale, o, scs); break;
-                case 2: score_keys8(cb, nj, D, a, sg, qst, 2, Sv, sig, scale, o, scs); break;
-                default: score_keys8(cb, nj, D, a, sg, qst, 1, Sv, sig, scale, o, scs); break;
-                }
-            }
+            for (int r = 0; r < nr; r++)
+                for (int j = 0; j < nj; j += 8)
+                    score_row8(cb + (size_t)j * D, nj - j, D, qa + (size_t)r * qst, qsg + (size_t)r * qst, S[r], sig + j,
+                               scale, sc + (size_t)(r0 + r) * scs + (size_t)(j0 + j));
         }
     }
 }
