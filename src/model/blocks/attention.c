@@ -10,6 +10,7 @@
  *
  * An item reads only its own sequence's cache, so tokens of other sequences
  * in the step change nothing; which thread runs it never changes its bits. */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "attention/attn.h"
@@ -23,6 +24,7 @@ typedef struct {
     int il;
     bool prep;               /* decode with parallel_glue: each item first runs attn_prep */
     bool hook;               /* parallel_glue: each item applies the head hook to its heads */
+    atomic_llong claimed;    /* attn_worker: items handed out so far */
 } attn_task;
 
 /* The cache block of layer il, KV head g of sequence seq: index of its first
@@ -398,11 +400,19 @@ static void attn_item(const attn_task *at, int seq, int pos, int g, const float 
     }
 }
 
-/* The step's items, dealt out cyclically over the threads: in a prompt,
- * later tokens see more keys, so contiguous shares would leave the last
- * thread with most of the work. Which thread runs an item never changes its
- * result. */
+/* The next item a thread takes, -1 when none is left: claimed one at a time
+ * from a shared counter, the deepest first (in a prompt later tokens see more
+ * keys), so a thread that runs slower than the other takes fewer items
+ * instead of holding up the step. Which thread runs an item never changes
+ * its result: items write their own outputs, and a thread's scratch is its
+ * slot's. */
+static int64_t next_item(attn_task *at, int64_t count) {
+    const int64_t k = atomic_fetch_add_explicit(&at->claimed, 1, memory_order_relaxed);
+    return k < count ? count - 1 - k : -1;
+}
+
 static void attn_worker(void *arg, int ith, int nth) {
+    (void)nth;
     attn_task *at = arg;
     moe_context *c = at->c;
     const moe_attn_desc *d = at->d;
@@ -414,13 +424,13 @@ static void attn_worker(void *arg, int ith, int nth) {
         float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * c->sc_stride;
         float *sums = c->attn_sum + (size_t)ith * 2 * (size_t)hp->n_head_max;
         const int nb = (c->n_tok + T - 1) / T;
-        for (int64_t it = ith; it < (int64_t)nb * Hkv; it += nth) {
+        for (int64_t it; (it = next_item(at, (int64_t)nb * Hkv)) >= 0;) {
             const int t0 = (int)(it / Hkv) * T, g = (int)(it % Hkv);
             attn_tq_tokens(at, t0, t0 + T < c->n_tok ? t0 + T : c->n_tok, g, ith, sc, sums, sums + hp->n_head_max);
         }
         return;
     }
-    for (int64_t it = ith; it < (int64_t)c->n_tok * Hkv; it += nth) {
+    for (int64_t it; (it = next_item(at, (int64_t)c->n_tok * Hkv)) >= 0;) {
         const int t = (int)(it / Hkv), g = (int)(it % Hkv);
         if (at->prep) attn_prep(c, d, at->il, t, g, ith);     /* its own KV head's new row, before reading it */
         attn_item(at, c->tok_seq[t], c->tok_pos[t], g, c->q + ((size_t)t * H + (size_t)g * G) * D,
@@ -430,7 +440,7 @@ static void attn_worker(void *arg, int ith, int nth) {
 }
 
 void moe_attn_decode_item(moe_context *c, int il, int pos, int g, const float *q, float *o, int ith) {
-    const attn_task at = {c, &c->m->layers[il].attn, il, false, false};
+    const attn_task at = {c, &c->m->layers[il].attn, il, false, false, 0};
     attn_item(&at, 0, pos, g, q, o, ith, true);
 }
 
@@ -473,7 +483,7 @@ static void attention_run(moe_context *c, const moe_attn_desc *d, int il) {
      * own KV head) or as a phase of its own (several tokens: a token reads
      * the keys other items of its sequence store), otherwise here in order */
     const bool glue = moe_flag_on(c->flags, MOE_FLAG_PARALLEL_GLUE);
-    attn_task at = {c, d, il, glue && n == 1, glue && d->head_hook};
+    attn_task at = {c, d, il, glue && n == 1, glue && d->head_hook, 0};
     if (has_row_ops(d)) {                                         /* biases, whole-row QK-norms */
         if (glue && n > 1) moe_ctx_par(c, rows_worker, &at);
         else rows_worker(&at, 0, 1);
