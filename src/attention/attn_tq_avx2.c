@@ -226,8 +226,8 @@ static inline __m256i hsum8(const __m256i *a) {
 /* One query row (|q| in qa, q in qs) against 8 keys whose int8 centroids
  * are at cb (D bytes each): each query load serves the 8 keys, and the 8
  * scores, ((isum * S) * sigma_j) * scale as the reference rounds them, leave
- * in one store (keys beyond nj are computed on whatever cb holds and not
- * stored). */
+ * in one store (past a tile's last key, nj < 8: computed on the zeroed
+ * centroids there and not stored). */
 static inline __attribute__((always_inline)) void score_row8(const int8_t *cb, int nj, int D, const uint8_t *qa,
                                                              const int8_t *qs, float S, const float *sig, float scale,
                                                              float *o) {
@@ -287,8 +287,8 @@ static inline __attribute__((always_inline)) void scores8_bits(const float *qr, 
             for (int j = 0; j < nj; j++) sig[j] = sigma(k + (size_t)(j0 + j) * rb, D, bits);
             for (int r = 0; r < nr; r++)
                 for (int j = 0; j < nj; j += 8)
-                    score_row8(cb + (size_t)j * D, nj - j, D, qa + (size_t)r * qst, qsg + (size_t)r * qst, S[r], sig + j,
-                               scale, sc + (size_t)(r0 + r) * scs + (size_t)(j0 + j));
+                    score_row8(cb + (size_t)j * D, nj - j, D, qa + (size_t)r * qst, qsg + (size_t)r * qst, S[r],
+                               sig + j, scale, sc + (size_t)(r0 + r) * scs + (size_t)(j0 + j));
         }
     }
 }

@@ -105,13 +105,13 @@ static void attn_item_q8(moe_context *c, size_t blk, int G, const float *q, int 
                          bool stream, const float *sinks, float *sc, float *sums, float *o) {
     const moe_hparams *hp = &c->m->hp;
     const int D = hp->head_dim, Dv = hp->head_dim_v;
-    const size_t C = (size_t)c->n_ctx, Cp = (size_t)c->ctx_pad;
+    const size_t C = (size_t)c->n_ctx, Cp = (size_t)c->ctx_pad, S = c->sc_stride;
     uint8_t *qa = c->q_a8 + (size_t)ith * (size_t)hp->n_head_max * c->a8_row;
     for (int h = 0; h < G; h++) c->kern->quantize_act8(q + (size_t)h * D, qa + (size_t)h * c->a8_row, D);
     c->attn->scores_q8(qa, c->a8_row, G, (const int8_t *)c->k_cache + blk * Cp * (size_t)D,
-                       c->k_scale + blk * (size_t)(D / 32) * Cp, Cp, j0, nk, D, kq_scale, sc, c->sc_stride);
+                       c->k_scale + blk * (size_t)(D / 32) * Cp, Cp, j0, nk, D, kq_scale, sc, S);
     for (int h = 0; h < G; h++) {
-        float *r = sc + (size_t)h * c->sc_stride + (size_t)j0;
+        float *r = sc + (size_t)h * S + (size_t)j0;
         /* a sink joins the denominator, shifted by the scores' own maximum
          * (softmax_q8's; a sink far above it gives weights 0, its limit) */
         const float mx = sinks ? c->attn->max_f32(r, nk) : 0.0f;
@@ -121,7 +121,7 @@ static void attn_item_q8(moe_context *c, size_t blk, int G, const float *q, int 
     float *w = c->attn_w + (size_t)ith * (size_t)hp->n_head_max * (size_t)(Dv / 32) * C;
     /* value_prefetch: a decode step's values come from memory (attn.h) */
     const bool pf = stream && moe_flag_on(c->flags, MOE_FLAG_VALUE_PREFETCH);
-    (pf ? c->attn->accum_q8_stream : c->attn->accum_q8)(sc, c->sc_stride, G, (const int8_t *)c->v_cache + blk * Cp * (size_t)Dv,
+    (pf ? c->attn->accum_q8_stream : c->attn->accum_q8)(sc, S, G, (const int8_t *)c->v_cache + blk * Cp * (size_t)Dv,
                                                         c->v_scale + blk * (size_t)(Dv / 32) * Cp, Cp, j0, nk, Dv, w, o,
                                                         (size_t)Dv);
     for (int h = 0; h < G; h++) {
@@ -308,6 +308,7 @@ static void attn_tq_tokens(attn_task *at, int t0, int t1, int g, int ith, float 
     const moe_hparams *hp = &c->m->hp;
     const int H = d->n_head, D = hp->head_dim, Dv = hp->head_dim_v, G = H / hp->n_head_kv;
     const float kq_scale = 1.0f / sqrtf((float)D);
+    const size_t S = c->sc_stride;
     const float *sinks = d->sinks ? d->sinks + (size_t)g * G : NULL;
     for (int ta = t0, tb; ta < t1; ta = tb) {
         int lo = first_visible(d, c->tok_pos[ta]), hi = c->tok_pos[ta];
@@ -328,7 +329,7 @@ static void attn_tq_tokens(attn_task *at, int t0, int t1, int g, int ith, float 
         for (int t = ta; t < tb; t++) {
             const int pos = c->tok_pos[t], j0 = first_visible(d, pos);
             float *o = c->att + ((size_t)t * H + (size_t)g * G) * Dv;
-            tq_finish(c, at->il, g, blk, G, j0, pos - j0 + 1, sinks, sc + (size_t)(t - ta) * G * c->sc_stride + (size_t)(j0 - lo),
+            tq_finish(c, at->il, g, blk, G, j0, pos - j0 + 1, sinks, sc + (size_t)(t - ta) * G * S + (size_t)(j0 - lo),
                       sums, sink_w, o);
             if (at->hook) d->head_hook(c, d, t, g * G, (g + 1) * G);
         }
@@ -347,8 +348,8 @@ static void attn_item(const attn_task *at, int seq, int pos, int g, const float 
     const int H = d->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, Dv = hp->head_dim_v;
     const int G = H / Hkv;
     const float kq_scale = 1.0f / sqrtf((float)D);
-    const size_t C = (size_t)c->n_ctx;
-    float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * c->sc_stride;  /* [G][sc_stride] */
+    const size_t C = (size_t)c->n_ctx, S = c->sc_stride;
+    float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * S;  /* [G][S] */
     float *sums = c->attn_sum + (size_t)ith * 2 * (size_t)hp->n_head_max;   /* [G] */
     float *sink_w = sums + hp->n_head_max;                                 /* [G]: exp(sink - max) */
     const int j0 = first_visible(d, pos), nk = pos - j0 + 1;
@@ -372,27 +373,27 @@ static void attn_item(const attn_task *at, int seq, int pos, int g, const float 
     const size_t vg = (blk * C + (size_t)j0) * (size_t)Dv;                /* values [nk][Dv] */
     if (c->kv_half)
         (pf ? ak->scores_h_prefetch : ak->scores_h)(q, (size_t)D, G, (const uint16_t *)c->k_cache + kg, (size_t)D, nk,
-                                                    D, kq_scale, sc, c->sc_stride);
+                                                    D, kq_scale, sc, S);
     else (stream ? ak->scores_stream : ak->scores)(q, (size_t)D, G, (const float *)c->k_cache + kg, (size_t)D, nk, D,
-                                                     kq_scale, sc, c->sc_stride);
+                                                     kq_scale, sc, S);
     if (pf)                         /* the first value rows arrive while the softmax runs */
         moe_prefetch_bytes((const uint16_t *)c->v_cache + vg,
                            (size_t)(nk < MOE_KV_PREFETCH_VALUES ? nk : MOE_KV_PREFETCH_VALUES) * (size_t)Dv * 2);
     for (int h = 0; h < G; h++) {                                         /* softmax numerators per head */
-        float *r = sc + (size_t)h * c->sc_stride;
+        float *r = sc + (size_t)h * S;
         float mx = ak->max_f32(r, nk);
         /* a sink: the max includes it, its exp joins the sum (ggml's soft_max with sinks) */
         if (sinks && sinks[h] > mx) mx = sinks[h];
         if (sinks) sink_w[h] = moe_expf(sinks[h] - mx);
         ak->exp_shift(r, nk, mx);                                         /* r[j] = exp(r[j] - max) */
     }
-    moe_attn_row_sums(sc, c->sc_stride, G, nk, sums);                     /* denominators, in key order */
+    moe_attn_row_sums(sc, S, G, nk, sums);                                /* denominators, in key order */
     if (sinks)                                                            /* the sink's term last */
         for (int h = 0; h < G; h++) sums[h] += sink_w[h];
     if (c->kv_half)
-        (pf ? ak->accum_h_prefetch : ak->accum_h)(sc, c->sc_stride, G, (const uint16_t *)c->v_cache + vg, (size_t)Dv, nk, Dv, o,
+        (pf ? ak->accum_h_prefetch : ak->accum_h)(sc, S, G, (const uint16_t *)c->v_cache + vg, (size_t)Dv, nk, Dv, o,
                                                   (size_t)Dv);
-    else (stream ? ak->accum_stream : ak->accum)(sc, c->sc_stride, G, (const float *)c->v_cache + vg, (size_t)Dv, nk, Dv, o,
+    else (stream ? ak->accum_stream : ak->accum)(sc, S, G, (const float *)c->v_cache + vg, (size_t)Dv, nk, Dv, o,
                                                  (size_t)Dv);
     for (int h = 0; h < G; h++) {
         const float inv = 1.0f / sums[h];
