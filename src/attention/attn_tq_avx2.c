@@ -135,7 +135,8 @@ static inline __m128i hsum4(__m256i a, __m256i b, __m256i c, __m256i d) {
  * 31), "hi" the same + 16; the query rows were put in that order once.
  * The centroids of a tile of keys are built once for every row of the
  * call; the sums are exact, so the reduction tree changes nothing. */
-#define KT8 16   /* keys per tile */
+#define KT8 16   /* keys per tile: score_row8 takes 8 at a time (and loads 8 scales) */
+_Static_assert(KT8 % 8 == 0, "KT8: whole groups of 8 keys");
 #define RC8 32   /* query rows per chunk: a prefill call's 4 tokens x 8 heads build the tile once */
 #define QB8 16384 /* bytes of the chunk's query rows, and of the tile's centroids */
 
@@ -267,7 +268,7 @@ static inline __attribute__((always_inline)) void scores8_bits(const float *qr, 
     _Alignas(32) int8_t qsg[QB8], cb[2 * QB8];
     const size_t qst = (size_t)D + 64;
     const int rc = QB8 / (int)qst < RC8 ? QB8 / (int)qst : RC8, kt = QB8 / D < KT8 ? QB8 / D : KT8;
-    float S[RC8], sig[KT8 < 8 ? 8 : KT8] = {0};   /* sig: each key's scale, once for every row */
+    float S[RC8], sig[KT8] = {0};   /* sig: each key's scale, once for every row */
     for (int r0 = 0; r0 < G; r0 += rc) {
         const int nr = G - r0 < rc ? G - r0 : rc;
         for (int r = 0; r < nr; r++) {

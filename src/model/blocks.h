@@ -45,6 +45,12 @@ void moe_router_softmax(float *p, int n);
 void moe_router_sigmoid(float *p, int n);
 const char *moe_router_name(moe_router_probs_fn f);   /* "softmax", "sigmoid" */
 
+/* Thread slot ith's attention scores: n_head_max rows, c->sc_stride floats
+ * apart (model.h: why not n_ctx). */
+static inline float *moe_score_rows(const moe_context *c, int ith) {
+    return c->scores + (size_t)ith * (size_t)c->m->hp.n_head_max * c->sc_stride;
+}
+
 /* ---- elementwise math shared by blocks and hooks (fixed order, plain libm) ---- */
 
 static inline float moe_softplus(float x) { return x > 20.0f ? x : log1pf(moe_expf(x)); }

@@ -24,7 +24,9 @@ typedef struct {
     int il;
     bool prep;               /* decode with parallel_glue: each item first runs attn_prep */
     bool hook;               /* parallel_glue: each item applies the head hook to its heads */
-    atomic_llong claimed;    /* attn_worker: items handed out so far */
+    /* attn_worker: items handed out so far; on a line of its own, so the
+     * threads' increments do not evict the fields above that every item reads */
+    _Alignas(64) atomic_llong claimed;
 } attn_task;
 
 /* The cache block of layer il, KV head g of sequence seq: index of its first
@@ -349,7 +351,7 @@ static void attn_item(const attn_task *at, int seq, int pos, int g, const float 
     const int G = H / Hkv;
     const float kq_scale = 1.0f / sqrtf((float)D);
     const size_t C = (size_t)c->n_ctx, S = c->sc_stride;
-    float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * S;  /* [G][S] */
+    float *sc = moe_score_rows(c, ith);                                   /* [G][S] */
     float *sums = c->attn_sum + (size_t)ith * 2 * (size_t)hp->n_head_max;   /* [G] */
     float *sink_w = sums + hp->n_head_max;                                 /* [G]: exp(sink - max) */
     const int j0 = first_visible(d, pos), nk = pos - j0 + 1;
@@ -422,7 +424,7 @@ static void attn_worker(void *arg, int ith, int nth) {
     const int G = H / Hkv;
     const int T = tq_block_tokens(c, G);
     if (T > 1) {                                  /* kv_tq prefill: items of T tokens (attn_tq_tokens) */
-        float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * c->sc_stride;
+        float *sc = moe_score_rows(c, ith);
         float *sums = c->attn_sum + (size_t)ith * 2 * (size_t)hp->n_head_max;
         const int nb = (c->n_tok + T - 1) / T;
         for (int64_t it; (it = next_item(at, (int64_t)nb * Hkv)) >= 0;) {

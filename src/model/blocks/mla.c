@@ -129,8 +129,8 @@ static void item_worker(void *arg, int ith, int nth) {
     const moe_rope *rp = &c->m->ropes[mt->a->rope];
     const moe_attn_kernels *ak = c->attn;
     const int H = mt->a->n_head, Cl = d->kv_lora, D = d->kv_lora + d->rope_dim, Dq = d->nope + d->rope_dim;
-    const size_t Cx = c->sc_stride;           /* score rows */
-    float *sc = c->scores + (size_t)ith * (size_t)hp->n_head_max * Cx;     /* [G][sc_stride] */
+    const size_t Cx = c->sc_stride;                                         /* between score rows */
+    float *sc = moe_score_rows(c, ith);                                     /* [G][sc_stride] */
     float *sums = c->attn_sum + (size_t)ith * 2 * (size_t)hp->n_head_max;  /* [G] */
     const bool stream = c->n_tok == 1 && moe_flag_on(c->flags, MOE_FLAG_KEY_STREAM);
     const int ng = item_groups(c->n_tok, H, nth), gs = (H + ng - 1) / ng;
