@@ -18,6 +18,7 @@
 #define MOE_BLOCKS_H
 
 #include <math.h>
+#include <stdatomic.h>
 
 #include "base/util.h"
 #include "model/model.h"
@@ -49,6 +50,17 @@ const char *moe_router_name(moe_router_probs_fn f);   /* "softmax", "sigmoid" */
  * apart (model.h: why not n_ctx). */
 static inline float *moe_score_rows(const moe_context *c, int ith) {
     return c->scores + (size_t)ith * (size_t)c->m->hp.n_head_max * c->sc_stride;
+}
+
+/* The next of count attention items a thread takes, -1 when none is left:
+ * claimed one at a time from the step's shared counter, the deepest first
+ * (items go by token, and in a prompt later tokens see more keys), so a
+ * thread that runs slower than the other takes fewer items instead of
+ * holding up the step. Which thread runs an item never changes its result:
+ * items write their own outputs, and a thread's scratch is its slot's. */
+static inline int64_t moe_next_item(atomic_llong *claimed, int64_t count) {
+    const int64_t k = atomic_fetch_add_explicit(claimed, 1, memory_order_relaxed);
+    return k < count ? count - 1 - k : -1;
 }
 
 /* ---- elementwise math shared by blocks and hooks (fixed order, plain libm) ---- */

@@ -403,17 +403,6 @@ static void attn_item(const attn_task *at, int seq, int pos, int g, const float 
     }
 }
 
-/* The next item a thread takes, -1 when none is left: claimed one at a time
- * from a shared counter, the deepest first (in a prompt later tokens see more
- * keys), so a thread that runs slower than the other takes fewer items
- * instead of holding up the step. Which thread runs an item never changes
- * its result: items write their own outputs, and a thread's scratch is its
- * slot's. */
-static int64_t next_item(attn_task *at, int64_t count) {
-    const int64_t k = atomic_fetch_add_explicit(&at->claimed, 1, memory_order_relaxed);
-    return k < count ? count - 1 - k : -1;
-}
-
 static void attn_worker(void *arg, int ith, int nth) {
     (void)nth;
     attn_task *at = arg;
@@ -427,13 +416,13 @@ static void attn_worker(void *arg, int ith, int nth) {
         float *sc = moe_score_rows(c, ith);
         float *sums = c->attn_sum + (size_t)ith * 2 * (size_t)hp->n_head_max;
         const int nb = (c->n_tok + T - 1) / T;
-        for (int64_t it; (it = next_item(at, (int64_t)nb * Hkv)) >= 0;) {
+        for (int64_t it; (it = moe_next_item(&at->claimed, (int64_t)nb * Hkv)) >= 0;) {
             const int t0 = (int)(it / Hkv) * T, g = (int)(it % Hkv);
             attn_tq_tokens(at, t0, t0 + T < c->n_tok ? t0 + T : c->n_tok, g, ith, sc, sums, sums + hp->n_head_max);
         }
         return;
     }
-    for (int64_t it; (it = next_item(at, (int64_t)c->n_tok * Hkv)) >= 0;) {
+    for (int64_t it; (it = moe_next_item(&at->claimed, (int64_t)c->n_tok * Hkv)) >= 0;) {
         const int t = (int)(it / Hkv), g = (int)(it % Hkv);
         if (at->prep) attn_prep(c, d, at->il, t, g, ith);     /* its own KV head's new row, before reading it */
         attn_item(at, c->tok_seq[t], c->tok_pos[t], g, c->q + ((size_t)t * H + (size_t)g * G) * D,

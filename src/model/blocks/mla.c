@@ -49,6 +49,9 @@ typedef struct {
     uint8_t *a8;             /* act_q8: [n][H] A8 rows of q_nope, then of o (a8_nope, a8_c bytes) */
     size_t a8_nope, a8_c;
     int phase;               /* head products: 0 Wk_b (q~), 1 Wv_b (out) */
+    /* phase 4's units handed out so far (moe_next_item); on a line of its
+     * own, so the threads' increments do not evict the fields above */
+    _Alignas(64) atomic_llong claimed;
 } mla_task;
 
 /* Index of the first float (half) of sequence seq's cache rows for layer il
@@ -118,11 +121,11 @@ static int item_groups(int n, int H, int nth) {
     return nth < H ? nth : H;
 }
 
-/* Phase 4: units (token t, heads h0 .. h0+G-1), dealt out cyclically (later
- * tokens of a prompt see more keys). Per (token, head) the arithmetic is
- * that of the item alone. */
+/* Phase 4: units (token t, heads h0 .. h0+G-1), claimed deepest first
+ * (moe_next_item). Per (token, head) the arithmetic is that of the item
+ * alone. */
 static void item_worker(void *arg, int ith, int nth) {
-    const mla_task *mt = arg;
+    mla_task *mt = arg;
     moe_context *c = mt->c;
     const moe_mla_desc *d = mt->d;
     const moe_hparams *hp = &c->m->hp;
@@ -134,7 +137,7 @@ static void item_worker(void *arg, int ith, int nth) {
     float *sums = c->attn_sum + (size_t)ith * 2 * (size_t)hp->n_head_max;  /* [G] */
     const bool stream = c->n_tok == 1 && moe_flag_on(c->flags, MOE_FLAG_KEY_STREAM);
     const int ng = item_groups(c->n_tok, H, nth), gs = (H + ng - 1) / ng;
-    for (int64_t it = ith; it < (int64_t)c->n_tok * ng; it += nth) {
+    for (int64_t it; (it = moe_next_item(&mt->claimed, (int64_t)c->n_tok * ng)) >= 0;) {
         const int t = (int)(it / ng), h0 = (int)(it % ng) * gs;
         const int G = (h0 + gs < H ? h0 + gs : H) - h0;
         if (G <= 0) continue;
@@ -174,7 +177,7 @@ static void mla_run(moe_context *c, const moe_mla_desc *d, const moe_attn_desc *
     const size_t v_len = (size_t)H * (size_t)d->v_dim;
     mla_task mt = {c, d, a, il, c->blk_tok + (size_t)n * qa_len, c->blk_tok + (size_t)n * (qa_len + q_len),
                    (uint8_t *)(c->blk_tok + (size_t)n * (qa_len + q_len + v_len)),
-                   (size_t)moe_act8_row_bytes(d->nope), (size_t)moe_act8_row_bytes(d->kv_lora), 0};
+                   (size_t)moe_act8_row_bytes(d->nope), (size_t)moe_act8_row_bytes(d->kv_lora), 0, 0};
     moe_norm_tokens(c, d->norm);                                  /* h = RMSNorm(x) * norm  [n][E] */
     /* qa [n][q_lora] (or q [n][H*(nope+rope)] directly) and [c | kp] [n][C + rope] */
     const moe_weight *ws[2] = {d->q_lora ? &d->wq_a : &d->wq, &d->wkv_a};
