@@ -206,6 +206,106 @@ ALWAYS_INLINE void tile_q8_0(const uint8_t *w, size_t rs, const uint8_t *xa, siz
         y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t][0], acc[r][t][1]);
 }
 
+/* ---- a few tokens (batched decode): 2 rows x 4 tokens ----
+ * At 4 tokens the 4x2 tile shifts each token's activation bytes apart
+ * (load_a) once per 4 rows and each weight row's bytes once per 2 tokens:
+ * a third of its instructions, while the vpmaddwd are half. For 4 to 8
+ * tokens whose words fit X4_BYTES (the activations stay in L1 beside the
+ * rows), their even and odd words are written once per call (expand_a) and
+ * the tile takes 2 rows x 4 tokens, the activation words as vpmaddwd's
+ * memory operands: a row's words are made once per 4 tokens. The block sums
+ * are the same exact integers and fold is tile_q8_0's, so the bits are too.
+ * Measured on the Zen 3 (one core, 128 x 2048 rows in L2, 4 tokens): 21.7 ->
+ * 18.7 us; with 32 KB of words (row length 4096) the tile was no faster, so
+ * such rows keep the 4x2 tile. GCC's register allocation of this loop is
+ * fragile: variants that called the tile once for a fixed 4 tokens ran
+ * slower than the 4x2 tile; keep the loop's shape when changing it, and
+ * time it (docs/PERFORMANCE.md). */
+#define X4_BYTES 16384
+
+/* Token row xa's codes as load_a's words: per group, slab s, half h, the
+ * 16 even words then the 16 odd ones, at int16 (16 g + 2 s + h) * 32. */
+static void expand_a(const uint8_t *xa, int64_t ng, int16_t *out) {
+    for (int64_t g = 0; g < ng; g++)
+        for (int sh = 0; sh < 16; sh++) {
+            __m256i ae, ao;
+            load_a(xa + (size_t)g * A8_GROUP_BYTES + 32 * (size_t)sh, &ae, &ao);
+            _mm256_store_si256((__m256i *)(void *)(out + ((size_t)g * 16 + (size_t)sh) * 32), ae);
+            _mm256_store_si256((__m256i *)(void *)(out + ((size_t)g * 16 + (size_t)sh) * 32 + 16), ao);
+        }
+}
+/* half_group for 2 rows x 4 tokens, token t's words of this group at
+ * X + t * xxs (expand_a). */
+ALWAYS_INLINE void half_group_x4(const uint8_t *G, size_t rs, const uint8_t *A, size_t xs, const int16_t *X,
+                                 size_t xxs, int gn, int h, __m256 acc[2][4][2], const int PARTIAL) {
+    const __m256i live = PARTIAL ? live_lanes(gn, h) : _mm256_set1_epi32(-1);
+    __m256i is[2][4];
+    UNROLL for (int t = 0; t < 4; t++)
+        is[0][t] = is[1][t] = _mm256_loadu_si256((const __m256i *)(A + (size_t)t * xs + 512 + 32 * h));
+    UNROLL for (int s = 0; s < 8; s++) UNROLL for (int r = 0; r < 2; r++) {
+        __m256i ue, uo;
+        load_w(G + (size_t)r * rs + 2 * gn + 4 * gn * s, gn, h, live, &ue, &uo, PARTIAL);
+        UNROLL for (int t = 0; t < 4; t++) {
+            const int16_t *x = X + (size_t)t * xxs + (size_t)(2 * s + h) * 32;
+            is[r][t] = dot_half(is[r][t], ue, uo, _mm256_load_si256((const __m256i *)(const void *)x),
+                                _mm256_load_si256((const __m256i *)(const void *)(x + 16)));
+        }
+    }
+    UNROLL for (int r = 0; r < 2; r++) UNROLL for (int t = 0; t < 4; t++)
+        acc[r][t][h] = fold(acc[r][t][h], is[r][t], G + (size_t)r * rs, A + (size_t)t * xs, h, live, PARTIAL);
+}
+/* tile_q8_0 for 2 rows (w, w + rs) x 4 tokens (xa + t * xs, their words at
+ * X + t * xxs). */
+static void tile_q8_0_x4(const uint8_t *w, size_t rs, const uint8_t *xa, size_t xs, const int16_t *X, size_t xxs,
+                         float *y, size_t ys, size_t yr, int64_t n) {
+    const int64_t nb = n / 32;
+    __m256 acc[2][4][2];
+    UNROLL for (int r = 0; r < 2; r++) UNROLL for (int t = 0; t < 4; t++) acc[r][t][0] = acc[r][t][1] = _mm256_setzero_ps();
+    int64_t g0 = 0;
+    for (; g0 + A8_G <= nb; g0 += A8_G) {
+        const size_t g = (size_t)(g0 / A8_G);
+        const uint8_t *G = w + (size_t)g0 * QB_Q8_0, *A = xa + g * A8_GROUP_BYTES;
+        half_group_x4(G, rs, A, xs, X + g * 512, xxs, A8_G, 0, acc, 0);
+        half_group_x4(G, rs, A, xs, X + g * 512, xxs, A8_G, 1, acc, 0);
+    }
+    if (g0 < nb) {
+        const int gn = (int)(nb - g0);
+        const size_t g = (size_t)(g0 / A8_G);
+        const uint8_t *G = w + (size_t)g0 * QB_Q8_0, *A = xa + g * A8_GROUP_BYTES;
+        half_group_x4(G, rs, A, xs, X + g * 512, xxs, gn, 0, acc, 1);
+        if (gn > 8) half_group_x4(G, rs, A, xs, X + g * 512, xxs, gn, 1, acc, 1);
+    }
+    UNROLL for (int r = 0; r < 2; r++) UNROLL for (int t = 0; t < 4; t++)
+        y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t][0], acc[r][t][1]);
+}
+/* 4 to 8 tokens whose words fit X4_BYTES: rows r and r + h (h = nrows/2, as
+ * the gemv pairs them) in 2 x 4 tiles, the tokens past the last 4 in 2 x 2
+ * and 2 x 1 ones, the odd last row alone. False when the shape is not one. */
+static bool gemm_few_q8_0(const uint8_t *W, size_t rb, int64_t nrows, const uint8_t *X, size_t xs, int64_t ntok,
+                          float *y, size_t ys, int64_t n) {
+    const int64_t ng = (n / 32 + A8_G - 1) / A8_G;
+    const size_t xxs = (size_t)ng * 512;   /* int16 words per token */
+    if (ntok < 4 || ntok > 8 || (size_t)ntok * xxs * 2 > X4_BYTES) return false;
+    _Alignas(32) int16_t xw[X4_BYTES / 2];
+    for (int64_t t = 0; t < ntok; t++) expand_a(X + (size_t)t * xs, ng, xw + (size_t)t * xxs);
+    const int64_t h = nrows / 2, t4 = ntok / 4 * 4;
+    for (int64_t r = 0; r < h; r++) {
+        const uint8_t *wr = W + (size_t)r * rb;
+        int64_t t = 0;
+        for (; t < t4; t += 4)
+            tile_q8_0_x4(wr, (size_t)h * rb, X + (size_t)t * xs, xs, xw + (size_t)t * xxs, xxs, y + (size_t)t * ys + r,
+                         ys, (size_t)h, n);
+        for (; t + 2 <= ntok; t += 2)
+            tile_q8_0(wr, (size_t)h * rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, (size_t)h, n, 2, 2);
+        if (t < ntok) tile_q8_0(wr, (size_t)h * rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, (size_t)h, n, 2, 1);
+    }
+    if (nrows & 1)
+        for (int64_t t = 0; t < ntok; t++)
+            tile_q8_0(W + (size_t)(nrows - 1) * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + nrows - 1, ys, 1, n,
+                      1, 1);
+    return true;
+}
+
 /* Decode: rows r and r + h in one tile (h = nrows/2; see the top comment),
  * the odd row left over alone. */
 void moe_gemv_a8_q8_0_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, float *y, int64_t n) {
@@ -222,6 +322,7 @@ void moe_gemv_a8_q8_0_avx2(const void *w, size_t rb, int64_t nrows, const void *
 void moe_gemm_a8_q8_0_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs, int64_t ntok,
                            float *y, size_t ys, int64_t n) {
     const uint8_t *W = w, *X = xa;
+    if (gemm_few_q8_0(W, rb, nrows, X, xs, ntok, y, ys, n)) return;
     const int64_t q = nrows / 4;
     for (int64_t r = 0; r < q; r++) {
         int64_t t = 0;
