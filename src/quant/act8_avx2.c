@@ -215,12 +215,12 @@ ALWAYS_INLINE void tile_q8_0(const uint8_t *w, size_t rs, const uint8_t *xa, siz
  * the tile takes 2 rows x 4 tokens, the activation words as vpmaddwd's
  * memory operands: a row's words are made once per 4 tokens. The block sums
  * are the same exact integers and fold is tile_q8_0's, so the bits are too.
- * Measured on the Zen 3 (one core, 128 x 2048 rows in L2, 4 tokens): 21.7 ->
- * 18.7 us; with 32 KB of words (row length 4096) the tile was no faster, so
- * such rows keep the 4x2 tile. GCC's register allocation of this loop is
- * fragile: variants that called the tile once for a fixed 4 tokens ran
- * slower than the 4x2 tile; keep the loop's shape when changing it, and
- * time it (docs/PERFORMANCE.md). */
+ * With more words than X4_BYTES (row length 4096 at 4 tokens) the tile was
+ * no faster than 4x2, so such rows keep the 4x2 tile. GCC's register
+ * allocation of this loop is fragile: a variant that called the tile once
+ * for a fixed 4 tokens ran slower than the 4x2 tile; keep the loop's shape
+ * when changing it, and time it (docs/PERFORMANCE.md, "What moved the
+ * numbers"). */
 #define X4_BYTES 16384
 
 /* Token row xa's codes as load_a's words: per group, slab s, half h, the
@@ -234,6 +234,7 @@ static void expand_a(const uint8_t *xa, int64_t ng, int16_t *out) {
             _mm256_store_si256((__m256i *)(void *)(out + ((size_t)g * 16 + (size_t)sh) * 32 + 16), ao);
         }
 }
+
 /* half_group for 2 rows x 4 tokens, token t's words of this group at
  * X + t * xxs (expand_a). */
 ALWAYS_INLINE void half_group_x4(const uint8_t *G, size_t rs, const uint8_t *A, size_t xs, const int16_t *X,
@@ -254,6 +255,7 @@ ALWAYS_INLINE void half_group_x4(const uint8_t *G, size_t rs, const uint8_t *A, 
     UNROLL for (int r = 0; r < 2; r++) UNROLL for (int t = 0; t < 4; t++)
         acc[r][t][h] = fold(acc[r][t][h], is[r][t], G + (size_t)r * rs, A + (size_t)t * xs, h, live, PARTIAL);
 }
+
 /* tile_q8_0 for 2 rows (w, w + rs) x 4 tokens (xa + t * xs, their words at
  * X + t * xxs). */
 static void tile_q8_0_x4(const uint8_t *w, size_t rs, const uint8_t *xa, size_t xs, const int16_t *X, size_t xxs,
@@ -278,6 +280,7 @@ static void tile_q8_0_x4(const uint8_t *w, size_t rs, const uint8_t *xa, size_t 
     UNROLL for (int r = 0; r < 2; r++) UNROLL for (int t = 0; t < 4; t++)
         y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t][0], acc[r][t][1]);
 }
+
 /* 4 to 8 tokens whose words fit X4_BYTES: rows r and r + h (h = nrows/2, as
  * the gemv pairs them) in 2 x 4 tiles, the tokens past the last 4 in 2 x 2
  * and 2 x 1 ones, the odd last row alone. False when the shape is not one. */
