@@ -385,7 +385,7 @@ static const int64_t NS32[] = {32, 64, 96, 256, 288, 480, 512, 544, 800, 1024, 2
 /* NVFP4 (n % 64 == 0): partial groups of 2, 4, 6, 8, 14 blocks, whole groups, whole + 2 / 8 / 14, 2880 */
 static const int64_t NS64[] = {64, 128, 192, 256, 448, 512, 576, 768, 960, 1024, 2048, 2880};
 static const int64_t ROWS[] = {1, 2, 3, 5, 8};
-/* 4..8 tokens: the AVX2 Q8_0 2 x 4 tile where the words fit (quads, then 2 + 1 left), 9: past it */
+/* 4 and 8 tokens: the AVX2 Q8_0 2 x 4 tile where the words fit; 5, 7, 9: the 4x2 tile again */
 static const int64_t TOKS[] = {1, 2, 3, 4, 5, 7, 8, 9};
 /* Q4_K, Q6_K (n % 256 == 0): a partial group of 8 blocks alone, whole groups, whole + 8 */
 static const int64_t NS256[] = {256, 512, 768, 1024, 1280, 1536, 1792, 2048};

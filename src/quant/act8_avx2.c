@@ -209,7 +209,7 @@ ALWAYS_INLINE void tile_q8_0(const uint8_t *w, size_t rs, const uint8_t *xa, siz
 /* ---- a few tokens (batched decode): 2 rows x 4 tokens ----
  * At 4 tokens the 4x2 tile shifts each token's activation bytes apart
  * (load_a) once per 4 rows and each weight row's bytes once per 2 tokens:
- * a third of its instructions, while the vpmaddwd are half. For 4 to 8
+ * a third of its instructions, while the vpmaddwd are half. For 4 or 8
  * tokens whose words fit X4_BYTES (the activations stay in L1 beside the
  * rows), their even and odd words are written once per call (expand_a) and
  * the tile takes 2 rows x 4 tokens, the activation words as vpmaddwd's
@@ -281,14 +281,19 @@ static void tile_q8_0_x4(const uint8_t *w, size_t rs, const uint8_t *xa, size_t 
         y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t][0], acc[r][t][1]);
 }
 
-/* 4 to 8 tokens whose words fit X4_BYTES: rows r and r + h (h = nrows/2, as
- * the gemv pairs them) in 2 x 4 tiles, the tokens past the last 4 in 2 x 2
- * and 2 x 1 ones, the odd last row alone. False when the shape is not one. */
+/* 4 or 8 tokens whose words fit X4_BYTES: rows r and r + h (h = nrows/2, as
+ * the gemv pairs them) in 2 x 4 tiles, the odd last row alone; false for
+ * other shapes. 5 to 7 tokens stay with the 4x2 tile: with the tokens past 4
+ * in 2 x 2 and 2 x 1 tiles here, 6 and 7 ran slower than it. The loops for
+ * tokens past a multiple of 4 do not run for 4 or 8, but they stay: GCC's
+ * code for the tile loop depends on this function's shape, and without them
+ * 8 tokens ran at half the speed of the 4x2 tile (docs/PERFORMANCE.md, "What
+ * moved the numbers": time any change). */
 static bool gemm_few_q8_0(const uint8_t *W, size_t rb, int64_t nrows, const uint8_t *X, size_t xs, int64_t ntok,
                           float *y, size_t ys, int64_t n) {
     const int64_t ng = (n / 32 + A8_G - 1) / A8_G;
     const size_t xxs = (size_t)ng * 512;   /* int16 words per token */
-    if (ntok < 4 || ntok > 8 || (size_t)ntok * xxs * 2 > X4_BYTES) return false;
+    if ((ntok != 4 && ntok != 8) || (size_t)ntok * xxs * 2 > X4_BYTES) return false;
     _Alignas(32) int16_t xw[X4_BYTES / 2];
     for (int64_t t = 0; t < ntok; t++) expand_a(X + (size_t)t * xs, ng, xw + (size_t)t * xxs);
     const int64_t h = nrows / 2, t4 = ntok / 4 * 4;
