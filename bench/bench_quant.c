@@ -14,6 +14,8 @@
  * moe_type_has_a8), rows labelled "a8" time the same shapes with those kernels: weights
  * repacked by moe_repack_a8, activations quantized by moe_quantize_act8; the
  * GEMM in GOP/s (2*rows*n*tokens integer multiply-adds counted like flops).
+ * The a8 GEMM also on 1 thread with its weights in L2 ("gemm 256x48", and
+ * "gemm 128x4": a batched decode step's 4 tokens), GOP/s per CPU-second.
  * Also the lm-head on 1 thread (no pool) in GB/s per second of that thread's
  * CPU time: what one core sustains while it runs, a figure that holds up on
  * a machine shared with other jobs.
@@ -190,19 +192,21 @@ static void bench_l2(const moe_kernels *k, uint32_t type, const uint8_t *w, cons
                     "GB/s per CPU-second, 1 thread, weights in L2");
 }
 
-/* One core's GEMM rate without memory in the way: a8 weights of 256 rows
- * x 2048 (557 KB of Q8_0, less for the others: in L2) against 48 tokens (an
- * expert's share of a prompt chunk), GOP/s per second of this thread's CPU
- * time (median of REPS); the 2-thread "gemm 512tok" row above also streams
- * the weights and moves with the VM's state. */
+/* One core's GEMM rate without memory in the way: a8 weights of `rows` x
+ * 2048 in L2 (256 rows: 557 KB of Q8_0, less for the others) against ntok
+ * tokens — 48: an expert's share of a prompt chunk; 4: a batched decode
+ * step's shared matrices at four sequences —, GOP/s per second of this
+ * thread's CPU time (median of REPS); the 2-thread "gemm 512tok" row above
+ * also streams the weights and moves with the VM's state. */
 #define L2_GEMM_ROWS 256
 #define L2_GEMM_TOK 48
-#define L2_GEMM_ITERS 50
 static void bench_l2_gemm(const moe_kernels *k, uint32_t type, const uint8_t *wa, const uint8_t *xa, float *y,
-                          const char *name) {
-    job j = {.k = k, .type = type, .w = wa, .rb = (size_t)moe_row_bytes(type, 2048), .nrows = L2_GEMM_ROWS, .n = 2048,
-             .ntok = L2_GEMM_TOK, .y = y, .xa = xa};
-    one_thread_rate(name, "gemm 256x48", &j, L2_GEMM_ITERS, 2.0 * L2_GEMM_ROWS * 2048 * L2_GEMM_TOK * L2_GEMM_ITERS,
+                          const char *name, int64_t rows, int64_t ntok, int iters) {
+    job j = {.k = k, .type = type, .w = wa, .rb = (size_t)moe_row_bytes(type, 2048), .nrows = rows, .n = 2048,
+             .ntok = ntok, .y = y, .xa = xa};
+    char label[32];
+    snprintf(label, sizeof label, "gemm %lldx%lld", (long long)rows, (long long)ntok);
+    one_thread_rate(name, label, &j, iters, 2.0 * (double)rows * 2048 * (double)ntok * iters,
                     "GOP/s per CPU-second, 1 thread, weights in L2");
 }
 
@@ -249,7 +253,8 @@ static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_
                op / hi * 1e-9, op / lo * 1e-9, 100 * g_cpu_share);
     }
     bench_l2(k, type, wa, NULL, xa, y, name, 128, 2048);
-    if (ntok >= L2_GEMM_TOK && rows >= L2_GEMM_ROWS) bench_l2_gemm(k, type, wa, xa, y, name);
+    if (ntok >= L2_GEMM_TOK && rows >= L2_GEMM_ROWS) bench_l2_gemm(k, type, wa, xa, y, name, L2_GEMM_ROWS, L2_GEMM_TOK, 50);
+    if (ntok >= 4 && rows >= 128) bench_l2_gemm(k, type, wa, xa, y, name, 128, 4, 600);
     /* n = 256: a partial group has its own a8 layout, so its own repack (the
      * plain rows of n = 2048 are also valid rows of n = 256) */
     const size_t rb256 = (size_t)moe_row_bytes(type, 256);
