@@ -200,6 +200,10 @@ static void bench_l2(const moe_kernels *k, uint32_t type, const uint8_t *w, cons
  * also streams the weights and moves with the VM's state. */
 #define L2_GEMM_ROWS 256
 #define L2_GEMM_TOK 48
+#define L2_GEMM_ITERS 50
+#define L2_FEW_ROWS 128  /* "gemm 128x4" */
+#define L2_FEW_TOK 4
+#define L2_FEW_ITERS 600 /* half the operations per repetition of 256x48 */
 static void bench_l2_gemm(const moe_kernels *k, uint32_t type, const uint8_t *wa, const uint8_t *xa, float *y,
                           const char *name, int64_t rows, int64_t ntok, int iters) {
     job j = {.k = k, .type = type, .w = wa, .rb = (size_t)moe_row_bytes(type, 2048), .nrows = rows, .n = 2048,
@@ -253,8 +257,9 @@ static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_
                op / hi * 1e-9, op / lo * 1e-9, 100 * g_cpu_share);
     }
     bench_l2(k, type, wa, NULL, xa, y, name, 128, 2048);
-    if (ntok >= L2_GEMM_TOK && rows >= L2_GEMM_ROWS) bench_l2_gemm(k, type, wa, xa, y, name, L2_GEMM_ROWS, L2_GEMM_TOK, 50);
-    if (ntok >= 4 && rows >= 128) bench_l2_gemm(k, type, wa, xa, y, name, 128, 4, 600);
+    if (ntok >= L2_GEMM_TOK && rows >= L2_GEMM_ROWS)
+        bench_l2_gemm(k, type, wa, xa, y, name, L2_GEMM_ROWS, L2_GEMM_TOK, L2_GEMM_ITERS);
+    if (ntok >= L2_FEW_TOK && rows >= L2_FEW_ROWS) bench_l2_gemm(k, type, wa, xa, y, name, L2_FEW_ROWS, L2_FEW_TOK, L2_FEW_ITERS);
     /* n = 256: a partial group has its own a8 layout, so its own repack (the
      * plain rows of n = 2048 are also valid rows of n = 256) */
     const size_t rb256 = (size_t)moe_row_bytes(type, 256);
