@@ -406,6 +406,64 @@ DEF_BLOCK_KERNELS(q3_k, 64, 4, dq_q3_k, QB_Q3_K / 4, QB_Q3_K)
 DEF_BLOCK_KERNELS(q2_k, 64, 4, dq_q2_k, QB_Q2_K / 4, QB_Q2_K)
 DEF_BLOCK_KERNELS(iq4_xs, 64, 4, dq_iq4_xs, QB_IQ4_XS / 4, QB_IQ4_XS)
 
+/* ---- the Q4_K gemv (decode under the FP32 contract) ------------------------
+ * Two rows, r and r + nrows/2 (far apart, as the plain gemvs pair them), a
+ * super-block at a time: for each part c and nibble half hn (32 values of
+ * one sub-block, one d and m), the row's d and m are broadcast once and its
+ * 4 vectors of 8 take their codes from one 16-byte load per 16 values and
+ * their activations as FMA memory operands. Each row's 16 lanes see the same
+ * FMAs in the same order as in tile_q4_k (a part's values 8q.. -> lanes 8(q & 1)..),
+ * so the bits are the same. The empty asm statements make the code and
+ * state loads opaque: without them GCC keeps every shuffled code vector and
+ * broadcast scale of the block in registers for reuse, and spills the
+ * accumulators to the stack in the loop instead (measured; docs/PERFORMANCE.md,
+ * "What moved the numbers"). With 4 rows the same loop was no faster than 2. */
+#define Z (-128)
+static void tile2_q4_k(const uint8_t *w, size_t rs, const float *x, float *y, size_t yr, int64_t n) {
+    const __m256i lo = _mm256_setr_epi8(0, Z, Z, Z, 1, Z, Z, Z, 2, Z, Z, Z, 3, Z, Z, Z,
+                                        4, Z, Z, Z, 5, Z, Z, Z, 6, Z, Z, Z, 7, Z, Z, Z);
+    const __m256i hi = _mm256_setr_epi8(8, Z, Z, Z, 9, Z, Z, Z, 10, Z, Z, Z, 11, Z, Z, Z,
+                                        12, Z, Z, Z, 13, Z, Z, Z, 14, Z, Z, Z, 15, Z, Z, Z);
+    const __m256i m15 = _mm256_set1_epi32(15);
+    __m256 acc[2][2];
+    UNROLL for (int r = 0; r < 2; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    float st[2][16];
+    for (int64_t b = 0; b < n / 256; b++) {
+        const uint8_t *B0 = w + (size_t)b * QB_Q4_K;
+        UNROLL for (int r = 0; r < 2; r++) {
+            const uint8_t *B = B0 + r * rs;
+            UNROLL for (int o = 0; o < QB_Q4_K; o += 48) _mm_prefetch((const char *)B + PF_DIST + o, _MM_HINT_T0);
+            _mm_prefetch((const char *)B + PF_DIST + QB_Q4_K - 1, _MM_HINT_T0);
+            prep_q4_k(B, st[r]);
+        }
+        const float *xb = x + (size_t)b * 256;
+        for (int c = 0; c < 4; c++) UNROLL for (int hn = 0; hn < 2; hn++) UNROLL for (int r = 0; r < 2; r++) {
+            const float *sp = &st[r][2 * c + hn];
+            __asm__ volatile("" : "+r"(sp));
+            const __m256 d = _mm256_broadcast_ss(sp), m = _mm256_broadcast_ss(sp + 8);
+            UNROLL for (int u = 0; u < 2; u++) {
+                const uint8_t *cp = B0 + r * rs + 16 + 32 * c + 16 * u;
+                __asm__ volatile("" : "+r"(cp));
+                const __m256i codes = ld128x2(cp);
+                UNROLL for (int h = 0; h < 2; h++) {
+                    const __m256i b8 = _mm256_shuffle_epi8(codes, h ? hi : lo);
+                    const __m256i q = hn ? _mm256_srli_epi32(b8, 4) : _mm256_and_si256(b8, m15);
+                    const __m256 v = _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), m);
+                    acc[r][h] = _mm256_fmadd_ps(v, _mm256_loadu_ps(xb + 64 * c + 32 * hn + 16 * u + 8 * h), acc[r][h]);
+                }
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < 2; r++) y[(size_t)r * yr] = hsum16(acc[r][0], acc[r][1]);
+}
+#undef Z
+static void gemv2_q4_k(const void *w, size_t rb, int64_t nrows, const float *x, float *y, int64_t n) {
+    const uint8_t *W = w;
+    const int64_t h = nrows / 2;
+    for (int64_t r = 0; r < h; r++) tile2_q4_k(W + (size_t)r * rb, (size_t)h * rb, x, y + r, (size_t)h, n);
+    if (nrows & 1) gemv_q4_k(W + (size_t)(nrows - 1) * rb, rb, 1, x, y + nrows - 1, n);
+}
+
 /* ---- F32 / F16 / BF16 (any n). 8 values at a time; in the tail, lanes past n
  * keep their accumulator (blend), never an FMA with padding. */
 
@@ -637,7 +695,7 @@ MOE_KQ_WIDE_FORMATS(DEF_WIDE_BLOCK)
 const moe_kernels moe_kernels_avx2_tab = {
     .isa = MOE_ISA_AVX2, .name = "avx2",
     ENTRY(MOE_T_F32, f32), ENTRY(MOE_T_F16, f16), ENTRY(MOE_T_BF16, bf16),
-    ENTRY(MOE_T_Q8_0, q8_0), ENTRY(MOE_T_Q4_0, q4_0), ENTRY(MOE_T_Q4_K, q4_k),
+    ENTRY(MOE_T_Q8_0, q8_0), ENTRY(MOE_T_Q4_0, q4_0), .gemv[MOE_T_Q4_K] = gemv2_q4_k, .gemm[MOE_T_Q4_K] = gemm_q4_k,
     ENTRY(MOE_T_Q4_1, q4_1), ENTRY(MOE_T_Q5_0, q5_0), ENTRY(MOE_T_Q5_1, q5_1), ENTRY(MOE_T_IQ4_NL, iq4_nl),
     ENTRY(MOE_T_Q6_K, q6_k), ENTRY(MOE_T_MXFP4, mxfp4), ENTRY(MOE_T_NVFP4, nvfp4),
     ENTRY_X4(MOE_T_F32, f32), ENTRY_X4(MOE_T_F16, f16), ENTRY_X4(MOE_T_BF16, bf16),
