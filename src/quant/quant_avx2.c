@@ -410,21 +410,16 @@ DEF_BLOCK_KERNELS(iq4_xs, 64, 4, dq_iq4_xs, QB_IQ4_XS / 4, QB_IQ4_XS)
  * Two rows, r and r + nrows/2 (far apart, as the plain gemvs pair them), a
  * super-block at a time: for each part c and nibble half hn (32 values of
  * one sub-block, one d and m), the row's d and m are broadcast once and its
- * 4 vectors of 8 take their codes from one 16-byte load per 16 values and
- * their activations as FMA memory operands. Each row's 16 lanes see the same
+ * 4 vectors of 8 take their codes from one 16-byte load per 16 values (the
+ * nibbles split once for 2 vectors) and their activations as FMA memory
+ * operands. Each row's 16 lanes see the same
  * FMAs in the same order as in tile_q4_k (a part's values 8q.. -> lanes 8(q & 1)..),
  * so the bits are the same. The empty asm statements make the code and
  * state loads opaque: without them GCC keeps every shuffled code vector and
  * broadcast scale of the block in registers for reuse, and spills the
  * accumulators to the stack in the loop instead (measured; docs/PERFORMANCE.md,
  * "What moved the numbers"). With 4 rows the same loop was no faster than 2. */
-#define Z (-128)
 static void tile2_q4_k(const uint8_t *w, size_t rs, const float *x, float *y, size_t yr, int64_t n) {
-    const __m256i lo = _mm256_setr_epi8(0, Z, Z, Z, 1, Z, Z, Z, 2, Z, Z, Z, 3, Z, Z, Z,
-                                        4, Z, Z, Z, 5, Z, Z, Z, 6, Z, Z, Z, 7, Z, Z, Z);
-    const __m256i hi = _mm256_setr_epi8(8, Z, Z, Z, 9, Z, Z, Z, 10, Z, Z, Z, 11, Z, Z, Z,
-                                        12, Z, Z, Z, 13, Z, Z, Z, 14, Z, Z, Z, 15, Z, Z, Z);
-    const __m256i m15 = _mm256_set1_epi32(15);
     __m256 acc[2][2];
     UNROLL for (int r = 0; r < 2; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     float st[2][16];
@@ -444,11 +439,9 @@ static void tile2_q4_k(const uint8_t *w, size_t rs, const float *x, float *y, si
             UNROLL for (int u = 0; u < 2; u++) {
                 const uint8_t *cp = B0 + r * rs + 16 + 32 * c + 16 * u;
                 __asm__ volatile("" : "+r"(cp));
-                const __m256i codes = ld128x2(cp);
+                const __m256i codes = nibbles(ld128x2(cp), hn);
                 UNROLL for (int h = 0; h < 2; h++) {
-                    const __m256i b8 = _mm256_shuffle_epi8(codes, h ? hi : lo);
-                    const __m256i q = hn ? _mm256_srli_epi32(b8, 4) : _mm256_and_si256(b8, m15);
-                    const __m256 v = _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), m);
+                    const __m256 v = _mm256_sub_ps(_mm256_mul_ps(d, u8f2(codes, h)), m);
                     acc[r][h] = _mm256_fmadd_ps(v, _mm256_loadu_ps(xb + 64 * c + 32 * hn + 16 * u + 8 * h), acc[r][h]);
                 }
             }
@@ -456,7 +449,6 @@ static void tile2_q4_k(const uint8_t *w, size_t rs, const float *x, float *y, si
     }
     UNROLL for (int r = 0; r < 2; r++) y[(size_t)r * yr] = hsum16(acc[r][0], acc[r][1]);
 }
-#undef Z
 static void gemv2_q4_k(const void *w, size_t rb, int64_t nrows, const float *x, float *y, int64_t n) {
     const uint8_t *W = w;
     const int64_t h = nrows / 2;
