@@ -8,7 +8,9 @@
  * multiply by the sub-block scale, subtract the min, and the FMA. This runs
  * that sequence in an asm loop with no cache misses and no dependence but
  * the accumulators' (4 independent chains), so its time per 8 values is
- * what the core's execution ports allow, with nothing else in the way:
+ * what the core's execution ports allow, with nothing else in the way (the
+ * gemv splits the nibbles once per 16 values, so it issues a little less
+ * than the six per 8 counted here):
  *   "registers": the codes already in a register (the op mix alone);
  *   "loads":     the codes from a 16-byte broadcast load per 2 vectors and
  *                the activations as FMA memory operands, as the AVX2 gemv

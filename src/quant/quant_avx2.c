@@ -412,13 +412,13 @@ DEF_BLOCK_KERNELS(iq4_xs, 64, 4, dq_iq4_xs, QB_IQ4_XS / 4, QB_IQ4_XS)
  * one sub-block, one d and m), the row's d and m are broadcast once and its
  * 4 vectors of 8 take their codes from one 16-byte load per 16 values (the
  * nibbles split once for 2 vectors) and their activations as FMA memory
- * operands. Each row's 16 lanes see the same
- * FMAs in the same order as in tile_q4_k (a part's values 8q.. -> lanes 8(q & 1)..),
- * so the bits are the same. The empty asm statements make the code and
- * state loads opaque: without them GCC keeps every shuffled code vector and
- * broadcast scale of the block in registers for reuse, and spills the
- * accumulators to the stack in the loop instead (measured; docs/PERFORMANCE.md,
- * "What moved the numbers"). With 4 rows the same loop was no faster than 2. */
+ * operands. Each row's 16 lanes see the same FMAs in the same order as in
+ * tile_q4_k (a part's values 8q.. go to lanes 8(q & 1)..), so the bits are
+ * the same. The empty asm statements make the code and state loads opaque:
+ * without them GCC keeps every shuffled code vector and broadcast scale of
+ * the block in registers for reuse and spills the accumulators to the stack
+ * in the loop instead (docs/PERFORMANCE.md, "What moved the numbers"). With
+ * 4 rows the same loop was no faster than with 2. */
 static void tile2_q4_k(const uint8_t *w, size_t rs, const float *x, float *y, size_t yr, int64_t n) {
     __m256 acc[2][2];
     UNROLL for (int r = 0; r < 2; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
