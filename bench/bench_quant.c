@@ -259,7 +259,8 @@ static void bench_a8(moe_pool *pool, const moe_kernels *k, uint32_t type, uint8_
     bench_l2(k, type, wa, NULL, xa, y, name, 128, 2048);
     if (ntok >= L2_GEMM_TOK && rows >= L2_GEMM_ROWS)
         bench_l2_gemm(k, type, wa, xa, y, name, L2_GEMM_ROWS, L2_GEMM_TOK, L2_GEMM_ITERS);
-    if (ntok >= L2_FEW_TOK && rows >= L2_FEW_ROWS) bench_l2_gemm(k, type, wa, xa, y, name, L2_FEW_ROWS, L2_FEW_TOK, L2_FEW_ITERS);
+    if (ntok >= L2_FEW_TOK && rows >= L2_FEW_ROWS)
+        bench_l2_gemm(k, type, wa, xa, y, name, L2_FEW_ROWS, L2_FEW_TOK, L2_FEW_ITERS);
     /* n = 256: a partial group has its own a8 layout, so its own repack (the
      * plain rows of n = 2048 are also valid rows of n = 256) */
     const size_t rb256 = (size_t)moe_row_bytes(type, 256);

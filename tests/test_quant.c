@@ -342,7 +342,8 @@ static int cmp_out(const float *a, const float *b, int64_t n, const char *what, 
 }
 
 static void test_kernels_match(const moe_kernels *ref, const moe_kernels *simd) {
-    static const int64_t NROWS[] = {1, 3, 17};
+    /* 2: an even count, all rows in the far-apart pairs of the 2-row gemv tiles */
+    static const int64_t NROWS[] = {1, 2, 3, 17};
     /* 2, 3, 6, 7: the 4x4 tile's left-over 2 or 3 tokens in one tile (a batched decode step) */
     static const int64_t NTOK[] = {1, 2, 3, 5, 6, 7, 16};
     for (size_t f = 0; f < NFMT; f++) {
@@ -356,7 +357,7 @@ static void test_kernels_match(const moe_kernels *ref, const moe_kernels *simd) 
         for (int ni = 0; ni < 6; ni++) {
             const int64_t n = NS[ni];
             if (!n) continue;
-            for (int ri = 0; ri < 3; ri++) {
+            for (int ri = 0; ri < (int)(sizeof NROWS / sizeof NROWS[0]); ri++) {
                 const int64_t nrows = NROWS[ri];
                 const size_t rb = (size_t)moe_row_bytes(type, (uint64_t)n) + 3 + (size_t)ri; /* odd strides */
                 uint8_t *w = malloc(rb * (size_t)nrows);

@@ -262,7 +262,8 @@ static void tile_q8_0_x4(const uint8_t *w, size_t rs, const uint8_t *xa, size_t 
                          float *y, size_t ys, size_t yr, int64_t n) {
     const int64_t nb = n / 32;
     __m256 acc[2][4][2];
-    UNROLL for (int r = 0; r < 2; r++) UNROLL for (int t = 0; t < 4; t++) acc[r][t][0] = acc[r][t][1] = _mm256_setzero_ps();
+    UNROLL for (int r = 0; r < 2; r++) UNROLL for (int t = 0; t < 4; t++)
+        acc[r][t][0] = acc[r][t][1] = _mm256_setzero_ps();
     int64_t g0 = 0;
     for (; g0 + A8_G <= nb; g0 += A8_G) {
         const size_t g = (size_t)(g0 / A8_G);
@@ -305,12 +306,13 @@ static bool gemm_few_q8_0(const uint8_t *W, size_t rb, int64_t nrows, const uint
                          ys, (size_t)h, n);
         for (; t + 2 <= ntok; t += 2)
             tile_q8_0(wr, (size_t)h * rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, (size_t)h, n, 2, 2);
-        if (t < ntok) tile_q8_0(wr, (size_t)h * rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, (size_t)h, n, 2, 1);
+        if (t < ntok)
+            tile_q8_0(wr, (size_t)h * rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, (size_t)h, n, 2, 1);
     }
     if (nrows & 1)
         for (int64_t t = 0; t < ntok; t++)
-            tile_q8_0(W + (size_t)(nrows - 1) * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + nrows - 1, ys, 1, n,
-                      1, 1);
+            tile_q8_0(W + (size_t)(nrows - 1) * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + nrows - 1, ys,
+                      1, n, 1, 1);
     return true;
 }
 
