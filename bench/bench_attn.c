@@ -4,7 +4,8 @@
  * One item is what a decode step does per KV head and layer: the scores of
  * the G query heads against every visible key, the softmax, the weighted sum
  * of the values. Per KV cache format (F32, kv_f16, kv_q8, kv_tq; "f32/ks": the F32
- * cache in decode's order, flag key_stream: scores_stream, accum_stream) and ISA level this
+ * cache in decode's order, flag key_stream: scores_stream, accum_stream; "kv_f16/pf":
+ * the F16 cache with decode's prefetches, flag kv_prefetch) and ISA level this
  * times the three parts separately (microseconds per item, one thread, the
  * median of 7 repetitions of 400 items) in two shapes: qwen3moe's (G = 4
  * heads, 576 keys: context 576) and laguna's sliding layers (G = 6, 512
@@ -54,8 +55,12 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 /* f32/ks: the FP32 cache by scores_stream and accum_stream (flag key_stream, decode) */
-enum { FMT_F32, FMT_F32S, FMT_F16, FMT_Q8, FMT_TQ, FMT_COUNT };
-static const char *FMT_NAME[FMT_COUNT] = {"f32", "f32/ks", "kv_f16", "kv_q8", "kv_tq"};
+/* kv_f16/pf: the F16 cache by scores_h_prefetch and accum_h_prefetch (flag
+ * kv_prefetch, decode), with the forward pass's prefetch of the first value
+ * rows before the softmax */
+enum { FMT_F32, FMT_F32S, FMT_F16, FMT_F16P, FMT_Q8, FMT_TQ, FMT_COUNT };
+static const char *FMT_NAME[FMT_COUNT] = {"f32", "f32/ks", "kv_f16", "kv_f16/pf", "kv_q8", "kv_tq"};
+#define IS_F16(fmt) ((fmt) == FMT_F16 || (fmt) == FMT_F16P)
 
 typedef struct {
     void *k, *v;                 /* per head: f32/f16 [CP][D]; q8: key tiles / value rows */
@@ -64,7 +69,7 @@ typedef struct {
 } cache;
 
 static int cache_fill(cache *c, int fmt, int nheads, moe_rng *r) {
-    const size_t el = fmt == FMT_F32 || fmt == FMT_F32S ? 4 : fmt == FMT_F16 ? 2 : 1;
+    const size_t el = fmt == FMT_F32 || fmt == FMT_F32S ? 4 : IS_F16(fmt) ? 2 : 1;
     c->kbytes = c->vbytes = (size_t)CP * D * el;
     if (fmt == FMT_TQ) c->kbytes = CP * moe_tq_row_bytes(D, 5), c->vbytes = CP * moe_tq_row_bytes(D, 4);
     /* on cache lines, as a session's buffers */
@@ -86,7 +91,7 @@ static int cache_fill(cache *c, int fmt, int nheads, moe_rng *r) {
                 if (fmt == FMT_F32 || fmt == FMT_F32S) memcpy((float *)base + (size_t)j * D, x, sizeof x);
                 else if (fmt == FMT_TQ)
                     moe_tq_encode(x, sg, D, 5 - kv, tmp, base + (size_t)j * moe_tq_row_bytes(D, 5 - kv));
-                else if (fmt == FMT_F16)
+                else if (IS_F16(fmt))
                     for (int d = 0; d < D; d++) ((uint16_t *)base)[(size_t)j * D + d] = moe_f32_to_f16(x[d]);
                 else {
                     moe_quantize_act8(x, a8, D);
@@ -139,8 +144,11 @@ static void run(const moe_kernels *k, const moe_attn_kernels *a, int fmt, const 
             } else if (fmt == FMT_Q8) {
                 for (int g = 0; g < G; g++) k->quantize_act8(q + (size_t)g * D, qa + (size_t)g * ab, D);
                 a->scores_q8(qa, ab, G, (const int8_t *)kb, c->kd + (size_t)h * (D / 32) * CP, CP, 0, nk, D, 0.088f, sc, CP);
-            } else if (fmt == FMT_F16) {
-                a->scores_h(q, D, G, (const uint16_t *)kb, D, nk, D, 0.088f, sc, CP);
+            } else if (IS_F16(fmt)) {
+                (fmt == FMT_F16P ? a->scores_h_prefetch : a->scores_h)(q, D, G, (const uint16_t *)kb, D, nk, D, 0.088f,
+                                                                      sc, CP);
+                if (fmt == FMT_F16P)
+                    moe_prefetch_bytes(vb, (size_t)(nk < MOE_KV_PREFETCH_VALUES ? nk : MOE_KV_PREFETCH_VALUES) * D * 2);
             } else {
                 (fmt == FMT_F32S ? a->scores_stream : a->scores)(q, D, G, (const float *)kb, D, nk, D, 0.088f, sc, CP);
             }
@@ -158,8 +166,8 @@ static void run(const moe_kernels *k, const moe_attn_kernels *a, int fmt, const 
                 for (int g = 0; g < G; g++) moe_tq_unrotate_k(tk, o + (size_t)g * D, sg, D);
             } else if (fmt == FMT_Q8)
                 a->accum_q8(sc, CP, G, (const int8_t *)vb, c->vd + (size_t)h * (D / 32) * CP, CP, 0, nk, D, wb, o, D);
-            else if (fmt == FMT_F16)
-                a->accum_h(sc, CP, G, (const uint16_t *)vb, D, nk, D, o, D);
+            else if (IS_F16(fmt))
+                (fmt == FMT_F16P ? a->accum_h_prefetch : a->accum_h)(sc, CP, G, (const uint16_t *)vb, D, nk, D, o, D);
             else
                 (fmt == FMT_F32S ? a->accum_stream : a->accum)(sc, CP, G, (const float *)vb, D, nk, D, o, D);
             double t3 = now_s();

@@ -95,7 +95,9 @@ typedef struct moe_attn_kernels {
      * stream per item, and the hardware prefetcher starts over at every 4 KB
      * page; so the score tiles prefetch the rows MOE_KV_PREFETCH_KEYS keys
      * ahead (the first ones at the start) and the value tiles theirs
-     * MOE_KV_PREFETCH_VALUES ahead. The scalar level's are its plain
+     * MOE_KV_PREFETCH_VALUES ahead (AVX2: the value sum by chunks of
+     * MOE_KV_CHUNK_KEYS keys instead, the next chunk read in address order
+     * while one is summed; attn_avx2.c). The scalar level's are its plain
      * kernels. (The FP32 cache's decode kernels with the same prefetches
      * measured within noise: docs/PERFORMANCE.md.) */
     void (*scores_h_prefetch)(const float *q, size_t q_stride, int G, const uint16_t *k, size_t k_stride,
@@ -109,11 +111,22 @@ typedef struct moe_attn_kernels {
  * value_prefetch uses, hid too little of a step's attention time; docs/PERFORMANCE.md) */
 #define MOE_KV_PREFETCH_KEYS 64
 #define MOE_KV_PREFETCH_VALUES 32
+/* kv_prefetch's value sum, in chunks of this many keys (accum_h_prefetch) */
+#define MOE_KV_CHUNK_KEYS 16
 
 /* A hint to bring bytes [p, p + n) into L1, a 64-byte line at a time: never
  * a fault, never a change to any result. */
 static inline void moe_prefetch_bytes(const void *p, size_t n) {
     for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o, 0, 3);
+}
+
+/* Reads bytes [p, p + n) a 64-byte line at a time, in address order, and
+ * drops what it read: brings them toward the core as one sequential stream
+ * the hardware prefetcher follows. Never a change to any result. */
+static inline void moe_touch_bytes(const void *p, size_t n) {
+    unsigned acc = 0;
+    for (size_t o = 0; o < n; o += 64) acc += *((const volatile unsigned char *)p + o);
+    __asm__ volatile("" : : "r"(acc));
 }
 
 /* How far ahead accum_q8_stream prefetches, in keys (rows of Dv bytes):

@@ -187,20 +187,23 @@ static inline __attribute__((always_inline)) void scores_impl(const float *q, si
 }
 
 /* One tile of the weighted sum: HN heads x NC vectors of 8 dims from d0,
- * over all keys in order, accumulators in registers; each value vector is
- * converted once and serves HN heads. pf (kv_prefetch): each key prefetches
- * the tile's part of the row MOE_KV_PREFETCH_VALUES keys on. */
+ * over keys j0 .. nk-1 in order, accumulators in registers, starting from
+ * +0 or (carry) from the sums a previous range stored in out; each value
+ * vector is converted once and serves HN heads. */
 static inline __attribute__((always_inline)) void accum_tile(const float *p, size_t ps, int h0, const void *v,
-                                                             size_t vs, int nk, int d0, int Dv, float *out, size_t os,
-                                                             const int HN, const int NC, const int h16,
-                                                             const int full, const int pf) {
-    const size_t es = h16 ? 2 : 4;
+                                                             size_t vs, int j0, int nk, int d0, int Dv, float *out,
+                                                             size_t os, const int HN, const int NC, const int h16,
+                                                             const int full, const int carry) {
     __m256 o[8];
-    UNROLL for (int i = 0; i < HN * NC; i++) o[i] = _mm256_setzero_ps();
-    for (int j = 0; j < nk; j++) {
+    UNROLL for (int hh = 0; hh < HN; hh++) UNROLL for (int c = 0; c < NC; c++) {
+        const int left = Dv - d0 - 8 * c;        /* carry: the sums of keys before j0, stored below */
+        const float *oh = out + (size_t)(h0 + hh) * os + d0 + 8 * c;
+        o[hh * NC + c] = !carry ? _mm256_setzero_ps()
+                         : full || left >= 8 ? _mm256_loadu_ps(oh)
+                         : left > 0 ? _mm256_maskload_ps(oh, tail_mask8(left)) : _mm256_setzero_ps();
+    }
+    for (int j = j0; j < nk; j++) {
         const size_t vj = (size_t)j * vs + (size_t)d0;
-        if (pf && j + MOE_KV_PREFETCH_VALUES < nk)
-            moe_prefetch_bytes((const char *)v + (vj + (size_t)MOE_KV_PREFETCH_VALUES * vs) * es, (size_t)NC * 8 * es);
         __m256 a[4];
         UNROLL for (int hh = 0; hh < HN; hh++) a[hh] = _mm256_set1_ps(p[(size_t)(h0 + hh) * ps + (size_t)j]);
         UNROLL for (int c = 0; c < NC; c++) {
@@ -236,15 +239,37 @@ static inline __attribute__((always_inline)) void accum_impl(const float *p, siz
      * 26.6 -> 7.9 laguna sliding; memory 31.5 -> 20, 39 -> 19-21). The
      * FP32 cache measured no faster so (its decode tiles slower: 9.5 -> 12.2
      * from L2), and keeps the tested loads. */
-#define ACCUM_TILES(HN, NC)                                                                        \
-    for (int d0 = 0; d0 < Dv; d0 += 8 * (NC)) {                                                    \
-        if (h16 && Dv - d0 >= 8 * (NC)) accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, HN, NC, h16, 1, pf); \
-        else accum_tile(p, ps, h0, v, vs, nk, d0, Dv, out, os, HN, NC, h16, 0, pf);                    \
+#define ACCUM_TILES(HN, NC, J0, J1, CARRY)                                                                    \
+    for (int d0 = 0; d0 < Dv; d0 += 8 * (NC)) {                                                               \
+        if (h16 && Dv - d0 >= 8 * (NC)) accum_tile(p, ps, h0, v, vs, J0, J1, d0, Dv, out, os, HN, NC, h16, 1, CARRY); \
+        else accum_tile(p, ps, h0, v, vs, J0, J1, d0, Dv, out, os, HN, NC, h16, 0, CARRY);                  \
     }
-    if (quad)
-        for (; h0 + 4 <= G; h0 += 4) ACCUM_TILES(4, 2)
-    for (; h0 + 2 <= G; h0 += 2) ACCUM_TILES(2, 4)
-    if (h0 < G) ACCUM_TILES(1, 8)
+#define ACCUM_HEADS(J0, J1, CARRY)                                                                  \
+    h0 = 0;                                                                                         \
+    if (quad)                                                                                       \
+        for (; h0 + 4 <= G; h0 += 4) ACCUM_TILES(4, 2, J0, J1, CARRY)                               \
+    for (; h0 + 2 <= G; h0 += 2) ACCUM_TILES(2, 4, J0, J1, CARRY)                                   \
+    if (h0 < G) ACCUM_TILES(1, 8, J0, J1, CARRY)
+    if (!pf) {
+        ACCUM_HEADS(0, nk, 0)
+        return;
+    }
+    /* pf (kv_prefetch): the keys in chunks of MOE_KV_CHUNK_KEYS, every tile
+     * over a chunk before the next, each tile's sums carried in out between
+     * chunks (stored and reloaded exactly: each lane's FMAs in key order, the
+     * same bits); while a chunk is summed the next one's lines are read once,
+     * in address order. The tiles walk a row a line at a time in 8 passes:
+     * from memory those strided walks left the value sum at a third of its
+     * speed from L2, where a chunk's lines read in order keep the memory
+     * stream sequential (docs/PERFORMANCE.md). */
+    const size_t row = vs * (h16 ? 2 : 4);
+    for (int c0 = 0; c0 < nk; c0 += MOE_KV_CHUNK_KEYS) {
+        const int c1 = nk - c0 < MOE_KV_CHUNK_KEYS ? nk : c0 + MOE_KV_CHUNK_KEYS;
+        const int n1 = nk - c1 < MOE_KV_CHUNK_KEYS ? nk : c1 + MOE_KV_CHUNK_KEYS;
+        moe_touch_bytes((const char *)v + (size_t)c1 * row, (size_t)(n1 - c1) * row);
+        ACCUM_HEADS(c0, c1, c0 > 0)
+    }
+#undef ACCUM_HEADS
 #undef ACCUM_TILES
 }
 
