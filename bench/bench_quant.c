@@ -287,13 +287,16 @@ int main(int argc, char **argv) {
     moe_pool *pool = moe_pool_new(THREADS, err, sizeof err);
     if (!pool) { fprintf(stderr, "bench_quant: %s\n", err); return 1; }
     const moe_kernels *k = moe_kernels_active();
-    const double bw = g_bw = moe_measure_read_bandwidth(THREADS);
+    /* the probe's buffer stays mapped until the end, so the matrices below
+     * are not placed on its pages (include/moefast/lab.h, moe_membw_new) */
+    moe_membw *probe = moe_membw_new(THREADS);
+    const double bw = g_bw = moe_membw_measure(probe);
     printf("bench_quant: ISA %s, %d threads, measured read bandwidth %.1f GB/s\n", k->name, THREADS, bw);
     printf("%-8s %-14s %9s %17s %6s %5s\n", "format", "shape", "GB/s", "min..max", "%bw", "cpu");
 
     const size_t cap = (size_t)LMHEAD_ROWS * 2048 * 4; /* F32 lm-head, the largest */
     uint8_t *buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED) { fprintf(stderr, "bench_quant: cannot map %zu bytes\n", cap); return 1; }
+    if (buf == MAP_FAILED) { fprintf(stderr, "bench_quant: cannot map %zu bytes\n", cap); moe_membw_free(probe); return 1; }
 #ifdef MADV_HUGEPAGE
     madvise(buf, cap, MADV_HUGEPAGE);
 #endif
@@ -379,6 +382,7 @@ int main(int argc, char **argv) {
     }
     munmap(buf, cap);
     moe_free_aligned(x); moe_free_aligned(y);
+    moe_membw_free(probe);
     moe_pool_free(pool);
     return 0;
 }

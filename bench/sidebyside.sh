@@ -60,7 +60,8 @@ one_run() {
     fp32|q8)
       fl=default; [ "$e" = q8 ] && fl="+act_q8,+kv_f16"
       j=$OUT/side.$$.json
-      if "$BIN" bench -m "$f" -t "$T" --flags "$fl" --repeat 1 --json >"$j" 2>"$j.err"; then
+      # --no-bandwidth: llama-bench measures no bandwidth around its runs either
+      if "$BIN" bench -m "$f" -t "$T" --flags "$fl" --repeat 1 --no-bandwidth --json >"$j" 2>"$j.err"; then
         echo "$e $m prefill $(jget "$j" prefill.tokens_per_second)" >>"$TSV"
         echo "$e $m decode $(jget "$j" decode.steps_tokens_per_second)" >>"$TSV"
       else

@@ -7,7 +7,10 @@
  *    the file mapping (a note says so) with bit-identical logits, act_q8 is
  *    refused with needed vs available bytes;
  *  - a session whose KV cache and scratch do not fit is refused (MOE_ENOMEM,
- *    n_ctx and the bytes named), not killed by the kernel later. */
+ *    n_ctx and the bytes named), not killed by the kernel later;
+ *  - the bandwidth probe kept between measurements (moe_membw): its buffer
+ *    stays mapped and resident while it lives, repeated measurements work,
+ *    and the one-shot helpers still give a figure. */
 #include <stdint.h>
 #include <unistd.h>
 
@@ -231,8 +234,39 @@ static void test_larger_than_memory(void) {
     unlink(path);
 }
 
+/* Resident memory (VmRSS) in bytes, -1 when unknown. */
+static long long rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
+}
+
+static void test_membw(void) {
+    const long long before = rss_bytes();
+    moe_membw *b = moe_membw_new(2);
+    CHECK(b != NULL);
+    if (!b) return;
+    const size_t n = moe_membw_bytes(b);
+    CHECK_MSG(n >= ((size_t)512 << 20), "probe buffer %zu bytes", n);
+    const double g1 = moe_membw_measure(b), g2 = moe_membw_measure(b);
+    CHECK_MSG(g1 > 0.01 && g2 > 0.01 && g1 < 1e5 && g2 < 1e5, "GB/s %.3f %.3f", g1, g2);
+    const long long held = rss_bytes();   /* touched once and kept: resident between measurements */
+    if (before >= 0 && held >= 0)
+        CHECK_MSG(held - before >= (long long)(n / 2), "RSS grew %lld bytes for a %zu-byte probe", held - before, n);
+    moe_membw_free(b);
+    moe_membw_free(NULL);
+    CHECK(moe_membw_measure(NULL) == 0.0 && moe_membw_bytes(NULL) == 0);
+    CHECK(moe_probe_read_bandwidth(1, (size_t)4 << 20) > 0.01);
+}
+
 int main(void) {
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    test_membw();
     test_mem_available();
     test_alignment();
     test_larger_than_memory();

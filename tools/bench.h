@@ -115,6 +115,7 @@ typedef struct {
     timings tm;
     double t_load;
     long long hwm;            /* peak RSS after the warm-up */
+    moe_membw *probe;         /* the windows' bandwidth probe, kept mapped (lab.h says why) */
     uint64_t bpt;             /* weight bytes per token */
     double kvpt;              /* KV-cache bytes the decode steps read, per step */
     /* --ab: every decode step's seconds [repeat][D], the paired A and B steps,

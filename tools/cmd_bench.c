@@ -421,6 +421,10 @@ static int bench_setup(bench_run *b) {
      * bandwidth measurements map a buffer of their own: read the high-water
      * mark before the first one. */
     b->hwm = peak_rss_bytes();
+    /* one probe buffer for every window, mapped now and kept: an unmapped
+     * one's pages went to the next first touch (lab.h, moe_membw_new) */
+    if (b->o.bandwidth && !b->o.ab && !(b->probe = moe_membw_new(b->o.threads)))
+        return cli_fail(CMD, "out of memory for the bandwidth probe's buffer (--no-bandwidth skips it)");
     b->bpt = moe_model_bytes_per_token(b->m);
     /* the KV cache the decode steps read (positions P .. P+D-1), per step on
      * average: the bytes the weight-only limit leaves out */
@@ -518,7 +522,7 @@ static int decode_window(bench_run *b, int r, bool prof) {
     moe_session *s = b->s;
     char err[MOE_ERR_LEN];
     /* the read bandwidth right before the window (and right after it, below) */
-    if (o->bandwidth && !o->ab) tm->bw0[r] = moe_measure_read_bandwidth(o->threads);
+    if (o->bandwidth && !o->ab) tm->bw0[r] = moe_membw_measure(b->probe);
     if (b->sb) {                                     /* B's own seed, untimed, before A's window */
         moe_session_truncate(b->sb, 0);
         if (fwd_top(b, b->sb, b->ids, b->P) != MOE_OK) return fwd_fail(b->sb);
@@ -552,7 +556,7 @@ static int decode_window(bench_run *b, int r, bool prof) {
      * decode window is set against the bandwidth measured right before and
      * right after it (stats_bw_windows; the steps alone, as the limit is per
      * step). Not under --ab: its steps mix two configurations. */
-    if (o->bandwidth && !o->ab) tm->bw1[r] = moe_measure_read_bandwidth(o->threads);
+    if (o->bandwidth && !o->ab) tm->bw1[r] = moe_membw_measure(b->probe);
     /* and the compute side of the roofline, as the CPU runs now (its speed
      * drifts too): the step's matrix products from cache */
     if (o->bandwidth && !o->ab &&
@@ -739,6 +743,7 @@ static void bench_free(bench_run *b) {
     free(b->logits);
     free(b->ids);
     if (b->tr) moe_trace_free(b->tr);
+    moe_membw_free(b->probe);
     if (b->sb) moe_session_free(b->sb);
     if (b->s) moe_session_free(b->s);
     moe_model_free(b->m);

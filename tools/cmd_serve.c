@@ -117,6 +117,10 @@ int cmd_serve(int argc, char **argv) {
     moe_model *m = NULL;
     moe_load_params lp = o.rope;
     lp.flags = o.flags;
+    /* --profile's read bandwidth, before the model loads: the probe unmaps its
+     * buffer, and its pages then go to the weights, not to the slots' KV
+     * caches, which requests touch later (include/moefast/lab.h, moe_membw_new) */
+    const double read_gbs = o.profile ? moe_measure_read_bandwidth((int)o.threads) : 0.0;
     if (cli_model_load(o.path, &lp, &m, err, sizeof err)) return cli_fail(C, "%s", err);
     if (o.n_ctx) cli_check_ctx(C, m, o.n_ctx);
     const char *base = strrchr(o.path, '/');
@@ -143,7 +147,7 @@ int cmd_serve(int argc, char **argv) {
     if (moe_chat_render(m, o.format, NULL, 0, true, &probe, err, sizeof err))
         fprintf(stderr, "moefast serve: warning: /v1/chat/completions will fail: %s\n", err);
     free(probe);
-    if (o.profile && srv_enable_profile(&s)) { cli_fail(C, "cannot enable the profile (out of memory)"); goto done; }
+    if (o.profile && srv_enable_profile(&s, read_gbs)) { cli_fail(C, "cannot enable the profile (out of memory)"); goto done; }
     if (srv_start(&s)) { cli_fail(C, "cannot start the engine thread"); goto done; }
     int port = 0;
     if (!(d = http_start(&s, o.host, (int)o.port, &port, err, sizeof err))) { cli_fail(C, "%s", err); goto done; }

@@ -168,9 +168,10 @@ double srv_now(void);
 
 /* serve_engine.c */
 int  srv_init(srv *s, moe_model *m, const moe_context_params *cp, int chunk, int queue_cap, char *err, size_t errlen);
-/* Turns the phase profile on (weight bytes per step in /metrics) and
- * measures the memory read bandwidth once; before srv_start. */
-int  srv_enable_profile(srv *s);
+/* Turns the phase profile on (weight bytes per step in /metrics), with the
+ * memory read bandwidth (GB/s) measured before the model was loaded; before
+ * srv_start. */
+int  srv_enable_profile(srv *s, double read_gbs);
 int  srv_start(srv *s);
 /* Stops accepting, refuses the queued requests, lets running ones finish
  * until now + grace seconds, then cancels them; returns once the engine

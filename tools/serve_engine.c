@@ -394,11 +394,11 @@ static void take_token(srv *s, int i, int32_t id, double now) {
     req_signal(r);
 }
 
-int srv_enable_profile(srv *s) {
+int srv_enable_profile(srv *s, double read_gbs) {
     s->n_phases = moe_context_profile_read(s->ctx, NULL, 0);
     if (s->n_phases <= 0 || !(s->phases = calloc((size_t)s->n_phases, sizeof *s->phases))) return -1;
     if (moe_context_profile_enable(s->ctx, true)) return -1;
-    s->read_bw = 1e9 * moe_measure_read_bandwidth(moe_context_threads(s->ctx));
+    s->read_bw = 1e9 * read_gbs;
     s->profile = true;
     return 0;
 }

@@ -251,6 +251,20 @@ int  moe_trace_gate(moe_model *m, const moe_trace *t, const moe_gate_params *p,
 /* Measured memory read bandwidth in GB/s (1e9 bytes/s) with n_threads threads,
  * median of several passes over a buffer far larger than the caches. */
 double moe_measure_read_bandwidth(int n_threads);
+/* The same measurement, repeatable: moe_membw_new maps the buffer (n_threads
+ * as above) and first-touches it once, and each moe_membw_measure reads it
+ * again; the buffer stays mapped until moe_membw_free (moe_membw_bytes is its
+ * size, which resident memory then includes). A process that measures
+ * around work it times should hold one: a probe that unmaps its hundreds of
+ * MB hands those pages back to the kernel, which gives them to whatever is
+ * first touched next — the KV cache of a session created before — and on a
+ * 2-vCPU Zen 3 VM decode steps ran 10-20 % slower after that
+ * (docs/MEASUREMENT.md). NULL when out of memory. */
+typedef struct moe_membw moe_membw;
+moe_membw *moe_membw_new(int n_threads);
+double moe_membw_measure(moe_membw *b);
+size_t moe_membw_bytes(const moe_membw *b);
+void moe_membw_free(moe_membw *b);
 /* A quicker figure of the same kind: the median of 3 passes over a buffer of
  * `bytes` (1 MB .. 512 MB). Not a machine's peak (the buffer may fit a large
  * last-level cache): price compares it before and after a pair of runs to

@@ -137,60 +137,92 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The median of `passes` (<= MEMBW_PASSES) timed passes over n bytes. */
-static double measure(int n_threads, size_t n, int passes) {
+/* A probe: its buffer, first touched by the threads that read it, and
+ * their pool; kept between measurements (lab.h says why). */
+struct moe_membw {
+    membw_job job;
+    void *map;
+    moe_pool *pool;
+    int n_threads;
+};
+
+void moe_membw_free(moe_membw *b) {
+    if (!b) return;
+    moe_pool_free(b->pool);
+    free(b->job.partial);
+    if (b->map) munmap(b->map, b->job.n);
+    free(b);
+}
+
+static moe_membw *membw_new(int n_threads, size_t n) {
     if (n_threads <= 0) n_threads = moe_cpu_count();
     if (n_threads > 1024) n_threads = 1024;
     n = (n + MEMBW_CHUNK - 1) / MEMBW_CHUNK * MEMBW_CHUNK;
-
-    membw_job job = {0};
-    job.n = n;
-    job.sum = pick_reader();
+    moe_membw *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->n_threads = n_threads;
+    b->job.n = n;
+    b->job.sum = pick_reader();
     /* mmap (page aligned) with transparent huge pages where allowed: 4 KiB
      * page faults on a 512 MB buffer cost seconds of system time in a VM. */
     void *map = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    job.buf = map == MAP_FAILED ? NULL : map;
+    b->map = map == MAP_FAILED ? NULL : map;
+    b->job.buf = b->map;
 #ifdef MADV_HUGEPAGE
-    if (job.buf) madvise(job.buf, n, MADV_HUGEPAGE);
+    if (b->map) madvise(b->map, n, MADV_HUGEPAGE);
 #endif
-    job.partial = calloc((size_t)n_threads * 8, sizeof *job.partial);
-    moe_pool *pool = moe_pool_new(n_threads, NULL, 0);
-    double result = 0.0;
-    if (!job.buf || !job.partial || !pool) goto done;
+    b->job.partial = calloc((size_t)n_threads * 8, sizeof *b->job.partial);
+    b->pool = moe_pool_new(n_threads, NULL, 0);
+    if (!b->map || !b->job.partial || !b->pool) {
+        moe_membw_free(b);
+        return NULL;
+    }
+    moe_pool_run(b->pool, touch_task, &b->job);
+    return b;
+}
 
-    moe_pool_run(pool, touch_task, &job);
+/* The median of `passes` (<= MEMBW_PASSES) timed passes over the buffer. */
+static double membw_measure(moe_membw *b, int passes) {
     /* One untimed pass settles TLBs and clocks. */
-    moe_pool_run(pool, sum_task, &job);
-
+    moe_pool_run(b->pool, sum_task, &b->job);
     double secs[MEMBW_PASSES];
     for (int p = 0; p < passes; p++) {
         double t0 = moe_now();
-        moe_pool_run(pool, sum_task, &job);
+        moe_pool_run(b->pool, sum_task, &b->job);
         secs[p] = moe_now() - t0;
-        uint64_t s = 0;
-        for (int t = 0; t < n_threads; t++) s += job.partial[(size_t)t * 8];
-        membw_sink += s;
+        uint64_t sum = 0;
+        for (int t = 0; t < b->n_threads; t++) sum += b->job.partial[(size_t)t * 8];
+        membw_sink += sum;
     }
     qsort(secs, (size_t)passes, sizeof secs[0], cmp_double);
-    double med = secs[passes / 2];
-    if (med > 0) result = (double)n / med / 1e9;
-done:
-    moe_pool_free(pool);
-    free(job.partial);
-    if (job.buf) munmap(job.buf, n);
-    return result;
+    const double med = secs[passes / 2];
+    return med > 0 ? (double)b->job.n / med / 1e9 : 0.0;
 }
 
-double moe_measure_read_bandwidth(int n_threads) {
+static size_t full_bytes(void) {
     size_t n = MEMBW_MIN_BYTES, llc8 = llc_bytes() * 8;
-    if (llc8 > n) n = llc8;
-    return measure(n_threads, n, MEMBW_PASSES);
+    return llc8 > n ? llc8 : n;
 }
+
+moe_membw *moe_membw_new(int n_threads) { return membw_new(n_threads, full_bytes()); }
+
+double moe_membw_measure(moe_membw *b) { return b ? membw_measure(b, MEMBW_PASSES) : 0.0; }
+
+size_t moe_membw_bytes(const moe_membw *b) { return b ? b->job.n : 0; }
+
+static double measure_once(int n_threads, size_t n, int passes) {
+    moe_membw *b = membw_new(n_threads, n);
+    const double r = b ? membw_measure(b, passes) : 0.0;
+    moe_membw_free(b);
+    return r;
+}
+
+double moe_measure_read_bandwidth(int n_threads) { return measure_once(n_threads, full_bytes(), MEMBW_PASSES); }
 
 /* The quick probe: a fixed buffer (a VM may report a host-wide L3 of
  * hundreds of MB, which would make 8 x LLC gigabytes), 3 passes. */
 double moe_probe_read_bandwidth(int n_threads, size_t bytes) {
     if (bytes < ((size_t)1 << 20)) bytes = (size_t)1 << 20;
     if (bytes > MEMBW_MIN_BYTES) bytes = MEMBW_MIN_BYTES;
-    return measure(n_threads, bytes, 3);
+    return measure_once(n_threads, bytes, 3);
 }
