@@ -1,4 +1,5 @@
-/* membw.c — measured memory read bandwidth (moe_measure_read_bandwidth).
+/* membw.c — measured memory read bandwidth (moe_measure_read_bandwidth; a
+ * probe kept between repeated measurements: moe_membw_new, lab.h says why).
  *
  * Why measure instead of trusting a datasheet: `moefast bench` reports decode
  * speed as a fraction of what this machine can actually stream, so the
