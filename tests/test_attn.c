@@ -18,8 +18,9 @@ int main(void) {
     const int dims[] = {1, 8, 15, 16, 17, 40, 64, 100, 128, 130, 256};
     const moe_isa isas[] = {MOE_ISA_AVX2, MOE_ISA_AVX512};
     /* 150 keys: past kv_prefetch's distances (64 keys, 32 values), so the
-     * F16 kernels' in-loop prefetches run too */
-    const int nks[] = {1, 10, 19, 28, 37, 150};
+     * F16 kernels' in-loop prefetches run too; 32: a whole number of the
+     * AVX2 value sum's chunks (MOE_KV_CHUNK_KEYS), the others a part chunk last */
+    const int nks[] = {1, 10, 19, 28, 32, 37, 150};
     int compared = 0;
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
         for (int G = 1; G <= 7; G++)

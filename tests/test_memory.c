@@ -259,6 +259,9 @@ static void test_membw(void) {
     if (before >= 0 && held >= 0)
         CHECK_MSG(held - before >= (long long)(n / 2), "RSS grew %lld bytes for a %zu-byte probe", held - before, n);
     moe_membw_free(b);
+    moe_membw *c = moe_membw_new(-3);               /* out of range: every CPU, as moe_measure_read_bandwidth */
+    CHECK(c != NULL && moe_membw_measure(c) > 0.01);
+    moe_membw_free(c);
     moe_membw_free(NULL);
     CHECK(moe_membw_measure(NULL) == 0.0 && moe_membw_bytes(NULL) == 0);
     CHECK(moe_probe_read_bandwidth(1, (size_t)4 << 20) > 0.01);
