@@ -406,12 +406,16 @@ ALWAYS_INLINE __m256i to_u(__m256i codes, __m256i tab, const int FMT) {
 }
 
 /* Q4_K: d1 = d * sc and m1 = dmin * m (act8_ref.c) of the 8 lanes of one
- * super-block from its 16-byte header X (dwords: d | dmin << 16, then the
+ * super-block from its 16-byte header at h (dwords: d | dmin << 16, then the
  * packed bytes u0, u1, u2), moe_q4k_unpack16 on dwords: sc0..3 = u0 & 0x3f,
  * sc4..7 = (u2 & 0xf) | (u0 >> 6) << 4, m0..3 = u1 & 0x3f, m4..7 = (u2 >> 4
  * & 0xf) | (u1 >> 6) << 4 ((x >> 6 & 3) << 4 = x >> 2 & 0x30 bytewise).
- * Exact products (11 x 6 bits), exact conversions. */
-ALWAYS_INLINE void q4k_scales8(__m128i X, __m256 *d1, __m256 *m1) {
+ * Exact products (11 x 6 bits), exact conversions; d and dmin broadcast-
+ * loaded from moe_f16_f32_tab (the reference conversion, a load and no
+ * vector instruction, where vcvtph2ps and two broadcasts took three in a
+ * kernel bound by its vector instructions; docs/PERFORMANCE.md). */
+ALWAYS_INLINE void q4k_scales8(const uint8_t *h, __m256 *d1, __m256 *m1) {
+    const __m128i X = _mm_loadu_si128((const __m128i *)h);
     const __m128i Xp = _mm_shuffle_epi32(X, _MM_SHUFFLE(3, 2, 3, 1)); /* u0 u2 u1 u2 */
     const __m128i Xq = _mm_shuffle_epi32(X, _MM_SHUFFLE(2, 2, 1, 1)); /* u0 u0 u1 u1 */
     const __m128i lo = _mm_and_si128(Xp, _mm_set1_epi8(0x3F));
@@ -420,9 +424,8 @@ ALWAYS_INLINE void q4k_scales8(__m128i X, __m256 *d1, __m256 *m1) {
     const __m128i v = _mm_blend_epi32(lo, hi, 0xA); /* sc0..7, m0..7 */
     const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
     const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(v, v)));
-    const __m128 dd = _mm_cvtph_ps(X);              /* d, dmin, ... */
-    *d1 = _mm256_mul_ps(_mm256_broadcastss_ps(dd), sc);
-    *m1 = _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), m);
+    *d1 = _mm256_mul_ps(_mm256_set1_ps(moe_f16_f32_tab[moe_rd16(h)]), sc);
+    *m1 = _mm256_mul_ps(_mm256_set1_ps(moe_f16_f32_tab[moe_rd16(h + 2)]), m);
 }
 
 /* p16 += the products of slabs s0 .. s0+3 (pairs s0/2, s0/2 + 1), lane
@@ -481,7 +484,7 @@ ALWAYS_INLINE void group4(const uint8_t *G, size_t rs, const uint8_t *A, size_t 
         }
         UNROLL for (int r = 0; r < R; r++) {
             __m256 d1, m1;    /* lane half L is super-block L of the group */
-            q4k_scales8(_mm_loadu_si128((const __m128i *)(G + (size_t)r * rs + 16 * L)), &d1, &m1);
+            q4k_scales8(G + (size_t)r * rs + 16 * L, &d1, &m1);
             UNROLL for (int t = 0; t < T; t++) {
                 __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p16[r][t], ones)), _mm256_mul_ps(d1, da[t]),
                                            acc[r][t][L]);
@@ -535,9 +538,10 @@ ALWAYS_INLINE __m256i q6k_u8(__m256i z, __m256i H, const int s) {
     return _mm256_or_si256(_mm256_and_si256(z, _mm256_set1_epi8(0x0F)), _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
 }
 
-/* d * sc (exact) of half h of lane half L (= super-block L of the group). */
+/* d * sc (exact) of half h of lane half L (= super-block L of the group);
+ * d broadcast-loaded from moe_f16_f32_tab, as q4k_scales8's. */
 ALWAYS_INLINE __m256 q6k_scales8(const uint8_t *G, int gn, int h, int L) {
-    const __m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short)moe_rd16(G + 2 * L)));
+    const __m256 d = _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(G + 2 * L)]);
     const __m128i sc = _mm_loadl_epi64((const __m128i *)(G + 2 * (gn / 8) + gn * h + 8 * L));
     return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
 }
@@ -654,7 +658,7 @@ ALWAYS_INLINE void unpack_group(const uint8_t *G, int gn, int L, __m256i live, p
             k->u[2 * p] = to_u(_mm256_and_si256(z, m4), tab, FMT);
             k->u[2 * p + 1] = to_u(_mm256_and_si256(_mm256_srli_epi16(z, 4), m4), tab, FMT);
         }
-        if (FMT == FMT_Q4_K) q4k_scales8(_mm_loadu_si128((const __m128i *)(G + 16 * L)), &k->sc[0], &k->sc[1]);
+        if (FMT == FMT_Q4_K) q4k_scales8(G + 16 * L, &k->sc[0], &k->sc[1]);
         else for (int h = 0; h < NPARTS(FMT); h++) k->sc[h] = w_scales(G, gn, h, L, FMT);
         return;
     }

@@ -29,7 +29,11 @@ enum { KF_Q5_K, KF_Q3_K, KF_Q2_K, KF_IQ4_XS };
 #define KF_HALVES(F) ((F) == KF_Q3_K || (F) == KF_Q2_K)
 
 ALWAYS_INLINE __m256i ld(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
-ALWAYS_INLINE __m256 f16_bcast(const uint8_t *p) { return _mm256_cvtph_ps(_mm_set1_epi16((short)moe_rd16(p))); }
+/* A half scale in all lanes: broadcast-loaded from moe_f16_f32_tab (the
+ * reference conversion; quant_internal.h), no vector instruction, where a
+ * vpbroadcastw and a vcvtph2ps took two in kernels bound by their vector
+ * instructions (docs/PERFORMANCE.md, "What moved the numbers"). */
+ALWAYS_INLINE __m256 f16_bcast(const uint8_t *p) { return _mm256_set1_ps(moe_f16_f32_tab[moe_rd16(p)]); }
 ALWAYS_INLINE __m256i bytes8(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
 
 /* Q5_K: one header's 12 scale bytes (16 bytes at hdr) unpacked to {sc0..7,
