@@ -104,7 +104,8 @@ for l in open(f"{W}/levels"):
     steps = d("moefast_decode_step_by_tokens_seconds_count" + lab)
     sec = d("moefast_decode_step_by_tokens_seconds_sum" + lab)
     wb = d("moefast_decode_step_by_tokens_weight_bytes_total" + lab)
-    j.update(round=rnd, rss_mb=int(rss), bw_before_gbps=b0, bw_after_gbps=b1, bw_gbps=lbw / 1e9, bw_steady=steady, steps_at_c=int(steps), seconds_at_c=sec,
+    j.update(round=rnd, rss_mb=int(rss), bw_before_gbps=b0, bw_after_gbps=b1, bw_gbps=lbw / 1e9, bw_steady=steady,
+             steps_at_c=int(steps), seconds_at_c=sec,
              decode_tps_at_c=c * steps / sec if sec else None,
              mb_per_step_at_c=wb / steps / 1e6 if steps else None,
              gbps_at_c=wb / sec / 1e9 if sec else None,
