@@ -145,6 +145,34 @@ static inline __attribute__((always_inline)) void scores_tile41h(const float *q,
     UNROLL for (int hh = 0; hh < 4; hh++) sc[(size_t)(h0 + hh) * scs + (size_t)j] = r[hh];
 }
 
+/* scores_tile41h for 6 heads (laguna's sliding layers, G = 6): each half
+ * key converted once for all six, where 2 x 2 tiles converted it three
+ * times (and a 4 x 1 tile beside a 2 x 1 one twice, slower still: the
+ * generic 2 x 1 tile; docs/PERFORMANCE.md). 12 accumulators and the two
+ * key vectors fill 14 of the 16 registers; the queries are memory
+ * operands. Heads 0-3 reduced by hsum16x4, 4-5 by hsum16: the same adds in
+ * the same order, so the same bits. */
+static inline __attribute__((always_inline)) void scores_tile61h(const float *q, size_t qs, const uint16_t *k,
+                                                                 size_t ks, int j, int D, float scale, float *sc,
+                                                                 size_t scs) {
+    __m256 lo[6], hi[6];
+    UNROLL for (int i = 0; i < 6; i++) lo[i] = hi[i] = _mm256_setzero_ps();
+    const uint16_t *kj = k + (size_t)j * ks;
+    for (int d = 0; d < D; d += 16) {
+        __m256 ka = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kj + d)));
+        __m256 kb = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kj + d + 8)));
+        __asm__("" : "+x"(ka), "+x"(kb));
+        UNROLL for (int hh = 0; hh < 6; hh++) {
+            lo[hh] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)hh * qs + d), ka, lo[hh]);
+            hi[hh] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)hh * qs + d + 8), kb, hi[hh]);
+        }
+    }
+    float r[4];
+    _mm_storeu_ps(r, _mm_mul_ps(hsum16x4(lo, hi), _mm_set1_ps(scale)));
+    UNROLL for (int hh = 0; hh < 4; hh++) sc[(size_t)hh * scs + (size_t)j] = r[hh];
+    UNROLL for (int hh = 4; hh < 6; hh++) sc[(size_t)hh * scs + (size_t)j] = hsum16(lo[hh], hi[hh]) * scale;
+}
+
 static inline __attribute__((always_inline)) void scores_impl(const float *q, size_t qs, int G, const void *k,
                                                               size_t ks, int nk, int D, float scale, float *sc,
                                                               size_t scs, const int h16, const int stream,
@@ -167,6 +195,11 @@ static inline __attribute__((always_inline)) void scores_impl(const float *q, si
         for (; j < nk; j++) {
             SCORES_PREFETCH(1);
             for (int h0 = 0; h0 < G; h0 += 4) scores_tile41h(q, qs, h0, (const uint16_t *)k, ks, j, D, scale, sc, scs);
+        }
+    if (h16 && !stream && D % 16 == 0 && G == 6)
+        for (; j < nk; j++) {
+            SCORES_PREFETCH(1);
+            scores_tile61h(q, qs, (const uint16_t *)k, ks, j, D, scale, sc, scs);
         }
     if (!stream && D % 16 == 0)
         for (; j + 2 <= nk; j += 2) {
