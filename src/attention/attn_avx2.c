@@ -120,22 +120,25 @@ static inline __attribute__((always_inline)) void scores_tile22(const float *q, 
     _mm_storeh_pi((__m64 *)(sc + (size_t)(h0 + 1) * scs + (size_t)j), r);
 }
 
-/* Half keys, 4 heads x 1 key: each key vector converted once for the four
- * heads (scores_tile22 converts it once per pair of heads); the queries are
- * memory operands. The same FMAs per accumulator in the same order, and
- * hsum16x4's reduction. */
-static inline __attribute__((always_inline)) void scores_tile41h(const float *q, size_t qs, int h0, const uint16_t *k,
+/* Half keys, HN = 4 or 6 heads x 1 key: each key vector converted once for
+ * all the heads (scores_tile22 converts it once per pair of heads; for
+ * laguna's G = 6, a 4 x 1 tile beside a 2 x 1 one was slower than 2 x 2,
+ * where one 6 x 1 tile is faster: docs/PERFORMANCE.md). At 6 heads the 12
+ * accumulators and the two key vectors fill 14 of the 16 registers; the
+ * queries are memory operands. The same FMAs per accumulator in the same
+ * order; heads 0-3 reduced by hsum16x4, 4-5 by hsum16 (the same adds). */
+static inline __attribute__((always_inline)) void scores_tile_h1(const float *q, size_t qs, int h0, const uint16_t *k,
                                                                  size_t ks, int j, int D, float scale, float *sc,
-                                                                 size_t scs) {
-    __m256 lo[4], hi[4];
-    UNROLL for (int i = 0; i < 4; i++) lo[i] = hi[i] = _mm256_setzero_ps();
+                                                                 size_t scs, const int HN) {
+    __m256 lo[6], hi[6];
+    UNROLL for (int i = 0; i < HN; i++) lo[i] = hi[i] = _mm256_setzero_ps();
     const float *qh = q + (size_t)h0 * qs;
     const uint16_t *kj = k + (size_t)j * ks;
     for (int d = 0; d < D; d += 16) {
         __m256 ka = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kj + d)));
         __m256 kb = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kj + d + 8)));
         __asm__("" : "+x"(ka), "+x"(kb));
-        UNROLL for (int hh = 0; hh < 4; hh++) {
+        UNROLL for (int hh = 0; hh < HN; hh++) {
             lo[hh] = _mm256_fmadd_ps(_mm256_loadu_ps(qh + (size_t)hh * qs + d), ka, lo[hh]);
             hi[hh] = _mm256_fmadd_ps(_mm256_loadu_ps(qh + (size_t)hh * qs + d + 8), kb, hi[hh]);
         }
@@ -143,34 +146,7 @@ static inline __attribute__((always_inline)) void scores_tile41h(const float *q,
     float r[4];
     _mm_storeu_ps(r, _mm_mul_ps(hsum16x4(lo, hi), _mm_set1_ps(scale)));
     UNROLL for (int hh = 0; hh < 4; hh++) sc[(size_t)(h0 + hh) * scs + (size_t)j] = r[hh];
-}
-
-/* scores_tile41h for 6 heads (laguna's sliding layers, G = 6): each half
- * key converted once for all six, where 2 x 2 tiles converted it three
- * times (and a 4 x 1 tile beside a 2 x 1 one twice, slower still: the
- * generic 2 x 1 tile; docs/PERFORMANCE.md). 12 accumulators and the two
- * key vectors fill 14 of the 16 registers; the queries are memory
- * operands. Heads 0-3 reduced by hsum16x4, 4-5 by hsum16: the same adds in
- * the same order, so the same bits. */
-static inline __attribute__((always_inline)) void scores_tile61h(const float *q, size_t qs, const uint16_t *k,
-                                                                 size_t ks, int j, int D, float scale, float *sc,
-                                                                 size_t scs) {
-    __m256 lo[6], hi[6];
-    UNROLL for (int i = 0; i < 6; i++) lo[i] = hi[i] = _mm256_setzero_ps();
-    const uint16_t *kj = k + (size_t)j * ks;
-    for (int d = 0; d < D; d += 16) {
-        __m256 ka = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kj + d)));
-        __m256 kb = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kj + d + 8)));
-        __asm__("" : "+x"(ka), "+x"(kb));
-        UNROLL for (int hh = 0; hh < 6; hh++) {
-            lo[hh] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)hh * qs + d), ka, lo[hh]);
-            hi[hh] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)hh * qs + d + 8), kb, hi[hh]);
-        }
-    }
-    float r[4];
-    _mm_storeu_ps(r, _mm_mul_ps(hsum16x4(lo, hi), _mm_set1_ps(scale)));
-    UNROLL for (int hh = 0; hh < 4; hh++) sc[(size_t)hh * scs + (size_t)j] = r[hh];
-    UNROLL for (int hh = 4; hh < 6; hh++) sc[(size_t)hh * scs + (size_t)j] = hsum16(lo[hh], hi[hh]) * scale;
+    UNROLL for (int hh = 4; hh < HN; hh++) sc[(size_t)(h0 + hh) * scs + (size_t)j] = hsum16(lo[hh], hi[hh]) * scale;
 }
 
 static inline __attribute__((always_inline)) void scores_impl(const float *q, size_t qs, int G, const void *k,
@@ -194,12 +170,12 @@ static inline __attribute__((always_inline)) void scores_impl(const float *q, si
     if (h16 && !stream && D % 16 == 0 && G % 4 == 0)
         for (; j < nk; j++) {
             SCORES_PREFETCH(1);
-            for (int h0 = 0; h0 < G; h0 += 4) scores_tile41h(q, qs, h0, (const uint16_t *)k, ks, j, D, scale, sc, scs);
+            for (int h0 = 0; h0 < G; h0 += 4) scores_tile_h1(q, qs, h0, (const uint16_t *)k, ks, j, D, scale, sc, scs, 4);
         }
     if (h16 && !stream && D % 16 == 0 && G == 6)
         for (; j < nk; j++) {
             SCORES_PREFETCH(1);
-            scores_tile61h(q, qs, (const uint16_t *)k, ks, j, D, scale, sc, scs);
+            scores_tile_h1(q, qs, 0, (const uint16_t *)k, ks, j, D, scale, sc, scs, 6);
         }
     if (!stream && D % 16 == 0)
         for (; j + 2 <= nk; j += 2) {
