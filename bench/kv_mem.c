@@ -19,22 +19,6 @@
 
 #include "moefast.h"
 
-/* A /proc/self/status field in kB, as bytes; -1 if absent. */
-static long long status_bytes(const char *key) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return -1;
-    char line[256];
-    long long kb = -1;
-    const size_t n = strlen(key);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, n) && line[n] == ':') {
-            kb = atoll(line + n + 1);
-            break;
-        }
-    fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
-}
-
 static double mb(long long b) { return (double)b / 1e6; }
 
 int main(int argc, char **argv) {
@@ -48,7 +32,7 @@ int main(int argc, char **argv) {
     moe_load_params lp = {.flags = argv[2]};
     moe_model *m = NULL;
     if (moe_model_load(argv[1], &lp, &m, err, sizeof err) != MOE_OK) { fprintf(stderr, "kv_mem: %s\n", err); return 1; }
-    const long long sz0 = status_bytes("VmSize"), rss0 = status_bytes("VmRSS");
+    const long long sz0 = moe_proc_status_bytes("VmSize"), rss0 = moe_proc_status_bytes("VmRSS");
     moe_session_params sp = {.n_ctx = n, .n_threads = th};
     moe_session *s = NULL;
     if (moe_session_new(m, &sp, &s, err, sizeof err) != MOE_OK) {
@@ -56,7 +40,7 @@ int main(int argc, char **argv) {
         moe_model_free(m);
         return 1;
     }
-    const long long sz1 = status_bytes("VmSize"), rss1 = status_bytes("VmRSS");
+    const long long sz1 = moe_proc_status_bytes("VmSize"), rss1 = moe_proc_status_bytes("VmRSS");
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);
     if (!ids) { fprintf(stderr, "kv_mem: out of memory\n"); return 1; }
     const int nv = moe_model_n_vocab(m);
@@ -67,7 +51,8 @@ int main(int argc, char **argv) {
     }
     const int rc = moe_session_forward(s, ids, fill, NULL, false);
     if (rc != MOE_OK) fprintf(stderr, "kv_mem: %s\n", moe_session_error(s));
-    const long long sz2 = status_bytes("VmSize"), rss2 = status_bytes("VmRSS"), hwm = status_bytes("VmHWM");
+    const long long sz2 = moe_proc_status_bytes("VmSize"), rss2 = moe_proc_status_bytes("VmRSS");
+    const long long hwm = moe_proc_status_bytes("VmHWM");
     printf("flags %s n_ctx %d filled %d: VmSize MB load %.1f session %.1f filled %.1f; VmRSS MB load %.1f session %.1f filled "
            "%.1f; VmHWM MB %.1f\n",
            argv[2], n, fill, mb(sz0), mb(sz1), mb(sz2), mb(rss0), mb(rss1), mb(rss2), mb(hwm));

@@ -237,20 +237,19 @@ static void test_larger_than_memory(void) {
     unlink(path);
 }
 
-/* Resident memory (VmRSS) in bytes, -1 when unknown. */
-static long long rss_bytes(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return -1;
-    char line[256];
-    long long kb = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %lld kB", &kb) == 1) break;
-    fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
+/* moe_proc_status_bytes: a field that exists, and names that do not. */
+static void test_proc_status(void) {
+    const long long rss = moe_proc_status_bytes("VmRSS"), hwm = moe_proc_status_bytes("VmHWM");
+    CHECK_MSG(rss > (1 << 20) && hwm >= rss, "VmRSS %lld, VmHWM %lld", rss, hwm);
+    CHECK(moe_proc_status_bytes(NULL) == -1);
+    CHECK(moe_proc_status_bytes("") == -1);
+    CHECK(moe_proc_status_bytes("VmNoSuchField") == -1);
+    CHECK(moe_proc_status_bytes("VmRS") == -1);      /* a prefix of a field is not the field */
+    CHECK(moe_proc_status_bytes("Name") == -1);      /* a field that is not a number */
 }
 
 static void test_membw(void) {
-    const long long before = rss_bytes();
+    const long long before = moe_proc_status_bytes("VmRSS");
     moe_membw *b = moe_membw_new(2);
     CHECK(b != NULL);
     if (!b) return;
@@ -258,7 +257,7 @@ static void test_membw(void) {
     CHECK_MSG(n >= ((size_t)512 << 20), "probe buffer %zu bytes", n);
     const double g1 = moe_membw_measure(b), g2 = moe_membw_measure(b);
     CHECK_MSG(g1 > 0.01 && g2 > 0.01 && g1 < 1e5 && g2 < 1e5, "GB/s %.3f %.3f", g1, g2);
-    const long long held = rss_bytes();   /* touched once and kept: resident between measurements */
+    const long long held = moe_proc_status_bytes("VmRSS");   /* touched once and kept: resident between measurements */
     if (before >= 0 && held >= 0)
         CHECK_MSG(held - before >= (long long)(n / 2), "RSS grew %lld bytes for a %zu-byte probe", held - before, n);
     moe_membw_free(b);
@@ -272,6 +271,7 @@ static void test_membw(void) {
 
 int main(void) {
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    test_proc_status();
     test_membw();
     test_mem_available();
     test_alignment();

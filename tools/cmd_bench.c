@@ -54,18 +54,6 @@ static int cpu_count(void) {
     return n > 0 ? (int)n : 1;
 }
 
-/* Peak resident set (VmHWM) in bytes: the live working set, not address space. */
-static long long peak_rss_bytes(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return -1;
-    char line[256];
-    long long kb = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
-    fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
-}
-
 static double median(const double *v, int n) {
     double tmp[n > 0 ? n : 1];
     memcpy(tmp, v, (size_t)n * sizeof *v);
@@ -420,7 +408,7 @@ static int bench_setup(bench_run *b) {
     /* Everything is allocated now (decode steps allocate nothing), and the
      * bandwidth measurements map a buffer of their own: read the high-water
      * mark before the first one. */
-    b->hwm = peak_rss_bytes();
+    b->hwm = moe_proc_status_bytes("VmHWM");
     /* one probe buffer for every window, mapped now and kept: an unmapped
      * one's pages went to the next first touch (lab.h, moe_membw_new) */
     if (b->o.bandwidth && !b->o.ab && !(b->probe = moe_membw_new(b->o.threads)))

@@ -138,14 +138,8 @@ static int file_identity(const char *path, char hex[65], char *err, size_t errle
 }
 
 static double mem_mb(const char *key) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    double v = 0;
-    const size_t kl = strlen(key);
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, key, kl)) v = atof(line + kl) / 1024.0;
-    if (f) fclose(f);
-    return v;
+    const long long b = moe_proc_status_bytes(key);
+    return b < 0 ? 0.0 : (double)b / 1048576.0;
 }
 
 /* ---- rank 0's link (moe_shard_link) ---------------------------------------------------- */
@@ -346,8 +340,8 @@ static int serve_requests(moe_shard_worker *w) {
         MPI_Send(reply, (int)pb, MPI_BYTE, 0, TAG_REPLY, MPI_COMM_WORLD);
         last = now();
     }
-    stats.rss_peak_mb = mem_mb("VmHWM:");
-    stats.rss_mb = mem_mb("VmRSS:");
+    stats.rss_peak_mb = mem_mb("VmHWM");
+    stats.rss_mb = mem_mb("VmRSS");
     MPI_Send(&stats, (int)sizeof stats, MPI_BYTE, 0, TAG_STATS, MPI_COMM_WORLD);
     free(head), free(rows), free(reply);
     return 0;
@@ -381,7 +375,7 @@ static int follower(int argc, char **argv) {
     int rc = 1;
     if (st.MPI_TAG == TAG_GO) rc = serve_requests(w);
     else if (st.MPI_TAG == TAG_QUIT) {                 /* answer the STATS rank 0 then waits for */
-        stats_msg none = {mem_mb("VmHWM:"), mem_mb("VmRSS:"), 0, 0, 0};
+        stats_msg none = {mem_mb("VmHWM"), mem_mb("VmRSS"), 0, 0, 0};
         MPI_Send(&none, (int)sizeof none, MPI_BYTE, 0, TAG_STATS, MPI_COMM_WORLD);
         rc = s.rc ? 2 : 0;
     } else rc = fatal("unexpected message (tag %d) from rank 0 at start", st.MPI_TAG);
@@ -458,8 +452,8 @@ int cli_mpi_end(int rc) {
     const bool report = !strcmp(J.cmd, "bench") || getenv("MOEFAST_MPI_STATS");
     if (report)
         fprintf(stderr, "mpi: rank 0: %lld exchanges, %.0f bytes sent, %.0f received, waited %.3f s, rss %.1f MB "
-                "(peak %.1f)\n", J.exchanges, J.bytes_sent, J.bytes_received, J.wait_s, mem_mb("VmRSS:"),
-                mem_mb("VmHWM:"));
+                "(peak %.1f)\n", J.exchanges, J.bytes_sent, J.bytes_received, J.wait_s, mem_mb("VmRSS"),
+                mem_mb("VmHWM"));
     for (int i = 1; i < J.size; i++) {
         stats_msg s;
         MPI_Status st;

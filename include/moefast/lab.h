@@ -248,6 +248,11 @@ int  moe_trace_gate(moe_model *m, const moe_trace *t, const moe_gate_params *p,
 
 /* ---- measurement helpers ----------------------------------------------------- */
 
+/* A field of this process's /proc/self/status that Linux gives in kB (VmRSS,
+ * VmHWM, VmSize, ...), in bytes; -1 when it cannot be read (no /proc, no such
+ * field). The instruments' one reader of it (bench's peak RSS, the MPI
+ * report, kv_mem, the tests). */
+long long moe_proc_status_bytes(const char *field);
 /* Measured memory read bandwidth in GB/s (1e9 bytes/s) with n_threads threads,
  * median of several passes over a buffer far larger than the caches. */
 double moe_measure_read_bandwidth(int n_threads);

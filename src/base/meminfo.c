@@ -3,6 +3,8 @@
  * in the decode path. */
 #include "base/meminfo.h"
 
+#include "moefast.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,4 +96,22 @@ int moe_mem_fits(uint64_t need, uint64_t *avail) {
     uint64_t a = moe_mem_available();
     if (avail) *avail = a;
     return a == UINT64_MAX || need <= a / 10 * 9;
+}
+
+long long moe_proc_status_bytes(const char *field) {
+    if (!field || !*field) return -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long long kb = -1;
+    const size_t n = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, field, n) && line[n] == ':') {
+            char *end;
+            const long long v = strtoll(line + n + 1, &end, 10);
+            if (end != line + n + 1 && v >= 0) kb = v;
+            break;
+        }
+    fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
 }
