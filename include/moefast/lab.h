@@ -262,9 +262,9 @@ double moe_measure_read_bandwidth(int n_threads);
  * size, which resident memory then includes). A process that measures
  * around work it times should hold one: a probe that unmaps its hundreds of
  * MB hands those pages back to the kernel, which gives them to whatever is
- * first touched next — the KV cache of a session created before — and on a
- * 2-vCPU Zen 3 VM decode steps ran 15 % slower after that (median)
- * (docs/MEASUREMENT.md). NULL when out of memory. */
+ * first touched next — the KV cache of a session created before — and the
+ * decode steps measured after it ran slower on those pages (the paired
+ * figures: docs/MEASUREMENT.md). NULL when out of memory. */
 typedef struct moe_membw moe_membw;
 moe_membw *moe_membw_new(int n_threads);
 double moe_membw_measure(moe_membw *b);
