@@ -13,8 +13,13 @@
  * [-127, 127], so a pair is <= 2 * 127 * 127 < 32767: exact), then vpmaddwd
  * by 1 — the same int32 block sums (sum u*a - 128 sum a = sum q*a) in 4
  * instructions per 32 bytes and row x token where the even/odd split took
- * 9. The halves' integer scales (Q3_K, Q2_K) multiply with vpmulld (exact,
- * < 2^24); the float steps per block lane are the contract's. */
+ * 9. The panel GEMM (prefill) takes IQ4_XS's u = kv + 128 as two base-16
+ * digits instead (iq4_digits: two vpmaddubsw per 32 bytes, the sums from
+ * the correction, exact for any activation byte): vpsignb competes with
+ * the multiplies for the same two pipes on Zen 3, and the panel unpacks the
+ * digits once per block of tokens. The halves' integer scales (Q3_K, Q2_K)
+ * multiply with vpmulld (exact, < 2^24); the float steps per block lane are
+ * the contract's. */
 #include "quant/act8_kquant.h"
 
 #include <immintrin.h>
@@ -23,6 +28,8 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
+/* act8_avx2.c's KEEP: an add chain GCC must not re-associate into a tree. */
+#define KEEP(v) __asm__("" : "+x"(v))
 
 enum { KF_Q5_K, KF_Q3_K, KF_Q2_K, KF_IQ4_XS };
 #define KF_QB(F) ((F) == KF_Q5_K ? QB_Q5_K : (F) == KF_Q3_K ? QB_Q3_K : (F) == KF_Q2_K ? QB_Q2_K : QB_IQ4_XS)
@@ -107,6 +114,20 @@ ALWAYS_INLINE __m256i slab_u(__m256i z, __m256i h, const int t, const int F) {
     }
     const __m256i hb = t <= 4 ? _mm256_slli_epi16(h, 4 - t) : _mm256_srli_epi16(h, t - 4);
     return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+}
+
+/* IQ4_XS's level kv[c] + 128 of the codes nib as two base-16 digits, hi
+ * and lo (kv + 128 = 16 hi + lo, each 0..15; moe_kq_iq4nl + 128 = 1, 24,
+ * 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241):
+ * vpmaddubsw of a digit against any activation bytes is exact (a pair <= 2
+ * * 15 * 128), and 8 slabs of them add in int16 (<= 30720) before one
+ * widening. Two vpmaddubsw per 32 bytes, where the sign trick took vpsignb,
+ * vpmaddubsw and vpmaddwd on the two pipes that multiply. */
+static const uint8_t iq4_hi[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 9, 10, 11, 12, 13, 15};
+static const uint8_t iq4_lo[16] = {1, 8, 13, 15, 15, 13, 10, 6, 1, 13, 9, 6, 5, 5, 9, 1};
+ALWAYS_INLINE void iq4_digits(__m256i nib, __m256i *hi, __m256i *lo) {
+    *hi = _mm256_shuffle_epi8(ld128x2(iq4_hi), nib);
+    *lo = _mm256_shuffle_epi8(ld128x2(iq4_lo), nib);
 }
 
 /* int16 pair sums to int32 lanes. */
@@ -211,8 +232,10 @@ ALWAYS_INLINE void tile_k(const uint8_t *w, size_t rb, const uint8_t *xa, size_t
  * same exact int32 (group_k's vpmaddubsw / even-odd vpmaddwd steps), the
  * float steps group_k's in its order, so the bits are its bits. */
 typedef struct { __m256i u[8]; __m256 fs, fm; __m256i s0, s1, m0, m1; } khalf;
+/* khalf records per lane half: IQ4_XS's second holds its lo digits (iq4_digits) */
+#define KH_N(F) ((F) == KF_IQ4_XS ? 2 : 1)
 
-/* Lane half L of row G's group (gn blocks) unpacked into k. */
+/* Lane half L of row G's group (gn blocks) unpacked into k (KH_N(F) records). */
 ALWAYS_INLINE void unpack_k(const uint8_t *G, int gn, int L, khalf *k, const int F) {
     const __m256i hrun = F == KF_Q5_K ? ld(G + A8K_Q5_HI(gn) + 32 * L)
                          : F == KF_Q3_K ? ld(G + A8K_Q3_HB(gn) + 32 * L) : _mm256_setzero_si256();
@@ -223,9 +246,15 @@ ALWAYS_INLINE void unpack_k(const uint8_t *G, int gn, int L, khalf *k, const int
             const __m256i z = ld(G + (F == KF_Q3_K ? A8K_Q3_C2(gn) : A8K_Q2_C2(gn)) + 4 * gn * h + 32 * L);
             UNROLL for (int s = 0; s < 4; s++) k->u[4 * h + s] = slab_u(z, hrun, 4 * h + s, F);
         }
+    } else if (F == KF_IQ4_XS) {  /* k[0].u[s]: slab s's hi digits, k[1].u[s] its lo digits */
+        UNROLL for (int p = 0; p < 4; p++) {
+            const __m256i z = ld(G + A8K_IQ4_LO(gn) + 4 * gn * p + 32 * L), m4 = _mm256_set1_epi8(0x0F);
+            iq4_digits(_mm256_and_si256(z, m4), &k[0].u[2 * p], &k[1].u[2 * p]);
+            iq4_digits(_mm256_and_si256(_mm256_srli_epi16(z, 4), m4), &k[0].u[2 * p + 1], &k[1].u[2 * p + 1]);
+        }
     } else {
         UNROLL for (int p = 0; p < 4; p++) {
-            const __m256i z = ld(G + (F == KF_Q5_K ? A8K_Q5_LO(gn) : A8K_IQ4_LO(gn)) + 4 * gn * p + 32 * L);
+            const __m256i z = ld(G + A8K_Q5_LO(gn) + 4 * gn * p + 32 * L);
             k->u[2 * p] = slab_u(z, hrun, 2 * p, F);
             k->u[2 * p + 1] = slab_u(z, hrun, 2 * p + 1, F);
         }
@@ -260,6 +289,33 @@ ALWAYS_INLINE void group_p(const khalf *K, int64_t ks, const uint8_t *A, size_t 
                 const __m256i w = _mm256_mullo_epi32(is[r][t], h ? K[r * ks].s1 : K[r * ks].s0);
                 tot[r][t] = h ? _mm256_add_epi32(tot[r][t], w) : w;
             }
+        } else if (F == KF_IQ4_XS) {   /* sum (16 hi + lo) a - 128 sum a: from corr */
+            __m256i shi[4][4], slo[4][4];
+            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
+                shi[r][t] = slo[r][t] = _mm256_setzero_si256();
+            UNROLL for (int s = 0; s < 8; s++) {
+                __m256i a[4];
+                UNROLL for (int t = 0; t < T; t++) {
+                    a[t] = ld(A + (size_t)t * xs + 64 * s + 32 * L);
+                    KEEP(a[t]);
+                }
+                UNROLL for (int r = 0; r < R; r++) {
+                    __m256i hi = K[r * ks].u[s], lo = K[r * ks + 1].u[s];
+                    KEEP(hi);
+                    KEEP(lo);
+                    UNROLL for (int t = 0; t < T; t++) {
+                        shi[r][t] = _mm256_add_epi16(shi[r][t], _mm256_maddubs_epi16(hi, a[t]));
+                        slo[r][t] = _mm256_add_epi16(slo[r][t], _mm256_maddubs_epi16(lo, a[t]));
+                        KEEP(shi[r][t]);
+                        KEEP(slo[r][t]);
+                    }
+                }
+            }
+            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) {
+                const __m256i c = ld(A + (size_t)t * xs + 512 + 32 * L);
+                tot[r][t] = _mm256_add_epi32(_mm256_add_epi32(c, _mm256_madd_epi16(shi[r][t], _mm256_set1_epi16(16))),
+                                             widen(slo[r][t]));
+            }
         } else {
             UNROLL for (int p = 0; p < 4; p++) {
                 UNROLL for (int t = 0; t < T; t++) {
@@ -267,13 +323,8 @@ ALWAYS_INLINE void group_p(const khalf *K, int64_t ks, const uint8_t *A, size_t 
                     const __m256i a0 = ld(At), a1 = ld(At + 64);
                     UNROLL for (int r = 0; r < R; r++) {
                         const __m256i u0 = K[r * ks].u[2 * p], u1 = K[r * ks].u[2 * p + 1];
-                        if (F == KF_IQ4_XS) {
-                            is[r][t] = dot_signed(is[r][t], _mm256_abs_epi8(u0), u0, a0);
-                            is[r][t] = dot_signed(is[r][t], _mm256_abs_epi8(u1), u1, a1);
-                        } else {
-                            is[r][t] = _mm256_add_epi32(is[r][t], widen(_mm256_add_epi16(_mm256_maddubs_epi16(u0, a0),
-                                                                                       _mm256_maddubs_epi16(u1, a1))));
-                        }
+                        is[r][t] = _mm256_add_epi32(is[r][t], widen(_mm256_add_epi16(_mm256_maddubs_epi16(u0, a0),
+                                                                                   _mm256_maddubs_epi16(u1, a1))));
                     }
                 }
             }
@@ -302,7 +353,8 @@ ALWAYS_INLINE void tile_p(const khalf *P, int64_t ng, int64_t nb, const uint8_t 
         UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[L][r][t] = _mm256_setzero_ps();
         for (int64_t g = 0; g < ng; g++) {
             if (L == 1 && nb - A8_G * g < A8_G) break;   /* one super-block: no half 1 */
-            group_p(P + 2 * g + L, 2 * ng, xa + (size_t)g * A8_GROUP_BYTES, xs, L, acc[L], R, T, F);
+            group_p(P + (2 * g + L) * KH_N(F), 2 * ng * KH_N(F), xa + (size_t)g * A8_GROUP_BYTES, xs, L, acc[L], R,
+                    T, F);
         }
     }
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
@@ -318,13 +370,13 @@ ALWAYS_INLINE void panel_tokens_r(const khalf *P, int64_t ng, int64_t nb, const 
 
 #define A8P_R 4        /* rows per panel */
 #define A8P_TB 64      /* tokens per block */
-#define A8P_MAXG 16    /* groups per row in the panel buffer (n <= 8192; 56 KB of stack) */
+#define A8P_MAXG 16    /* groups per row in the panel buffer (n <= 8192; 112 KB of stack, IQ4_XS's digits) */
 
 /* A panel's rows, 2 at a time (the 16 ymm registers hold a 2 x 2 tile). */
 ALWAYS_INLINE void panel_gemm(const uint8_t *W, size_t rb, int64_t nrows, const uint8_t *X, size_t xs, int64_t ntok,
                               float *y, size_t ys, int64_t n, const int F) {
     const int64_t nb = n / 32, ng = (nb + A8_G - 1) / A8_G;
-    _Alignas(32) khalf P[A8P_R * A8P_MAXG * 2];
+    _Alignas(32) khalf P[A8P_R * A8P_MAXG * 2 * 2];
     for (int64_t t0 = 0; t0 < ntok; t0 += A8P_TB) {
         const int64_t nt = ntok - t0 < A8P_TB ? ntok - t0 : A8P_TB;
         for (int64_t r = 0; r < nrows; r += A8P_R) {
@@ -332,10 +384,10 @@ ALWAYS_INLINE void panel_gemm(const uint8_t *W, size_t rb, int64_t nrows, const 
             for (int rr = 0; rr < R; rr++)
                 for (int64_t g = 0; g < ng; g++) {
                     const uint8_t *G = W + (size_t)(r + rr) * rb + (size_t)(g * 2) * KF_QB(F);
-                    khalf *k = &P[(rr * ng + g) * 2];
+                    khalf *k = &P[(rr * ng + g) * 2 * KH_N(F)];
                     if (nb - A8_G * g >= A8_G) {
                         unpack_k(G, A8_G, 0, k, F);
-                        unpack_k(G, A8_G, 1, k + 1, F);
+                        unpack_k(G, A8_G, 1, k + KH_N(F), F);
                     } else {
                         unpack_k(G, 8, 0, k, F);
                     }
@@ -343,8 +395,9 @@ ALWAYS_INLINE void panel_gemm(const uint8_t *W, size_t rb, int64_t nrows, const 
             const uint8_t *Xt = X + (size_t)t0 * xs;
             float *yt = y + (size_t)t0 * ys + r;
             int rr = 0;
-            for (; rr + 2 <= R; rr += 2) panel_tokens_r(P + rr * ng * 2, ng, nb, Xt, xs, nt, yt + rr, ys, 2, F);
-            if (rr < R) panel_tokens_r(P + rr * ng * 2, ng, nb, Xt, xs, nt, yt + rr, ys, 1, F);
+            const int64_t rs = ng * 2 * KH_N(F);   /* records per row */
+            for (; rr + 2 <= R; rr += 2) panel_tokens_r(P + rr * rs, ng, nb, Xt, xs, nt, yt + rr, ys, 2, F);
+            if (rr < R) panel_tokens_r(P + rr * rs, ng, nb, Xt, xs, nt, yt + rr, ys, 1, F);
         }
     }
 }
