@@ -11,10 +11,13 @@
  *    byte 0xFF: the largest grid indices, every sign negative, the largest
  *    scales; every byte 0: scale codes 0), random bytes, crafted d (zero,
  *    -0, subnormal, f16 max, Inf / NaN), huge and tiny activations;
- *  - the result is close to the FP32 path's dot product (a sanity bound). */
+ *  - the result is close to the FP32 path's dot product (a sanity bound);
+ *  - every grid byte is within what the AVX2 kernels' u = v + 64 allows. */
 #include "check.h"
 #include "quant/quant.h"
 #include "base/util.h"
+#include "quant/iq2.h"
+#include "quant/iq3.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -91,6 +94,23 @@ static void make_row(uint32_t t, uint8_t *row, int64_t n, bool edges) {
     }
 }
 
+/* Every grid byte the decoders can take: IQ2 / IQ3 magnitudes below 64
+ * (the AVX2 kernels' u = v + 64 stays within 2..126, where vpmaddubsw is
+ * exact), IQ1 values -1, 0, 1. */
+static void check_grid_bytes(void) {
+    int bad = 0;
+    const struct { const void *grid; size_t bytes; } mags[] = {
+        {moe_iq2xxs_grid, sizeof moe_iq2xxs_grid}, {moe_iq2xs_grid, sizeof moe_iq2xs_grid},
+        {moe_iq2s_grid, sizeof moe_iq2s_grid},     {moe_iq3xxs_grid, sizeof moe_iq3xxs_grid},
+        {moe_iq3s_grid, sizeof moe_iq3s_grid}};
+    for (size_t g = 0; g < sizeof mags / sizeof mags[0]; g++)
+        for (size_t i = 0; i < mags[g].bytes; i++) bad += ((const uint8_t *)mags[g].grid)[i] > 62;
+    for (size_t i = 0; i < sizeof moe_iq1s_grid; i++) {
+        const int8_t v = ((const int8_t *)moe_iq1s_grid)[i];
+        bad += v < -1 || v > 1;
+    }
+    CHECK_MSG(bad == 0, "%d grid bytes outside the kernels' range", bad);
+}
 
 /* The repack of a whole matrix equals the rows' (and the file's bytes). */
 static void check_repack(uint32_t t) {
@@ -106,6 +126,7 @@ static void check_repack(uint32_t t) {
 int main(void) {
     moe_rng_seed(&g_rng, 0xa81c);
     static const int64_t NS[] = {256, 512, 768, 1024, 1280, 2048};
+    check_grid_bytes();
     for (int f = 0; f < NF; f++) {
         check_repack(FORMATS[f]);
         a8_check_format(FORMATS[f], NS, (int)(sizeof NS / sizeof NS[0]), 768, 0.03, make_row, NULL, contract);
