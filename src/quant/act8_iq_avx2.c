@@ -63,43 +63,115 @@ ALWAYS_INLINE void decode(const uint32_t F, const uint8_t *G, int gn, dgroup *dg
     }
 }
 
-/* R rows (rs bytes apart) x T tokens (A8 rows xs apart) -> y[t*ys + r*yr]. */
+/* One group (blocks g0.., gn of them) for R rows, decoded at d[r], x T
+ * tokens (A8 rows xs apart from xa): acc[r][t][L] takes lane half L. */
+ALWAYS_INLINE void group_iq(const dgroup *const d[4], const uint8_t *xa, size_t xs, int64_t g0, int gn,
+                            __m256 acc[4][2][2], const int R, const int T) {
+    UNROLL for (int L = 0; L < 2; L++) {
+        if (8 * L >= gn) break;
+        UNROLL for (int t = 0; t < T; t++) {
+            const uint8_t *A = xa + (size_t)t * xs + (size_t)(g0 / A8_G) * A8_GROUP_BYTES + 32 * L;
+            const __m256i c0 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ld(A + 640), 6));
+            const __m256i c1 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ld(A + 704), 6));
+            const __m256 da = _mm256_loadu_ps((const float *)(A + 576));
+            UNROLL for (int r = 0; r < R; r++) {
+                __m256i i0 = c0, i1 = c1;
+                UNROLL for (int s = 0; s < 4; s++) {
+                    i0 = dot4(i0, ld(d[r]->u + 64 * s + 32 * L), ld(A + 64 * s));
+                    i1 = dot4(i1, ld(d[r]->u + 64 * (s + 4) + 32 * L), ld(A + 64 * (s + 4)));
+                }
+                const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(i0, ld(d[r]->s0 + 8 * L)),
+                                                    _mm256_mullo_epi32(i1, ld(d[r]->s1 + 8 * L)));
+                const __m256 S = _mm256_mul_ps(_mm256_loadu_ps(d[r]->f + 8 * L), da);
+                acc[r][t][L] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), S, acc[r][t][L]);
+            }
+        }
+    }
+}
+
+ALWAYS_INLINE void acc_zero(__m256 acc[4][2][2], const int R, const int T) {
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t][0] = acc[r][t][1] = _mm256_setzero_ps();
+}
+ALWAYS_INLINE void acc_store(__m256 acc[4][2][2], float *y, size_t ys, size_t yr, const int R, const int T) {
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
+        y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t][0], acc[r][t][1]);
+}
+
+/* R rows (rs bytes apart) x T tokens (A8 rows xs apart) -> y[t*ys + r*yr],
+ * each group decoded right before its products (decode, one token). */
 ALWAYS_INLINE void tile_iq(const uint8_t *w, size_t rs, const uint8_t *xa, size_t xs, float *y, size_t ys,
                            size_t yr, int64_t n, const int R, const int T, const uint32_t F) {
     const int64_t nb = n / 32;
     __m256 acc[4][2][2];
     dgroup dg[4];
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t][0] = acc[r][t][1] = _mm256_setzero_ps();
+    const dgroup *d[4] = {&dg[0], &dg[1], &dg[2], &dg[3]};
+    acc_zero(acc, R, T);
     for (int64_t g0 = 0; g0 < nb; g0 += A8_G) {
         const int gn = (int)(nb - g0 < A8_G ? nb - g0 : A8_G);
         UNROLL for (int r = 0; r < R; r++)
             decode(F, w + (size_t)r * rs + (size_t)(g0 / 8) * A8IQ_QB(F), gn, &dg[r]);
-        UNROLL for (int L = 0; L < 2; L++) {
-            if (8 * L >= gn) break;
-            UNROLL for (int t = 0; t < T; t++) {
-                const uint8_t *A = xa + (size_t)t * xs + (size_t)(g0 / A8_G) * A8_GROUP_BYTES + 32 * L;
-                const __m256i c0 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ld(A + 640), 6));
-                const __m256i c1 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ld(A + 704), 6));
-                const __m256 da = _mm256_loadu_ps((const float *)(A + 576));
-                UNROLL for (int r = 0; r < R; r++) {
-                    __m256i i0 = c0, i1 = c1;
-                    UNROLL for (int s = 0; s < 4; s++) {
-                        i0 = dot4(i0, ld(dg[r].u + 64 * s + 32 * L), ld(A + 64 * s));
-                        i1 = dot4(i1, ld(dg[r].u + 64 * (s + 4) + 32 * L), ld(A + 64 * (s + 4)));
-                    }
-                    const __m256i is = _mm256_add_epi32(_mm256_mullo_epi32(i0, ld(dg[r].s0 + 8 * L)),
-                                                        _mm256_mullo_epi32(i1, ld(dg[r].s1 + 8 * L)));
-                    const __m256 S = _mm256_mul_ps(_mm256_loadu_ps(dg[r].f + 8 * L), da);
-                    acc[r][t][L] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), S, acc[r][t][L]);
-                }
-            }
-        }
+        group_iq(d, xa, xs, g0, gn, acc, R, T);
     }
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++)
-        y[(size_t)t * ys + (size_t)r * yr] = hsum16(acc[r][t][0], acc[r][t][1]);
+    acc_store(acc, y, ys, yr, R, T);
 }
 
-#define A8IQ_KERNELS(name, F) MOE_A8_TILED_KERNELS(name, avx2, tile_iq, F)  /* quant_internal.h */
+/* ---- prefill: every row decoded once per call ----
+ * The tiled gemm decodes a tile's rows again for every 2 tokens, and the
+ * codebook decoding costs far more than the products it feeds. Here 4 rows
+ * (r + i q, far apart as in the tiled gemm) are decoded whole into a panel
+ * of groups, then every token runs over them 2 at a time: the same
+ * decoded bytes and group_iq's steps in its order, so the same bits. */
+#define IQP_MAXG 16   /* groups per row in the panel (n <= 8192; 48 KB of stack) */
+
+ALWAYS_INLINE void panel_tile(dgroup P[4][IQP_MAXG], int64_t nb, const uint8_t *xa, size_t xs, float *y, size_t ys,
+                              size_t yr, const int R, const int T) {
+    __m256 acc[4][2][2];
+    acc_zero(acc, R, T);
+    for (int64_t g0 = 0; g0 < nb; g0 += A8_G) {
+        const int gn = (int)(nb - g0 < A8_G ? nb - g0 : A8_G), g = (int)(g0 / A8_G);
+        const dgroup *d[4] = {&P[0][g], &P[1][g], &P[2][g], &P[3][g]};
+        group_iq(d, xa, xs, g0, gn, acc, R, T);
+    }
+    acc_store(acc, y, ys, yr, R, T);
+}
+
+/* Rows row0 + i * step (i < R) decoded into P, then all tokens over them. */
+ALWAYS_INLINE void panel_rows(const uint8_t *W, size_t rb, int64_t row0, int64_t step, const uint8_t *X, size_t xs,
+                              int64_t ntok, float *y, size_t ys, int64_t n, dgroup P[4][IQP_MAXG], const int R,
+                              const uint32_t F) {
+    const int64_t nb = n / 32;
+    for (int i = 0; i < R; i++)
+        for (int64_t g0 = 0; g0 < nb; g0 += A8_G)
+            decode(F, W + (size_t)(row0 + i * step) * rb + (size_t)(g0 / 8) * A8IQ_QB(F),
+                   (int)(nb - g0 < A8_G ? nb - g0 : A8_G), &P[i][g0 / A8_G]);
+    int64_t t = 0;
+    for (; t + 2 <= ntok; t += 2)
+        panel_tile(P, nb, X + (size_t)t * xs, xs, y + (size_t)t * ys + row0, ys, (size_t)step, R, 2);
+    for (; t < ntok; t++) panel_tile(P, nb, X + (size_t)t * xs, xs, y + (size_t)t * ys + row0, ys, (size_t)step, R, 1);
+}
+
+ALWAYS_INLINE void panel_gemm_iq(const uint8_t *W, size_t rb, int64_t nrows, const uint8_t *X, size_t xs,
+                                 int64_t ntok, float *y, size_t ys, int64_t n, const uint32_t F) {
+    dgroup P[4][IQP_MAXG];
+    const int64_t q = nrows / 4;
+    for (int64_t r = 0; r < q; r++) panel_rows(W, rb, r, q, X, xs, ntok, y, ys, n, P, 4, F);
+    for (int64_t r = 4 * q; r < nrows; r++) panel_rows(W, rb, r, 1, X, xs, ntok, y, ys, n, P, 1, F);
+}
+
+/* gemv: quant_internal.h's tiled driver; gemm: the panel, or that driver's
+ * gemm for one token or rows too long for the panel. */
+#define A8IQ_KERNELS(name, F)                                                                                \
+    MOE_A8_TILED_KERNELS(name##_tiles, avx2, tile_iq, F) /* quant_internal.h */                              \
+    void moe_gemv_a8_##name##_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, float *y,        \
+                                   int64_t n) {                                                              \
+        moe_gemv_a8_##name##_tiles_avx2(w, rb, nrows, xa, y, n);                                             \
+    }                                                                                                        \
+    void moe_gemm_a8_##name##_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,       \
+                                   int64_t ntok, float *y, size_t ys, int64_t n) {                           \
+        if (ntok < 2 || n > (int64_t)IQP_MAXG * A8_G * 32)                                                   \
+            moe_gemm_a8_##name##_tiles_avx2(w, rb, nrows, xa, xs, ntok, y, ys, n);                           \
+        else panel_gemm_iq(w, rb, nrows, xa, xs, ntok, y, ys, n, F);                                         \
+    }
 A8IQ_KERNELS(iq2_xxs, MOE_T_IQ2_XXS)
 A8IQ_KERNELS(iq2_xs, MOE_T_IQ2_XS)
 A8IQ_KERNELS(iq2_s, MOE_T_IQ2_S)
