@@ -32,34 +32,54 @@ ALWAYS_INLINE __m256i ld(const void *p) { return _mm256_loadu_si256((const __m25
 /* A row's decoded group. */
 typedef struct {
     _Alignas(32) uint8_t u[512];
-    _Alignas(32) uint32_t sg[16];
     _Alignas(32) int32_t s0[16], s1[16];
     _Alignas(32) float f[16];
 } dgroup;
 
-/* A row's group decoded (act8_iq.h), per lane half u = v + 64: IQ2 / IQ3
- * with the signs applied as act8_iq_avx512.c does, u = 0x40 - g where the
- * sign bit is set, else 0x40 | g (g < 64); IQ1's u = v + 128 less 64. */
+/* A row's group decoded (act8_iq.h's moe_a8iq_raw per block), per lane
+ * half u = v + 64: IQ2 / IQ3 with the signs applied as act8_iq_avx512.c
+ * does, u = 0x40 - g where the sign bit is set, else 0x40 | g (g < 64);
+ * IQ1's u = v + 128 less 64. The 8 blocks' codebook words are moved into
+ * slab order in registers (block j's values 8l .. 8l + 7 are the 8 bytes
+ * of its word l; slab 2l takes their low dwords, 2l + 1 the high ones), and
+ * every field leaves in one vector store: written as 4-byte pieces (the
+ * slab layout's), each vector load after them waited for the pieces to
+ * reach the cache instead of taking them from the store buffer. */
 ALWAYS_INLINE void decode(const uint32_t F, const uint8_t *G, int gn, dgroup *dg) {
-    moe_a8iq_group(F, G, gn, dg->u, dg->sg, dg->s0, dg->s1, dg->f);
-    const __m256i b40 = _mm256_set1_epi8(0x40);
-    if (!A8IQ_SIGNED(F)) {
-        for (int L = 0; L < gn / 8; L++) UNROLL for (int t = 0; t < 8; t++) {
-            __m256i *p = (__m256i *)(void *)(dg->u + 64 * t + 32 * L);
-            _mm256_storeu_si256(p, _mm256_sub_epi8(_mm256_loadu_si256(p), b40));
-        }
-        return;
-    }
-    const __m256i bit = _mm256_set1_epi32(0x08040201);
+    const __m256i b40 = _mm256_set1_epi8(0x40), bit = _mm256_set1_epi32(0x08040201);
     const __m256i spread = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404, 0x08080808, 0x0C0C0C0C);
     for (int L = 0; L < gn / 8; L++) {
-        const __m256i sw = ld(dg->sg + 8 * L);
-        UNROLL for (int t = 0; t < 8; t++) {
-            const __m256i x = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_srli_epi32(sw, 4 * t), spread), bit);
-            const __m256i neg = _mm256_cmpeq_epi8(x, bit), g = ld(dg->u + 64 * t + 32 * L);
-            _mm256_storeu_si256((__m256i *)(dg->u + 64 * t + 32 * L),
-                                _mm256_blendv_epi8(_mm256_or_si256(g, b40), _mm256_sub_epi8(b40, g), neg));
+        const uint8_t *b = G + (size_t)L * A8IQ_QB(F);
+        uint64_t g[8][4];
+        uint32_t sg[8];
+        int32_t s[8][2];
+        for (int j = 0; j < 8; j++) moe_a8iq_raw(F, b, j, g[j], &sg[j], s[j]);
+        const __m256i sw = _mm256_setr_epi32((int)sg[0], (int)sg[1], (int)sg[2], (int)sg[3], (int)sg[4], (int)sg[5],
+                                             (int)sg[6], (int)sg[7]);
+        UNROLL for (int l = 0; l < 4; l++) {
+            const __m256 A = _mm256_castsi256_ps(_mm256_setr_epi64x((long long)g[0][l], (long long)g[1][l],
+                                                                    (long long)g[2][l], (long long)g[3][l]));
+            const __m256 B = _mm256_castsi256_ps(_mm256_setr_epi64x((long long)g[4][l], (long long)g[5][l],
+                                                                    (long long)g[6][l], (long long)g[7][l]));
+            UNROLL for (int h = 0; h < 2; h++) {
+                const int t = 2 * l + h;   /* slab */
+                const __m256i m = _mm256_permute4x64_epi64(_mm256_castps_si256(h ? _mm256_shuffle_ps(A, B, 0xDD)
+                                                                                 : _mm256_shuffle_ps(A, B, 0x88)), 0xD8);
+                __m256i u;
+                if (A8IQ_SIGNED(F)) {
+                    const __m256i x = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_srli_epi32(sw, 4 * t), spread), bit);
+                    u = _mm256_blendv_epi8(_mm256_or_si256(m, b40), _mm256_sub_epi8(b40, m), _mm256_cmpeq_epi8(x, bit));
+                } else {
+                    u = _mm256_sub_epi8(m, b40);
+                }
+                _mm256_storeu_si256((__m256i *)(void *)(dg->u + 64 * t + 32 * L), u);
+            }
         }
+        _mm256_storeu_si256((__m256i *)(void *)(dg->s0 + 8 * L),
+                            _mm256_setr_epi32(s[0][0], s[1][0], s[2][0], s[3][0], s[4][0], s[5][0], s[6][0], s[7][0]));
+        _mm256_storeu_si256((__m256i *)(void *)(dg->s1 + 8 * L),
+                            _mm256_setr_epi32(s[0][1], s[1][1], s[2][1], s[3][1], s[4][1], s[5][1], s[6][1], s[7][1]));
+        _mm256_storeu_ps(dg->f + 8 * L, _mm256_set1_ps(moe_a8iq_f(F, b)));
     }
 }
 
