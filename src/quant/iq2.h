@@ -117,6 +117,12 @@ IQ2_DECL_ALL(iq2_xs)
 IQ2_DECL_ALL(iq2_s)
 #undef IQ2_DECL_ALL
 #undef IQ2_DECL
+/* AVX2: one 256-value block's exact FP32 weights into a wide-GEMM buffer
+ * (quant_internal.h's gemm_wide): values 16c .. 16c + 15 at o + 64 c (o
+ * 32-byte aligned). */
+void moe_wide_block_iq2_xxs_avx2(const uint8_t *b, float *o);
+void moe_wide_block_iq2_xs_avx2(const uint8_t *b, float *o);
+void moe_wide_block_iq2_s_avx2(const uint8_t *b, float *o);
 
 /* A kernel table's entries for the three formats at level isa. */
 #define IQ2_ENTRY(id, name, isa)                                                                   \

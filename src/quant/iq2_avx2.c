@@ -111,7 +111,18 @@ ALWAYS_INLINE void gemm_body(const uint32_t type, const size_t QB, const uint8_t
     }
 }
 
+/* One block's weights into a wide buffer (iq2.h): sub32's vectors, stored. */
+ALWAYS_INLINE void wide_block(const uint32_t type, const uint8_t *b, float *o) {
+    const float d = moe_f16_f32_tab[moe_rd16(b)];
+    for (int ib = 0; ib < 8; ib++) {
+        __m256 v[4];
+        sub32(type, b, ib, d, v);
+        UNROLL for (int q = 0; q < 4; q++) _mm256_store_ps(o + 64 * (2 * ib + q / 2) + 8 * (q & 1), v[q]);
+    }
+}
+
 #define IQ2_KERNELS(name, TYPE, QB)                                                                \
+    void moe_wide_block_##name##_avx2(const uint8_t *b, float *o) { wide_block(TYPE, b, o); }     \
     void moe_gemv_##name##_avx2(const void *w, size_t rb, int64_t nrows, const float *x, float *y, int64_t n) { \
         gemv_body(TYPE, QB, w, rb, nrows, x, y, n, 0);                                             \
     }                                                                                              \

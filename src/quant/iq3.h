@@ -77,6 +77,12 @@ MOE_IQ3_DECL_ISA(iq1_s)
 MOE_IQ3_DECL_ISA(iq1_m)
 #undef MOE_IQ3_DECL_ISA
 #undef MOE_IQ3_DECL
+/* AVX2: one 256-value block's exact FP32 weights into a wide-GEMM buffer
+ * (as moe_wide_block_iq2_xxs_avx2, iq2.h). */
+void moe_wide_block_iq3_xxs_avx2(const uint8_t *b, float *o);
+void moe_wide_block_iq3_s_avx2(const uint8_t *b, float *o);
+void moe_wide_block_iq1_s_avx2(const uint8_t *b, float *o);
+void moe_wide_block_iq1_m_avx2(const uint8_t *b, float *o);
 /* A SIMD table's entries for one of these types. */
 #define MOE_IQ3_ENTRY(id, name, isa)                                                               \
     .gemv[id] = moe_gemv_##name##_##isa, .gemm[id] = moe_gemm_##name##_##isa,                      \

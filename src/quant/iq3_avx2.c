@@ -120,7 +120,14 @@ ALWAYS_INLINE void dq_iq1_m(const uint8_t *b, int ib, __m256 *v) {
         UNROLL for (int rr = 0; rr < R; rr++) UNROLL for (int tt = 0; tt < T; tt++)                \
             y[tt * ys + rr] = hsum16(acc[rr][tt][0], acc[rr][tt][1]);                              \
     }                                                                                              \
-    MOE_IQ3_DRIVERS(NAME, avx2, QB)
+    MOE_IQ3_DRIVERS(NAME, avx2, QB)                                                                \
+    void moe_wide_block_##NAME##_avx2(const uint8_t *b, float *o) { /* iq3.h */                     \
+        for (int ib = 0; ib < 8; ib++) {                                                           \
+            __m256 v[4];                                                                           \
+            dq_##NAME(b, ib, v);                                                                   \
+            UNROLL for (int q = 0; q < 4; q++) _mm256_store_ps(o + 64 * (2 * ib + q / 2) + 8 * (q & 1), v[q]); \
+        }                                                                                          \
+    }
 
 DEF_TILE(iq3_xxs, QB_IQ3_XXS)
 DEF_TILE(iq3_s, QB_IQ3_S)

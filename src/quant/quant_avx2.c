@@ -677,6 +677,31 @@ MOE_DEF_WIDE_TILES
 MOE_WIDE_FORMATS(DEF_WIDE_BLOCK)
 MOE_KQ_WIDE_FORMATS(DEF_WIDE_BLOCK)
 
+/* The i-quants' wide kernel (prefill): each 256-value block of a row
+ * dequantized by its AVX2 kernel file's dequantizer (iq2_avx2.c,
+ * iq3_avx2.c: the FP32 contract's exact weights) into the buffer's
+ * [k/16][row][16]. Their gemm decodes the codebooks again for every 2
+ * tokens; here once per block of up to WIDE_TB tokens, which the FP32
+ * tiles then share. Block i of row rr at g + rr * rs + i * S * QBYTES (S =
+ * 4: an x4 group, rs = QBYTES). */
+#define DEF_WIDE_IQ(NAME, QBYTES)                                                                  \
+    static inline __attribute__((always_inline)) void fill_##NAME(                                 \
+        const uint8_t *g, size_t rs, const int S, int R, int64_t k0, int64_t kc, float *wb, float (*st)[16]) { \
+        (void)st;                                                                                  \
+        for (int64_t i = k0 / 256; i < (k0 + kc) / 256; i++)                                       \
+            for (int rr = 0; rr < R; rr++)                                                         \
+                moe_wide_block_##NAME##_avx2(g + rr * rs + (size_t)i * (size_t)(S) * (QBYTES),     \
+                                             wb + ((i - k0 / 256) * 64 + rr) * 16);                \
+    }                                                                                              \
+    DEF_WIDE_ENTRIES(NAME, QBYTES)
+DEF_WIDE_IQ(iq2_xxs, QB_IQ2_XXS)
+DEF_WIDE_IQ(iq2_xs, QB_IQ2_XS)
+DEF_WIDE_IQ(iq2_s, QB_IQ2_S)
+DEF_WIDE_IQ(iq3_xxs, QB_IQ3_XXS)
+DEF_WIDE_IQ(iq3_s, QB_IQ3_S)
+DEF_WIDE_IQ(iq1_s, QB_IQ1_S)
+DEF_WIDE_IQ(iq1_m, QB_IQ1_M)
+
 #define ENTRY(id, name) .gemv[id] = gemv_##name, .gemm[id] = gemm_##name
 #define ENTRY_X4(id, name) .gemv_x4[id] = gemv_x4_##name, .gemm_x4[id] = gemm_x4_##name
 /* the wide kernel from 2 tokens (moe_kernels.wide_min_tokens): AVX2's 2x2
@@ -715,4 +740,7 @@ const moe_kernels moe_kernels_avx2_tab = {
     MOE_IQ3_ENTRY(MOE_T_IQ1_S, iq1_s, avx2), MOE_IQ3_ENTRY(MOE_T_IQ1_M, iq1_m, avx2),
     .quantize_act8 = moe_quantize_act8_avx2,
     IQ2_ENTRIES(avx2),  /* IQ2_XXS, IQ2_XS, IQ2_S: iq2_avx2.c */
+    ENTRY_WIDE_X4(MOE_T_IQ2_XXS, iq2_xxs), ENTRY_WIDE_X4(MOE_T_IQ2_XS, iq2_xs), ENTRY_WIDE_X4(MOE_T_IQ2_S, iq2_s),
+    ENTRY_WIDE_X4(MOE_T_IQ3_XXS, iq3_xxs), ENTRY_WIDE_X4(MOE_T_IQ3_S, iq3_s),
+    ENTRY_WIDE_X4(MOE_T_IQ1_S, iq1_s), ENTRY_WIDE_X4(MOE_T_IQ1_M, iq1_m),
 };
