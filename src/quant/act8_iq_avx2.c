@@ -36,6 +36,25 @@ typedef struct {
     _Alignas(32) float f[16];
 } dgroup;
 
+/* IQ2_XXS: the sign bits and the odd scale of a super-block's 8 blocks
+ * (q03, q47: their 8-byte records, 4 grid indices then the u32 aux), lane
+ * j = block j, as moe_iq2_sub and moe_a8iq_raw form them: the four 7-bit
+ * sign codes of aux moved into bytes, each byte's bit 7 its parity
+ * (moe_iq_signs4, lane-wise), the scale 2 (aux >> 28) + 1. */
+ALWAYS_INLINE void iq2_xxs_fields(__m256i q03, __m256i q47, __m256i *sg, __m256i *sc) {
+    const __m256i a = _mm256_permute4x64_epi64(
+        _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(q03), _mm256_castsi256_ps(q47), 0xDD)), 0xD8);
+    __m256i c = _mm256_and_si256(a, _mm256_set1_epi32(0x7F));
+    c = _mm256_or_si256(c, _mm256_and_si256(_mm256_slli_epi32(a, 1), _mm256_set1_epi32(0x7F00)));
+    c = _mm256_or_si256(c, _mm256_and_si256(_mm256_slli_epi32(a, 2), _mm256_set1_epi32(0x7F0000)));
+    c = _mm256_or_si256(c, _mm256_and_si256(_mm256_slli_epi32(a, 3), _mm256_set1_epi32(0x7F000000)));
+    __m256i p = _mm256_xor_si256(c, _mm256_srli_epi32(c, 4));
+    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 2));
+    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 1));
+    *sg = _mm256_or_si256(c, _mm256_slli_epi32(_mm256_and_si256(p, _mm256_set1_epi32(0x01010101)), 7));
+    *sc = _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(a, 28), 1), _mm256_set1_epi32(1));
+}
+
 /* A row's group decoded (act8_iq.h's moe_a8iq_raw per block), per lane
  * half u = v + 64: IQ2 / IQ3 with the signs applied as act8_iq_avx512.c
  * does, u = 0x40 - g where the sign bit is set, else 0x40 | g (g < 64);
@@ -53,14 +72,33 @@ ALWAYS_INLINE void decode(const uint32_t F, const uint8_t *G, int gn, dgroup *dg
         uint64_t g[8][4];
         uint32_t sg[8];
         int32_t s[8][2];
-        for (int j = 0; j < 8; j++) moe_a8iq_raw(F, b, j, g[j], &sg[j], s[j]);
-        const __m256i sw = _mm256_setr_epi32((int)sg[0], (int)sg[1], (int)sg[2], (int)sg[3], (int)sg[4], (int)sg[5],
-                                             (int)sg[6], (int)sg[7]);
+        __m256i sw, s0v, s1v, q03 = _mm256_setzero_si256(), q47 = q03;
+        if (F == MOE_T_IQ2_XXS) {   /* iq2_xxs_fields: the 8 blocks' words, signs and scales in vectors */
+            q03 = _mm256_loadu_si256((const __m256i *)(b + 2));
+            q47 = _mm256_loadu_si256((const __m256i *)(b + 34));
+            iq2_xxs_fields(q03, q47, &sw, &s0v);
+            s1v = s0v;
+        } else {
+            for (int j = 0; j < 8; j++) moe_a8iq_raw(F, b, j, g[j], &sg[j], s[j]);
+            sw = _mm256_setr_epi32((int)sg[0], (int)sg[1], (int)sg[2], (int)sg[3], (int)sg[4], (int)sg[5], (int)sg[6],
+                                   (int)sg[7]);
+            s0v = _mm256_setr_epi32(s[0][0], s[1][0], s[2][0], s[3][0], s[4][0], s[5][0], s[6][0], s[7][0]);
+            s1v = _mm256_setr_epi32(s[0][1], s[1][1], s[2][1], s[3][1], s[4][1], s[5][1], s[6][1], s[7][1]);
+        }
         UNROLL for (int l = 0; l < 4; l++) {
-            const __m256 A = _mm256_castsi256_ps(_mm256_setr_epi64x((long long)g[0][l], (long long)g[1][l],
-                                                                    (long long)g[2][l], (long long)g[3][l]));
-            const __m256 B = _mm256_castsi256_ps(_mm256_setr_epi64x((long long)g[4][l], (long long)g[5][l],
-                                                                    (long long)g[6][l], (long long)g[7][l]));
+            __m256 A, B;
+            if (F == MOE_T_IQ2_XXS) {   /* byte l of each block's 8: its word l's grid index */
+                const __m256i pick = _mm256_setr_epi8(l, -1, -1, -1, -1, -1, -1, -1, 8 + l, -1, -1, -1, -1, -1, -1, -1,
+                                                      l, -1, -1, -1, -1, -1, -1, -1, 8 + l, -1, -1, -1, -1, -1, -1, -1);
+                const long long *grid = (const long long *)(const void *)moe_iq2xxs_grid;
+                A = _mm256_castsi256_ps(_mm256_i64gather_epi64(grid, _mm256_shuffle_epi8(q03, pick), 8));
+                B = _mm256_castsi256_ps(_mm256_i64gather_epi64(grid, _mm256_shuffle_epi8(q47, pick), 8));
+            } else {
+                A = _mm256_castsi256_ps(_mm256_setr_epi64x((long long)g[0][l], (long long)g[1][l], (long long)g[2][l],
+                                                           (long long)g[3][l]));
+                B = _mm256_castsi256_ps(_mm256_setr_epi64x((long long)g[4][l], (long long)g[5][l], (long long)g[6][l],
+                                                           (long long)g[7][l]));
+            }
             UNROLL for (int h = 0; h < 2; h++) {
                 const int t = 2 * l + h;   /* slab */
                 const __m256i m = _mm256_permute4x64_epi64(_mm256_castps_si256(h ? _mm256_shuffle_ps(A, B, 0xDD)
@@ -75,10 +113,8 @@ ALWAYS_INLINE void decode(const uint32_t F, const uint8_t *G, int gn, dgroup *dg
                 _mm256_storeu_si256((__m256i *)(void *)(dg->u + 64 * t + 32 * L), u);
             }
         }
-        _mm256_storeu_si256((__m256i *)(void *)(dg->s0 + 8 * L),
-                            _mm256_setr_epi32(s[0][0], s[1][0], s[2][0], s[3][0], s[4][0], s[5][0], s[6][0], s[7][0]));
-        _mm256_storeu_si256((__m256i *)(void *)(dg->s1 + 8 * L),
-                            _mm256_setr_epi32(s[0][1], s[1][1], s[2][1], s[3][1], s[4][1], s[5][1], s[6][1], s[7][1]));
+        _mm256_storeu_si256((__m256i *)(void *)(dg->s0 + 8 * L), s0v);
+        _mm256_storeu_si256((__m256i *)(void *)(dg->s1 + 8 * L), s1v);
         _mm256_storeu_ps(dg->f + 8 * L, _mm256_set1_ps(moe_a8iq_f(F, b)));
     }
 }
