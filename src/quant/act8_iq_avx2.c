@@ -216,18 +216,8 @@ ALWAYS_INLINE void panel_gemm_iq(const uint8_t *W, size_t rb, int64_t nrows, con
 
 /* gemv: quant_internal.h's tiled driver; gemm: the panel, or that driver's
  * gemm for one token or rows too long for the panel. */
-#define A8IQ_KERNELS(name, F)                                                                                \
-    MOE_A8_TILED_KERNELS(name##_tiles, avx2, tile_iq, F) /* quant_internal.h */                              \
-    void moe_gemv_a8_##name##_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, float *y,        \
-                                   int64_t n) {                                                              \
-        moe_gemv_a8_##name##_tiles_avx2(w, rb, nrows, xa, y, n);                                             \
-    }                                                                                                        \
-    void moe_gemm_a8_##name##_avx2(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,       \
-                                   int64_t ntok, float *y, size_t ys, int64_t n) {                           \
-        if (ntok < 2 || n > (int64_t)IQP_MAXG * A8_G * 32)                                                   \
-            moe_gemm_a8_##name##_tiles_avx2(w, rb, nrows, xa, xs, ntok, y, ys, n);                           \
-        else panel_gemm_iq(w, rb, nrows, xa, xs, ntok, y, ys, n, F);                                         \
-    }
+#define A8IQ_KERNELS(name, F) \
+    MOE_A8_PANEL_KERNELS(name, avx2, tile_iq, panel_gemm_iq, F, 2, IQP_MAXG * A8_G * 32) /* quant_internal.h */
 A8IQ_KERNELS(iq2_xxs, MOE_T_IQ2_XXS)
 A8IQ_KERNELS(iq2_xs, MOE_T_IQ2_XS)
 A8IQ_KERNELS(iq2_s, MOE_T_IQ2_S)

@@ -384,18 +384,8 @@ ALWAYS_INLINE void panel_gemm(const uint8_t *W, size_t rb, int64_t nrows, const 
 
 /* gemv: quant_internal.h's tiled driver; gemm: the panel GEMM, or that
  * driver's gemm for rows too long for the panel buffer or few tokens. */
-#define A8K_KERNELS(name, F)                                                                                 \
-    MOE_A8_TILED_KERNELS(name##_tiles, avx512, tile_k, F) /* quant_internal.h */                             \
-    void moe_gemv_a8_##name##_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, float *y,      \
-                                     int64_t n) {                                                            \
-        moe_gemv_a8_##name##_tiles_avx512(w, rb, nrows, xa, y, n);                                           \
-    }                                                                                                        \
-    void moe_gemm_a8_##name##_avx512(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,     \
-                                     int64_t ntok, float *y, size_t ys, int64_t n) {                         \
-        if (n > (int64_t)A8P_MAXG * A8_G * 32 || ntok < A8P_MIN_TOK)                                         \
-            moe_gemm_a8_##name##_tiles_avx512(w, rb, nrows, xa, xs, ntok, y, ys, n);                         \
-        else panel_gemm(w, rb, nrows, xa, xs, ntok, y, ys, n, F);                                            \
-    }
+#define A8K_KERNELS(name, F) \
+    MOE_A8_PANEL_KERNELS(name, avx512, tile_k, panel_gemm, F, A8P_MIN_TOK, A8P_MAXG * A8_G * 32) /* quant_internal.h */
 A8K_KERNELS(q5_k, KF_Q5_K)
 A8K_KERNELS(q3_k, KF_Q3_K)
 A8K_KERNELS(q2_k, KF_Q2_K)

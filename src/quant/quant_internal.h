@@ -404,4 +404,20 @@ static inline float moe_a8_reduce16(const float a[16]) {
                 TILE(W + (size_t)r * rb, rb, X + (size_t)t * xs, xs, y + (size_t)t * ys + r, ys, 1, n, 1, 1, F); \
     }
 
+/* gemv: the tiled driver above (as name_tiles); gemm: PANEL(w, rb, nrows,
+ * xa, xs, ntok, y, ys, n, F), a file's panel GEMM, from MIN_TOK tokens on
+ * and for rows of n <= MAX_N (its buffer's), else the tiled driver's gemm. */
+#define MOE_A8_PANEL_KERNELS(name, isa, TILE, PANEL, F, MIN_TOK, MAX_N)                                     \
+    MOE_A8_TILED_KERNELS(name##_tiles, isa, TILE, F)                                                         \
+    void moe_gemv_a8_##name##_##isa(const void *w, size_t rb, int64_t nrows, const void *xa, float *y,       \
+                                    int64_t n) {                                                             \
+        moe_gemv_a8_##name##_tiles_##isa(w, rb, nrows, xa, y, n);                                            \
+    }                                                                                                        \
+    void moe_gemm_a8_##name##_##isa(const void *w, size_t rb, int64_t nrows, const void *xa, size_t xs,      \
+                                    int64_t ntok, float *y, size_t ys, int64_t n) {                          \
+        if (n > (int64_t)(MAX_N) || ntok < (MIN_TOK))                                                        \
+            moe_gemm_a8_##name##_tiles_##isa(w, rb, nrows, xa, xs, ntok, y, ys, n);                          \
+        else PANEL(w, rb, nrows, xa, xs, ntok, y, ys, n, F);                                                 \
+    }
+
 #endif
