@@ -117,7 +117,7 @@ ALWAYS_INLINE void wide_block(const uint32_t type, const uint8_t *b, float *o) {
     for (int ib = 0; ib < 8; ib++) {
         __m256 v[4];
         sub32(type, b, ib, d, v);
-        UNROLL for (int q = 0; q < 4; q++) _mm256_store_ps(o + 64 * (2 * ib + q / 2) + 8 * (q & 1), v[q]);
+        wide_store32(o, ib, v);
     }
 }
 

@@ -125,7 +125,7 @@ ALWAYS_INLINE void dq_iq1_m(const uint8_t *b, int ib, __m256 *v) {
         for (int ib = 0; ib < 8; ib++) {                                                           \
             __m256 v[4];                                                                           \
             dq_##NAME(b, ib, v);                                                                   \
-            UNROLL for (int q = 0; q < 4; q++) _mm256_store_ps(o + 64 * (2 * ib + q / 2) + 8 * (q & 1), v[q]); \
+            wide_store32(o, ib, v);  /* simd_avx2.h */                                             \
         }                                                                                          \
     }
 

@@ -22,6 +22,13 @@ static inline __attribute__((always_inline)) float hsum16(__m256 lo, __m256 hi) 
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
+/* Sub-block ib's 32 weights (v[0..3]: values 8q .. 8q + 7) into a wide-GEMM
+ * buffer row at o (quant_internal.h's [k/16][row][16]: values 16c .. 16c +
+ * 15 at o + 64 c; o 32-byte aligned). */
+static inline __attribute__((always_inline)) void wide_store32(float *o, int ib, const __m256 v[4]) {
+    for (int q = 0; q < 4; q++) _mm256_store_ps(o + 64 * (2 * ib + q / 2) + 8 * (q & 1), v[q]);
+}
+
 /* is += the exact products of signed byte levels q (|q| <= 127; qa = |q|)
  * and signed bytes a (|a| <= 127: activation codes as moe_quantize_act8
  * clamps them, kv_q8 keys, kv_tq's integer centroids),
